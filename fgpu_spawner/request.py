@@ -1,0 +1,146 @@
+"""`user_options` → `ResourceRequest`: parsing and validation, with no I/O.
+
+The form and `POST /hub/api/users/{name}/servers/{server}` send the same keys (DESIGN.md, contract 3),
+so one parser serves both. Every refusal raises `InvalidRequest` with a sentence a student can act on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from image_catalog import Catalog
+
+from .units import format_size, parse_size
+
+KNOWN_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
+
+
+class InvalidRequest(ValueError):
+    """The user's options cannot be granted as they are; the message says why."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """Allowed values for one slot, with the value used when the user gives none."""
+
+    min: float
+    max: float
+    default: float
+
+    def check(self, label: str, value: float, show=lambda v: f"{v:g}") -> None:
+        if value < self.min:
+            raise InvalidRequest(f"{label} must be at least {show(self.min)}, not {show(value)}.")
+        if value > self.max:
+            raise InvalidRequest(
+                f"{label} is limited to {show(self.max)}; {show(value)} was asked."
+            )
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What a single session may ask for (site policy, from the spawner's config)."""
+
+    cpu: Range
+    mem: Range
+    fgpu: Range
+    resource_groups: tuple[str, ...] = ("default",)
+    default_image: str | None = None
+
+
+@dataclass(frozen=True)
+class ResourceRequest:
+    """A validated request for one session: which image, and how big a slice."""
+
+    image_name: str
+    image: str
+    cpu: float
+    mem: int
+    fgpu: float = 0.0
+    resource_group: str = "default"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_request(options: dict, limits: RequestLimits, catalog: Catalog) -> ResourceRequest:
+    """Validate `options` against the limits and the catalog, or raise InvalidRequest."""
+    if not isinstance(options, dict):
+        raise InvalidRequest("Options must be a JSON object.")
+    unknown = sorted(set(options) - set(KNOWN_OPTIONS))
+    if unknown:
+        raise InvalidRequest(
+            f"Unknown option(s): {', '.join(unknown)}. Known options: {', '.join(KNOWN_OPTIONS)}."
+        )
+    image = _parse_image(options.get("image"), limits, catalog)
+    cpu = _parse_number("cpu", options.get("cpu"), limits.cpu.default)
+    mem = _parse_mem(options.get("mem"), int(limits.mem.default))
+    fgpu = _parse_number("fgpu", options.get("fgpu"), limits.fgpu.default, zero_ok=True)
+    limits.cpu.check("CPU", cpu, show=lambda v: f"{v:g} cores")
+    limits.mem.check("Memory", mem, show=lambda v: format_size(int(v)))
+    _check_fgpu(fgpu, limits.fgpu)
+    group = _parse_resource_group(options.get("resource_group"), limits.resource_groups)
+    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group)
+
+
+def _is_blank(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _parse_image(value: object, limits: RequestLimits, catalog: Catalog):
+    visible = catalog.visible()
+    if _is_blank(value):
+        return catalog.get(limits.default_image) if limits.default_image else visible[0]
+    if not isinstance(value, str):
+        raise InvalidRequest(f"image must be a catalog name, not {value!r}.")
+    choices = ", ".join(image.name for image in visible)
+    try:
+        image = catalog.get(value)
+    except KeyError:
+        raise InvalidRequest(f"Unknown image {value!r}. Available images: {choices}.") from None
+    if image.hidden:
+        raise InvalidRequest(f"Image {value!r} is not offered. Available images: {choices}.")
+    return image
+
+
+def _parse_number(name: str, value: object, default: float, zero_ok: bool = False) -> float:
+    if _is_blank(value):
+        return float(default)
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidRequest(f"{name} must be a number, not {value!r}.")
+    try:
+        number = float(value)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be a number, not {value!r}.") from None
+    if not math.isfinite(number):
+        raise InvalidRequest(f"{name} must be a finite number, not {value!r}.")
+    if number < 0 or (number == 0 and not zero_ok):
+        raise InvalidRequest(f"{name} must be greater than zero, not {value!r}.")
+    return number
+
+
+def _parse_mem(value: object, default: int) -> int:
+    if _is_blank(value):
+        return default
+    try:
+        mem = parse_size(value)
+    except ValueError as e:
+        raise InvalidRequest(f"mem: {e}.") from None
+    if mem <= 0:
+        raise InvalidRequest(f"mem must be greater than zero, not {value!r}.")
+    return mem
+
+
+def _check_fgpu(fgpu: float, allowed: Range) -> None:
+    if fgpu > 0 and allowed.max <= 0:
+        raise InvalidRequest("This hub offers no fGPU; ask for fgpu=0.")
+    if fgpu > 0:
+        allowed.check("fGPU", fgpu)
+
+
+def _parse_resource_group(value: object, groups: tuple[str, ...]) -> str:
+    if _is_blank(value):
+        return groups[0]
+    if value not in groups:
+        raise InvalidRequest(f"Unknown resource group {value!r}. Available: {', '.join(groups)}.")
+    return value

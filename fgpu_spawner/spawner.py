@@ -1,0 +1,282 @@
+"""`FGPUSpawner`: a DockerSpawner whose containers are limited to the slice a user asked for.
+
+The flow of one spawn:
+1. `apply_user_options` turns the form or REST body into a `ResourceRequest` (refusals are 400s);
+2. `start()` obtains a `Grant` (no grant, no container: DESIGN.md "fail closed");
+3. `create_object()` hands request + grant to the pure builder in `container_spec` and creates it;
+4. `start()` waits until the server answers, or reports the container's exit code and image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from functools import lru_cache
+from pathlib import Path
+
+import docker.errors
+from dockerspawner import DockerSpawner
+from jupyterhub.spawner import SpawnException
+from jupyterhub.traitlets import ByteSpecification
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default
+
+from image_catalog import Catalog, CatalogError, load_catalog
+
+from . import form
+from .container_spec import ContainerContext, build_container_spec
+from .grant import Grant
+from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
+
+LOCAL_NODE = "local"
+_LOG_TAIL_LINES = 5
+
+
+@lru_cache(maxsize=8)
+def _cached_catalog(path: str, mtime: float) -> Catalog:
+    return load_catalog(path or None)
+
+
+def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
+    """The default `apply_user_options` hook: validate, then remember the request."""
+    try:
+        catalog = spawner.catalog
+    except CatalogError as e:
+        raise SpawnException(f"The image catalog is broken: {e}", reason="config", status_code=500)
+    try:
+        request = parse_request(user_options, spawner.request_limits, catalog)
+    except InvalidRequest as e:
+        raise SpawnException(str(e), reason="invalid_options") from None
+    spawner.resource_request = request
+    spawner.image = request.image
+    spawner.cpu_limit = request.cpu
+    spawner.mem_limit = request.mem
+
+
+class FGPUSpawner(DockerSpawner):
+    """Spawn single-user servers in Docker containers limited to a CPU, memory and fGPU slice."""
+
+    catalog_path = Unicode(
+        "",
+        config=True,
+        help="""
+        Path of the image catalog YAML file. Empty means the catalog shipped in `image_catalog/`.
+        """,
+    )
+    default_image_name = Unicode(
+        "",
+        config=True,
+        help="""
+        Catalog name of the image preselected on the form and used when a request names none.
+        Empty means the first visible image of the catalog.
+        """,
+    )
+    cpu_min = Float(0.5, config=True, help="""Fewest CPU cores a session may ask for.""")
+    cpu_max = Float(4.0, config=True, help="""Most CPU cores one session may ask for.""")
+    cpu_default = Float(1.0, config=True, help="""CPU cores a session gets when it names none.""")
+    cpu_step = Float(0.5, config=True, help="""Step of the CPU slider on the spawn form.""")
+    mem_min = ByteSpecification(
+        "256M", config=True, help="""Least memory a session may ask for (bytes, or 512M, 2G...)."""
+    )
+    mem_max = ByteSpecification(
+        "8G", config=True, help="""Most memory one session may ask for (bytes, or 512M, 2G...)."""
+    )
+    mem_default = ByteSpecification(
+        "2G", config=True, help="""Memory a session gets when it names none (bytes or 2G...)."""
+    )
+    fgpu_max = Float(
+        0.0,
+        config=True,
+        help="""
+        Most fGPU units one session may ask for. 0 offers no GPU on the form and refuses fgpu > 0.
+        """,
+    )
+    fgpu_default = Float(0.0, config=True, help="""fGPU units a session gets when it names none.""")
+    units_per_gpu = Integer(
+        1,
+        config=True,
+        help="""
+        How many fGPU units one physical GPU holds: with 2, 1 fGPU is half a GPU (Backend.AI's
+        setting of the same meaning).
+        """,
+    )
+    gpu_sharing = CaselessStrEnum(
+        ["hami", "mps", "none", "simulated"],
+        default_value="simulated",
+        config=True,
+        help="""
+        How a GPU grant reaches the container: `hami` (HAMi-core limits), `mps` (CUDA MPS),
+        `none` (whole devices, accounting only) or `simulated` (no device; for hosts without GPUs).
+        """,
+    )
+    resource_groups = List(
+        Unicode(),
+        default_value=["default"],
+        minlen=1,
+        config=True,
+        help="""Resource groups (Backend.AI's scaling groups) a request may name; the first is the default.""",
+    )
+    pids_limit = Integer(
+        1024,
+        config=True,
+        help="""Most processes and threads a session may run, so a fork bomb stays in its slice.""",
+    )
+    run_as = Unicode(
+        "1000:100",
+        config=True,
+        help="""User (uid:gid) the session runs as, whatever the image says: never root.""",
+    )
+    ready_poll_interval = Float(
+        0.25, config=True, help="""Seconds between readiness checks while a container starts."""
+    )
+
+    # Per-spawn state, set by apply_user_options and start().
+    resource_request: ResourceRequest | None = None
+    grant: Grant | None = None
+
+    @default("remove")
+    def _default_remove(self):
+        # Sessions are disposable: the home folder, not the container, is what lasts.
+        return True
+
+    @default("use_internal_ip")
+    def _default_use_internal_ip(self):
+        return True
+
+    @default("options_form")
+    def _default_options_form(self):
+        return lambda spawner: form.render_spawn_form(
+            spawner.request_limits,
+            spawner.catalog,
+            units_per_gpu=spawner.units_per_gpu,
+            simulated=spawner.gpu_sharing == "simulated",
+            cpu_step=spawner.cpu_step,
+        )
+
+    @default("options_from_form")
+    def _default_options_from_form(self):
+        return form.options_from_form
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self):
+        return apply_resource_options
+
+    @property
+    def catalog(self) -> Catalog:
+        path = self.catalog_path
+        mtime = Path(path).stat().st_mtime if path else 0.0
+        return _cached_catalog(path, mtime)
+
+    @property
+    def request_limits(self) -> RequestLimits:
+        return RequestLimits(
+            cpu=Range(self.cpu_min, self.cpu_max, self.cpu_default),
+            mem=Range(self.mem_min, self.mem_max, self.mem_default),
+            fgpu=Range(0.0, self.fgpu_max, self.fgpu_default),
+            resource_groups=tuple(self.resource_groups),
+            default_image=self.default_image_name or None,
+        )
+
+    async def check_allowed(self, image):
+        # DockerSpawner passes user_options["image"], a catalog name; apply_user_options has
+        # already validated it and resolved the reference.
+        return self.resource_request.image
+
+    async def pull_image(self, image):
+        """No registry is reachable: an image is there, built offline, or the spawn stops here."""
+        try:
+            await self.docker("inspect_image", image)
+        except docker.errors.ImageNotFound:
+            name = self.resource_request.image_name
+            raise SpawnException(
+                f"Image {image} ({name}) is not on this host. An admin can build it with "
+                f"`python -m image_catalog build {name}`.",
+                reason="image_missing",
+                status_code=500,
+            ) from None
+
+    async def acquire_grant(self, request: ResourceRequest) -> Grant:
+        """The slice this session may use. Without the queue service, only GPU-less grants exist."""
+        if request.fgpu > 0:
+            raise SpawnException("No fGPU can be granted on this hub.", reason="no_grant")
+        return Grant(session_id=uuid.uuid4().hex, node=LOCAL_NODE)
+
+    async def start(self):
+        if self.resource_request is None:
+            apply_resource_options(self, self.user_options or {})
+        self.grant = await self.acquire_grant(self.resource_request)
+        ip, port = await super().start()
+        await self.wait_until_ready(ip, port)
+        return ip, port
+
+    async def container_context(self) -> ContainerContext:
+        return ContainerContext(
+            name=self.container_name,
+            user=self.user.name,
+            server_name=self.name,
+            command=await self.get_command(),
+            env=self.get_env(),
+            port=self.port,
+            network=self.network_name,
+            run_as=self.run_as,
+            pids_limit=self.pids_limit,
+            # Kept after exit so that an early exit can be reported with its code and output;
+            # stop() removes it.
+            auto_remove=False,
+            publish_to=None if self.use_internal_ip else self.host_ip,
+            binds=self.volume_binds,
+            volumes=self.volume_mount_points,
+            mounts=self.mount_binds,
+            extra_create_kwargs=self._render_templates(self.extra_create_kwargs),
+            extra_host_config=self._render_templates(self.extra_host_config),
+        )
+
+    async def create_object(self):
+        try:
+            spec = build_container_spec(
+                self.resource_request, self.grant, await self.container_context()
+            )
+        except ValueError as e:
+            raise SpawnException(str(e), reason="config", status_code=500) from None
+        host_config = self.client.create_host_config(**spec.host_config)
+        return await self.docker("create_container", **spec.create_kwargs, host_config=host_config)
+
+    async def wait_until_ready(self, ip: str, port: int) -> None:
+        """Return once the server answers; raise a clear error if the container exits first.
+
+        The hub would otherwise wait out http_timeout and answer with a bare 500.
+        """
+        url = f"http://{ip}:{port}{self.server.base_url}api"
+        deadline = asyncio.get_running_loop().time() + self.http_timeout
+        while asyncio.get_running_loop().time() < deadline:
+            state = (await self.docker("inspect_container", self.container_id))["State"]
+            if not state["Running"]:
+                error = await self._early_exit_error(state["ExitCode"])
+                # The hub sees an exited server as stopped and never calls stop(): clean up here.
+                await self.remove_object()
+                self.object_id = ""
+                raise error
+            if await _answers(url):
+                return
+            await asyncio.sleep(self.ready_poll_interval)
+        # Past the deadline the hub's own http_timeout handling reports the failure.
+
+    async def _early_exit_error(self, exit_code: int) -> SpawnException:
+        logs = await self.docker("logs", self.container_id, tail=_LOG_TAIL_LINES)
+        tail = logs.decode(errors="replace").strip()
+        request = self.resource_request
+        message = (
+            f"The session container from image {request.image} ({request.image_name}) exited "
+            f"with code {exit_code} before its server was ready."
+        )
+        if tail:
+            message += f" Last output: {tail}"
+        return SpawnException(message, reason="container_exited", status_code=500)
+
+
+async def _answers(url: str) -> bool:
+    try:
+        response = await AsyncHTTPClient().fetch(url, request_timeout=2, raise_error=False)
+    except (HTTPClientError, OSError):
+        return False
+    return response.code == 200

@@ -1,0 +1,39 @@
+"""Memory sizes as people write them ("512M", "2G", "1.5GiB") and as Docker counts them (bytes).
+
+Docker's suffixes are binary whatever their spelling, so "1G", "1GB" and "1GiB" are all 2**30 bytes;
+following Docker here means a limit typed on the form is the limit the cgroup shows.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
+
+
+def parse_size(value: int | float | str) -> int:
+    """Return a size in bytes; raise ValueError with a readable message when it is not one."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(f"{value!r} is not a whole number of bytes")
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a size")
+    match = _SIZE_RE.match(value)
+    if not match:
+        raise ValueError(f"{value!r} is not a size; write it like 512M, 2G or 1.5GiB")
+    number, prefix, _ = match.groups()
+    return int(float(number) * 1024 ** _POWERS[prefix.lower()])
+
+
+def format_size(nbytes: int) -> str:
+    """The shortest exact-ish binary form: 1073741824 → '1G', 1610612736 → '1.5G'."""
+    for suffix, power in (("T", 4), ("G", 3), ("M", 2), ("K", 1)):
+        scaled = nbytes / 1024**power
+        if scaled >= 1:
+            return f"{scaled:.2f}".rstrip("0").rstrip(".") + suffix
+    return f"{nbytes}B"

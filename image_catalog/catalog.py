@@ -1,0 +1,148 @@
+"""Catalog schema and validation: `catalog.yaml` → `Catalog` of `CatalogImage` entries.
+
+Validation happens once, when the file is loaded, so that a bad catalog stops the hub at start-up
+with a message that names the entry and the field, instead of failing a student's spawn later.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+DEFAULT_CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
+RECIPES_DIR = Path(__file__).with_name("recipes")
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# Docker's reference grammar, reduced to what a local, registry-less engine needs.
+_REFERENCE_RE = re.compile(
+    r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$"
+)
+_ALLOWED_KEYS = {
+    "name",
+    "display_name",
+    "image",
+    "framework",
+    "version",
+    "description",
+    "gpu",
+    "hidden",
+    "recipe",
+    "base",
+    "build_args",
+}
+
+
+class CatalogError(ValueError):
+    """The catalog file, or an entry in it, is not valid."""
+
+
+@dataclass(frozen=True)
+class CatalogImage:
+    """One entry of the catalog: a Docker image that can start a single-user server."""
+
+    name: str
+    display_name: str
+    image: str
+    framework: str = ""
+    version: str = ""
+    description: str = ""
+    gpu: bool = False
+    hidden: bool = False
+    recipe: str | None = None
+    base: str | None = None
+    build_args: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """An ordered, validated set of images, looked up by name."""
+
+    images: tuple[CatalogImage, ...]
+
+    def get(self, name: str) -> CatalogImage:
+        for image in self.images:
+            if image.name == name:
+                return image
+        raise KeyError(name)
+
+    def names(self) -> list[str]:
+        return [image.name for image in self.images]
+
+    def visible(self) -> list[CatalogImage]:
+        return [image for image in self.images if not image.hidden]
+
+
+def is_valid_reference(reference: str) -> bool:
+    return bool(_REFERENCE_RE.match(reference))
+
+
+def load_catalog(path: str | Path | None = None) -> Catalog:
+    """Read and validate a catalog file (the shipped one by default)."""
+    path = Path(path) if path else DEFAULT_CATALOG_PATH
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise CatalogError(f"cannot read image catalog {path}: {e}") from e
+    return parse_catalog(data, source=str(path))
+
+
+def parse_catalog(data: object, source: str = "catalog") -> Catalog:
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise CatalogError(f"{source}: expected a mapping with an 'images' list")
+    images = tuple(
+        _parse_entry(entry, f"{source}: images[{i}]") for i, entry in enumerate(data["images"])
+    )
+    _check_cross_references(images, source)
+    return Catalog(images)
+
+
+def _parse_entry(entry: object, where: str) -> CatalogImage:
+    if not isinstance(entry, dict):
+        raise CatalogError(f"{where}: expected a mapping")
+    unknown = set(entry) - _ALLOWED_KEYS
+    if unknown:
+        raise CatalogError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    for required in ("name", "image"):
+        if not isinstance(entry.get(required), str) or not entry[required]:
+            raise CatalogError(f"{where}: '{required}' is required and must be a string")
+    name, reference = entry["name"], entry["image"]
+    if not _NAME_RE.match(name):
+        raise CatalogError(
+            f"{where}: name {name!r} must be lower-case letters, digits, '.', '_' or '-'"
+        )
+    if not is_valid_reference(reference):
+        raise CatalogError(f"{where} ({name}): {reference!r} is not a valid image reference")
+    build_args = entry.get("build_args") or {}
+    if not isinstance(build_args, dict):
+        raise CatalogError(f"{where} ({name}): build_args must be a mapping")
+    return CatalogImage(
+        name=name,
+        display_name=str(entry.get("display_name") or name),
+        image=reference,
+        framework=str(entry.get("framework") or ""),
+        version=str(entry.get("version") or ""),
+        description=str(entry.get("description") or ""),
+        gpu=bool(entry.get("gpu", False)),
+        hidden=bool(entry.get("hidden", False)),
+        recipe=entry.get("recipe"),
+        base=entry.get("base"),
+        build_args={str(k): str(v) for k, v in build_args.items()},
+    )
+
+
+def _check_cross_references(images: tuple[CatalogImage, ...], source: str) -> None:
+    seen: set[str] = set()
+    for image in images:
+        if image.name in seen:
+            raise CatalogError(f"{source}: duplicate image name {image.name!r}")
+        seen.add(image.name)
+    for image in images:
+        if image.base is not None and image.base not in seen:
+            raise CatalogError(f"{source}: {image.name}: base {image.base!r} is not in the catalog")
+        if image.recipe is not None and not (RECIPES_DIR / image.recipe / "Dockerfile").is_file():
+            raise CatalogError(f"{source}: {image.name}: recipe {image.recipe!r} has no Dockerfile")
+    if not any(not image.hidden for image in images):
+        raise CatalogError(f"{source}: at least one image must be visible")

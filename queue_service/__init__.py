@@ -1,0 +1,4 @@
+"""The `queue` service: owns the queue, every allocation and the accounting (see DESIGN.md).
+
+A skeleton for now; the service arrives with the queue issue. It never imports `fgpu_spawner`.
+"""

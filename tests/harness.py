@@ -1,0 +1,176 @@
+"""A real JupyterHub in a subprocess, on free ports, driven through its REST API.
+
+Shared by the tests and the benchmarks so that both measure the same hub. The hub loads the shipped
+`jupyterhub_config.py` and changes only ports, an admin token, and what a caller adds.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import docker
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+TEST_LABEL = "fgpu.test_run"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def docker_client() -> docker.DockerClient:
+    """The engine, or a failure that says so: a test that needs Docker never skips."""
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as e:
+        raise RuntimeError(f"No Docker engine answers ({e}); run scripts/up --setup-only") from e
+    return client
+
+
+class Hub:
+    """A running hub and an admin session on its REST API."""
+
+    def __init__(
+        self, workdir: Path, port: int, token: str, run_id: str, process: subprocess.Popen
+    ):
+        self.workdir = workdir
+        self.url = f"http://127.0.0.1:{port}"
+        self.run_id = run_id
+        self.process = process
+        self.api = requests.Session()
+        self.api.headers["Authorization"] = f"token {token}"
+
+    def request(self, method: str, path: str, **kwargs) -> requests.Response:
+        return self.api.request(
+            method, f"{self.url}/hub/api/{path.lstrip('/')}", timeout=120, **kwargs
+        )
+
+    def create_user(self, name: str) -> None:
+        response = self.request("POST", f"users/{name}")
+        assert response.status_code in (201, 409), response.text
+
+    def user_token(self, name: str) -> str:
+        response = self.request("POST", f"users/{name}/tokens", json={"note": "test"})
+        assert response.status_code == 201, response.text
+        return response.json()["token"]
+
+    def start_server(self, user: str, options: dict, server: str = "") -> requests.Response:
+        self.create_user(user)
+        return self.request("POST", f"users/{user}/servers/{server}", json=options)
+
+    def server_model(self, user: str, server: str = "") -> dict | None:
+        response = self.request("GET", f"users/{user}")
+        assert response.status_code == 200, response.text
+        return response.json()["servers"].get(server)
+
+    def wait_ready(self, user: str, server: str = "", timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            model = self.server_model(user, server)
+            if model and model["ready"]:
+                return model
+            if model is None:
+                raise AssertionError(f"{user}'s server {server!r} stopped while starting")
+            time.sleep(0.2)
+        raise AssertionError(f"{user}'s server {server!r} not ready in {timeout} s")
+
+    def stop_server(self, user: str, server: str = "", timeout: float = 60) -> None:
+        response = self.request("DELETE", f"users/{user}/servers/{server}")
+        assert response.status_code in (202, 204), response.text
+        deadline = time.monotonic() + timeout
+        while self.server_model(user, server) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def log_text(self) -> str:
+        return (self.workdir / "hub.log").read_text(errors="replace")
+
+
+def _config_text(port: int, token: str, run_id: str, extra_config: str) -> str:
+    return textwrap.dedent(
+        f"""
+        load_subconfig({str(ROOT / "jupyterhub_config.py")!r})
+        c.JupyterHub.hub_port = {free_port()}
+        c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
+        c.JupyterHub.services = [{{"name": "test-admin", "api_token": {token!r}}}]
+        c.JupyterHub.load_roles = [{{"name": "admin", "services": ["test-admin"]}}]
+        c.FGPUSpawner.extra_create_kwargs = {{"labels": {{{TEST_LABEL!r}: {run_id!r}}}}}
+        c.JupyterHub.log_level = "DEBUG"
+        """
+    ) + textwrap.dedent(extra_config)
+
+
+@contextmanager
+def running_hub(workdir: Path, extra_config: str = "", env: dict | None = None):
+    """Start a hub in `workdir`; on exit stop its servers, the hub, and any container it left."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port, token, run_id = free_port(), secrets.token_hex(16), secrets.token_hex(6)
+    (workdir / "test_config.py").write_text(_config_text(port, token, run_id, extra_config))
+    hub_env = {**os.environ, "FGPU_HUB_PORT": str(port), "FGPU_HUB_IP": "127.0.0.1", **(env or {})}
+    hub_env["PATH"] = f"{VENV_BIN}:{hub_env['PATH']}"
+    with open(workdir / "hub.log", "wb") as log:
+        process = subprocess.Popen(
+            [str(VENV_BIN / "jupyterhub"), "-f", "test_config.py"],
+            cwd=workdir,
+            env=hub_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    hub = Hub(workdir, port, token, run_id, process)
+    try:
+        _wait_for_hub(hub)
+        yield hub
+    finally:
+        _shut_down(hub)
+
+
+def _wait_for_hub(hub: Hub, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if hub.process.poll() is not None:
+            raise RuntimeError(f"the hub exited:\n{hub.log_text()[-3000:]}")
+        try:
+            if hub.request("GET", "").status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"the hub did not answer in {timeout} s:\n{hub.log_text()[-3000:]}")
+
+
+def _shut_down(hub: Hub) -> None:
+    try:
+        users = hub.request("GET", "users").json() if hub.process.poll() is None else []
+        for user in users:
+            for server in user.get("servers", {}):
+                hub.request("DELETE", f"users/{user['name']}/servers/{server}")
+    except requests.RequestException:
+        pass
+    hub.process.terminate()
+    try:
+        hub.process.wait(20)
+    except subprocess.TimeoutExpired:
+        hub.process.kill()
+    remove_containers({TEST_LABEL: hub.run_id})
+
+
+def containers_with(labels: dict[str, str]) -> list:
+    filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+    return docker_client().containers.list(all=True, filters=filters)
+
+
+def remove_containers(labels: dict[str, str]) -> None:
+    for container in containers_with(labels):
+        container.remove(force=True)

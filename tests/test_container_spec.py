@@ -1,0 +1,87 @@
+import json
+
+import pytest
+
+from fgpu_spawner.container_spec import ContainerContext, build_container_spec
+from fgpu_spawner.grant import Grant
+from fgpu_spawner.request import ResourceRequest
+
+GIB = 1024**3
+REQUEST = ResourceRequest("sk", "fgpu/sk:1.5", cpu=1.5, mem=GIB, fgpu=0.0)
+GRANT = Grant("sess-1", "local")
+
+
+def context(**overrides):
+    values = dict(
+        name="jupyter-alice",
+        user="alice",
+        server_name="",
+        command=["jupyterhub-singleuser"],
+        env={"JUPYTERHUB_API_TOKEN": "t"},
+        port=8888,
+        network="bridge",
+    )
+    return ContainerContext(**{**values, **overrides})
+
+
+def test_cpu_and_memory_become_cgroup_limits():
+    host = build_container_spec(REQUEST, GRANT, context()).host_config
+    assert (host["cpu_quota"], host["cpu_period"]) == (150_000, 100_000)
+    assert host["mem_limit"] == GIB
+    assert host["memswap_limit"] == GIB
+    assert host["pids_limit"] == 1024
+    assert host["privileged"] is False
+
+
+def test_labels_carry_session_user_and_grant():
+    labels = build_container_spec(REQUEST, GRANT, context()).create_kwargs["labels"]
+    assert labels["fgpu.session_id"] == "sess-1"
+    assert labels["fgpu.user"] == "alice"
+    assert labels["fgpu.image"] == "sk"
+    assert Grant.from_json(labels["fgpu.grant"]) == GRANT
+    assert json.loads(labels["fgpu.request"]) == {"cpu": 1.5, "mem": GIB, "fgpu": 0.0}
+
+
+def test_session_runs_as_the_configured_non_root_user_with_its_slice_in_env():
+    create = build_container_spec(REQUEST, GRANT, context(run_as="1000:100")).create_kwargs
+    assert create["user"] == "1000:100"
+    assert create["image"] == "fgpu/sk:1.5"
+    assert create["environment"]["JUPYTERHUB_API_TOKEN"] == "t"
+    assert create["environment"]["FGPU_CPU"] == "1.5"
+    assert create["environment"]["FGPU_MEM"] == str(GIB)
+    assert create["ports"] == {"8888/tcp": None}
+
+
+def test_admin_extras_cannot_loosen_the_slice():
+    loose = {"mem_limit": 64 * GIB, "cpu_quota": -1, "privileged": True, "pids_limit": -1}
+    host = build_container_spec(REQUEST, GRANT, context(extra_host_config=loose)).host_config
+    assert (host["mem_limit"], host["cpu_quota"], host["pids_limit"]) == (GIB, 150_000, 1024)
+    assert host["privileged"] is False
+
+
+def test_admin_labels_are_kept_but_cannot_forge_session_labels():
+    extra = {"labels": {"course": "ml101", "fgpu.user": "mallory"}}
+    labels = build_container_spec(REQUEST, GRANT, context(extra_create_kwargs=extra)).create_kwargs[
+        "labels"
+    ]
+    assert labels["course"] == "ml101"
+    assert labels["fgpu.user"] == "alice"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"binds": {"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"}}},
+        {"extra_host_config": {"binds": ["/run/docker.sock:/run/docker.sock"]}},
+        {"mounts": ["/var/run/docker.sock"]},
+    ],
+)
+def test_docker_socket_is_never_mounted(overrides):
+    with pytest.raises(ValueError, match="Docker socket"):
+        build_container_spec(REQUEST, GRANT, context(**overrides))
+
+
+def test_ports_are_published_only_when_asked():
+    assert "port_bindings" not in build_container_spec(REQUEST, GRANT, context()).host_config
+    host = build_container_spec(REQUEST, GRANT, context(publish_to="127.0.0.1")).host_config
+    assert host["port_bindings"] == {8888: ("127.0.0.1",)}

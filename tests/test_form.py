@@ -1,0 +1,54 @@
+import re
+
+from fgpu_spawner.form import options_from_form, render_spawn_form
+from fgpu_spawner.request import Range, RequestLimits
+from image_catalog.catalog import parse_catalog
+
+GIB = 1024**3
+CATALOG = parse_catalog(
+    {
+        "images": [
+            {"name": "base", "image": "fgpu/base:1", "display_name": "Python"},
+            {"name": "sk", "image": "fgpu/sk:1.5", "display_name": "scikit-learn 1.5"},
+            {"name": "secret", "image": "fgpu/secret:1", "hidden": True},
+        ]
+    }
+)
+LIMITS = RequestLimits(
+    cpu=Range(0.5, 4, 1),
+    mem=Range(256 * 1024**2, 8 * GIB, 2 * GIB),
+    fgpu=Range(0, 0, 0),
+    default_image="sk",
+)
+
+
+def test_form_offers_visible_images_with_the_default_selected():
+    html = render_spawn_form(LIMITS, CATALOG)
+    assert re.findall(r'<option value="([^"]+)"', html) == ["base", "sk"]
+    assert re.search(r'value="sk"[^>]*selected', html)
+
+
+def test_form_sliders_carry_the_configured_limits():
+    html = render_spawn_form(LIMITS, CATALOG)
+    cpu = re.search(r'<input type="range"[^>]*name="cpu"[^>]*>', html, re.S).group(0)
+    assert 'min="0.5"' in cpu and 'max="4' in cpu and 'value="1' in cpu
+    assert re.search(r'name="mem" value="2G"', html)
+    assert "Between 256M and 8G" in html
+
+
+def test_fgpu_field_is_disabled_when_the_hub_offers_none():
+    html = render_spawn_form(LIMITS, CATALOG)
+    assert 'name="fgpu"' not in html
+    assert "disabled" in html
+
+
+def test_fgpu_slider_appears_when_offered():
+    limits = RequestLimits(LIMITS.cpu, LIMITS.mem, Range(0, 2, 0.5))
+    html = render_spawn_form(limits, CATALOG, units_per_gpu=2, simulated=True)
+    assert re.search(r'name="fgpu"[^>]*max="2', html)
+    assert "1/2 of a GPU" in html and "simulated" in html
+
+
+def test_form_values_are_flattened_and_xsrf_dropped():
+    data = {"image": ["sk"], "cpu": ["1.5"], "mem": ["1G"], "_xsrf": ["x"], "extra": ["1"]}
+    assert options_from_form(data) == {"image": "sk", "cpu": "1.5", "mem": "1G", "extra": "1"}

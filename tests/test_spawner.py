@@ -1,0 +1,156 @@
+"""FGPUSpawner end to end: a real hub, a real Docker engine, requests through the REST API."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import pytest
+import requests
+import websocket
+
+from .harness import containers_with
+
+GIB = 1024**3
+pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+
+@pytest.fixture(scope="module")
+def running_session(hub):
+    """A server started with cpu=1.5 and mem=1G, and its container (read-only checks share it)."""
+    username = f"student-{secrets.token_hex(4)}"
+    response = hub.start_server(username, {"image": "scikit-learn-1.5", "cpu": 1.5, "mem": "1G"})
+    assert response.status_code in (201, 202), response.text
+    hub.wait_ready(username)
+    (container,) = containers_with({"fgpu.user": username})
+    yield username, container
+    hub.stop_server(username)
+
+
+def exec_text(container, command: str) -> str:
+    result = container.exec_run(["sh", "-c", command])
+    assert result.exit_code == 0, result.output
+    return result.output.decode().strip()
+
+
+def cgroup_limits(container) -> tuple[str, str]:
+    """(cpu quota/period, memory limit) as the kernel shows them inside the container."""
+    v2 = container.exec_run(["test", "-f", "/sys/fs/cgroup/cpu.max"]).exit_code == 0
+    if v2:
+        quota, period = exec_text(container, "cat /sys/fs/cgroup/cpu.max").split()
+        return f"{quota}/{period}", exec_text(container, "cat /sys/fs/cgroup/memory.max")
+    quota = exec_text(container, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+    period = exec_text(container, "cat /sys/fs/cgroup/cpu/cpu.cfs_period_us")
+    return f"{quota}/{period}", exec_text(
+        container, "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+    )
+
+
+def test_cgroup_shows_exactly_the_requested_slice(running_session):
+    _, container = running_session
+    assert cgroup_limits(container) == ("150000/100000", str(GIB))
+
+
+def test_container_is_locked_down_and_labelled(running_session):
+    username, container = running_session
+    host = container.attrs["HostConfig"]
+    assert (host["CpuQuota"], host["CpuPeriod"]) == (150_000, 100_000)
+    assert host["Memory"] == host["MemorySwap"] == GIB
+    assert host["PidsLimit"] == 1024
+    assert host["Privileged"] is False
+    mounts = json.dumps(container.attrs["Mounts"]) + json.dumps(host.get("Binds") or [])
+    assert "docker.sock" not in mounts
+    assert exec_text(container, "id -u") == "1000"
+    labels = container.labels
+    assert labels["fgpu.user"] == username
+    assert labels["fgpu.image"] == "scikit-learn-1.5"
+    grant = json.loads(labels["fgpu.grant"])
+    assert grant["session_id"] == labels["fgpu.session_id"] and grant["gpus"] == {}
+    assert exec_text(container, "echo $FGPU_CPU $FGPU_MEM") == f"1.5 {GIB}"
+
+
+def test_the_chosen_image_holds_its_framework_version(running_session):
+    _, container = running_session
+    version = exec_text(container, "python -c 'import sklearn; print(sklearn.__version__)'")
+    assert version == "1.5.2"
+
+
+@pytest.mark.parametrize("path", ["api/status", "lab", "tree", "tensorboard/"])
+def test_apps_answer_through_the_hub_proxy(hub, running_session, path):
+    username, _ = running_session
+    headers = {"Authorization": f"token {hub.user_token(username)}"}
+    response = requests.get(f"{hub.url}/user/{username}/{path}", headers=headers, timeout=60)
+    assert response.status_code == 200, (path, response.status_code, response.text[:300])
+
+
+def test_terminal_runs_commands_through_the_hub_proxy(hub, running_session):
+    username, _ = running_session
+    headers = {"Authorization": f"token {hub.user_token(username)}"}
+    created = requests.post(f"{hub.url}/user/{username}/api/terminals", headers=headers, timeout=30)
+    assert created.status_code == 200, created.text
+    name = created.json()["name"]
+    ws_url = f"{hub.url.replace('http', 'ws', 1)}/user/{username}/terminals/websocket/{name}"
+    ws = websocket.create_connection(ws_url, header=headers, timeout=30)
+    try:
+        ws.send(json.dumps(["stdin", "echo fgpu-$((6*7)) $(id -un)\r"]))
+        output = ""
+        while "fgpu-42" not in output:
+            message = json.loads(ws.recv())
+            if message[0] == "stdout":
+                output += message[1]
+        assert "fgpu-42 jovyan" in output
+    finally:
+        ws.close()
+
+
+def test_stopping_the_server_removes_its_container(hub, username):
+    response = hub.start_server(username, {"image": "python-3.11", "cpu": 0.5, "mem": "512M"})
+    assert response.status_code in (201, 202), response.text
+    hub.wait_ready(username)
+    assert len(containers_with({"fgpu.user": username})) == 1
+    hub.stop_server(username)
+    assert containers_with({"fgpu.user": username}) == []
+
+
+BAD_OPTIONS = [
+    ({"cpu": -1}, "greater than zero"),
+    ({"cpu": 0}, "greater than zero"),
+    ({"cpu": "NaN"}, "finite"),
+    ({"cpu": "two"}, "must be a number"),
+    ({"cpu": 1000}, "limited to"),
+    ({"mem": 0}, "greater than zero"),
+    ({"mem": "-1G"}, "not a size"),
+    ({"mem": "lots"}, "not a size"),
+    ({"mem": "1T"}, "limited to"),
+    ({"fgpu": -1}, "greater than zero"),
+    ({"fgpu": 1}, "offers no fGPU"),
+    ({"image": "no-such-image"}, "Unknown image"),
+    ({"gpu_count": 2}, "Unknown option(s): gpu_count"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS, ids=lambda v: json.dumps(v))
+def test_bad_input_is_a_400_and_leaves_nothing_behind(hub, username, options, message):
+    response = hub.start_server(username, options)
+    assert response.status_code == 400, response.text
+    assert message in response.json()["message"]
+    assert hub.server_model(username) is None
+    assert containers_with({"fgpu.user": username}) == []
+
+
+def test_container_exiting_early_names_image_and_exit_code(hub, username, broken_image):
+    response = hub.start_server(username, {"image": "exits-early"})
+    assert response.status_code == 500, response.text
+    message = response.json()["message"]
+    assert broken_image in message and "exited with code 3" in message
+    assert "boom" in message
+    assert hub.server_model(username) is None
+    assert containers_with({"fgpu.user": username}) == []
+
+
+def test_image_missing_from_the_engine_is_a_clear_error(hub, username):
+    response = hub.start_server(username, {"image": "never-built"})
+    assert response.status_code == 500, response.text
+    assert "not on this host" in response.json()["message"]
+    assert "python -m image_catalog build never-built" in response.json()["message"]
+    assert containers_with({"fgpu.user": username}) == []
