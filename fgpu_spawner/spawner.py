@@ -42,7 +42,9 @@ def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
     try:
         catalog = spawner.catalog
     except CatalogError as e:
-        raise SpawnException(f"The image catalog is broken: {e}", reason="config", status_code=500)
+        raise SpawnException(
+            f"The image catalog is broken: {e}", reason="config", status_code=500
+        ) from None
     try:
         request = parse_request(user_options, spawner.request_limits, catalog)
     except InvalidRequest as e:
