@@ -106,7 +106,7 @@ def _config_text(port: int, token: str, run_id: str, extra_config: str) -> str:
         c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
         c.JupyterHub.services = [{{"name": "test-admin", "api_token": {token!r}}}]
         c.JupyterHub.load_roles = [{{"name": "admin", "services": ["test-admin"]}}]
-        c.FGPUSpawner.extra_create_kwargs = {{"labels": {{{TEST_LABEL!r}: {run_id!r}}}}}
+        c.DockerSpawner.extra_create_kwargs = {{"labels": {{{TEST_LABEL!r}: {run_id!r}}}}}
         c.JupyterHub.log_level = "DEBUG"
         """
     ) + textwrap.dedent(extra_config)
