@@ -6,13 +6,15 @@ form and the REST API are judged by the same code.
 
 from __future__ import annotations
 
+import contextlib
+
 import jinja2
 
 from image_catalog import Catalog
 from templates import TEMPLATES_DIR
 
 from .request import KNOWN_OPTIONS, RequestLimits
-from .units import format_size
+from .units import format_size, parse_size
 
 _GIB = 1024**3
 _env = jinja2.Environment(
@@ -26,21 +28,24 @@ def render_spawn_form(
     units_per_gpu: int = 1,
     simulated: bool = False,
     cpu_step: float = 0.5,
+    previous: dict | None = None,
 ) -> str:
+    """The form, showing the student's previous choices where they are still valid."""
     images = catalog.visible()
-    selected = limits.default_image or images[0].name
+    initial = initial_values(previous or {}, limits, [image.name for image in images])
     return _env.get_template("spawn_form.html").render(
         images=images,
-        selected_image=selected,
+        selected_image=initial["image"],
         cpu=limits.cpu,
+        cpu_value=initial["cpu"],
         cpu_step=cpu_step,
         mem_gib={
             "min": round(limits.mem.min / _GIB, 2),
             "max": round(limits.mem.max / _GIB, 2),
-            "default": round(limits.mem.default / _GIB, 2),
+            "value": round(initial["mem_bytes"] / _GIB, 2),
             "step": 0.25,
         },
-        mem_default=format_size(int(limits.mem.default)),
+        mem_text=initial["mem"],
         mem_min=format_size(int(limits.mem.min)),
         mem_max=format_size(int(limits.mem.max)),
         fgpu=limits.fgpu,
@@ -48,6 +53,29 @@ def render_spawn_form(
         units_per_gpu=units_per_gpu,
         simulated=simulated,
     )
+
+
+def initial_values(previous: dict, limits: RequestLimits, image_names: list[str]) -> dict:
+    """Defaults, overridden by each previous value that is still allowed.
+
+    After a refused spawn the student sees what they typed, not the defaults again.
+    """
+    image = previous.get("image")
+    values = {
+        "image": image if image in image_names else (limits.default_image or image_names[0]),
+        "cpu": limits.cpu.default,
+        "mem": format_size(int(limits.mem.default)),
+        "mem_bytes": int(limits.mem.default),
+    }
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        cpu = float(previous["cpu"])
+        if limits.cpu.min <= cpu <= limits.cpu.max:
+            values["cpu"] = cpu
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        values["mem_bytes"] = min(max(parse_size(previous["mem"]), limits.mem.min), limits.mem.max)
+    if isinstance(previous.get("mem"), str | int):
+        values["mem"] = str(previous["mem"])
+    return values
 
 
 def options_from_form(formdata: dict[str, list[str]]) -> dict[str, str]:

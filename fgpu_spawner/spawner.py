@@ -32,6 +32,13 @@ LOCAL_NODE = "local"
 _LOG_TAIL_LINES = 5
 
 
+def spawn_error(message: str, reason: str, status_code: int = 400) -> SpawnException:
+    """A SpawnException whose message the spawn form shows as it is, without class or reason."""
+    error = SpawnException(message, reason=reason, status_code=status_code)
+    error.jupyterhub_message = message
+    return error
+
+
 @lru_cache(maxsize=8)
 def _cached_catalog(path: str, mtime: float) -> Catalog:
     return load_catalog(path or None)
@@ -42,13 +49,13 @@ def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
     try:
         catalog = spawner.catalog
     except CatalogError as e:
-        raise SpawnException(
+        raise spawn_error(
             f"The image catalog is broken: {e}", reason="config", status_code=500
         ) from None
     try:
         request = parse_request(user_options, spawner.request_limits, catalog)
     except InvalidRequest as e:
-        raise SpawnException(str(e), reason="invalid_options") from None
+        raise spawn_error(str(e), reason="invalid_options") from None
     spawner.resource_request = request
     spawner.image = request.image
     spawner.cpu_limit = request.cpu
@@ -153,6 +160,7 @@ class FGPUSpawner(DockerSpawner):
             units_per_gpu=spawner.units_per_gpu,
             simulated=spawner.gpu_sharing == "simulated",
             cpu_step=spawner.cpu_step,
+            previous=spawner.user_options,
         )
 
     @default("options_from_form")
@@ -190,7 +198,7 @@ class FGPUSpawner(DockerSpawner):
             await self.docker("inspect_image", image)
         except docker.errors.ImageNotFound:
             name = self.resource_request.image_name
-            raise SpawnException(
+            raise spawn_error(
                 f"Image {image} ({name}) is not on this host. An admin can build it with "
                 f"`python -m image_catalog build {name}`.",
                 reason="image_missing",
@@ -200,7 +208,7 @@ class FGPUSpawner(DockerSpawner):
     async def acquire_grant(self, request: ResourceRequest) -> Grant:
         """The slice this session may use. Without the queue service, only GPU-less grants exist."""
         if request.fgpu > 0:
-            raise SpawnException("No fGPU can be granted on this hub.", reason="no_grant")
+            raise spawn_error("No fGPU can be granted on this hub.", reason="no_grant")
         return Grant(session_id=uuid.uuid4().hex, node=LOCAL_NODE)
 
     async def start(self):
@@ -239,7 +247,7 @@ class FGPUSpawner(DockerSpawner):
                 self.resource_request, self.grant, await self.container_context()
             )
         except ValueError as e:
-            raise SpawnException(str(e), reason="config", status_code=500) from None
+            raise spawn_error(str(e), reason="config", status_code=500) from None
         host_config = self.client.create_host_config(**spec.host_config)
         return await self.docker("create_container", **spec.create_kwargs, host_config=host_config)
 
@@ -273,7 +281,7 @@ class FGPUSpawner(DockerSpawner):
         )
         if tail:
             message += f" Last output: {tail}"
-        return SpawnException(message, reason="container_exited", status_code=500)
+        return spawn_error(message, reason="container_exited", status_code=500)
 
 
 async def _answers(url: str) -> bool:

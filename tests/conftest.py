@@ -11,7 +11,6 @@ from image_catalog.catalog import DEFAULT_CATALOG_PATH
 
 from .harness import docker_client, running_hub
 
-BROKEN_IMAGE = "fgpu-test/exits-early:1"
 MISSING_IMAGE = "fgpu-test/never-built:1"
 
 
@@ -24,17 +23,19 @@ def docker_engine():
 def broken_image(docker_engine):
     """An image whose server exits at once with code 3, to test the early-exit error."""
     base = "fgpu/jupyter-base:py3.11"
+    # A tag of this run's own, so that test runs sharing the engine never remove each other's.
+    tag = secrets.token_hex(4)
     container = docker_engine.containers.create(base, command=["true"])
     try:
         container.commit(
-            repository=BROKEN_IMAGE.split(":")[0],
-            tag="1",
+            repository="fgpu-test/exits-early",
+            tag=tag,
             changes=['CMD ["sh", "-c", "echo boom: no server here; exit 3"]'],
         )
     finally:
         container.remove()
-    yield BROKEN_IMAGE
-    docker_engine.images.remove(BROKEN_IMAGE, force=True)
+    yield f"fgpu-test/exits-early:{tag}"
+    docker_engine.images.remove(f"fgpu-test/exits-early:{tag}", force=True)
 
 
 @pytest.fixture(scope="session")

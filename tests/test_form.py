@@ -52,3 +52,20 @@ def test_fgpu_slider_appears_when_offered():
 def test_form_values_are_flattened_and_xsrf_dropped():
     data = {"image": ["sk"], "cpu": ["1.5"], "mem": ["1G"], "_xsrf": ["x"], "extra": ["1"]}
     assert options_from_form(data) == {"image": "sk", "cpu": "1.5", "mem": "1G", "extra": "1"}
+
+
+def test_previous_choices_are_shown_again():
+    previous = {"image": "base", "cpu": "2.5", "mem": "lots"}
+    html = render_spawn_form(LIMITS, CATALOG, previous=previous)
+    assert re.search(r'value="base"[^>]*selected', html)
+    assert re.search(r'name="cpu"[^>]*value="2.5"', html)
+    # What was typed comes back as typed, so the student can correct it.
+    assert 'name="mem" value="lots"' in html
+
+
+def test_previous_values_outside_the_limits_fall_back_to_defaults():
+    previous = {"image": "secret", "cpu": "99", "mem": "64G"}
+    html = render_spawn_form(LIMITS, CATALOG, previous=previous)
+    assert re.search(r'value="sk"[^>]*selected', html)
+    assert re.search(r'name="cpu"[^>]*value="1"', html)
+    assert re.search(r'id="fgpu-mem-slider"[^>]*value="8.0"', html)

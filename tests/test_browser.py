@@ -1,0 +1,211 @@
+"""The spawn form in a real browser: Debian's Chromium, driven by Playwright, against a real hub.
+
+What a student does: log in, pick an image and a slice on the form, and land in JupyterLab in a
+container that is limited to that slice. Bad input is refused on the page and starts nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, Response, expect, sync_playwright
+
+from image_catalog import load_catalog
+
+from .harness import ROOT
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = ROOT / "test-output" / "browser"
+GIB = 1024**3
+# Starting a container and JupyterLab's first load; the hub's own start_timeout is 120 s.
+SPAWN_TIMEOUT_MS = 150_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.is_file():
+        pytest.fail(
+            f"{CHROMIUM} is missing: install Debian's chromium package "
+            "(never download a browser with `playwright install`)",
+            pytrace=False,
+        )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+def screenshot(page: Page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+def log_in_to_spawn_form(page: Page, hub, username: str) -> None:
+    """Log in with the demo authenticator and land on the spawn form."""
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", username)
+    page.fill("#password_input", secrets.token_hex(4))
+    page.click("#login_submit")
+    expect(page.locator("form#spawn_form")).to_be_visible()
+    expect(page.locator("#fgpu-image")).to_be_visible()
+
+
+def is_spawn_post(response: Response) -> bool:
+    return response.request.method == "POST" and "/hub/spawn" in response.url
+
+
+def user_containers(docker_engine, username: str) -> list:
+    return docker_engine.containers.list(all=True, filters={"label": f"fgpu.user={username}"})
+
+
+def test_form_spawns_jupyterlab_in_a_limited_container(
+    hub, docker_engine, test_catalog, page, username
+):
+    log_in_to_spawn_form(page, hub, username)
+
+    # The form offers the catalog's images, with their display names, and the sliders.
+    catalog = load_catalog(test_catalog).visible()
+    options = page.locator("#fgpu-image option")
+    expect(options).to_have_count(len(catalog))
+    assert [o.get_attribute("value") for o in options.all()] == [i.name for i in catalog]
+    assert [o.inner_text().strip() for o in options.all()] == [i.display_name for i in catalog]
+    cpu = page.locator("input#fgpu-cpu[type=range][name=cpu]")
+    expect(cpu).to_be_visible()
+    assert (cpu.get_attribute("min"), cpu.get_attribute("max")) == ("0.5", "4.0")
+    expect(page.locator("input#fgpu-mem-slider[type=range]")).to_be_attached()
+    expect(page.locator("input#fgpu-mem[name=mem]")).to_have_value("2G")
+    expect(page.locator("input#fgpu-fgpu")).to_be_disabled()
+
+    page.select_option("#fgpu-image", "scikit-learn-1.4")
+    expect(page.locator("#fgpu-image-desc")).to_contain_text("scikit-learn 1.4.2")
+    page.fill("#fgpu-cpu", "1.5")
+    expect(page.locator("#fgpu-cpu-value")).to_have_text("1.5 cores")
+    page.fill("#fgpu-mem", "1G")
+    screenshot(page, "spawn-form-filled")
+
+    try:
+        with page.expect_response(is_spawn_post) as posted:
+            page.click("#spawn_form button[type=submit]")
+        # The form POST redirects to the spawn-pending page, which follows the progress stream.
+        assert posted.value.status == 302, posted.value.status
+        page.wait_for_url(re.compile(rf"/user/{username}/lab"), timeout=SPAWN_TIMEOUT_MS)
+        launcher = page.locator(".jp-Launcher")
+        expect(launcher).to_be_visible(timeout=SPAWN_TIMEOUT_MS)
+        tensorboard = launcher.locator(".jp-LauncherCard", has_text="TensorBoard")
+        expect(tensorboard).to_be_visible()
+        screenshot(page, "jupyterlab")
+
+        (container,) = user_containers(docker_engine, username)
+        assert container.labels["fgpu.image"] == "scikit-learn-1.4"
+        assert container.image.tags == ["fgpu/scikit-learn:1.4.2"]
+        host = container.attrs["HostConfig"]
+        assert (host["CpuQuota"], host["CpuPeriod"]) == (150_000, 100_000)
+        assert host["Memory"] == GIB
+    finally:
+        hub.stop_server(username)
+    assert user_containers(docker_engine, username) == []
+
+
+def test_bad_memory_is_refused_on_the_page_and_starts_nothing(hub, docker_engine, page, username):
+    log_in_to_spawn_form(page, hub, username)
+    form = page.locator("form#spawn_form")
+    mem = page.locator("#fgpu-mem")
+    mem.fill("lots")
+
+    # The browser refuses it first: the field's pattern only takes sizes.
+    assert mem.evaluate("e => e.validity.patternMismatch") is True
+    assert form.evaluate("f => f.checkValidity()") is False
+
+    # The server is the judge that counts: submit past the browser's check.
+    form.evaluate("f => { f.noValidate = true; }")
+    with page.expect_response(is_spawn_post) as posted:
+        page.click("#spawn_form button[type=submit]")
+    assert posted.value.status == 400, posted.value.status
+    error = page.locator(".spawn-error-msg")
+    expect(error).to_be_visible()
+    expect(error).to_contain_text("not a size")
+    expect(error).to_contain_text("lots")
+    expect(error).not_to_contain_text("SpawnException")
+    # The form is shown again with what the student typed, so they can correct it.
+    expect(page.locator("#fgpu-image")).to_be_visible()
+    expect(page.locator("#fgpu-mem")).to_have_value("lots")
+    screenshot(page, "spawn-form-bad-memory")
+
+    assert hub.server_model(username) is None
+    assert user_containers(docker_engine, username) == []
+
+
+def test_moving_the_sliders_updates_the_shown_values(hub, page, username):
+    log_in_to_spawn_form(page, hub, username)
+    cpu = page.locator("#fgpu-cpu")
+    cpu_value = page.locator("#fgpu-cpu-value")
+    expect(cpu_value).to_have_text("1.0 cores")
+
+    # The keyboard moves the slider one step.
+    cpu.focus()
+    page.keyboard.press("ArrowRight")
+    expect(cpu).to_have_value("1.5")
+    expect(cpu_value).to_have_text("1.5 cores")
+
+    # Dragging the thumb with the mouse: from 1.5 to 2.5 of 0.5..4 cores.
+    box = cpu.bounding_box()
+    assert box is not None
+
+    def x_of(value: float) -> float:
+        return box["x"] + box["width"] * (value - 0.5) / (4 - 0.5)
+
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(x_of(1.5), y)
+    page.mouse.down()
+    page.mouse.move(x_of(2.5), y, steps=5)
+    page.mouse.up()
+    expect(cpu).to_have_value("2.5")
+    expect(cpu_value).to_have_text("2.5 cores")
+
+    # The memory slider writes its value, in GiB, into the memory field that is submitted. Set
+    # through the DOM, as a move would, so that this holds whatever the slider's layout (see below).
+    mem = page.locator("#fgpu-mem")
+    expect(mem).to_have_value("2G")
+    page.locator("#fgpu-mem-slider").evaluate(
+        "s => { s.value = '1.5'; s.dispatchEvent(new Event('input', {bubbles: true})); }"
+    )
+    expect(mem).to_have_value("1.5G")
+
+
+def test_every_slider_is_wide_enough_to_drag(hub, page, username):
+    log_in_to_spawn_form(page, hub, username)
+    widths = {
+        slider: page.locator(slider).evaluate("e => e.getBoundingClientRect().width")
+        for slider in ("#fgpu-cpu", "#fgpu-mem-slider", "#fgpu-fgpu")
+    }
+    screenshot(page, "spawn-form-sliders")
+    # A student drags these: each needs a track, not a bare thumb squeezed by its neighbour.
+    assert all(width >= 200 for width in widths.values()), widths
