@@ -10,6 +10,7 @@ The flow of one spawn:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -26,9 +27,17 @@ from image_catalog import Catalog, CatalogError, load_catalog
 from . import form
 from .container_spec import ContainerContext, build_container_spec
 from .grant import Grant
+from .queue_client import QueueClient, QueueError
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
 
 LOCAL_NODE = "local"
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 _LOG_TAIL_LINES = 5
 
 
@@ -139,9 +148,31 @@ class FGPUSpawner(DockerSpawner):
         0.25, config=True, help="""Seconds between readiness checks while a container starts."""
     )
 
+    queue_url = Unicode(
+        "",
+        config=True,
+        help="""
+        URL of the queue service (e.g. http://127.0.0.1:10101/services/queue/). Every grant comes
+        from it. Empty runs without a queue: GPU-less sessions only, granted at once.
+        """,
+    )
+    queue_token = Unicode(
+        "",
+        config=True,
+        help="""API token the spawner presents to the queue service (a hub token of its own).""",
+    )
+
     # Per-spawn state, set by apply_user_options and start().
     resource_request: ResourceRequest | None = None
     grant: Grant | None = None
+    gpu_memory: dict[str, int] = {}
+    session_id: str = ""
+    _pending_message: str = ""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # Set whenever the queue reports a new position or reason; progress() waits on it.
+        self._progress_changed = asyncio.Event()
 
     @default("remove")
     def _default_remove(self):
@@ -205,19 +236,102 @@ class FGPUSpawner(DockerSpawner):
                 status_code=500,
             ) from None
 
+    @property
+    def queue(self) -> QueueClient | None:
+        return QueueClient(self.queue_url, self.queue_token) if self.queue_url else None
+
     async def acquire_grant(self, request: ResourceRequest) -> Grant:
-        """The slice this session may use. Without the queue service, only GPU-less grants exist."""
-        if request.fgpu > 0:
-            raise spawn_error("No fGPU can be granted on this hub.", reason="no_grant")
-        return Grant(session_id=uuid.uuid4().hex, node=LOCAL_NODE)
+        """The slice this session may use: from the queue service, waiting while PENDING."""
+        if self.queue is None:
+            if request.fgpu > 0:
+                raise spawn_error("No fGPU can be granted on this hub.", reason="no_grant")
+            return Grant(session_id=uuid.uuid4().hex, node=LOCAL_NODE)
+        try:
+            record = await self.queue.request_grant(self.user.name, self.name, request)
+            self.session_id = record["id"]
+            while record["status"] == "PENDING":
+                self._report_pending(record)
+                record = await self.queue.wait(self.session_id, record)
+        except QueueError as e:
+            raise spawn_error(e.message, reason="queue", status_code=e.status) from None
+        if record["status"] != "SCHEDULED":
+            reason = record.get("reason") or f"the request ended as {record['status']}"
+            raise spawn_error(f"No grant: {reason}", reason=record["status"].lower())
+        self.gpu_memory = record.get("gpu_memory") or {}
+        return Grant(record["id"], record["grant"]["node"], record["grant"]["gpus"])
+
+    def _report_pending(self, record: dict) -> None:
+        position = record.get("position")
+        where = f"{ordinal(position)} in line" if position else "waiting"
+        slots = f"{record['fgpu']:g} fGPU" if record["fgpu"] else f"{record['cpu']:g} CPU"
+        message = f"Pending: {where} for {slots}"
+        if record.get("reason"):
+            message += f"; {record['reason']}"
+        self._pending_message = message
+        self._progress_changed.set()
+
+    async def progress(self):
+        """Queue position and reason while PENDING, for the hub's spawn-pending page."""
+        shown = None
+        while self.grant is None and self._spawn_pending:
+            if self._pending_message and self._pending_message != shown:
+                shown = self._pending_message
+                yield {"progress": 10, "message": shown}
+            self._progress_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress_changed.wait(), timeout=5)
+        if self.grant is not None:
+            yield {
+                "progress": 50,
+                "message": f"Granted on {self.grant.node}; starting the container",
+            }
+
+    async def release_grant(self) -> None:
+        if self.queue is None or not self.session_id:
+            return
+        try:
+            await self.queue.release(self.session_id)
+        except QueueError as e:
+            # The reconciler frees it later from the container's labels; say so and go on.
+            self.log.warning("Could not release grant %s: %s", self.session_id, e.message)
+        self.session_id = ""
 
     async def start(self):
         if self.resource_request is None:
             apply_resource_options(self, self.user_options or {})
-        self.grant = await self.acquire_grant(self.resource_request)
-        ip, port = await super().start()
-        await self.wait_until_ready(ip, port)
+        self.grant = None
+        self._pending_message = ""
+        try:
+            self.grant = await self.acquire_grant(self.resource_request)
+            ip, port = await super().start()
+            await self.wait_until_ready(ip, port)
+            if self.queue is not None:
+                await self.queue.mark_running(self.session_id)
+        except BaseException:
+            # Cancelled or failed: the slice goes back to the queue now, not when someone notices.
+            await asyncio.shield(self.release_grant())
+            raise
         return ip, port
+
+    async def stop(self, now=False):
+        try:
+            await super().stop(now=now)
+        finally:
+            await self.release_grant()
+
+    def get_state(self):
+        state = super().get_state()
+        if self.session_id:
+            state["fgpu_session_id"] = self.session_id
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        self.session_id = state.get("fgpu_session_id", "")
+
+    def clear_state(self):
+        super().clear_state()
+        self.session_id = ""
 
     async def container_context(self) -> ContainerContext:
         return ContainerContext(

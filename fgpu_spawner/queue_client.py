@@ -1,0 +1,80 @@
+"""The spawner's only link to the queue service: a small HTTP client for grants.
+
+The service owns every allocation; the spawner asks for a grant, waits for it (long-polling, so a
+freed slot reaches a waiting spawn at once), reports the session running, and releases it.
+Errors become `QueueError` with the service's own message and status code.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from .request import ResourceRequest
+
+
+class QueueError(Exception):
+    """The service refused a request, or could not be reached (status 503)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class QueueClient:
+    def __init__(self, url: str, token: str, timeout: float = 30):
+        self.url = url.rstrip("/") + "/api/grants"
+        self.token = token
+        self.timeout = timeout
+
+    async def request_grant(self, user: str, server_name: str, request: ResourceRequest) -> dict:
+        body = {
+            "user": user,
+            "server_name": server_name,
+            "image": request.image_name,
+            "cpu": request.cpu,
+            "mem": request.mem,
+            "fgpu": request.fgpu,
+            "resource_group": request.resource_group,
+        }
+        return await self._call("POST", "", body)
+
+    async def wait(self, session_id: str, seen: dict, wait_seconds: float = 25) -> dict:
+        """The record once it differs from `seen` (status, position or reason), or after a while."""
+        version = quote(str(seen.get("version", "")))
+        path = f"/{session_id}?wait={wait_seconds:g}&version={version}"
+        return await self._call("GET", path, timeout=wait_seconds + self.timeout)
+
+    async def mark_running(self, session_id: str) -> dict:
+        return await self._call("POST", f"/{session_id}/running", {})
+
+    async def release(self, session_id: str) -> dict:
+        return await self._call("DELETE", f"/{session_id}")
+
+    async def _call(self, method: str, path: str, body: dict | None = None, timeout=None) -> dict:
+        request = HTTPRequest(
+            self.url + path,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            body=None if body is None else json.dumps(body),
+            request_timeout=timeout or self.timeout,
+        )
+        try:
+            response = await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as e:
+            raise QueueError(_message_of(e), e.code) from None
+        except OSError as e:
+            raise QueueError(f"The queue service is not answering ({e}).", 503) from None
+        return json.loads(response.body)
+
+
+def _message_of(error: HTTPClientError) -> str:
+    if error.code == 599:
+        return f"The queue service is not answering ({error.message})."
+    try:
+        return json.loads(error.response.body)["message"]
+    except (AttributeError, TypeError, ValueError, KeyError):
+        return f"The queue service answered {error.code}."

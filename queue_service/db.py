@@ -1,0 +1,48 @@
+"""Database set-up: an engine for `db_url`, and the schema brought up to date by alembic.
+
+The schema is only ever changed through migrations (as JupyterHub does), so an upgraded service
+finds its old queue intact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+
+def alembic_config(db_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", db_url.replace("%", "%%"))
+    return config
+
+
+def upgrade(db_url: str) -> None:
+    command.upgrade(alembic_config(db_url), "head")
+
+
+def make_engine(db_url: str) -> Engine:
+    engine = create_engine(db_url, future=True)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(connection, _record) -> None:
+    # WAL lets the pages read while the scheduler writes; the timeout rides out short locks.
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+def open_database(db_url: str) -> sessionmaker:
+    upgrade(db_url)
+    return sessionmaker(make_engine(db_url), expire_on_commit=False)

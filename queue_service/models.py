@@ -1,0 +1,71 @@
+"""The service's records: one row per session request, from PENDING to its end (DESIGN.md lifecycle).
+
+The queue lives here and nowhere else, so a hub or service restart loses no request and leaks no
+allocation: the scheduler's state is rebuilt from these rows.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from datetime import UTC, datetime
+
+from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Status(enum.StrEnum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    RUNNING = "RUNNING"
+    TERMINATED = "TERMINATED"
+    CANCELLED = "CANCELLED"
+    ERROR = "ERROR"
+    PENDING_TIMEOUT = "PENDING_TIMEOUT"
+
+
+#: Statuses that hold an allocation.
+ALLOCATED = (Status.SCHEDULED, Status.RUNNING)
+#: Statuses a record never leaves.
+FINAL = (Status.TERMINATED, Status.CANCELLED, Status.ERROR, Status.PENDING_TIMEOUT)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SessionRecord(Base):
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    # Queue order: a monotonically increasing number, so FIFO survives restarts and clock changes.
+    seq: Mapped[int] = mapped_column(Integer, nullable=False, unique=True)
+    user: Mapped[str] = mapped_column(String(255), nullable=False)
+    server_name: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    status: Mapped[str] = mapped_column(String(20), nullable=False, default=Status.PENDING)
+    image: Mapped[str] = mapped_column(String(255), nullable=False)
+    cpu: Mapped[float] = mapped_column(Float, nullable=False)
+    mem: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    fgpu: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    resource_group: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    grant_json: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    skips: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    started: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    ended: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    __table_args__ = (
+        Index("ix_sessions_status", "status"),
+        Index("ix_sessions_user_server", "user", "server_name"),
+    )
+
+    @property
+    def gpus(self) -> dict[str, float]:
+        return json.loads(self.grant_json)["gpus"] if self.grant_json else {}
