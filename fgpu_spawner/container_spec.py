@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from .gpu_sharing import GpuPaths, build_gpu_settings
 from .grant import Grant
 from .request import ResourceRequest
 
@@ -38,6 +39,10 @@ class ContainerContext:
     mounts: list = field(default_factory=list)
     extra_create_kwargs: dict = field(default_factory=dict)
     extra_host_config: dict = field(default_factory=dict)
+    gpu_sharing: str = "simulated"
+    gpu_memory: dict = field(default_factory=dict)
+    gpu_order: tuple = ()
+    gpu_paths: GpuPaths = field(default_factory=GpuPaths)
 
 
 @dataclass(frozen=True)
@@ -89,13 +94,20 @@ def build_container_spec(
 ) -> ContainerSpec:
     """The full create/host_config for a session container."""
     _refuse_docker_socket(ctx)
-    labels = {**ctx.extra_create_kwargs.get("labels", {}), **session_labels(request, grant, ctx)}
+    gpu = build_gpu_settings(
+        grant, ctx.gpu_memory, ctx.gpu_sharing, ctx.gpu_paths, ctx.gpu_order or None
+    )
+    labels = {
+        **ctx.extra_create_kwargs.get("labels", {}),
+        **gpu.labels,
+        **session_labels(request, grant, ctx),
+    }
     create_kwargs = {
         **ctx.extra_create_kwargs,
         "image": request.image,
         "name": ctx.name,
         "command": ctx.command,
-        "environment": {**ctx.env, **session_env(request, grant)},
+        "environment": {**ctx.env, **session_env(request, grant), **gpu.env},
         "volumes": ctx.volumes,
         "ports": {f"{ctx.port}/tcp": None},
         "labels": labels,
@@ -104,8 +116,9 @@ def build_container_spec(
     host_config = {
         "network_mode": ctx.network,
         "auto_remove": ctx.auto_remove,
-        "binds": ctx.binds,
+        "binds": {**ctx.binds, **gpu.binds},
         "mounts": ctx.mounts,
+        **({"device_requests": gpu.device_requests} if gpu.device_requests else {}),
         **({"port_bindings": {ctx.port: (ctx.publish_to,)}} if ctx.publish_to else {}),
         **ctx.extra_host_config,
         **resource_limits(request, ctx.pids_limit),

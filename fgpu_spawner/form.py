@@ -11,10 +11,10 @@ import contextlib
 import jinja2
 
 from image_catalog import Catalog
+from image_catalog.units import format_size, parse_size
 from templates import TEMPLATES_DIR
 
 from .request import KNOWN_OPTIONS, RequestLimits
-from .units import format_size, parse_size
 
 _GIB = 1024**3
 _env = jinja2.Environment(

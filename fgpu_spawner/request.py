@@ -10,8 +10,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from image_catalog import Catalog
-
-from .units import format_size, parse_size
+from image_catalog.units import format_size, parse_size
 
 KNOWN_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
 

@@ -85,3 +85,23 @@ def test_ports_are_published_only_when_asked():
     assert "port_bindings" not in build_container_spec(REQUEST, GRANT, context()).host_config
     host = build_container_spec(REQUEST, GRANT, context(publish_to="127.0.0.1")).host_config
     assert host["port_bindings"] == {8888: ("127.0.0.1",)}
+
+
+def test_a_gpu_grant_becomes_devices_env_and_labels_for_its_mode():
+    grant = Grant("sess-2", "node-a", {"GPU-a": 0.5})
+    request = ResourceRequest("sk", "fgpu/sk:1.5", cpu=1, mem=GIB, fgpu=1.0)
+    ctx = context(gpu_sharing="hami", gpu_memory={"GPU-a": 16 * GIB}, gpu_order=("GPU-a",))
+    spec = build_container_spec(request, grant, ctx)
+    (device,) = spec.host_config["device_requests"]
+    assert device["device_ids"] == ["GPU-a"]
+    assert spec.create_kwargs["environment"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"
+    assert spec.create_kwargs["labels"]["fgpu.gpu_sharing"] == "hami"
+
+
+def test_simulated_grants_get_no_device():
+    grant = Grant("sess-3", "node-a", {"GPU-a": 0.5})
+    request = ResourceRequest("sk", "fgpu/sk:1.5", cpu=1, mem=GIB, fgpu=1.0)
+    ctx = context(gpu_sharing="simulated", gpu_memory={"GPU-a": 16 * GIB})
+    spec = build_container_spec(request, grant, ctx)
+    assert "device_requests" not in spec.host_config
+    assert spec.create_kwargs["environment"]["FGPU_SIMULATED"] == "1"

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from fgpu_spawner.units import format_size, parse_size
+from image_catalog.units import format_size, parse_size
 
 GIB = 1024**3
 

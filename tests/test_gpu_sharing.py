@@ -1,0 +1,232 @@
+import docker
+import pytest
+
+from fgpu_spawner.gpu_sharing import MODES, GpuPaths, GpuSettings, build_gpu_settings
+from fgpu_spawner.grant import Grant
+
+GIB = 1024**3
+MEMORY = {"GPU-a": 16 * GIB, "GPU-b": 16 * GIB}
+ONE_AND_A_HALF = Grant("sess-1", "node1", {"GPU-a": 1.0, "GPU-b": 0.5})
+QUARTER = Grant("sess-2", "node1", {"GPU-a": 0.25})
+
+HAMI_BINDS_SESS_2 = {
+    "/usr/local/lib/libvgpu.so": {"bind": "/usr/local/vgpu/libvgpu.so", "mode": "ro"},
+    "/var/lib/fgpu-hub/vgpu/sess-2": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
+    "/tmp/vgpulock": {"bind": "/tmp/vgpulock", "mode": "rw"},
+}
+
+
+def request_for(*uuids):
+    return [{"driver": "nvidia", "device_ids": list(uuids), "capabilities": [["gpu"]]}]
+
+
+# --- hami -----------------------------------------------------------------------------------------
+
+
+def test_hami_one_and_a_half_gpus():
+    settings = build_gpu_settings(ONE_AND_A_HALF, MEMORY, "hami")
+    assert settings == GpuSettings(
+        env={
+            "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b",
+            "CUDA_VISIBLE_DEVICES": "0,1",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_DEVICE_MEMORY_LIMIT_0": "16384m",
+            "CUDA_DEVICE_SM_LIMIT_0": "100",
+            "CUDA_DEVICE_MEMORY_LIMIT_1": "8192m",
+            "CUDA_DEVICE_SM_LIMIT_1": "50",
+            "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so",
+            "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/cache/cudevshr.cache",
+        },
+        device_requests=request_for("GPU-a", "GPU-b"),
+        binds={
+            "/usr/local/lib/libvgpu.so": {"bind": "/usr/local/vgpu/libvgpu.so", "mode": "ro"},
+            "/var/lib/fgpu-hub/vgpu/sess-1": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
+            "/tmp/vgpulock": {"bind": "/tmp/vgpulock", "mode": "rw"},
+        },
+        labels={"fgpu.gpu_sharing": "hami"},
+    )
+
+
+def test_hami_quarter_gpu():
+    settings = build_gpu_settings(QUARTER, MEMORY, "hami")
+    assert settings.env == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-a",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
+        "CUDA_DEVICE_SM_LIMIT_0": "25",
+        "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so",
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/cache/cudevshr.cache",
+    }
+    assert settings.device_requests == request_for("GPU-a")
+    assert settings.binds == HAMI_BINDS_SESS_2
+
+
+def test_hami_limits_follow_the_container_device_order_not_the_grant_order():
+    grant = Grant("sess-3", "node1", {"GPU-b": 0.5, "GPU-a": 1.0})
+    settings = build_gpu_settings(grant, MEMORY, "hami", gpu_order=["GPU-a", "GPU-b", "GPU-c"])
+    assert settings.device_requests == request_for("GPU-a", "GPU-b")
+    assert settings.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "16384m"
+    assert settings.env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "8192m"
+    assert settings.env["CUDA_DEVICE_SM_LIMIT_1"] == "50"
+
+
+def test_hami_memory_is_floored_to_whole_mib_and_never_zero():
+    fifth = build_gpu_settings(Grant("s", "n", {"GPU-a": 0.2}), MEMORY, "hami").env
+    # 0.2 × 16 GiB = 3276.8 MiB: the slice never rounds up past its share.
+    assert fifth["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3276m"
+    assert fifth["CUDA_DEVICE_SM_LIMIT_0"] == "20"
+    tiny = build_gpu_settings(Grant("s", "n", {"GPU-a": 0.001}), {"GPU-a": 512 * 1024}, "hami")
+    # HAMi-core reads 0 as "no limit", so the smallest slice is 1 MiB and 1%.
+    assert tiny.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1m"
+    assert tiny.env["CUDA_DEVICE_SM_LIMIT_0"] == "1"
+
+
+def test_hami_uses_the_configured_host_paths():
+    paths = GpuPaths(
+        hami_library_path="/opt/hami/libvgpu.so",
+        hami_cache_base="/srv/vgpu/",
+        hami_lock_dir="/run/vgpulock",
+    )
+    binds = build_gpu_settings(QUARTER, MEMORY, "hami", paths=paths).binds
+    assert binds == {
+        "/opt/hami/libvgpu.so": {"bind": "/usr/local/vgpu/libvgpu.so", "mode": "ro"},
+        "/srv/vgpu/sess-2": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
+        "/run/vgpulock": {"bind": "/run/vgpulock", "mode": "rw"},
+    }
+
+
+@pytest.mark.parametrize("session_id", ["..", "../etc", "a/b", "", ".hidden"])
+def test_a_session_id_cannot_climb_out_of_the_cache_base(session_id):
+    with pytest.raises(ValueError, match="cannot name a cache directory"):
+        build_gpu_settings(Grant(session_id, "n", {"GPU-a": 0.5}), MEMORY, "hami")
+
+
+# --- mps ------------------------------------------------------------------------------------------
+
+
+def test_mps_one_and_a_half_gpus_takes_the_fractions_thread_share():
+    settings = build_gpu_settings(ONE_AND_A_HALF, MEMORY, "mps")
+    assert settings == GpuSettings(
+        env={
+            "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b",
+            "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50",
+            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "GPU-a=16384M,GPU-b=8192M",
+            "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
+        },
+        device_requests=request_for("GPU-a", "GPU-b"),
+        binds={"/tmp/nvidia-mps": {"bind": "/tmp/nvidia-mps", "mode": "rw"}},
+        labels={"fgpu.gpu_sharing": "mps"},
+    )
+
+
+def test_mps_quarter_gpu_with_a_configured_pipe_directory():
+    settings = build_gpu_settings(QUARTER, MEMORY, "mps", paths=GpuPaths(mps_pipe_dir="/run/mps"))
+    assert settings.env == {
+        "NVIDIA_VISIBLE_DEVICES": "GPU-a",
+        "CUDA_VISIBLE_DEVICES": "GPU-a",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "GPU-a=4096M",
+        "CUDA_MPS_PIPE_DIRECTORY": "/run/mps",
+    }
+    assert settings.binds == {"/run/mps": {"bind": "/run/mps", "mode": "rw"}}
+    assert settings.device_requests == request_for("GPU-a")
+
+
+# --- none -----------------------------------------------------------------------------------------
+
+
+def test_none_requests_whole_devices_without_limits():
+    settings = build_gpu_settings(ONE_AND_A_HALF, {}, "none")
+    assert settings == GpuSettings(
+        env={
+            "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b",
+            "CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        },
+        device_requests=request_for("GPU-a", "GPU-b"),
+        binds={},
+        labels={"fgpu.gpu_sharing": "none"},
+    )
+    assert build_gpu_settings(QUARTER, {}, "none").device_requests == request_for("GPU-a")
+
+
+# --- simulated ------------------------------------------------------------------------------------
+
+
+def test_simulated_requests_no_device_but_shows_the_limits_and_the_grant():
+    settings = build_gpu_settings(ONE_AND_A_HALF, MEMORY, "simulated")
+    assert settings.device_requests == []
+    assert settings.binds == {}
+    assert settings.labels == {"fgpu.gpu_sharing": "simulated"}
+    assert settings.env == {
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "CUDA_DEVICE_MEMORY_LIMIT_0": "16384m",
+        "CUDA_DEVICE_SM_LIMIT_0": "100",
+        "CUDA_DEVICE_MEMORY_LIMIT_1": "8192m",
+        "CUDA_DEVICE_SM_LIMIT_1": "50",
+        "FGPU_SIMULATED": "1",
+        "FGPU_GRANT": ONE_AND_A_HALF.to_json(),
+    }
+    assert Grant.from_json(settings.env["FGPU_GRANT"]) == ONE_AND_A_HALF
+
+
+def test_simulated_quarter_gpu():
+    env = build_gpu_settings(QUARTER, MEMORY, "simulated").env
+    assert env == {
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
+        "CUDA_DEVICE_SM_LIMIT_0": "25",
+        "FGPU_SIMULATED": "1",
+        "FGPU_GRANT": QUARTER.to_json(),
+    }
+
+
+# --- common ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_grant_without_gpus_gets_no_gpu(mode):
+    settings = build_gpu_settings(Grant("sess-4", "node1"), {}, mode)
+    # Only the guard that keeps an image's NVIDIA_VISIBLE_DEVICES=all from reaching a GPU.
+    assert settings == GpuSettings(
+        env={"NVIDIA_VISIBLE_DEVICES": "void"},
+        device_requests=[],
+        binds={},
+        labels={"fgpu.gpu_sharing": mode},
+    )
+
+
+@pytest.mark.parametrize("mode", ["hami", "mps", "none"])
+def test_device_requests_are_valid_docker_py_kwargs(mode):
+    [kwargs] = build_gpu_settings(ONE_AND_A_HALF, MEMORY, mode).device_requests
+    request = docker.types.DeviceRequest(**kwargs)
+    assert request["Driver"] == "nvidia"
+    assert request["DeviceIDs"] == ["GPU-a", "GPU-b"]
+    assert request["Capabilities"] == [["gpu"]]
+    assert request["Count"] == 0
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="Unknown gpu_sharing mode 'mig'"):
+        build_gpu_settings(QUARTER, MEMORY, "mig")
+
+
+@pytest.mark.parametrize("mode", ["hami", "mps", "simulated"])
+def test_a_gpu_of_unknown_memory_cannot_be_sliced(mode):
+    with pytest.raises(ValueError, match="No memory size known for granted GPU GPU-a"):
+        build_gpu_settings(QUARTER, {"GPU-b": 16 * GIB}, mode)
+
+
+@pytest.mark.parametrize("fraction", [0, -0.5, 1.5])
+def test_impossible_fractions_are_refused(fraction):
+    with pytest.raises(ValueError, match="must be in"):
+        build_gpu_settings(Grant("s", "n", {"GPU-a": fraction}), MEMORY, "hami")
+
+
+def test_a_granted_gpu_missing_from_the_node_order_is_refused():
+    with pytest.raises(ValueError, match="not in the node's GPU order"):
+        build_gpu_settings(ONE_AND_A_HALF, MEMORY, "hami", gpu_order=["GPU-a"])
