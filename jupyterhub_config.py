@@ -10,9 +10,12 @@ Environment variables:
   FGPU_SIMULATED_GPUS  simulated GPUs for hosts without any, e.g. "2x8GiB"
   FGPU_UNITS_PER_GPU   fGPU units in one physical GPU (default 1)
   FGPU_DUMMY_PASSWORD  shared password for the demo login (default: none asked)
+  FGPU_QUEUE_PORT      port of the queue service on 127.0.0.1 (default 10101)
 """
 
 import os
+import secrets
+import sys
 
 import docker
 
@@ -46,9 +49,54 @@ c.Authenticator.admin_users = {"admin"}
 if os.environ.get("FGPU_DUMMY_PASSWORD"):
     c.DummyAuthenticator.password = os.environ["FGPU_DUMMY_PASSWORD"]
 
+# The queue service owns every allocation. The spawner talks to it with a token of its own,
+# whose only scope is access to that service.
+units_per_gpu = int(os.environ.get("FGPU_UNITS_PER_GPU", "1"))
+simulated_gpus = os.environ.get("FGPU_SIMULATED_GPUS", "")
+queue_url = f"http://127.0.0.1:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
+spawner_token = secrets.token_hex(32)
+c.JupyterHub.services = [
+    {
+        "name": "queue",
+        "display": True,
+        "url": queue_url,
+        "oauth_no_confirm": True,
+        "cwd": os.getcwd(),
+        "command": [
+            sys.executable,
+            "-m",
+            "queue_service",
+            f"--QueueService.units_per_gpu={units_per_gpu}",
+            f"--QueueService.simulated_gpus={simulated_gpus}",
+        ],
+    },
+    {"name": "fgpu-spawner", "api_token": spawner_token},
+]
+c.JupyterHub.load_roles = [
+    {"name": "user", "scopes": ["self", "access:services!service=queue"]},
+    {
+        "name": "fgpu-queue",
+        "description": "The queue service: reads users and groups, starts and stops servers",
+        "scopes": ["read:users", "read:groups", "servers", "access:servers"],
+        "services": ["queue"],
+    },
+    {
+        "name": "fgpu-spawner",
+        "description": "The spawner's identity towards the queue service, and nothing else",
+        "scopes": ["access:services!service=queue"],
+        "services": ["fgpu-spawner"],
+    },
+]
+
 c.JupyterHub.spawner_class = "fgpu"
-c.FGPUSpawner.units_per_gpu = int(os.environ.get("FGPU_UNITS_PER_GPU", "1"))
+c.FGPUSpawner.units_per_gpu = units_per_gpu
+c.FGPUSpawner.queue_url = f"{queue_url}/services/queue/"
+c.FGPUSpawner.queue_token = spawner_token
+# Up to 4 fGPU per session by default; the queue refuses what no node could ever hold.
+c.FGPUSpawner.fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
+c.FGPUSpawner.gpu_sharing = "simulated" if simulated_gpus else "hami"
 c.Spawner.default_url = "/lab"
-# A container start is seconds; the first start of an image after a build can take longer.
-c.Spawner.start_timeout = 120
+# A spawn may wait in the queue; the queue's own pending timeout (an hour) ends it first.
+c.Spawner.start_timeout = 3600 + 120
+c.JupyterHub.concurrent_spawn_limit = 500
 c.Spawner.http_timeout = 60

@@ -166,6 +166,7 @@ class FGPUSpawner(DockerSpawner):
     resource_request: ResourceRequest | None = None
     grant: Grant | None = None
     gpu_memory: dict[str, int] = {}
+    gpu_order: list[str] = []
     session_id: str = ""
     _pending_message: str = ""
 
@@ -258,6 +259,7 @@ class FGPUSpawner(DockerSpawner):
             reason = record.get("reason") or f"the request ended as {record['status']}"
             raise spawn_error(f"No grant: {reason}", reason=record["status"].lower())
         self.gpu_memory = record.get("gpu_memory") or {}
+        self.gpu_order = record.get("gpu_order") or []
         return Grant(record["id"], record["grant"]["node"], record["grant"]["gpus"])
 
     def _report_pending(self, record: dict) -> None:
@@ -353,6 +355,9 @@ class FGPUSpawner(DockerSpawner):
             mounts=self.mount_binds,
             extra_create_kwargs=self._render_templates(self.extra_create_kwargs),
             extra_host_config=self._render_templates(self.extra_host_config),
+            gpu_sharing=self.gpu_sharing,
+            gpu_memory=self.gpu_memory,
+            gpu_order=tuple(self.gpu_order),
         )
 
     async def create_object(self):

@@ -104,8 +104,8 @@ def _config_text(port: int, token: str, run_id: str, extra_config: str) -> str:
         load_subconfig({str(ROOT / "jupyterhub_config.py")!r})
         c.JupyterHub.hub_port = {free_port()}
         c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
-        c.JupyterHub.services = [{{"name": "test-admin", "api_token": {token!r}}}]
-        c.JupyterHub.load_roles = [{{"name": "admin", "services": ["test-admin"]}}]
+        c.JupyterHub.services.append({{"name": "test-admin", "api_token": {token!r}}})
+        c.JupyterHub.load_roles.append({{"name": "admin", "services": ["test-admin"]}})
         c.DockerSpawner.extra_create_kwargs = {{"labels": {{{TEST_LABEL!r}: {run_id!r}}}}}
         c.JupyterHub.log_level = "DEBUG"
         """
@@ -118,7 +118,13 @@ def running_hub(workdir: Path, extra_config: str = "", env: dict | None = None):
     workdir.mkdir(parents=True, exist_ok=True)
     port, token, run_id = free_port(), secrets.token_hex(16), secrets.token_hex(6)
     (workdir / "test_config.py").write_text(_config_text(port, token, run_id, extra_config))
-    hub_env = {**os.environ, "FGPU_HUB_PORT": str(port), "FGPU_HUB_IP": "127.0.0.1", **(env or {})}
+    hub_env = {
+        **os.environ,
+        "FGPU_HUB_PORT": str(port),
+        "FGPU_HUB_IP": "127.0.0.1",
+        "FGPU_QUEUE_PORT": str(free_port()),
+        **(env or {}),
+    }
     hub_env["PATH"] = f"{VENV_BIN}:{hub_env['PATH']}"
     with open(workdir / "hub.log", "wb") as log:
         process = subprocess.Popen(

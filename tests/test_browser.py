@@ -102,7 +102,9 @@ def test_form_spawns_jupyterlab_in_a_limited_container(
     assert (cpu.get_attribute("min"), cpu.get_attribute("max")) == ("0.5", "4.0")
     expect(page.locator("input#fgpu-mem-slider[type=range]")).to_be_attached()
     expect(page.locator("input#fgpu-mem[name=mem]")).to_have_value("2G")
-    expect(page.locator("input#fgpu-fgpu")).to_be_disabled()
+    fgpu = page.locator("input#fgpu-fgpu[name=fgpu]")
+    expect(fgpu).to_be_enabled()
+    assert (fgpu.get_attribute("max"), fgpu.get_attribute("value")) == ("4.0", "0.0")
 
     page.select_option("#fgpu-image", "scikit-learn-1.4")
     expect(page.locator("#fgpu-image-desc")).to_contain_text("scikit-learn 1.4.2")

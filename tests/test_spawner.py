@@ -123,7 +123,7 @@ BAD_OPTIONS = [
     ({"mem": "lots"}, "not a size"),
     ({"mem": "1T"}, "limited to"),
     ({"fgpu": -1}, "greater than zero"),
-    ({"fgpu": 1}, "offers no fGPU"),
+    ({"fgpu": 1}, "can never start"),
     ({"image": "no-such-image"}, "Unknown image"),
     ({"gpu_count": 2}, "Unknown option(s): gpu_count"),
 ]
@@ -139,7 +139,7 @@ def test_bad_input_is_a_400_and_leaves_nothing_behind(hub, username, options, me
 
 
 def test_container_exiting_early_names_image_and_exit_code(hub, username, broken_image):
-    response = hub.start_server(username, {"image": "exits-early"})
+    response = hub.start_server(username, {"image": "exits-early", "cpu": 0.5})
     assert response.status_code == 500, response.text
     message = response.json()["message"]
     assert broken_image in message and "exited with code 3" in message
@@ -149,7 +149,7 @@ def test_container_exiting_early_names_image_and_exit_code(hub, username, broken
 
 
 def test_image_missing_from_the_engine_is_a_clear_error(hub, username):
-    response = hub.start_server(username, {"image": "never-built"})
+    response = hub.start_server(username, {"image": "never-built", "cpu": 0.5})
     assert response.status_code == 500, response.text
     assert "not on this host" in response.json()["message"]
     assert "python -m image_catalog build never-built" in response.json()["message"]

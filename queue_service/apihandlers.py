@@ -1,0 +1,192 @@
+"""The queue service's REST API (DESIGN.md, contract 4), under `/services/queue/api/`.
+
+People authenticate with HubOAuth (cookie or token). The spawner's own endpoints, `api/grants`,
+answer only to the hub service whose token the spawner holds. Every error is JSON with a message
+and the right 4xx code.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from jupyterhub.services.auth import HubOAuthenticated
+from tornado import web
+
+from .hub_client import HubError
+from .queue import Refused
+
+
+class APIHandler(HubOAuthenticated, web.RequestHandler):
+    @property
+    def manager(self):
+        return self.settings["manager"]
+
+    @property
+    def hub(self):
+        return self.settings["hub_client"]
+
+    def check_xsrf_cookie(self):
+        # Token-authenticated API calls carry no cookie to forge; browser calls come with the
+        # hub's login cookie and same-origin fetches.
+        return
+
+    def get_login_url(self):
+        raise web.HTTPError(401, "Log in to the hub first.")
+
+    def body(self) -> dict:
+        try:
+            data = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "The request body is not valid JSON.") from None
+        if not isinstance(data, dict):
+            raise web.HTTPError(400, "The request body must be a JSON object.")
+        return data
+
+    def write_json(self, data, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data, default=str))
+
+    def write_error(self, status_code, **kwargs):
+        message = self._reason
+        exc = kwargs.get("exc_info", (None, None))[1]
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"status": status_code, "message": message}))
+
+    async def person(self) -> dict:
+        """The calling user, with `admin` and `groups` read from the hub."""
+        identity = self.get_current_user()
+        if not identity:
+            raise web.HTTPError(401, "Log in to the hub first.")
+        if identity.get("kind") != "user":
+            raise web.HTTPError(403, "Only users have sessions.")
+        return await self.hub.user(identity["name"])
+
+    def require_spawner(self) -> None:
+        identity = self.get_current_user()
+        if not identity:
+            raise web.HTTPError(401, "A token is required.")
+        if (
+            identity.get("kind") != "service"
+            or identity.get("name") != self.settings["spawner_service"]
+        ):
+            raise web.HTTPError(403, "Only the hub's spawner may ask for grants.")
+
+
+class GrantsHandler(APIHandler):
+    """POST api/grants: the spawner asks for a slice for one server."""
+
+    @web.authenticated
+    async def post(self):
+        self.require_spawner()
+        data = self.body()
+        try:
+            user = await self.hub.user(str(data.get("user", "")))
+            await self.settings["quotas"].refresh(user, self.hub)
+            record = await self.manager.submit(data, groups=tuple(user.get("groups", [])))
+        except HubError as e:
+            raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None
+        except Refused as e:
+            raise web.HTTPError(e.status, e.message) from None
+        self.write_json(record, 201)
+
+
+class GrantHandler(APIHandler):
+    """GET waits for a change (long-poll); DELETE releases; POST .../running confirms the start."""
+
+    @web.authenticated
+    async def get(self, session_id):
+        self.require_spawner()
+        wait = min(float(self.get_argument("wait", "0") or 0), 60.0)
+        seen = self.get_argument("version", "")
+        self.write_json(await self._or_404(self.manager.wait(session_id, seen, wait)))
+
+    @web.authenticated
+    async def delete(self, session_id):
+        self.require_spawner()
+        self.write_json(await self._or_404(self.manager.release(session_id)))
+
+    @web.authenticated
+    async def post(self, session_id, action):
+        self.require_spawner()
+        if action != "running":
+            raise web.HTTPError(404, f"No action {action!r}.")
+        self.write_json(await self._or_404(self.manager.mark_running(session_id)))
+
+    async def _or_404(self, awaitable):
+        try:
+            return await awaitable
+        except KeyError:
+            raise web.HTTPError(404, "No such session.") from None
+
+
+class SessionsHandler(APIHandler):
+    """GET your sessions (everyone's for admins); POST launches `count` named servers."""
+
+    @web.authenticated
+    async def get(self):
+        person = await self.person()
+        user = (
+            None if person.get("admin") and self.get_argument("all", "1") != "0" else person["name"]
+        )
+        self.write_json({"sessions": self.manager.sessions(user=user)})
+
+    @web.authenticated
+    async def post(self):
+        person = await self.person()
+        data = self.body()
+        count = data.pop("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 20:
+            raise web.HTTPError(400, "count must be a whole number from 1 to 20.")
+        options = {key: data[key] for key in data}
+        servers = []
+        for _ in range(count):
+            name = f"s-{secrets.token_hex(3)}"
+            try:
+                status = await self.hub.start_server(person["name"], name, options)
+            except HubError as e:
+                # The hub's own validation message (FGPUSpawner's), with its status code.
+                raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None
+            servers.append({"server_name": name, "status": status})
+        self.write_json({"servers": servers}, 201)
+
+
+class SessionHandler(APIHandler):
+    """DELETE stops a running session or cancels a pending one."""
+
+    @web.authenticated
+    async def delete(self, session_id):
+        person = await self.person()
+        try:
+            record = self.manager.get(session_id)
+        except KeyError:
+            raise web.HTTPError(404, "No such session.") from None
+        if record["user"] != person["name"] and not person.get("admin"):
+            # The same answer as for a missing session: others' session ids are not revealed.
+            raise web.HTTPError(404, "No such session.")
+        # A pending one is cancelled here; its waiting spawn then fails by itself. A running one is
+        # stopped through the hub, whose spawner releases the grant; releasing again is harmless.
+        released = await self.manager.release(session_id)
+        if record["status"] != "PENDING":
+            try:
+                await self.hub.stop_server(record["user"], record["server_name"])
+            except HubError as e:
+                if e.status != 404:
+                    raise web.HTTPError(502, e.message) from None
+        self.write_json(released)
+
+
+class ResourcesHandler(APIHandler):
+    """GET your allocated and allocatable slots; admins also see nodes and GPUs."""
+
+    @web.authenticated
+    async def get(self):
+        person = await self.person()
+        groups = tuple(person.get("groups", []))
+        await self.settings["quotas"].refresh(person, self.hub)
+        self.write_json(
+            await self.manager.resources(person["name"], groups, admin=bool(person.get("admin")))
+        )

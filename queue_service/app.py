@@ -1,0 +1,178 @@
+"""`python -m queue_service`: the hub-managed `queue` service (DESIGN.md, contract 4).
+
+JupyterHub starts it with JUPYTERHUB_SERVICE_URL, _PREFIX, _API_URL and _API_TOKEN in its
+environment; everything else is configured with `--QueueService.<trait>=<value>` on its command line
+(the shipped jupyterhub_config.py builds that from the FGPU_* environment variables).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from urllib.parse import urlparse
+
+import docker
+from jupyterhub.services.auth import HubOAuthCallbackHandler
+from jupyterhub.traitlets import ByteSpecification
+from tornado import web
+from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
+from traitlets.config import Application
+
+from . import inventory, scheduler
+from .apihandlers import (
+    GrantHandler,
+    GrantsHandler,
+    ResourcesHandler,
+    SessionHandler,
+    SessionsHandler,
+)
+from .db import open_database
+from .hub_client import HubClient
+from .queue import QueueManager, SchedulerSettings
+from .quotas import QuotaBook
+from .reconciler import Reconciler
+
+
+def scheduler_node(node: inventory.NodeInfo) -> scheduler.Node:
+    """The scheduler's view of a node; GPUs in NVML order, the order the container sees them in."""
+    gpus = sorted(node.gpus, key=lambda gpu: gpu.index)
+    return scheduler.Node(
+        node.name,
+        node.resource_group,
+        node.cpu,
+        node.mem,
+        tuple(scheduler.Gpu(gpu.uuid, gpu.memory_bytes, gpu.sm_count) for gpu in gpus),
+    )
+
+
+class QueueService(Application):
+    name = "fgpu-queue"
+    description = "The fGPU hub's queue: grants, accounting and quotas."
+
+    db_url = Unicode(
+        "sqlite:///fgpu_queue.sqlite",
+        config=True,
+        help="""SQLAlchemy URL of the service's own database (SQLite or PostgreSQL).""",
+    )
+    units_per_gpu = Integer(1, config=True, help="""fGPU units in one physical GPU.""")
+    simulated_gpus = Unicode(
+        "",
+        config=True,
+        help="""Simulated GPUs for hosts without any, e.g. "2x8GiB". Empty reads the real ones (NVML).""",
+    )
+    resource_group = Unicode("default", config=True, help="""Resource group of this node.""")
+    reserve_cpu = Float(0.0, config=True, help="""CPU cores of the node kept back from sessions.""")
+    reserve_mem = ByteSpecification(
+        "512M", config=True, help="""Memory of the node kept back from sessions (bytes or 1G...)."""
+    )
+    policy = CaselessStrEnum(
+        ["fifo", "drf"],
+        default_value="fifo",
+        config=True,
+        help="""Queue order: `fifo` (with bounded backfill) or `drf` (dominant resource fairness).""",
+    )
+    placement = CaselessStrEnum(
+        ["best_fit", "fill", "spread"],
+        default_value="best_fit",
+        config=True,
+        help="""Where a session goes: `best_fit` keeps GPUs whole; `fill` and `spread` as in Backend.AI.""",
+    )
+    max_skips = Integer(
+        10,
+        config=True,
+        help="""How often later, smaller requests may overtake a waiting one before it is served first.""",
+    )
+    pending_timeout = Float(
+        3600.0,
+        config=True,
+        help="""Seconds a request may wait before it ends as PENDING_TIMEOUT.""",
+    )
+    user_quota = Dict(
+        {},
+        config=True,
+        help="""
+        Quota of every user, e.g. {"fgpu": 2, "sessions": 3}. Group quotas come from the hub's
+        group property `fgpu_quota` (edited in the admin panel).
+        """,
+    )
+    spawner_service = Unicode(
+        "fgpu-spawner",
+        config=True,
+        help="""Name of the hub service whose token the spawner presents; only it may ask for grants.""",
+    )
+    reconcile_interval = Float(
+        5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
+    )
+    service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
+    service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
+
+    @default("service_url")
+    def _default_service_url(self):
+        return os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
+
+    @default("service_prefix")
+    def _default_service_prefix(self):
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/queue/")
+
+    def build(self) -> web.Application:
+        docker_client = docker.from_env(timeout=30)
+        node = inventory.discover_local_node(
+            docker_client,
+            resource_group=self.resource_group,
+            simulated_spec=self.simulated_gpus or None,
+            reserve_cpu=self.reserve_cpu,
+            reserve_mem=self.reserve_mem,
+        )
+        self.log.info(
+            "Node %s: %g CPU, %d bytes, %d GPU(s)%s",
+            node.name,
+            node.cpu,
+            node.mem,
+            len(node.gpus),
+            " (simulated)" if node.simulated else "",
+        )
+        self.hub = HubClient()
+        self.quotas = QuotaBook(self.user_quota, log=self.log)
+        settings = SchedulerSettings(
+            units_per_gpu=self.units_per_gpu,
+            policy=self.policy,
+            placement=self.placement,
+            max_skips=self.max_skips,
+            pending_timeout=self.pending_timeout,
+        )
+        nodes = [scheduler_node(node)]
+        self.manager = QueueManager(open_database(self.db_url), nodes, settings, self.quotas)
+        self.reconciler = Reconciler(self.manager, docker_client, log=self.log)
+        prefix = self.service_prefix
+        return web.Application(
+            [
+                (prefix + r"api/grants", GrantsHandler),
+                (prefix + r"api/grants/([0-9a-f]+)", GrantHandler),
+                (prefix + r"api/grants/([0-9a-f]+)/(\w+)", GrantHandler),
+                (prefix + r"api/sessions", SessionsHandler),
+                (prefix + r"api/sessions/([0-9a-f]+)", SessionHandler),
+                (prefix + r"api/resources", ResourcesHandler),
+                (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+            ],
+            manager=self.manager,
+            hub_client=self.hub,
+            quotas=self.quotas,
+            spawner_service=self.spawner_service,
+            cookie_secret=os.urandom(32),
+        )
+
+    async def serve(self) -> None:
+        app = self.build()
+        url = urlparse(self.service_url)
+        app.listen(url.port or 80, url.hostname)
+        self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
+        await self.reconciler.reconcile()
+        await self.manager.schedule()
+        tasks = [asyncio.create_task(self.reconciler.run(self.reconcile_interval))]
+        await asyncio.gather(*tasks)
+
+    def start(self):
+        asyncio.run(self.serve())
+
+
+main = QueueService.launch_instance

@@ -1,0 +1,75 @@
+"""The service's calls to the JupyterHub REST API, with its own hub-managed token.
+
+It reads who a user is (admin flag, groups) and the groups' properties (quotas), and it starts
+and stops named servers for `POST sessions`. Reads are cached briefly: the scheduler consults
+quotas on every pass, and an admin's edit in the panel may take a few seconds to count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+CACHE_SECONDS = 10
+
+
+class HubError(Exception):
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class HubClient:
+    def __init__(self, api_url: str | None = None, token: str | None = None):
+        self.api_url = (api_url or os.environ["JUPYTERHUB_API_URL"]).rstrip("/")
+        self.token = token or os.environ["JUPYTERHUB_API_TOKEN"]
+        self._cache: dict[str, tuple[float, dict]] = {}
+
+    async def user(self, name: str) -> dict:
+        return await self._cached(f"/users/{quote(name)}")
+
+    async def group(self, name: str) -> dict:
+        return await self._cached(f"/groups/{quote(name)}")
+
+    async def start_server(self, user: str, server_name: str, options: dict) -> int:
+        path = f"/users/{quote(user)}/servers/{quote(server_name)}"
+        return (await self._call("POST", path, options))[0]
+
+    async def stop_server(self, user: str, server_name: str) -> int:
+        path = f"/users/{quote(user)}/servers/{quote(server_name)}"
+        return (await self._call("DELETE", path))[0]
+
+    async def _cached(self, path: str) -> dict:
+        hit = self._cache.get(path)
+        if hit and time.monotonic() - hit[0] < CACHE_SECONDS:
+            return hit[1]
+        _, model = await self._call("GET", path)
+        self._cache[path] = (time.monotonic(), model)
+        return model
+
+    async def _call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        request = HTTPRequest(
+            self.api_url + path,
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+            body=None if body is None else json.dumps(body),
+            allow_nonstandard_methods=True,
+            request_timeout=30,
+        )
+        try:
+            response = await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as e:
+            raise HubError(_message_of(e), e.code) from None
+        return response.code, json.loads(response.body) if response.body else {}
+
+
+def _message_of(error: HTTPClientError) -> str:
+    try:
+        return json.loads(error.response.body)["message"]
+    except (AttributeError, TypeError, ValueError, KeyError):
+        return f"the hub answered {error.code}"

@@ -1,0 +1,360 @@
+"""The queue manager: the DB's session records joined to the pure scheduler.
+
+Every change (a new request, a release, a cancel, a timeout) runs one scheduling pass under one lock,
+so two spawns can never be granted the same slice. Waiters are woken by a condition at the end
+of each pass: a release reaches the next pending spawn at once, with no polling timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import sessionmaker
+
+from . import scheduler
+from .models import ALLOCATED, FINAL, SessionRecord, Status, utcnow
+
+
+class Refused(Exception):
+    """A request that must not wait: it can never fit, or it breaks a quota outright."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    units_per_gpu: int = 1
+    policy: str = "fifo"
+    placement: str = "best_fit"
+    max_skips: int = 10
+    pending_timeout: float = 3600.0
+
+
+class QueueManager:
+    def __init__(self, db: sessionmaker, nodes, settings: SchedulerSettings, quotas):
+        self.db = db
+        self.nodes = list(nodes)
+        self.settings = settings
+        self.quotas = quotas
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
+        self._positions: dict[str, int] = {}
+
+    # -- requests from the spawner -------------------------------------------------------------
+
+    async def submit(self, data: dict, groups: tuple[str, ...]) -> dict:
+        request = _parse(data)
+        async with self._lock:
+            with self.db.begin() as db:
+                self._end_previous(db, request["user"], request["server_name"])
+                error = self._admission_error(db, request, groups)
+                if error:
+                    raise Refused(error, 403 if "quota" in error or "may not" in error else 400)
+                seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
+                record = SessionRecord(
+                    id=uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
+                )
+                db.add(record)
+            await self._schedule_locked()
+        return self.get(record.id)
+
+    async def wait(self, session_id: str, seen_version: str, timeout: float) -> dict:
+        """The record once its version differs from `seen_version`, or at the timeout."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with self._changed:
+            while True:
+                view = self.get(session_id)
+                remaining = deadline - asyncio.get_running_loop().time()
+                if view["version"] != seen_version or remaining <= 0:
+                    return view
+                try:
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+                except TimeoutError:
+                    return self.get(session_id)
+
+    async def mark_running(self, session_id: str) -> dict:
+        async with self._lock:
+            with self.db.begin() as db:
+                record = self._load(db, session_id)
+                if record.status == Status.SCHEDULED:
+                    record.status, record.started = Status.RUNNING, utcnow()
+        await self._notify()
+        return self.get(session_id)
+
+    async def release(self, session_id: str) -> dict:
+        """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting."""
+        async with self._lock:
+            with self.db.begin() as db:
+                record = self._load(db, session_id)
+                if record.status not in FINAL:
+                    _finish(
+                        record,
+                        Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED,
+                    )
+            await self._schedule_locked()
+        return self.get(session_id)
+
+    async def release_where(self, ids: list[str], status: Status, reason: str) -> None:
+        """Used by the reconciler: end these sessions with a reason, then schedule."""
+        async with self._lock:
+            with self.db.begin() as db:
+                for record in db.scalars(select(SessionRecord).where(SessionRecord.id.in_(ids))):
+                    if record.status not in FINAL:
+                        _finish(record, status, reason)
+            await self._schedule_locked()
+
+    async def schedule(self) -> None:
+        async with self._lock:
+            await self._schedule_locked()
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def get(self, session_id: str) -> dict:
+        with self.db() as db:
+            return self._view(self._load(db, session_id))
+
+    def sessions(self, user: str | None = None, include_ended: bool = False) -> list[dict]:
+        query = select(SessionRecord).order_by(SessionRecord.seq)
+        if user is not None:
+            query = query.where(SessionRecord.user == user)
+        if not include_ended:
+            query = query.where(SessionRecord.status.not_in([s.value for s in FINAL]))
+        with self.db() as db:
+            return [self._view(record) for record in db.scalars(query)]
+
+    def active_records(self) -> list[SessionRecord]:
+        with self.db() as db:
+            query = select(SessionRecord).where(
+                SessionRecord.status.not_in([s.value for s in FINAL])
+            )
+            return list(db.scalars(query))
+
+    async def resources(self, user: str, groups: tuple[str, ...], admin: bool) -> dict:
+        with self.db() as db:
+            allocated = list(db.scalars(_allocated_query()))
+        mine = [r for r in allocated if r.user == user]
+        totals = self._capacity_totals()
+        used = _sum_slots(allocated)
+        own = _sum_slots(mine)
+        limit = self.quotas.user_limit(user, groups)
+        allocatable = {
+            key: max(0.0, min(totals[key] - used[key], (limit.get(key) or float("inf")) - own[key]))
+            for key in ("cpu", "mem", "fgpu")
+        }
+        result = {
+            "user": user,
+            "units_per_gpu": self.settings.units_per_gpu,
+            "allocated": own,
+            "allocatable": allocatable,
+            "capacity": totals,
+            "sessions": len(mine),
+        }
+        if admin:
+            result["nodes"] = scheduler_free_view(
+                self.nodes, self._allocations(allocated), self.settings
+            )
+        return result
+
+    # -- the pass ---------------------------------------------------------------------------------
+
+    async def _schedule_locked(self) -> None:
+        with self.db.begin() as db:
+            allocated = list(db.scalars(_allocated_query()))
+            pending = list(
+                db.scalars(
+                    select(SessionRecord)
+                    .where(SessionRecord.status == Status.PENDING)
+                    .order_by(SessionRecord.seq)
+                )
+            )
+            self._expire(pending)
+            pending = [r for r in pending if r.status == Status.PENDING]
+            outcome = scheduler.schedule(
+                self.nodes,
+                self._allocations(allocated),
+                [self._scheduler_request(r) for r in pending],
+                self.quotas.snapshot(),
+                policy=self.settings.policy,
+                placement=self.settings.placement,
+                units_per_gpu=self.settings.units_per_gpu,
+                max_skips=self.settings.max_skips,
+            )
+            by_id = {r.id: r for r in pending}
+            for grant in outcome.placed:
+                record = by_id[grant.request_id]
+                record.status, record.scheduled_at = Status.SCHEDULED, utcnow()
+                record.node, record.reason = grant.node, ""
+                record.grant_json = json.dumps(
+                    {"session_id": record.id, "node": grant.node, "gpus": dict(grant.gpus)}
+                )
+            for request_id, message in outcome.refused.items():
+                _finish(by_id[request_id], Status.ERROR, message)
+            self._positions = {}
+            for request_id, waiting in outcome.waiting.items():
+                record = by_id[request_id]
+                record.reason, record.skips = waiting.reason, waiting.skips
+                self._positions[request_id] = waiting.position
+        await self._notify()
+
+    def _expire(self, pending: list[SessionRecord]) -> None:
+        now = utcnow()
+        for record in pending:
+            waited = (now - _aware(record.created)).total_seconds()
+            if waited > self.settings.pending_timeout:
+                _finish(
+                    record,
+                    Status.PENDING_TIMEOUT,
+                    f"waited over {self.settings.pending_timeout:g} s",
+                )
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _admission_error(self, db, request: dict, groups: tuple[str, ...]) -> str | None:
+        pending = db.scalars(select(SessionRecord).where(SessionRecord.status == Status.PENDING))
+        candidate = scheduler.Request(
+            id="new",
+            user=request["user"],
+            groups=groups,
+            slots=scheduler.Slots(request["cpu"], request["mem"], request["fgpu"]),
+            resource_group=request["resource_group"],
+        )
+        return scheduler.admission_error(
+            candidate,
+            self.nodes,
+            self.quotas.snapshot(),
+            units_per_gpu=self.settings.units_per_gpu,
+            pending=[self._scheduler_request(r) for r in pending],
+        )
+
+    def _end_previous(self, db, user: str, server_name: str) -> None:
+        """A new spawn of the same server supersedes whatever record it left behind."""
+        query = select(SessionRecord).where(
+            SessionRecord.user == user,
+            SessionRecord.server_name == server_name,
+            SessionRecord.status.not_in([s.value for s in FINAL]),
+        )
+        for record in db.scalars(query):
+            _finish(record, Status.TERMINATED, "superseded by a new start of the same server")
+
+    def _scheduler_request(self, record: SessionRecord) -> scheduler.Request:
+        return scheduler.Request(
+            id=record.id,
+            user=record.user,
+            groups=self.quotas.groups_of(record.user),
+            slots=scheduler.Slots(record.cpu, record.mem, record.fgpu),
+            resource_group=record.resource_group,
+            enqueued_seq=record.seq,
+            skips=record.skips,
+        )
+
+    def _allocations(self, records: list[SessionRecord]) -> list:
+        return [
+            scheduler.Allocation(
+                request_id=r.id,
+                user=r.user,
+                groups=self.quotas.groups_of(r.user),
+                slots=scheduler.Slots(r.cpu, r.mem, r.fgpu),
+                node=r.node,
+                gpus=r.gpus,
+            )
+            for r in records
+        ]
+
+    def _capacity_totals(self) -> dict:
+        return {
+            "cpu": sum(n.cpu for n in self.nodes),
+            "mem": sum(n.mem for n in self.nodes),
+            "fgpu": sum(len(n.gpus) for n in self.nodes) * self.settings.units_per_gpu,
+        }
+
+    def _load(self, db, session_id: str) -> SessionRecord:
+        record = db.get(SessionRecord, session_id)
+        if record is None:
+            raise KeyError(session_id)
+        return record
+
+    def _view(self, record: SessionRecord) -> dict:
+        position = self._positions.get(record.id) if record.status == Status.PENDING else None
+        grant = json.loads(record.grant_json) if record.grant_json else None
+        memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
+        return {
+            "id": record.id,
+            "user": record.user,
+            "server_name": record.server_name,
+            "status": record.status,
+            "image": record.image,
+            "cpu": record.cpu,
+            "mem": record.mem,
+            "fgpu": record.fgpu,
+            "resource_group": record.resource_group,
+            "grant": grant,
+            "gpu_memory": {uuid_: memory.get(uuid_, 0) for uuid_ in (grant or {}).get("gpus", {})},
+            "gpu_order": [gpu.uuid for n in self.nodes if n.name == record.node for gpu in n.gpus],
+            "position": position,
+            "reason": record.reason,
+            "created": _iso(record.created),
+            "started": _iso(record.started),
+            "ended": _iso(record.ended),
+            "version": f"{record.status}|{position}|{record.reason}",
+        }
+
+
+def scheduler_free_view(nodes, allocations, settings: SchedulerSettings) -> list[dict]:
+    free = scheduler.free_capacity(nodes, allocations, units_per_gpu=settings.units_per_gpu)
+    return [dataclasses.asdict(node) for node in free]
+
+
+def _allocated_query():
+    return select(SessionRecord).where(SessionRecord.status.in_([s.value for s in ALLOCATED]))
+
+
+def _sum_slots(records) -> dict:
+    return {
+        "cpu": sum(r.cpu for r in records),
+        "mem": sum(r.mem for r in records),
+        "fgpu": round(sum(r.fgpu for r in records), 6),
+    }
+
+
+def _finish(record: SessionRecord, status: Status, reason: str | None = None) -> None:
+    record.status, record.ended = status, utcnow()
+    if reason is not None:
+        record.reason = reason
+
+
+def _aware(moment: datetime) -> datetime:
+    # SQLite returns naive datetimes even for timezone-aware columns.
+    return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return _aware(moment).isoformat() if moment else None
+
+
+def _parse(data: dict) -> dict:
+    """The spawner has validated the options; this only guards the record's types."""
+    try:
+        return {
+            "user": str(data["user"]),
+            "server_name": str(data.get("server_name") or ""),
+            "image": str(data["image"]),
+            "cpu": float(data["cpu"]),
+            "mem": int(data["mem"]),
+            "fgpu": float(data.get("fgpu") or 0),
+            "resource_group": data.get("resource_group") or None,
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise Refused(f"Malformed grant request: {e}") from None

@@ -1,0 +1,100 @@
+"""Quotas per user and per hub group, read from JupyterHub group properties.
+
+Admins edit them in the hub's admin panel, as a group property named `fgpu_quota`:
+
+    {"cpu": 8, "mem": "16G", "fgpu": 2, "sessions": 4, "pending": 4, "resource_groups": ["default"]}
+
+Every key is optional; a missing key means no limit from that group. Each user also has the
+configured per-user default. The scheduler needs these synchronously, so the book keeps what the
+hub last said, refreshed whenever a user asks for a session.
+"""
+
+from __future__ import annotations
+
+from image_catalog.units import parse_size
+
+from . import scheduler
+from .hub_client import HubClient
+
+QUOTA_PROPERTY = "fgpu_quota"
+_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups"}
+
+
+class QuotaError(ValueError):
+    pass
+
+
+def parse_quota(data: dict | None, where: str) -> scheduler.Quota | None:
+    """A `fgpu_quota` mapping → Quota; a clear error naming the group for a malformed one."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise QuotaError(f"{where}: {QUOTA_PROPERTY} must be a mapping")
+    unknown = set(data) - _KEYS
+    if unknown:
+        raise QuotaError(f"{where}: unknown quota key(s) {', '.join(sorted(unknown))}")
+    try:
+        mem = parse_size(data["mem"]) if data.get("mem") is not None else None
+        groups = data.get("resource_groups")
+        return scheduler.Quota(
+            max_slots=scheduler.SlotLimits(
+                _number(data.get("cpu")), mem, _number(data.get("fgpu"))
+            ),
+            max_sessions=_count(data.get("sessions")),
+            max_pending=_count(data.get("pending")),
+            resource_groups=tuple(groups) if groups is not None else None,
+        )
+    except (TypeError, ValueError) as e:
+        raise QuotaError(f"{where}: {e}") from None
+
+
+def _number(value) -> float | None:
+    return None if value is None else float(value)
+
+
+def _count(value) -> int | None:
+    return None if value is None else int(value)
+
+
+class QuotaBook:
+    def __init__(self, user_default: dict | None = None, log=None):
+        self.user_default = parse_quota(user_default or {}, "default user quota")
+        self.log = log
+        self._groups: dict[str, tuple[str, ...]] = {}
+        self._group_quotas: dict[str, scheduler.Quota | None] = {}
+
+    async def refresh(self, user_model: dict, hub: HubClient) -> None:
+        """Remember the user's groups and those groups' quotas, as the hub has them now."""
+        groups = tuple(user_model.get("groups", []))
+        self._groups[user_model["name"]] = groups
+        for group in groups:
+            properties = (await hub.group(group)).get("properties") or {}
+            try:
+                self._group_quotas[group] = parse_quota(
+                    properties.get(QUOTA_PROPERTY), f"group {group}"
+                )
+            except QuotaError as e:
+                # A typo in the admin panel must not stop every spawn: ignore it, loudly.
+                if self.log:
+                    self.log.error("Ignoring a malformed quota: %s", e)
+                self._group_quotas[group] = None
+
+    def groups_of(self, user: str) -> tuple[str, ...]:
+        return self._groups.get(user, ())
+
+    def snapshot(self) -> scheduler.Quotas:
+        """What the scheduler checks: the default user quota and every known group's quota."""
+        groups = {name: quota for name, quota in self._group_quotas.items() if quota is not None}
+        return scheduler.Quotas(
+            groups=groups, default_user=self.user_default or scheduler.UNLIMITED
+        )
+
+    def user_limit(self, user: str, groups: tuple[str, ...]) -> dict:
+        """The tightest cpu/mem/fgpu totals among the quotas that apply to this user."""
+        snapshot = self.snapshot()
+        limits = [snapshot.for_user(user).max_slots]
+        limits += [snapshot.for_group(group).max_slots for group in groups]
+        return {
+            key: min((getattr(q, key) for q in limits if getattr(q, key) is not None), default=None)
+            for key in ("cpu", "mem", "fgpu")
+        }
