@@ -65,7 +65,8 @@ class QueueClient:
         try:
             response = await AsyncHTTPClient().fetch(request)
         except HTTPClientError as e:
-            raise QueueError(_message_of(e), e.code) from None
+            # 599 is tornado's code for a connection that failed or dropped: the service is away.
+            raise QueueError(_message_of(e), 503 if e.code == 599 else e.code) from None
         except OSError as e:
             raise QueueError(f"The queue service is not answering ({e}).", 503) from None
         return json.loads(response.body)

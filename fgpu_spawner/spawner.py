@@ -162,6 +162,12 @@ class FGPUSpawner(DockerSpawner):
         help="""API token the spawner presents to the queue service (a hub token of its own).""",
     )
 
+    queue_reconnect_timeout = Float(
+        120.0,
+        config=True,
+        help="""Seconds a waiting spawn keeps reconnecting to a restarting queue service.""",
+    )
+
     # Per-spawn state, set by apply_user_options and start().
     resource_request: ResourceRequest | None = None
     grant: Grant | None = None
@@ -252,7 +258,7 @@ class FGPUSpawner(DockerSpawner):
             self.session_id = record["id"]
             while record["status"] == "PENDING":
                 self._report_pending(record)
-                record = await self.queue.wait(self.session_id, record)
+                record = await self._wait_in_queue(record)
         except QueueError as e:
             raise spawn_error(e.message, reason="queue", status_code=e.status) from None
         if record["status"] != "SCHEDULED":
@@ -261,6 +267,20 @@ class FGPUSpawner(DockerSpawner):
         self.gpu_memory = record.get("gpu_memory") or {}
         self.gpu_order = record.get("gpu_order") or []
         return Grant(record["id"], record["grant"]["node"], record["grant"]["gpus"])
+
+    async def _wait_in_queue(self, record: dict) -> dict:
+        """The next change to the record; rides out a restart of the service (the queue is in
+        its DB), but not an outage longer than `queue_reconnect_timeout`."""
+        deadline = asyncio.get_running_loop().time() + self.queue_reconnect_timeout
+        while True:
+            try:
+                return await self.queue.wait(self.session_id, record)
+            except QueueError as e:
+                if e.status != 503 or asyncio.get_running_loop().time() > deadline:
+                    raise
+                self._pending_message = "Pending: the queue service is restarting; still in line"
+                self._progress_changed.set()
+                await asyncio.sleep(1)
 
     def _report_pending(self, record: dict) -> None:
         position = record.get("position")

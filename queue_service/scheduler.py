@@ -841,7 +841,7 @@ class _Usage:
 
 def _over_quota(group: str | None, quota: Quota, used: _Usage, need: _Need) -> str | None:
     scope, limit = _scope(group), quota.max_slots
-    if quota.max_sessions is not None and used.sessions > quota.max_sessions:
+    if quota.max_sessions is not None and used.sessions + 1 > quota.max_sessions:
         return f"{scope} session quota is used up: {used.sessions} of {quota.max_sessions} running"
     if limit.cpu is not None and used.cpu + need.cpu > _millicores(limit.cpu):
         return (

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import secrets
+import signal
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -139,3 +144,107 @@ def test_service_api_needs_a_login(gpu_hub):
     response = requests.get(f"{gpu_hub.url}/services/queue/api/sessions", timeout=30)
     assert response.status_code in (401, 403)
     assert response.headers["Content-Type"].startswith("application/json")
+
+
+def queue_service_pid(hub) -> int:
+    found = subprocess.run(
+        ["pgrep", "-P", str(hub.process.pid), "-f", "queue_service"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(found.stdout.split()[0])
+
+
+def test_killing_the_service_loses_no_pending_request(gpu_hub, student):
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
+    assert response.status_code == 201, response.text
+    before = student.wait_for(
+        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
+    )
+    old_pid = queue_service_pid(gpu_hub)
+    os.kill(old_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.RequestException, subprocess.CalledProcessError):
+            if queue_service_pid(gpu_hub) != old_pid and student.call("GET", "sessions").ok:
+                break
+        time.sleep(0.5)
+    after = student.sessions()
+    assert {(s["id"], s["status"]) for s in after} == {(s["id"], s["status"]) for s in before}
+    # The waiting spawn reconnected: a release still starts it by itself.
+    (pending,) = by_status(after, "PENDING")
+    student.call("DELETE", f"sessions/{by_status(after, 'RUNNING')[0]['id']}")
+    student.wait_for(lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")})
+    for session in student.sessions():
+        student.call("DELETE", f"sessions/{session['id']}")
+    student.wait_for(lambda s: s == [])
+
+
+def test_200_concurrent_spawns_never_over_allocate(gpu_hub):
+    admin = f"admin-{secrets.token_hex(3)}"
+    response = gpu_hub.request("POST", f"users/{admin}", json={"admin": True})
+    assert response.status_code == 201, response.text
+    watcher = Student(gpu_hub, admin)
+    users = [f"crowd-{secrets.token_hex(3)}" for _ in range(4)]
+    for user in users:
+        gpu_hub.create_user(user)
+    spawns = [(user, f"s{i}") for user in users for i in range(50)]
+    body = {**SESSION, "mem": "256M", "fgpu": 1}
+
+    def spawn(target):
+        user, server = target
+        return gpu_hub.request("POST", f"users/{user}/servers/{server}", json=body).status_code
+
+    with ThreadPoolExecutor(max_workers=100) as pool:
+        codes = list(pool.map(spawn, spawns))
+    assert set(codes) <= {201, 202}, codes
+
+    def crowd(sessions):
+        return [s for s in sessions if s["user"] in users]
+
+    sessions = watcher.wait_for(
+        lambda s: (
+            len(by_status(crowd(s), "RUNNING")) == 2 and len(by_status(crowd(s), "PENDING")) == 198
+        ),
+        timeout=180,
+    )
+    sessions = crowd(sessions)
+    per_gpu: dict[str, float] = {}
+    for session in by_status(sessions, "RUNNING"):
+        for gpu, fraction in session["grant"]["gpus"].items():
+            per_gpu[gpu] = per_gpu.get(gpu, 0) + fraction
+    assert all(total <= 1.0 for total in per_gpu.values()), per_gpu
+    assert sorted(s["position"] for s in by_status(sessions, "PENDING")) == list(range(1, 199))
+    # The DB against the engine: exactly the RUNNING sessions have containers.
+    containers = [c for user in users for c in containers_with({"fgpu.user": user})]
+    assert {c.labels["fgpu.session_id"] for c in containers} == {
+        s["id"] for s in by_status(sessions, "RUNNING")
+    }
+    for session in sorted(sessions, key=lambda s: s["status"] == "RUNNING"):
+        assert watcher.call("DELETE", f"sessions/{session['id']}").status_code == 200
+    watcher.wait_for(lambda s: crowd(s) == [], timeout=120)
+
+
+def test_a_group_quota_cannot_be_exceeded_by_racing(gpu_hub, student):
+    group = f"course-{secrets.token_hex(3)}"
+    assert gpu_hub.request("POST", f"groups/{group}").status_code == 201
+    quota = {"fgpu_quota": {"fgpu": 1}}
+    assert gpu_hub.request("PUT", f"groups/{group}/properties", json=quota).status_code == 200
+    members = {"users": [student.name]}
+    assert gpu_hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
+    body = {**SESSION, "mem": "256M", "fgpu": 1}
+
+    def spawn(server):
+        return gpu_hub.start_server(student.name, body, server=server).status_code
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        codes = list(pool.map(spawn, [f"q{i}" for i in range(8)]))
+    assert set(codes) <= {201, 202}, codes
+    sessions = student.wait_for(
+        lambda s: len(by_status(s, "RUNNING")) == 1 and len(by_status(s, "PENDING")) == 7
+    )
+    assert all("quota" in s["reason"] for s in by_status(sessions, "PENDING"))
+    for session in sessions:
+        student.call("DELETE", f"sessions/{session['id']}")
+    student.wait_for(lambda s: s == [])
