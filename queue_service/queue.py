@@ -103,14 +103,17 @@ class QueueManager:
             await self._schedule_locked()
         return self.get(session_id)
 
-    async def release_where(self, ids: list[str], status: Status, reason: str) -> None:
+    async def release_where(
+        self, ids: list[str], status: Status, reason: str, schedule: bool = True
+    ) -> None:
         """Used by the reconciler: end these sessions with a reason, then schedule."""
         async with self._lock:
             with self.db.begin() as db:
                 for record in db.scalars(select(SessionRecord).where(SessionRecord.id.in_(ids))):
                     if record.status not in FINAL:
                         _finish(record, status, reason)
-            await self._schedule_locked()
+            if schedule:
+                await self._schedule_locked()
 
     async def schedule(self) -> None:
         async with self._lock:
