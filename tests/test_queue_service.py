@@ -248,3 +248,16 @@ def test_a_group_quota_cannot_be_exceeded_by_racing(gpu_hub, student):
     for session in sessions:
         student.call("DELETE", f"sessions/{session['id']}")
     student.wait_for(lambda s: s == [])
+
+
+def test_a_container_removed_outside_the_hub_frees_its_slice_within_10_s(gpu_hub, student):
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 1})
+    assert response.status_code == 201, response.text
+    (session,) = student.wait_for(lambda s: len(by_status(s, "RUNNING")) == 1)
+    (container,) = containers_with({"fgpu.user": student.name})
+    container.remove(force=True)
+    removed_at = time.monotonic()
+    student.wait_for(lambda s: s == [], timeout=10)
+    print(f"slice freed {time.monotonic() - removed_at:.1f} s after the container was removed")
+    resources = student.call("GET", "resources").json()
+    assert resources["allocated"] == {"cpu": 0, "mem": 0, "fgpu": 0}
