@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 
 import pytest
 import yaml
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from image_catalog.catalog import DEFAULT_CATALOG_PATH
 
 from .harness import docker_client, running_hub
 
 MISSING_IMAGE = "fgpu-test/never-built:1"
+
+#: The PostgreSQL server the queue tests also run against; scripts/up --setup-only starts it.
+POSTGRES_URL_ENV = "FGPU_TEST_POSTGRES_URL"
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://fgpu:fgpu@127.0.0.1:5432/fgpu_test"
 
 
 @pytest.fixture(scope="session")
@@ -61,3 +69,45 @@ def hub(tmp_path_factory, docker_engine, test_catalog):
 @pytest.fixture
 def username():
     return f"student-{secrets.token_hex(4)}"
+
+
+@pytest.fixture(scope="session")
+def postgres_admin():
+    """An AUTOCOMMIT engine on the test server's maintenance database, or a failure (never a skip)
+    that says how to start the server. Its role needs CREATEDB: each test gets its own database."""
+    url = make_url(os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL))
+    engine = create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5})
+    problem = None
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except OperationalError as e:
+        problem = str(e.orig).strip()
+    if problem is not None:
+        engine.dispose()
+        pytest.fail(
+            f"No PostgreSQL answers at {url} ({problem}). Run scripts/up --setup-only, which "
+            f"starts it and creates the test role and database, or point {POSTGRES_URL_ENV} at "
+            "a server where the role may CREATE DATABASE.",
+            pytrace=False,
+        )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A SQLAlchemy URL of an empty database: a SQLite file in tmp_path, or a PostgreSQL database
+    created for this test alone (dropped afterwards, even with connections left open)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'queue.sqlite'}"
+        return
+    admin = request.getfixturevalue("postgres_admin")
+    name = f"fgpu_t_{secrets.token_hex(6)}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
