@@ -34,6 +34,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes even for timezone-aware columns; they are UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 class Base(DeclarativeBase):
     pass
 

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
 from . import scheduler
-from .models import ALLOCATED, FINAL, SessionRecord, Status, utcnow
+from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, utcnow
 
 
 class Refused(Exception):
@@ -148,11 +148,22 @@ class QueueManager:
         totals = self._capacity_totals()
         used = _sum_slots(allocated)
         own = _sum_slots(mine)
-        limit = self.quotas.user_limit(user, groups)
-        allocatable = {
-            key: max(0.0, min(totals[key] - used[key], (limit.get(key) or float("inf")) - own[key]))
-            for key in ("cpu", "mem", "fgpu")
-        }
+        # Each quota that applies leaves its own headroom: the user's against what the user holds,
+        # a group's against what all of the group's members hold.
+        snapshot = self.quotas.snapshot()
+        scopes = [(snapshot.for_user(user).max_slots, own)]
+        for group in groups:
+            members = [r for r in allocated if group in self.quotas.groups_of(r.user)]
+            scopes.append((snapshot.for_group(group).max_slots, _sum_slots(members)))
+        allocatable = {}
+        for key in ("cpu", "mem", "fgpu"):
+            room = [totals[key] - used[key]]
+            room += [
+                getattr(limit, key) - usage[key]
+                for limit, usage in scopes
+                if getattr(limit, key) is not None
+            ]
+            allocatable[key] = max(0, min(room))
         result = {
             "user": user,
             "units_per_gpu": self.settings.units_per_gpu,
@@ -211,7 +222,7 @@ class QueueManager:
     def _expire(self, pending: list[SessionRecord]) -> None:
         now = utcnow()
         for record in pending:
-            waited = (now - _aware(record.created)).total_seconds()
+            waited = (now - as_utc(record.created)).total_seconds()
             if waited > self.settings.pending_timeout:
                 _finish(
                     record,
@@ -338,13 +349,8 @@ def _finish(record: SessionRecord, status: Status, reason: str | None = None) ->
         record.reason = reason
 
 
-def _aware(moment: datetime) -> datetime:
-    # SQLite returns naive datetimes even for timezone-aware columns.
-    return moment if moment.tzinfo else moment.replace(tzinfo=utcnow().tzinfo)
-
-
 def _iso(moment: datetime | None) -> str | None:
-    return _aware(moment).isoformat() if moment else None
+    return as_utc(moment).isoformat() if moment else None
 
 
 def _parse(data: dict) -> dict:

@@ -11,6 +11,8 @@ hub last said, refreshed whenever a user asks for a session.
 
 from __future__ import annotations
 
+import math
+
 from image_catalog.units import parse_size
 
 from . import scheduler
@@ -35,7 +37,11 @@ def parse_quota(data: dict | None, where: str) -> scheduler.Quota | None:
         raise QuotaError(f"{where}: unknown quota key(s) {', '.join(sorted(unknown))}")
     try:
         mem = parse_size(data["mem"]) if data.get("mem") is not None else None
+        if mem is not None and mem < 0:
+            raise ValueError(f"{data['mem']!r} is not a size")
         groups = data.get("resource_groups")
+        if isinstance(groups, str):
+            groups = [groups]
         return scheduler.Quota(
             max_slots=scheduler.SlotLimits(
                 _number(data.get("cpu")), mem, _number(data.get("fgpu"))
@@ -49,11 +55,22 @@ def parse_quota(data: dict | None, where: str) -> scheduler.Quota | None:
 
 
 def _number(value) -> float | None:
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    number = float(value)
+    # inf and nan are no amount; the scheduler would fail on them in every pass.
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{value!r} is not an amount (a finite number, zero or more)")
+    return number
 
 
 def _count(value) -> int | None:
-    return None if value is None else int(value)
+    if value is None:
+        return None
+    count = int(value)
+    if count < 0:
+        raise ValueError(f"{value!r} is not a count (a whole number, zero or more)")
+    return count
 
 
 class QuotaBook:

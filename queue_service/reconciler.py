@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .models import Status
+from .models import Status, as_utc
 
 SESSION_LABEL = "fgpu.session_id"
 
@@ -38,7 +38,7 @@ class Reconciler:
             if record.status == Status.RUNNING and record.id not in running:
                 gone.append(record.id)
             elif record.status == Status.SCHEDULED and record.id not in running:
-                granted = record.scheduled_at.timestamp() if record.scheduled_at else now
+                granted = as_utc(record.scheduled_at).timestamp() if record.scheduled_at else now
                 if now - granted > self.start_grace:
                     never_started.append(record.id)
         if gone:
@@ -55,6 +55,8 @@ class Reconciler:
             await asyncio.sleep(interval)
             try:
                 await self.reconcile()
+                # Pending timeouts are checked in a pass; a quiet queue has none otherwise.
+                await self.manager.schedule()
             except Exception as e:  # the engine may be restarting; try again next round
                 self._say("reconcile failed: %s", e)
 

@@ -411,10 +411,6 @@ async def test_a_group_quota_is_shared_by_the_group(open_manager):
     assert manager.get(dave["id"])["status"] == Status.SCHEDULED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="queue.py QueueManager.resources subtracts only the user's own usage from a group's limit",
-)
 async def test_allocatable_counts_what_the_group_already_holds(open_manager):
     quotas = QuotaBook()
     hub = FakeHub({"students": {"fgpu_quota": {"cpu": 2}}})
@@ -499,10 +495,6 @@ async def test_resources_rise_and_fall_by_exactly_the_session(manager):
     assert after["nodes"][0]["gpus"][0]["fraction_free"] == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="queue.py QueueManager.resources: `limit.get(key) or inf` reads a quota of 0 as no limit",
-)
 async def test_a_zero_quota_leaves_nothing_allocatable(open_manager):
     manager = open_manager(quotas=QuotaBook(user_default={"fgpu": 0}))
 
@@ -523,13 +515,6 @@ NO_CONTAINERS = SimpleNamespace(containers=SimpleNamespace(list=lambda filters=N
 async def test_a_fresh_grant_is_not_reclaimed_in_a_timezone_east_of_utc(
     open_manager, db_url, monkeypatch, request
 ):
-    if db_url.startswith("sqlite"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="reconciler.py: naive SQLite scheduled_at read as local time by .timestamp()",
-            )
-        )
     monkeypatch.setenv("TZ", "Asia/Seoul")
     time.tzset()
     try:
