@@ -2,7 +2,7 @@
 
 Everything here takes plain values (nodes, allocations, pending requests, quotas) and returns plain
 values, so it can be unit-tested, property-tested and benchmarked on its own; the service reads its
-DB, calls `schedule()` and writes the decisions back. Only the standard library is imported.
+DB, calls `schedule()` and writes the decisions back. Only the standard library and the leaf `image_catalog.units` are imported.
 
 Units (DESIGN.md, "Resource model"):
 
@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
+
+from image_catalog.units import format_size
 
 QUANTA_PER_GPU = 10_000
 MILLICORES_PER_CORE = 1_000
@@ -293,14 +295,6 @@ def _cores(cpu: float) -> str:
     return f"{cpu:g} CPU core" + ("" if cpu == 1 else "s")
 
 
-def _size(nbytes: int) -> str:
-    for suffix, power in (("T", 4), ("G", 3), ("M", 2), ("K", 1)):
-        scaled = nbytes / 1024**power
-        if scaled >= 1:
-            return f"{scaled:.2f}".rstrip("0").rstrip(".") + suffix
-    return f"{nbytes}B"
-
-
 def _fgpu(fgpu: float) -> str:
     return f"{round(fgpu, 2):g} fGPU"
 
@@ -310,7 +304,7 @@ def _quanta_fgpu(quanta: int, units_per_gpu: float) -> str:
 
 
 def _describe(slots: Slots) -> str:
-    parts = [_cores(slots.cpu), f"{_size(slots.mem)} memory"]
+    parts = [_cores(slots.cpu), f"{format_size(slots.mem)} memory"]
     if slots.fgpu > 0:
         parts.append(_fgpu(slots.fgpu))
     return ", ".join(parts[:-1]) + " and " + parts[-1]
@@ -360,7 +354,7 @@ class _Inventory:
         return (
             f"This request can never start: it asks for {_describe(slots)}, but no node {where} "
             f"is that big. The most any node there has is {_cores(most_cpu)}, "
-            f"{_size(most_mem)} memory and {_fgpu(most_fgpu)}."
+            f"{format_size(most_mem)} memory and {_fgpu(most_fgpu)}."
         )
 
 
@@ -432,8 +426,8 @@ def _above_quota_max(request: Request, quotas: Quotas) -> str | None:
             )
         if limit.mem is not None and slots.mem > limit.mem:
             return (
-                f"This request can never start: it asks for {_size(slots.mem)} memory, "
-                f"and {scope} quota is {_size(limit.mem)} in all."
+                f"This request can never start: it asks for {format_size(slots.mem)} memory, "
+                f"and {scope} quota is {format_size(limit.mem)} in all."
             )
         if limit.fgpu is not None and _fgpu_quota_quanta(slots.fgpu) > _fgpu_quota_quanta(
             limit.fgpu
@@ -850,8 +844,8 @@ def _over_quota(group: str | None, quota: Quota, used: _Usage, need: _Need) -> s
         )
     if limit.mem is not None and used.mem + need.mem > limit.mem:
         return (
-            f"over {scope} memory quota: {_size(used.mem)} of {_size(limit.mem)} in use, "
-            f"{_size(need.mem)} more asked"
+            f"over {scope} memory quota: {format_size(used.mem)} of {format_size(limit.mem)} in use, "
+            f"{format_size(need.mem)} more asked"
         )
     if limit.fgpu is not None and used.fq + need.fq > _fgpu_quota_quanta(limit.fgpu):
         return (
@@ -1153,8 +1147,8 @@ class _GroupSummaries:
         mem, mem_node = self._most(self.mem, groups)
         if mem < need.mem:
             return (
-                f"waiting for {_size(slots.mem)} memory; the most free on one node is "
-                f"{_size(max(mem, 0))} ({mem_node})"
+                f"waiting for {format_size(slots.mem)} memory; the most free on one node is "
+                f"{format_size(max(mem, 0))} ({mem_node})"
             )
         return f"waiting for one node with {_describe(slots)} free at once"
 
