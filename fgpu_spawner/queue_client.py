@@ -7,12 +7,27 @@ Errors become `QueueError` with the service's own message and status code.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import weakref
 from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from .request import ResourceRequest
+
+#: Concurrent requests to the service from one hub. Every PENDING spawn holds one long-poll, and
+#: tornado's shared client allows 10, which would queue the rest until they time out.
+MAX_CONCURRENT_REQUESTS = 2048
+_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _http_client() -> AsyncHTTPClient:
+    """One client per event loop, of our own, so the hub's shared client is left alone."""
+    loop = asyncio.get_running_loop()
+    if loop not in _clients:
+        _clients[loop] = AsyncHTTPClient(force_instance=True, max_clients=MAX_CONCURRENT_REQUESTS)
+    return _clients[loop]
 
 
 class QueueError(Exception):
@@ -63,7 +78,7 @@ class QueueClient:
             request_timeout=timeout or self.timeout,
         )
         try:
-            response = await AsyncHTTPClient().fetch(request)
+            response = await _http_client().fetch(request)
         except HTTPClientError as e:
             # 599 is tornado's code for a connection that failed or dropped: the service is away.
             raise QueueError(_message_of(e), 503 if e.code == 599 else e.code) from None

@@ -62,7 +62,18 @@ def by_status(sessions: list[dict], status: str) -> list[dict]:
 
 @pytest.fixture
 def student(gpu_hub):
-    return Student(gpu_hub, f"student-{secrets.token_hex(4)}")
+    """A fresh student; whatever a test leaves behind is ended, so it cannot starve the next."""
+    student = Student(gpu_hub, f"student-{secrets.token_hex(4)}")
+    yield student
+    end_all(student, student.sessions())
+
+
+def end_all(caller: Student, sessions: list[dict]) -> None:
+    # Pending ones first: ending a running one would otherwise hand its slice to a pending one.
+    for session in sorted(sessions, key=lambda s: s["status"] == "RUNNING"):
+        caller.call("DELETE", f"sessions/{session['id']}")
+    ids = {s["id"] for s in sessions}
+    caller.wait_for(lambda s: not ids & {r["id"] for r in s}, timeout=120)
 
 
 def test_seed_walkthrough_two_run_one_waits_then_starts_by_itself(gpu_hub, student):
@@ -181,7 +192,9 @@ def test_killing_the_service_loses_no_pending_request(gpu_hub, student):
     student.wait_for(lambda s: s == [])
 
 
-def test_200_concurrent_spawns_never_over_allocate(gpu_hub):
+@pytest.fixture
+def crowd(gpu_hub):
+    """Four users, and an admin who watches them; whatever they start is ended afterwards."""
     admin = f"admin-{secrets.token_hex(3)}"
     response = gpu_hub.request("POST", f"users/{admin}", json={"admin": True})
     assert response.status_code == 201, response.text
@@ -189,7 +202,12 @@ def test_200_concurrent_spawns_never_over_allocate(gpu_hub):
     users = [f"crowd-{secrets.token_hex(3)}" for _ in range(4)]
     for user in users:
         gpu_hub.create_user(user)
-    spawns = [(user, f"s{i}") for user in users for i in range(50)]
+    yield watcher, users
+    end_all(watcher, [s for s in watcher.sessions() if s["user"] in users])
+
+
+def test_200_concurrent_spawns_never_over_allocate(gpu_hub, crowd):
+    watcher, users = crowd
     body = {**SESSION, "mem": "256M", "fgpu": 1}
 
     def spawn(target):
@@ -197,19 +215,21 @@ def test_200_concurrent_spawns_never_over_allocate(gpu_hub):
         return gpu_hub.request("POST", f"users/{user}/servers/{server}", json=body).status_code
 
     with ThreadPoolExecutor(max_workers=100) as pool:
-        codes = list(pool.map(spawn, spawns))
+        codes = list(pool.map(spawn, [(user, f"s{i}") for user in users for i in range(50)]))
     assert set(codes) <= {201, 202}, codes
 
-    def crowd(sessions):
+    def mine(sessions):
         return [s for s in sessions if s["user"] in users]
 
-    sessions = watcher.wait_for(
-        lambda s: (
-            len(by_status(crowd(s), "RUNNING")) == 2 and len(by_status(crowd(s), "PENDING")) == 198
-        ),
-        timeout=180,
+    sessions = mine(
+        watcher.wait_for(
+            lambda s: (
+                len(by_status(mine(s), "RUNNING")) == 2
+                and len(by_status(mine(s), "PENDING")) == 198
+            ),
+            timeout=180,
+        )
     )
-    sessions = crowd(sessions)
     per_gpu: dict[str, float] = {}
     for session in by_status(sessions, "RUNNING"):
         for gpu, fraction in session["grant"]["gpus"].items():
@@ -221,9 +241,6 @@ def test_200_concurrent_spawns_never_over_allocate(gpu_hub):
     assert {c.labels["fgpu.session_id"] for c in containers} == {
         s["id"] for s in by_status(sessions, "RUNNING")
     }
-    for session in sorted(sessions, key=lambda s: s["status"] == "RUNNING"):
-        assert watcher.call("DELETE", f"sessions/{session['id']}").status_code == 200
-    watcher.wait_for(lambda s: crowd(s) == [], timeout=120)
 
 
 def test_a_group_quota_cannot_be_exceeded_by_racing(gpu_hub, student):
