@@ -285,11 +285,10 @@ class FGPUSpawner(DockerSpawner):
     def _report_pending(self, record: dict) -> None:
         position = record.get("position")
         where = f"{ordinal(position)} in line" if position else "waiting"
+        # The queue's reason already says what the request waits for; without one, say it here.
         slots = f"{record['fgpu']:g} fGPU" if record["fgpu"] else f"{record['cpu']:g} CPU"
-        message = f"Pending: {where} for {slots}"
-        if record.get("reason"):
-            message += f"; {record['reason']}"
-        self._pending_message = message
+        detail = record.get("reason") or f"waiting for {slots}"
+        self._pending_message = f"Pending: {where}; {detail}"
         self._progress_changed.set()
 
     async def progress(self):

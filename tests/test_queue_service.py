@@ -278,3 +278,22 @@ def test_a_container_removed_outside_the_hub_frees_its_slice_within_10_s(gpu_hub
     print(f"slice freed {time.monotonic() - removed_at:.1f} s after the container was removed")
     resources = student.call("GET", "resources").json()
     assert resources["allocated"] == {"cpu": 0, "mem": 0, "fgpu": 0}
+
+
+def test_the_spawn_page_progress_shows_the_queue_position(gpu_hub, student):
+    """The hub's spawn-pending page renders these events: the pending one says where it stands."""
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
+    assert response.status_code == 201, response.text
+    sessions = student.wait_for(
+        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
+    )
+    (pending,) = by_status(sessions, "PENDING")
+    url = f"{gpu_hub.url}/hub/api/users/{student.name}/servers/{pending['server_name']}/progress"
+    with student.http.get(url, stream=True, timeout=30) as events:
+        assert events.status_code == 200
+        for line in events.iter_lines(decode_unicode=True):
+            if line.startswith("data:") and "Pending" in line:
+                message = json.loads(line[len("data:") :])["message"]
+                break
+    print(f"spawn page: {message}")
+    assert message.startswith("Pending: 1st in line; waiting for 1 fGPU;")
