@@ -276,7 +276,9 @@ class FGPUSpawner(DockerSpawner):
             try:
                 return await self.queue.wait(self.session_id, record)
             except QueueError as e:
-                if e.status != 503 or asyncio.get_running_loop().time() > deadline:
+                # Any 5xx here is the service going away (a restart, or the hub shutting down
+                # and stopping it first): keep the place in line rather than give it up.
+                if e.status < 500 or asyncio.get_running_loop().time() > deadline:
                     raise
                 self._pending_message = "Pending: the queue service is restarting; still in line"
                 self._progress_changed.set()

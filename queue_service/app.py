@@ -142,7 +142,7 @@ class QueueService(Application):
         )
         nodes = [scheduler_node(node)]
         self.manager = QueueManager(open_database(self.db_url), nodes, settings, self.quotas)
-        self.reconciler = Reconciler(self.manager, docker_client, log=self.log)
+        self.reconciler = Reconciler(self.manager, docker_client, log=self.log, hub=self.hub)
         prefix = self.service_prefix
         return web.Application(
             [

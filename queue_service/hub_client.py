@@ -33,6 +33,10 @@ class HubClient:
     async def user(self, name: str) -> dict:
         return await self._cached(f"/users/{quote(name)}")
 
+    async def user_now(self, name: str) -> dict:
+        """The user as the hub has it this moment (servers and their pending state included)."""
+        return (await self._call("GET", f"/users/{quote(name)}"))[1]
+
     async def group(self, name: str) -> dict:
         return await self._cached(f"/groups/{quote(name)}")
 

@@ -55,7 +55,9 @@ class QueueManager:
         request = _parse(data)
         async with self._lock:
             with self.db.begin() as db:
-                self._end_previous(db, request["user"], request["server_name"])
+                waiting = self._end_previous(db, request)
+                if waiting is not None:
+                    return self._view(waiting)
                 error = self._admission_error(db, request, groups)
                 if error:
                     raise Refused(error, 403 if "quota" in error or "may not" in error else 400)
@@ -253,15 +255,26 @@ class QueueManager:
             pending=[self._scheduler_request(r) for r in pending],
         )
 
-    def _end_previous(self, db, user: str, server_name: str) -> None:
-        """A new spawn of the same server supersedes whatever record it left behind."""
+    def _end_previous(self, db, request: dict) -> SessionRecord | None:
+        """Settle what an earlier start of the same server left behind.
+
+        The same request still PENDING (or granted, with no container yet) is adopted, so a spawn
+        re-issued after a hub restart keeps its place in line or its grant. Anything else is
+        superseded by the new start.
+        """
         query = select(SessionRecord).where(
-            SessionRecord.user == user,
-            SessionRecord.server_name == server_name,
+            SessionRecord.user == request["user"],
+            SessionRecord.server_name == request["server_name"],
             SessionRecord.status.not_in([s.value for s in FINAL]),
         )
+        adopted = None
         for record in db.scalars(query):
-            _finish(record, Status.TERMINATED, "superseded by a new start of the same server")
+            same = all(getattr(record, key) == value for key, value in request.items())
+            if adopted is None and same and record.status in (Status.PENDING, Status.SCHEDULED):
+                adopted = record
+            else:
+                _finish(record, Status.TERMINATED, "superseded by a new start of the same server")
+        return adopted
 
     def _scheduler_request(self, record: SessionRecord) -> scheduler.Request:
         return scheduler.Request(

@@ -1,5 +1,9 @@
 """The reconciler: the DB's allocations checked against the containers that really run.
 
+A PENDING or SCHEDULED record whose spawn the hub no longer runs (the hub restarted, say) has its
+spawn issued again through the hub's API, with the record's own options; the service adopts the
+record, so the request keeps its place in line, or its grant.
+
 A slice is held by a record in SCHEDULED or RUNNING. It is given back when:
 - the session's container (found by its `fgpu.session_id` label) died or was removed outside the
   hub: the record ends as TERMINATED;
@@ -14,17 +18,29 @@ from __future__ import annotations
 import asyncio
 import time
 
+from .hub_client import HubError
 from .models import Status, as_utc
 
 SESSION_LABEL = "fgpu.session_id"
 
 
 class Reconciler:
-    def __init__(self, manager, docker_client, log=None, start_grace: float = 180.0):
+    def __init__(
+        self,
+        manager,
+        docker_client,
+        log=None,
+        start_grace: float = 180.0,
+        hub=None,
+        respawn_grace: float = 20.0,
+    ):
         self.manager = manager
         self.docker = docker_client
         self.log = log
         self.start_grace = start_grace
+        self.hub = hub
+        self.respawn_grace = respawn_grace
+        self._respawning: set[str] = set()
 
     def _running_sessions(self) -> set[str]:
         containers = self.docker.containers.list(filters={"label": SESSION_LABEL})
@@ -50,11 +66,50 @@ class Reconciler:
                 never_started, Status.ERROR, f"no container started within {self.start_grace:g} s"
             )
 
+    async def respawn_abandoned(self) -> None:
+        """Issue again the spawns of records that no spawner waits for any more."""
+        now = time.time()
+        waiting = [
+            r
+            for r in self.manager.active_records()
+            if r.status in (Status.PENDING, Status.SCHEDULED)
+            and r.id not in self._respawning
+            and now - as_utc(r.created).timestamp() > self.respawn_grace
+        ]
+        for user in {r.user for r in waiting}:
+            try:
+                servers = (await self.hub.user_now(user)).get("servers", {})
+            except HubError as e:
+                self._say("cannot read %s from the hub: %s", user, e.message)
+                continue
+            for record in (r for r in waiting if r.user == user):
+                if (servers.get(record.server_name) or {}).get("pending") != "spawn":
+                    self._respawning.add(record.id)
+                    asyncio.create_task(self._respawn(record))
+
+    async def _respawn(self, record) -> None:
+        options = {
+            "image": record.image,
+            "cpu": record.cpu,
+            "mem": record.mem,
+            "fgpu": record.fgpu,
+            "resource_group": record.resource_group,
+        }
+        self._say("spawn of %s/%s was lost; issuing it again", record.user, record.server_name)
+        try:
+            await self.hub.start_server(record.user, record.server_name, options)
+        except HubError as e:
+            self._say("could not issue %s/%s again: %s", record.user, record.server_name, e.message)
+        finally:
+            self._respawning.discard(record.id)
+
     async def run(self, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
             try:
                 await self.reconcile()
+                if self.hub is not None:
+                    await self.respawn_abandoned()
                 # Pending timeouts are checked in a pass; a quiet queue has none otherwise.
                 await self.manager.schedule()
             except Exception as e:  # the engine may be restarting; try again next round

@@ -126,20 +126,32 @@ def running_hub(workdir: Path, extra_config: str = "", env: dict | None = None):
         **(env or {}),
     }
     hub_env["PATH"] = f"{VENV_BIN}:{hub_env['PATH']}"
-    with open(workdir / "hub.log", "wb") as log:
-        process = subprocess.Popen(
-            [str(VENV_BIN / "jupyterhub"), "-f", "test_config.py"],
-            cwd=workdir,
-            env=hub_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    hub = Hub(workdir, port, token, run_id, process)
+    hub = Hub(workdir, port, token, run_id, _start_process(workdir, hub_env))
+    hub.env = hub_env
     try:
         _wait_for_hub(hub)
         yield hub
     finally:
         _shut_down(hub)
+
+
+def _start_process(workdir: Path, env: dict) -> subprocess.Popen:
+    with open(workdir / "hub.log", "ab") as log:
+        return subprocess.Popen(
+            [str(VENV_BIN / "jupyterhub"), "-f", "test_config.py"],
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def restart(hub: Hub) -> None:
+    """Stop the hub as an admin would (SIGTERM) and start it again on the same state and ports."""
+    hub.process.terminate()
+    hub.process.wait(30)
+    hub.process = _start_process(hub.workdir, hub.env)
+    _wait_for_hub(hub)
 
 
 def _wait_for_hub(hub: Hub, timeout: float = 60) -> None:

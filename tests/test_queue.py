@@ -293,20 +293,32 @@ async def test_a_new_start_of_the_same_server_supersedes_the_old_record(manager)
     old = await manager.submit(ask(server="lab", fgpu=2.0), groups=())
     assert old["status"] == Status.SCHEDULED
 
-    new = await manager.submit(ask(server="lab", fgpu=2.0), groups=())
+    new = await manager.submit(ask(server="lab", fgpu=1.0), groups=())
 
     assert new["id"] != old["id"]
     # The old grant was given back in the same step, so the new one fits at once.
     assert new["status"] == Status.SCHEDULED
-    assert new["grant"]["gpus"] == {GPU: 1.0}
+    assert new["grant"]["gpus"] == {GPU: 0.5}
     ended = manager.get(old["id"])
     assert ended["status"] == Status.TERMINATED
     assert "superseded" in ended["reason"]
     assert [s["id"] for s in manager.sessions()] == [new["id"]]
     # Another server of the same user is not touched.
-    other = await manager.submit(ask(server="other"), groups=())
+    other = await manager.submit(ask(server="other", fgpu=2.0), groups=())
     assert manager.get(new["id"])["status"] == Status.SCHEDULED
     assert other["status"] == Status.PENDING
+
+
+async def test_the_same_start_issued_again_adopts_its_record(manager):
+    """A spawn re-issued after a hub restart keeps its grant, or its place in line."""
+    granted = await manager.submit(ask(server="lab", fgpu=2.0), groups=())
+    waiting = await manager.submit(ask(server="later", fgpu=2.0), groups=())
+    assert (granted["status"], waiting["status"]) == (Status.SCHEDULED, Status.PENDING)
+
+    assert (await manager.submit(ask(server="lab", fgpu=2.0), groups=()))["id"] == granted["id"]
+    again = await manager.submit(ask(server="later", fgpu=2.0), groups=())
+    assert (again["id"], again["status"], again["position"]) == (waiting["id"], Status.PENDING, 1)
+    assert len(manager.sessions()) == 2
 
 
 async def test_a_request_that_waits_too_long_times_out(open_manager):

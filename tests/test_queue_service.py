@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from .harness import containers_with, running_hub
+from .harness import containers_with, restart, running_hub
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
@@ -297,3 +297,24 @@ def test_the_spawn_page_progress_shows_the_queue_position(gpu_hub, student):
                 break
     print(f"spawn page: {message}")
     assert message.startswith("Pending: 1st in line; waiting for 1 fGPU;")
+
+
+def test_a_pending_request_survives_a_hub_restart_and_starts_in_its_turn(gpu_hub, student):
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
+    assert response.status_code == 201, response.text
+    before = student.wait_for(
+        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
+    )
+    (pending,) = by_status(before, "PENDING")
+    restart(gpu_hub)
+    # The running sessions kept their containers; the pending one kept its place in line.
+    after = student.wait_for(
+        lambda s: {(r["id"], r["status"]) for r in s} == {(r["id"], r["status"]) for r in before}
+    )
+    assert by_status(after, "PENDING")[0]["position"] == 1
+    assert len(containers_with({"fgpu.user": student.name})) == 2
+    # Its spawn was lost with the hub and is issued again: a release still starts it by itself.
+    student.call("DELETE", f"sessions/{by_status(after, 'RUNNING')[0]['id']}")
+    student.wait_for(
+        lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")}, timeout=120
+    )
