@@ -60,6 +60,15 @@ def by_status(sessions: list[dict], status: str) -> list[dict]:
     return [s for s in sessions if s["status"] == status]
 
 
+def two_running_one_waiting(student: Student) -> list[dict]:
+    """The seed's launch: 3 sessions of 1 fGPU on 2 fGPU of capacity; two run and one waits."""
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
+    assert response.status_code == 201, response.text
+    return student.wait_for(
+        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
+    )
+
+
 @pytest.fixture
 def student(gpu_hub):
     """A fresh student; whatever a test leaves behind is ended, so it cannot starve the next."""
@@ -77,11 +86,7 @@ def end_all(caller: Student, sessions: list[dict]) -> None:
 
 
 def test_seed_walkthrough_two_run_one_waits_then_starts_by_itself(gpu_hub, student):
-    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
-    assert response.status_code == 201, response.text
-    sessions = student.wait_for(
-        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
-    )
+    sessions = two_running_one_waiting(student)
     (pending,) = by_status(sessions, "PENDING")
     assert pending["position"] == 1 and pending["grant"] is None
     assert "fGPU" in pending["reason"]
@@ -168,11 +173,7 @@ def queue_service_pid(hub) -> int:
 
 
 def test_killing_the_service_loses_no_pending_request(gpu_hub, student):
-    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
-    assert response.status_code == 201, response.text
-    before = student.wait_for(
-        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
-    )
+    before = two_running_one_waiting(student)
     old_pid = queue_service_pid(gpu_hub)
     os.kill(old_pid, signal.SIGKILL)
     deadline = time.monotonic() + 60
@@ -282,11 +283,7 @@ def test_a_container_removed_outside_the_hub_frees_its_slice_within_10_s(gpu_hub
 
 def test_the_spawn_page_progress_shows_the_queue_position(gpu_hub, student):
     """The hub's spawn-pending page renders these events: the pending one says where it stands."""
-    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
-    assert response.status_code == 201, response.text
-    sessions = student.wait_for(
-        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
-    )
+    sessions = two_running_one_waiting(student)
     (pending,) = by_status(sessions, "PENDING")
     url = f"{gpu_hub.url}/hub/api/users/{student.name}/servers/{pending['server_name']}/progress"
     with student.http.get(url, stream=True, timeout=30) as events:
@@ -300,11 +297,7 @@ def test_the_spawn_page_progress_shows_the_queue_position(gpu_hub, student):
 
 
 def test_a_pending_request_survives_a_hub_restart_and_starts_in_its_turn(gpu_hub, student):
-    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
-    assert response.status_code == 201, response.text
-    before = student.wait_for(
-        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
-    )
+    before = two_running_one_waiting(student)
     (pending,) = by_status(before, "PENDING")
     restart(gpu_hub)
     # The running sessions kept their containers; the pending one kept its place in line.
