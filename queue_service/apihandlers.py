@@ -141,12 +141,11 @@ class SessionsHandler(APIHandler):
         count = data.pop("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 20:
             raise web.HTTPError(400, "count must be a whole number from 1 to 20.")
-        options = {key: data[key] for key in data}
         servers = []
         for _ in range(count):
             name = f"s-{secrets.token_hex(3)}"
             try:
-                status = await self.hub.start_server(person["name"], name, options)
+                status = await self.hub.start_server(person["name"], name, data)
             except HubError as e:
                 # The hub's own validation message (FGPUSpawner's), with its status code.
                 raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None

@@ -85,7 +85,7 @@ class QueueService(Application):
     pending_timeout = Float(
         3600.0,
         config=True,
-        help="""Seconds a request may wait before it ends as PENDING_TIMEOUT.""",
+        help="""Seconds a request may wait before it ends as PENDING_TIMEOUT; 0 waits forever.""",
     )
     user_quota = Dict(
         {},
@@ -168,8 +168,7 @@ class QueueService(Application):
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         await self.reconciler.reconcile()
         await self.manager.schedule()
-        tasks = [asyncio.create_task(self.reconciler.run(self.reconcile_interval))]
-        await asyncio.gather(*tasks)
+        await self.reconciler.run(self.reconcile_interval)
 
     def start(self):
         asyncio.run(self.serve())

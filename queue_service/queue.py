@@ -48,6 +48,9 @@ class QueueManager:
         self._lock = asyncio.Lock()
         self._changed = asyncio.Condition()
         self._positions: dict[str, int] = {}
+        # The inventory is fixed for the service's life; every view reads these.
+        self._gpu_memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
+        self._gpu_order = {n.name: [gpu.uuid for gpu in n.gpus] for n in self.nodes}
 
     # -- requests from the spawner -------------------------------------------------------------
 
@@ -222,15 +225,12 @@ class QueueManager:
         await self._notify()
 
     def _expire(self, pending: list[SessionRecord]) -> None:
-        now = utcnow()
+        timeout = self.settings.pending_timeout
+        enqueued = {r.id: as_utc(r.created).timestamp() for r in pending}
+        expired = set(scheduler.pending_timeouts(enqueued, utcnow().timestamp(), timeout))
         for record in pending:
-            waited = (now - as_utc(record.created)).total_seconds()
-            if waited > self.settings.pending_timeout:
-                _finish(
-                    record,
-                    Status.PENDING_TIMEOUT,
-                    f"waited over {self.settings.pending_timeout:g} s",
-                )
+            if record.id in expired:
+                _finish(record, Status.PENDING_TIMEOUT, f"waited over {timeout:g} s")
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -281,7 +281,7 @@ class QueueManager:
             id=record.id,
             user=record.user,
             groups=self.quotas.groups_of(record.user),
-            slots=scheduler.Slots(record.cpu, record.mem, record.fgpu),
+            slots=_slots(record),
             resource_group=record.resource_group,
             enqueued_seq=record.seq,
             skips=record.skips,
@@ -293,7 +293,7 @@ class QueueManager:
                 request_id=r.id,
                 user=r.user,
                 groups=self.quotas.groups_of(r.user),
-                slots=scheduler.Slots(r.cpu, r.mem, r.fgpu),
+                slots=_slots(r),
                 node=r.node,
                 gpus=r.gpus,
             )
@@ -316,7 +316,6 @@ class QueueManager:
     def _view(self, record: SessionRecord) -> dict:
         position = self._positions.get(record.id) if record.status == Status.PENDING else None
         grant = json.loads(record.grant_json) if record.grant_json else None
-        memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
         return {
             "id": record.id,
             "user": record.user,
@@ -328,8 +327,10 @@ class QueueManager:
             "fgpu": record.fgpu,
             "resource_group": record.resource_group,
             "grant": grant,
-            "gpu_memory": {uuid_: memory.get(uuid_, 0) for uuid_ in (grant or {}).get("gpus", {})},
-            "gpu_order": [gpu.uuid for n in self.nodes if n.name == record.node for gpu in n.gpus],
+            "gpu_memory": {
+                uuid_: self._gpu_memory.get(uuid_, 0) for uuid_ in (grant or {}).get("gpus", {})
+            },
+            "gpu_order": self._gpu_order.get(record.node, []),
             "position": position,
             "reason": record.reason,
             "created": _iso(record.created),
@@ -342,6 +343,10 @@ class QueueManager:
 def scheduler_free_view(nodes, allocations, settings: SchedulerSettings) -> list[dict]:
     free = scheduler.free_capacity(nodes, allocations, units_per_gpu=settings.units_per_gpu)
     return [dataclasses.asdict(node) for node in free]
+
+
+def _slots(record: SessionRecord) -> scheduler.Slots:
+    return scheduler.Slots(record.cpu, record.mem, record.fgpu)
 
 
 def _allocated_query():
