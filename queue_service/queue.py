@@ -146,6 +146,16 @@ class QueueManager:
             )
             return list(db.scalars(query))
 
+    def ended_among(self, ids: set[str]) -> list[SessionRecord]:
+        """The records among `ids` that have ended (for the reconciler: containers to stop)."""
+        if not ids:
+            return []
+        with self.db() as db:
+            query = select(SessionRecord).where(
+                SessionRecord.id.in_(ids), SessionRecord.status.in_([s.value for s in FINAL])
+            )
+            return list(db.scalars(query))
+
     async def resources(self, user: str, groups: tuple[str, ...], admin: bool) -> dict:
         with self.db() as db:
             allocated = list(db.scalars(_allocated_query()))
