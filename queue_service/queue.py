@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -52,6 +53,8 @@ class QueueManager:
         self._gpu_memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
         self._gpu_order = {n.name: [gpu.uuid for gpu in n.gpus] for n in self.nodes}
         self._node_names = {n.name for n in self.nodes}
+        # Live usage by session id; the service wires in its stats sampler (stats.py).
+        self.usage_of: Callable[[str], dict | None] = lambda session_id: None
         self._nodes_by_group: dict[str, set[str]] = {}
         for n in self.nodes:
             self._nodes_by_group.setdefault(n.resource_group, set()).add(n.name)
@@ -150,6 +153,11 @@ class QueueManager:
             )
             return list(db.scalars(query))
 
+    def running_ids(self) -> set[str]:
+        with self.db() as db:
+            query = select(SessionRecord.id).where(SessionRecord.status == Status.RUNNING)
+            return set(db.scalars(query))
+
     def ended_among(self, ids: set[str]) -> list[SessionRecord]:
         """The records among `ids` that have ended (for the reconciler: containers to stop)."""
         if not ids:
@@ -218,6 +226,10 @@ class QueueManager:
                     room = getattr(limit, key) - usage[key]
                     headroom[key] = room if headroom[key] is None else min(headroom[key], room)
         return headroom
+
+    def cluster_view(self) -> list[dict]:
+        with self.db() as db:
+            return self._cluster_view(list(db.scalars(_allocated_query())))
 
     def _cluster_view(self, allocated: list[SessionRecord]) -> list[dict]:
         """Every node and GPU with what is free, and which session holds which slice."""
@@ -393,6 +405,8 @@ class QueueManager:
             "created": _iso(record.created),
             "started": _iso(record.started),
             "ended": _iso(record.ended),
+            "usage": self.usage_of(record.id) if record.status == Status.RUNNING else None,
+            # Usage is left out: a waiting spawner wakes for a change of state, not of load.
             "version": f"{record.status}|{position}|{record.reason}",
         }
 
