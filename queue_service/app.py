@@ -18,7 +18,7 @@ from tornado import web
 from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application
 
-from . import inventory, scheduler
+from . import inventory, pages, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -153,7 +153,9 @@ class QueueService(Application):
                 (prefix + r"api/sessions/([0-9a-f]+)", SessionHandler),
                 (prefix + r"api/resources", ResourcesHandler),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+                *pages.routes(prefix),
             ],
+            **pages.settings(prefix),
             manager=self.manager,
             hub_client=self.hub,
             quotas=self.quotas,
