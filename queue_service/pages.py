@@ -140,10 +140,14 @@ class SessionsPage(PageHandler):
     @web.authenticated
     async def get(self):
         person = await self.person()
+        quotas = self.settings["quotas"]
+        await quotas.refresh(person, self.hub)
         config = {
             "api": self.settings["page_prefix"] + "api/",
             "user": person["name"],
             "admin": bool(person.get("admin")),
+            # The tightest quota totals, so the launch dialog can say what can never start.
+            "limit": quotas.user_limit(person["name"], tuple(person.get("groups", []))),
             "userPrefix": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "user/",
             "images": catalog_images(),
         }

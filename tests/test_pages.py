@@ -383,3 +383,36 @@ def test_admin_stops_a_session_from_the_cluster_view(gpu_hub, pages, bob, bob_ru
         0, timeout=60_000
     )
     assert target not in [s["id"] for s in bob.sessions()]
+
+
+# -- a request that can never start ------------------------------------------------------------
+
+
+def test_launch_dialog_warns_before_a_request_that_can_never_start(gpu_hub, pages, docker_engine):
+    dave = Student(gpu_hub, f"dave-{secrets.token_hex(3)}")
+    group = f"one-fgpu-{secrets.token_hex(3)}"
+    assert gpu_hub.request("POST", f"groups/{group}").status_code == 201
+    quota = {"fgpu_quota": {"fgpu": 1}}
+    assert gpu_hub.request("PUT", f"groups/{group}/properties", json=quota).status_code == 200
+    members = {"users": [dave.name]}
+    assert gpu_hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
+
+    page = pages()
+    log_in(page, gpu_hub, dave.name)
+    open_sessions(page, gpu_hub)
+    launch(page, "python-3.11", cpu=0.5, mem_gib=0.5, fgpu=1.5, count=1)
+    warning = page.locator("#fgpu-launch-warning")
+    expect(warning).to_have_attribute("data-kind", "never")
+    expect(warning).to_contain_text("your quota allows 1 fGPU")
+    screenshot(page, "pages-launch-never")
+
+    # Submitted anyway: the service refuses it with its own message, and nothing is left behind.
+    page.click("#fgpu-launch-submit")
+    error = page.locator("#fgpu-launch-error")
+    expect(error).to_be_visible(timeout=60_000)
+    expect(error).to_contain_text("quota")
+    expect(page.locator("#fgpu-launch")).to_be_visible()
+    assert dave.sessions() == []
+    assert (
+        docker_engine.containers.list(all=True, filters={"label": f"fgpu.user={dave.name}"}) == []
+    )

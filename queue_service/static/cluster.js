@@ -27,6 +27,16 @@
     return button;
   }
 
+  // Who holds which part of a GPU: the service's `slices` when it sends them, else the grants.
+  function holders(node, gpu) {
+    if (gpu.slices) return gpu.slices;
+    return state.sessions.filter(function (s) {
+      return HOLDING.indexOf(s.status) >= 0 && s.grant && s.grant.node === node.name && (s.grant.gpus || {})[gpu.uuid];
+    }).map(function (s) {
+      return { session_id: s.id, user: s.user, server_name: s.server_name, fraction: s.grant.gpus[gpu.uuid] };
+    });
+  }
+
   // One GPU as a strip of `units` fGPU slices; each session's fraction is a labelled block.
   function gpuStrip(node, gpu, units) {
     var layer = [];
@@ -34,17 +44,14 @@
       layer.push(el("div", { className: "fgpu-gpu-slice-line", style: "left:" + (100 * i) / units + "%" }));
     }
     var offset = 0;
-    state.sessions.forEach(function (s) {
-      if (HOLDING.indexOf(s.status) < 0 || !s.grant || s.grant.node !== node.name) return;
-      var fraction = (s.grant.gpus || {})[gpu.uuid];
-      if (!fraction) return;
+    holders(node, gpu).forEach(function (h) {
       layer.push(el("div", {
-        className: "fgpu-gpu-hold", "data-session": s.id, "data-user": s.user,
-        style: "left:" + 100 * offset + "%;width:" + 100 * fraction + "%",
-        title: s.user + " / " + s.server_name + ": " + fgpu.trim(fraction * units) + " fGPU",
-        text: s.user + " " + fgpu.trim(fraction * units) + " fGPU",
+        className: "fgpu-gpu-hold", "data-session": h.session_id, "data-user": h.user,
+        style: "left:" + 100 * offset + "%;width:" + 100 * h.fraction + "%",
+        title: h.user + " / " + h.server_name + ": " + fgpu.trim(h.fraction * units) + " fGPU",
+        text: h.user + " " + fgpu.trim(h.fraction * units) + " fGPU",
       }));
-      offset += fraction;
+      offset += h.fraction;
     });
     var used = (1 - gpu.fraction_free) * units;
     return el("div", { className: "fgpu-gpu", "data-gpu": gpu.uuid }, [

@@ -92,7 +92,7 @@ var fgpu = (function () {
         groups.forEach(function (g) { byName[g.name] = g; });
         groups = byName;
       }
-      name = name && groups[name] ? name : Object.keys(groups)[0];
+      name = name && groups[name] ? name : currentGroup(groups);
       current = groups[name] || null;
     }
     var inGroup = current && current.allocated ? current : resources;
@@ -107,6 +107,14 @@ var fgpu = (function () {
         lower: { used: total, total: total + room },
       };
     });
+  }
+
+  // The group a student works in: "default" when they may use it, else the first they may use.
+  function currentGroup(groups) {
+    var names = Object.keys(groups);
+    var allowed = names.filter(function (n) { return groups[n].allowed !== false; });
+    if (allowed.indexOf("default") >= 0) return "default";
+    return allowed[0] || names[0];
   }
 
   function bar(kind, figures, show) {

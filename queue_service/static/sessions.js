@@ -37,16 +37,16 @@
     return el("td", {}, children);
   }
 
-  // Live usage comes from the service's stats collector when it runs; "—" until then.
+  // Live usage from the service's stats sampler (api/sessions `usage`); "—" until it reports.
   function usageText(usage) {
     if (!usage) return "—";
     var parts = [];
-    var cpu = usage.cpu_percent !== undefined ? usage.cpu_percent : usage.cpu;
-    if (cpu !== undefined && cpu !== null) parts.push("CPU " + fgpu.trim(cpu) + "%");
-    var mem = usage.mem_bytes !== undefined ? usage.mem_bytes : usage.mem;
-    if (mem !== undefined && mem !== null) parts.push("RAM " + fgpu.size(mem));
-    if (usage.gpu_mem !== undefined && usage.gpu_mem !== null) parts.push("GPU mem " + fgpu.size(usage.gpu_mem));
-    if (usage.gpu_util !== undefined && usage.gpu_util !== null) parts.push("GPU " + fgpu.trim(usage.gpu_util) + "%");
+    if (usage.cpu_percent !== undefined && usage.cpu_percent !== null) parts.push("CPU " + fgpu.trim(usage.cpu_percent) + "%");
+    if (usage.mem_bytes !== undefined && usage.mem_bytes !== null) {
+      parts.push("RAM " + fgpu.size(usage.mem_bytes) + (usage.mem_limit_bytes ? " / " + fgpu.size(usage.mem_limit_bytes) : ""));
+    }
+    if (usage.gpu_mem_bytes !== undefined && usage.gpu_mem_bytes !== null) parts.push("GPU mem " + fgpu.size(usage.gpu_mem_bytes));
+    if (usage.gpu_util_percent !== undefined && usage.gpu_util_percent !== null) parts.push("GPU " + fgpu.trim(usage.gpu_util_percent) + "%");
     return parts.length ? parts.join(", ") : "—";
   }
 
@@ -177,13 +177,15 @@
   // How many of `count` start now, and whether any could ever start, from what is free for this
   // user now (allocatable: free capacity within every quota) and the cluster's whole capacity.
   function advice(r, resources) {
-    var keys = ["cpu", "mem", "fgpu"], names = { cpu: "CPU", mem: "memory", fgpu: "fGPU" };
+    var keys = ["cpu", "mem", "fgpu"];
     var show = { cpu: function (v) { return fgpu.trim(v) + " cores"; }, mem: fgpu.size, fgpu: function (v) { return fgpu.trim(v) + " fGPU"; } };
     for (var i = 0; i < keys.length; i++) {
-      var k = keys[i], limit = largestNode(resources, k);
-      if (r[k] > limit + 1e-9) {
-        return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " of " + names[k] +
-          " and no node has more than " + show[k](limit) + "." };
+      var k = keys[i], node = largestNode(resources, k), quota = config.limit ? config.limit[k] : null;
+      if (r[k] > node + 1e-9) {
+        return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " and no node has more than " + show[k](node) + "." };
+      }
+      if (quota !== null && quota !== undefined && r[k] > quota + 1e-9) {
+        return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " and your quota allows " + show[k](quota) + " in all." };
       }
     }
     var fitNow = r.count;
