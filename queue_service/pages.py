@@ -67,6 +67,32 @@ def catalog_images() -> list[dict]:
     ]
 
 
+def page_namespace(person: dict | None, prefix: str, service_prefix: str) -> dict:
+    """The variables JupyterHub's page.html expects, pointing at the hub's own static files.
+
+    `prefix` is the hub's base URL ("/"), `service_prefix` this service's ("/services/queue/").
+    """
+    hub_base = prefix + "hub/"
+    user = PageUser(person) if person else None
+    return {
+        "base_url": hub_base,
+        "prefix": prefix,
+        "static_url": lambda path, include_version=True: f"{hub_base}static/{path}",
+        "own_static": lambda path: f"{service_prefix}static/{path}",
+        "user": user,
+        "admin_access": bool(user and user.admin),
+        "no_spawner_check": True,
+        "parsed_scopes": {"admin-ui"} if user and user.admin else set(),
+        "services": [],
+        "logo_url": "",
+        "login_url": f"{hub_base}login",
+        "logout_url": f"{hub_base}logout",
+        "xsrf_token": "",
+        "version_hash": "",
+        "announcement": None,
+    }
+
+
 class PageHandler(HubOAuthenticated, web.RequestHandler):
     """A page of the service; errors are the hub's HTML error page."""
 
@@ -85,32 +111,8 @@ class PageHandler(HubOAuthenticated, web.RequestHandler):
         return await self.hub.user(identity["name"])
 
     def namespace(self, person: dict | None) -> dict:
-        """The variables JupyterHub's page.html expects, pointing at the hub's own static files."""
         prefix = os.environ.get("JUPYTERHUB_BASE_URL", "/")
-        hub_base = prefix + "hub/"
-
-        def static_url(path: str, include_version: bool = True) -> str:
-            return f"{hub_base}static/{path}"
-
-        user = PageUser(person) if person else None
-        return {
-            "base_url": hub_base,
-            "prefix": prefix,
-            "service_prefix": self.settings["page_prefix"],
-            "static_url": static_url,
-            "own_static": lambda path: f"{self.settings['page_prefix']}static/{path}",
-            "user": user,
-            "admin_access": bool(user and user.admin),
-            "no_spawner_check": True,
-            "parsed_scopes": {"admin-ui"} if user and user.admin else set(),
-            "services": [],
-            "logo_url": "",
-            "login_url": f"{hub_base}login",
-            "logout_url": f"{hub_base}logout",
-            "xsrf_token": "",
-            "version_hash": "",
-            "announcement": None,
-        }
+        return page_namespace(person, prefix, self.settings["page_prefix"])
 
     def render_page(self, name: str, person: dict | None, **extra) -> None:
         html = self.env.get_template(name).render(**self.namespace(person), **extra)

@@ -16,6 +16,8 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect
 
+from queue_service.pages import JUPYTERHUB_TEMPLATES, page_namespace, template_environment
+
 from .harness import running_hub
 from .test_browser import browser, screenshot  # noqa: F401 (the module's Chromium fixture)
 
@@ -138,6 +140,50 @@ class Student:
         response = self.get("api/sessions")
         assert response.status_code == 200, response.text
         return response.json()["sessions"]
+
+
+# -- the templates, rendered without a hub -----------------------------------------------------
+
+
+def render(name: str, person: dict | None, **extra) -> str:
+    namespace = page_namespace(person, "/", "/services/queue/")
+    return template_environment().get_template(name).render(**namespace, **extra)
+
+
+def test_service_pages_extend_jupyterhubs_page_with_our_nav_links():
+    config = {"api": "/services/queue/api/", "images": []}
+    student = render("sessions.html", {"name": "ann"}, page_config=config)
+    # JupyterHub's own page: its logo, its stylesheet from the hub's static files, its nav bar.
+    assert 'id="jupyterhub-logo"' in student
+    assert 'href="/hub/static/css/style.min.css"' in student
+    assert 'href="/hub/home"' in student
+    # Ours: the Sessions link, our script and stylesheet, the page's config as JSON.
+    assert 'id="fgpu-nav-sessions" href="/services/queue/"' in student
+    assert 'src="/services/queue/static/sessions.js"' in student
+    assert '"api": "/services/queue/api/"' in student
+    assert "fgpu-nav-cluster" not in student and "fgpu-user-filter" not in student
+    admin = render("sessions.html", {"name": "root", "admin": True}, page_config=config)
+    assert 'href="/services/queue/cluster"' in admin and 'id="fgpu-user-filter"' in admin
+    assert 'href="/hub/admin"' in admin
+
+
+def test_templates_prefix_always_names_jupyterhubs_original():
+    env = template_environment()
+    original = env.get_template("templates/page.html")
+    assert original.filename == str(JUPYTERHUB_TEMPLATES / "page.html")
+    assert env.get_template("page.html").filename.endswith("templates/hub/page.html")
+
+
+def test_error_page_is_the_hubs_error_page_and_escapes_the_message():
+    html = render(
+        "error.html",
+        {"name": "ann"},
+        status_code=404,
+        status_message="Not Found",
+        message="No page <script>",
+    )
+    assert "<h1>404 : Not Found</h1>" in html
+    assert "No page &lt;script&gt;" in html
 
 
 # -- errors -------------------------------------------------------------------------------------

@@ -20,6 +20,10 @@ var fgpu = (function () {
     return String(Math.round(number * 100) / 100);
   }
 
+  function cores(n) {
+    return trim(n) + (Number(n) === 1 ? " core" : " cores");
+  }
+
   function ordinal(n) {
     var suffix = n % 100 >= 10 && n % 100 <= 20 ? "th" : { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
     return n + suffix;
@@ -75,7 +79,7 @@ var fgpu = (function () {
   }
 
   var SLOTS = [
-    { key: "cpu", label: "CPU", show: function (v) { return trim(v) + " cores"; } },
+    { key: "cpu", label: "CPU", show: cores },
     { key: "mem", label: "RAM", show: size },
     { key: "fgpu", label: "fGPU", show: function (v) { return trim(v) + " fGPU"; } },
   ];
@@ -171,6 +175,7 @@ var fgpu = (function () {
     api: api,
     size: size,
     trim: trim,
+    cores: cores,
     ordinal: ordinal,
     duration: duration,
     time: time,

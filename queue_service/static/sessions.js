@@ -168,7 +168,7 @@
 
   function showValues() {
     var r = request();
-    field("cpu-value").value = fgpu.trim(r.cpu) + " cores";
+    field("cpu-value").value = fgpu.cores(r.cpu);
     field("mem-value").value = fgpu.size(r.mem);
     field("fgpu-value").value = fgpu.trim(r.fgpu) + " fGPU";
     field("count-value").value = r.count === 1 ? "1 session" : r.count + " sessions";
@@ -178,7 +178,7 @@
   // user now (allocatable: free capacity within every quota) and the cluster's whole capacity.
   function advice(r, resources) {
     var keys = ["cpu", "mem", "fgpu"];
-    var show = { cpu: function (v) { return fgpu.trim(v) + " cores"; }, mem: fgpu.size, fgpu: function (v) { return fgpu.trim(v) + " fGPU"; } };
+    var show = { cpu: fgpu.cores, mem: fgpu.size, fgpu: function (v) { return fgpu.trim(v) + " fGPU"; } };
     for (var i = 0; i < keys.length; i++) {
       var k = keys[i], node = largestNode(resources, k), quota = config.limit ? config.limit[k] : null;
       if (r[k] > node + 1e-9) {
@@ -211,7 +211,7 @@
     var resources = latest.resources;
     if (!resources) return;
     var free = resources.allocatable;
-    field("free").textContent = "Free for you now: " + fgpu.trim(free.cpu) + " cores, " +
+    field("free").textContent = "Free for you now: " + fgpu.cores(free.cpu) + ", " +
       fgpu.size(free.mem) + " memory, " + fgpu.trim(free.fgpu) + " fGPU" +
       (resources.units_per_gpu ? " (1 fGPU = 1/" + resources.units_per_gpu + " GPU)" : "") + ".";
     var verdict = advice(request(), resources);
