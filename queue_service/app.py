@@ -18,7 +18,7 @@ from tornado import web
 from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application
 
-from . import inventory, metrics, scheduler
+from . import inventory, metrics, pages, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -171,7 +171,9 @@ class QueueService(Application):
                 (prefix + r"api/resources", ResourcesHandler),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
                 *metrics.routes(prefix),
+                *pages.routes(prefix),
             ],
+            **pages.settings(prefix),
             manager=self.manager,
             hub_client=self.hub,
             quotas=self.quotas,
