@@ -28,6 +28,8 @@ _ALLOWED_KEYS = {
     "version",
     "description",
     "gpu",
+    "prebuild",
+    "wheels",
     "hidden",
     "recipe",
     "base",
@@ -51,6 +53,10 @@ class CatalogImage:
     description: str = ""
     gpu: bool = False
     hidden: bool = False
+    #: Built by `build --all` (setup, CI); heavy images (PyTorch, TensorFlow) are built by name.
+    prebuild: bool = True
+    #: File-name patterns of wheels the recipe takes from the local wheel folder (FGPU_WHEEL_DIR).
+    wheels: tuple[str, ...] = ()
     recipe: str | None = None
     base: str | None = None
     build_args: dict[str, str] = field(default_factory=dict)
@@ -128,9 +134,21 @@ def _parse_entry(entry: object, where: str) -> CatalogImage:
         gpu=bool(entry.get("gpu", False)),
         hidden=bool(entry.get("hidden", False)),
         recipe=entry.get("recipe"),
+        prebuild=bool(entry.get("prebuild", True)),
+        wheels=_parse_wheels(entry.get("wheels"), f"{where} ({name})"),
         base=entry.get("base"),
         build_args={str(k): str(v) for k, v in build_args.items()},
     )
+
+
+def _parse_wheels(value: object, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise CatalogError(f"{where}: wheels must be a list of wheel file-name patterns")
+    if any("/" in v for v in value):
+        raise CatalogError(f"{where}: wheels are file names in the wheel folder, not paths")
+    return tuple(value)
 
 
 def _check_cross_references(images: tuple[CatalogImage, ...], source: str) -> None:
