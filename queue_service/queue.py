@@ -10,16 +10,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import sessionmaker
 
 from . import scheduler
 from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, utcnow
+
+#: Seconds a snapshot of the active records may serve reads while nothing in this process wrote.
+SNAPSHOT_MAX_AGE = 2.0
 
 
 class Refused(Exception):
@@ -53,6 +57,10 @@ class QueueManager:
         self._gpu_memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
         self._gpu_order = {n.name: [gpu.uuid for gpu in n.gpus] for n in self.nodes}
         self._node_names = {n.name for n in self.nodes}
+        # Reads on the request path come from a snapshot taken once per committed change.
+        self._generation = 0
+        self._snapshot = None
+        event.listen(self.db, "after_commit", self._committed)
         # Live usage by session id; the service wires in its stats sampler (stats.py).
         self.usage_of: Callable[[str], dict | None] = lambda session_id: None
         self._nodes_by_group: dict[str, set[str]] = {}
@@ -138,13 +146,48 @@ class QueueManager:
             return self._view(self._load(db, session_id))
 
     def sessions(self, user: str | None = None, include_ended: bool = False) -> list[dict]:
+        if not include_ended:
+            records, views = self._active_snapshot()
+            return [
+                self._with_usage(view)
+                for record, view in zip(records, views, strict=True)
+                if user is None or record.user == user
+            ]
         query = select(SessionRecord).order_by(SessionRecord.seq)
         if user is not None:
             query = query.where(SessionRecord.user == user)
-        if not include_ended:
-            query = query.where(SessionRecord.status.not_in([s.value for s in FINAL]))
         with self.db() as db:
             return [self._view(record) for record in db.scalars(query)]
+
+    def _active_snapshot(self) -> tuple[list[SessionRecord], list[dict]]:
+        """The records that have not ended, and their views without usage, read from the DB once
+        per change rather than once per page poll (P4). Every write commits, and every commit
+        moves `_generation`; the age bound only limits how long an edit made outside this process
+        (an admin's SQL, say) stays unseen."""
+        now = time.monotonic()
+        snapshot = self._snapshot
+        if (
+            snapshot is None
+            or snapshot[0] != self._generation
+            or now - snapshot[1] > SNAPSHOT_MAX_AGE
+        ):
+            generation = self._generation
+            with self.db() as db:
+                query = (
+                    select(SessionRecord)
+                    .where(SessionRecord.status.not_in([s.value for s in FINAL]))
+                    .order_by(SessionRecord.seq)
+                )
+                records = list(db.scalars(query))
+            views = [self._base_view(record) for record in records]
+            snapshot = self._snapshot = (generation, now, records, views)
+        return snapshot[2], snapshot[3]
+
+    def _allocated_records(self) -> list[SessionRecord]:
+        return [r for r in self._active_snapshot()[0] if r.status in ALLOCATED]
+
+    def _committed(self, session) -> None:
+        self._generation += 1
 
     def active_records(self) -> list[SessionRecord]:
         with self.db() as db:
@@ -154,9 +197,7 @@ class QueueManager:
             return list(db.scalars(query))
 
     def running_ids(self) -> set[str]:
-        with self.db() as db:
-            query = select(SessionRecord.id).where(SessionRecord.status == Status.RUNNING)
-            return set(db.scalars(query))
+        return {r.id for r in self._active_snapshot()[0] if r.status == Status.RUNNING}
 
     def ended_among(self, ids: set[str]) -> list[SessionRecord]:
         """The records among `ids` that have ended (for the reconciler: containers to stop)."""
@@ -180,8 +221,7 @@ class QueueManager:
         - admins only, `nodes`: each node's totals and free capacity, and per GPU its free share
           and `slices`, [{session_id, user, server_name, fraction, fgpu}]: who holds which part.
         """
-        with self.db() as db:
-            allocated = list(db.scalars(_allocated_query()))
+        allocated = self._allocated_records()
         mine = [r for r in allocated if r.user == user]
         headroom = self._quota_headroom(user, groups, allocated)
         allowed = self.quotas.snapshot().allowed_resource_groups(user, groups)
@@ -228,8 +268,7 @@ class QueueManager:
         return headroom
 
     def cluster_view(self) -> list[dict]:
-        with self.db() as db:
-            return self._cluster_view(list(db.scalars(_allocated_query())))
+        return self._cluster_view(self._allocated_records())
 
     def _cluster_view(self, allocated: list[SessionRecord]) -> list[dict]:
         """Every node and GPU with what is free, and which session holds which slice."""
@@ -383,6 +422,13 @@ class QueueManager:
         return record
 
     def _view(self, record: SessionRecord) -> dict:
+        return self._with_usage(self._base_view(record))
+
+    def _with_usage(self, view: dict) -> dict:
+        usage = self.usage_of(view["id"]) if view["status"] == Status.RUNNING else None
+        return {**view, "usage": usage}
+
+    def _base_view(self, record: SessionRecord) -> dict:
         position = self._positions.get(record.id) if record.status == Status.PENDING else None
         grant = json.loads(record.grant_json) if record.grant_json else None
         return {
@@ -405,8 +451,8 @@ class QueueManager:
             "created": _iso(record.created),
             "started": _iso(record.started),
             "ended": _iso(record.ended),
-            "usage": self.usage_of(record.id) if record.status == Status.RUNNING else None,
-            # Usage is left out: a waiting spawner wakes for a change of state, not of load.
+            # Usage (added by _with_usage) is left out: a waiting spawner wakes for a change of
+            # state, not of load.
             "version": f"{record.status}|{position}|{record.reason}",
         }
 
