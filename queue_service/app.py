@@ -18,7 +18,9 @@ from tornado import web
 from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application
 
-from . import inventory, scheduler
+from image_catalog import load_catalog
+
+from . import image_api, inventory, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -28,6 +30,7 @@ from .apihandlers import (
 )
 from .db import open_database
 from .hub_client import HubClient
+from .images import ImageStore
 from .queue import QueueManager, SchedulerSettings
 from .quotas import QuotaBook
 from .reconciler import Reconciler
@@ -100,6 +103,14 @@ class QueueService(Application):
         config=True,
         help="""Name of the hub service whose token the spawner presents; only it may ask for grants.""",
     )
+    catalog_path = Unicode(
+        "",
+        config=True,
+        help="""
+        catalog.yaml that seeds the image catalog at every start (empty: the shipped one). Seeding
+        adds new entries and follows the file's changes, but never undoes an instructor's edit.
+        """,
+    )
     reconcile_interval = Float(
         5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
     )
@@ -141,7 +152,11 @@ class QueueService(Application):
             pending_timeout=self.pending_timeout,
         )
         nodes = [scheduler_node(node)]
-        self.manager = QueueManager(open_database(self.db_url), nodes, settings, self.quotas)
+        db = open_database(self.db_url)
+        self.manager = QueueManager(db, nodes, settings, self.quotas)
+        self.images = ImageStore(db)
+        seeded = self.images.seed(load_catalog(self.catalog_path or None))
+        self.log.info("Image catalog seeded: %s", seeded)
         self.reconciler = Reconciler(self.manager, docker_client, log=self.log, hub=self.hub)
         prefix = self.service_prefix
         return web.Application(
@@ -153,10 +168,13 @@ class QueueService(Application):
                 (prefix + r"api/sessions/([0-9a-f]+)", SessionHandler),
                 (prefix + r"api/resources", ResourcesHandler),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+                *image_api.routes(prefix),
             ],
             manager=self.manager,
             hub_client=self.hub,
             quotas=self.quotas,
+            images=self.images,
+            docker=docker_client,
             spawner_service=self.spawner_service,
             cookie_secret=os.urandom(32),
         )
