@@ -22,6 +22,7 @@ debootstrap and to the Docker engine.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -65,6 +66,10 @@ ROOTFS_REPOSITORY = "fgpu/rootfs"
 DEFAULT_CACHE_DIR = "/var/cache/fgpu-hub"
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 CA_CONTEXT_DIR = "ca"
+# Wheels that PyPI does not carry (PyTorch's CPU builds live on download.pytorch.org, which this
+# network cannot reach) come from a local folder; recipes find them in the context's wheels/.
+DEFAULT_WHEEL_DIR = "/opt/wheels"
+WHEEL_CONTEXT_DIR = "wheels"
 APT_SOURCES_FILES = ("/etc/apt/sources.list",)
 APT_SOURCES_DIR = "/etc/apt/sources.list.d"
 MIRROR_SCHEMES = ("http://", "https://", "file:/")
@@ -206,12 +211,13 @@ def debootstrap_command(
 def build_order(catalog: Catalog, names: Iterable[str] | None = None) -> list[CatalogImage]:
     """The entries to process, every base before the images built on it.
 
-    ``names=None`` means every entry that has a recipe. Bases are pulled in even when not asked
+    ``names=None`` means every entry that has a recipe and is marked ``prebuild`` (heavy images
+    such as PyTorch or TensorFlow are built by name only). Bases are pulled in even when not asked
     for, and the catalog's own order is kept among entries that do not depend on each other.
     """
     known = {image.name: image for image in catalog.images}
     if names is None:
-        wanted = [image.name for image in catalog.images if image.recipe]
+        wanted = [image.name for image in catalog.images if image.recipe and image.prebuild]
     else:
         wanted = list(dict.fromkeys(names))
         unknown = [name for name in wanted if name not in known]
@@ -268,6 +274,22 @@ def image_labels(image: CatalogImage, digest: str) -> dict[str, str]:
         LABEL_FRAMEWORK: image.framework,
         LABEL_VERSION: image.version,
     }
+
+
+def select_wheels(image: CatalogImage, available: Iterable[str], wheel_dir: str) -> list[str]:
+    """The files of ``available`` (names in ``wheel_dir``) that the entry's ``wheels`` patterns
+    match, newest name last; a pattern that matches nothing is a clear error before any build."""
+    names = sorted(available)
+    chosen: list[str] = []
+    for pattern in image.wheels:
+        matches = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+        if not matches:
+            raise BuildError(
+                f"{image.name}: no wheel matching {pattern!r} in {wheel_dir}; put it there or "
+                f"point FGPU_WHEEL_DIR at the folder that holds it"
+            )
+        chosen += [name for name in matches if name not in chosen]
+    return chosen
 
 
 def failure_message(what: str, reason: str, tail: Iterable[str]) -> str:
@@ -411,10 +433,28 @@ def ensure_rootfs_image(client, log: Log = print) -> str:
     return reference
 
 
-def prepare_context(image: CatalogImage, dest: Path, ca_dir: Path = HOST_CA_DIR) -> None:
-    """Copy the recipe folder into ``dest`` and the host's extra CA certificates into dest/ca/."""
+def wheel_dir() -> Path:
+    return Path(os.environ.get("FGPU_WHEEL_DIR") or DEFAULT_WHEEL_DIR)
+
+
+def prepare_context(
+    image: CatalogImage, dest: Path, ca_dir: Path = HOST_CA_DIR, wheels_from: Path | None = None
+) -> None:
+    """Copy the recipe folder into ``dest``, the host's extra CA certificates into dest/ca/ and
+    the entry's local wheels into dest/wheels/ (both folders exist, possibly empty)."""
     recipe = RECIPES_DIR / str(image.recipe)
     shutil.copytree(recipe, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    wheels_dest = dest / WHEEL_CONTEXT_DIR
+    wheels_dest.mkdir(exist_ok=True)
+    if image.wheels:
+        source = wheels_from or wheel_dir()
+        available = [p.name for p in source.iterdir() if p.is_file()] if source.is_dir() else []
+        for name in select_wheels(image, available, str(source)):
+            # A hard link where the file system allows: a PyTorch wheel is about 200 MB.
+            try:
+                os.link(source / name, wheels_dest / name)
+            except OSError:
+                shutil.copyfile(source / name, wheels_dest / name)
     ca_dest = dest / CA_CONTEXT_DIR
     ca_dest.mkdir(exist_ok=True)
     if ca_dir.is_dir():

@@ -30,6 +30,8 @@ _ALLOWED_KEYS = {
     "version",
     "description",
     "gpu",
+    "prebuild",
+    "wheels",
     "hidden",
     "recipe",
     "base",
@@ -39,7 +41,7 @@ _ALLOWED_KEYS = {
     "owner",
 }
 #: What an instructor may set through the service's API (recipes belong to the shipped file).
-API_KEYS = _ALLOWED_KEYS - {"recipe", "base", "build_args"}
+API_KEYS = _ALLOWED_KEYS - {"recipe", "base", "build_args", "prebuild", "wheels"}
 
 
 class CatalogError(ValueError):
@@ -58,6 +60,10 @@ class CatalogImage:
     description: str = ""
     gpu: bool = False
     hidden: bool = False
+    #: Built by `build --all` (setup, CI); heavy images (PyTorch, TensorFlow) are built by name.
+    prebuild: bool = True
+    #: File-name patterns of wheels the recipe takes from the local wheel folder (FGPU_WHEEL_DIR).
+    wheels: tuple[str, ...] = ()
     recipe: str | None = None
     base: str | None = None
     build_args: dict[str, str] = field(default_factory=dict)
@@ -165,6 +171,8 @@ def _parse_entry(entry: object, where: str, allowed: set[str] = _ALLOWED_KEYS) -
         gpu=_flag(entry, "gpu", f"{where} ({name})"),
         hidden=_flag(entry, "hidden", f"{where} ({name})"),
         recipe=entry.get("recipe"),
+        prebuild=bool(entry.get("prebuild", True)),
+        wheels=_parse_wheels(entry.get("wheels"), f"{where} ({name})"),
         base=entry.get("base"),
         build_args={str(k): str(v) for k, v in build_args.items()},
         groups=_parse_groups(entry.get("groups"), f"{where} ({name})"),
@@ -196,6 +204,16 @@ def _parse_owner(value: object, where: str) -> str | None:
     if not isinstance(value, str):
         raise CatalogError(f"{where}: owner must be a user name")
     return value
+
+
+def _parse_wheels(value: object, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise CatalogError(f"{where}: wheels must be a list of wheel file-name patterns")
+    if any("/" in v for v in value):
+        raise CatalogError(f"{where}: wheels are file names in the wheel folder, not paths")
+    return tuple(value)
 
 
 def _check_cross_references(images: tuple[CatalogImage, ...], source: str) -> None:

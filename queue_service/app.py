@@ -20,7 +20,7 @@ from traitlets.config import Application
 
 from image_catalog import load_catalog
 
-from . import image_api, inventory, scheduler
+from . import image_api, inventory, metrics, pages, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -34,6 +34,7 @@ from .images import ImageStore
 from .queue import QueueManager, SchedulerSettings
 from .quotas import QuotaBook
 from .reconciler import Reconciler
+from .stats import StatsSampler
 
 
 def scheduler_node(node: inventory.NodeInfo) -> scheduler.Node:
@@ -114,6 +115,14 @@ class QueueService(Application):
     reconcile_interval = Float(
         5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
     )
+    stats_interval = Float(
+        5.0,
+        config=True,
+        help="""
+        Seconds between two rounds of live stats (one `docker stats` call per running session,
+        and NVML on GPU hosts). Pages and /metrics read the last round and never reach the engine.
+        """,
+    )
     service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
     service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
 
@@ -158,6 +167,14 @@ class QueueService(Application):
         seeded = self.images.seed(load_catalog(self.catalog_path or None))
         self.log.info("Image catalog seeded: %s", seeded)
         self.reconciler = Reconciler(self.manager, docker_client, log=self.log, hub=self.hub)
+        self.stats = StatsSampler(
+            docker_client,
+            self.manager.running_ids,
+            interval=self.stats_interval,
+            read_gpus=not node.simulated,
+            log=self.log,
+        )
+        self.manager.usage_of = self.stats.usage
         prefix = self.service_prefix
         return web.Application(
             [
@@ -169,7 +186,10 @@ class QueueService(Application):
                 (prefix + r"api/resources", ResourcesHandler),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
                 *image_api.routes(prefix),
+                *metrics.routes(prefix),
+                *pages.routes(prefix),
             ],
+            **pages.settings(prefix),
             manager=self.manager,
             hub_client=self.hub,
             quotas=self.quotas,
@@ -186,6 +206,7 @@ class QueueService(Application):
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         await self.reconciler.reconcile()
         await self.manager.schedule()
+        self._stats_task = asyncio.create_task(self.stats.run())
         await self.reconciler.run(self.reconcile_interval)
 
     def start(self):

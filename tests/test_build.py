@@ -26,6 +26,7 @@ from image_catalog.build import (
     recipe_hash,
     rootfs_hash,
     rootfs_reference,
+    select_wheels,
 )
 
 # Placeholder hosts under the reserved .invalid domain: no real mirror is named in the repository.
@@ -194,6 +195,42 @@ def test_shipped_catalog_builds_the_jupyter_base_first():
     assert set(order) == {"python-3.11", "scikit-learn-1.5", "scikit-learn-1.4"}
 
 
+def test_all_leaves_out_heavy_images_but_a_name_builds_them():
+    catalog = Catalog((_image("root"), _image("torch", base="root", prebuild=False)))
+    assert _names(build_order(catalog)) == ["root"]
+    assert _names(build_order(catalog, ["torch"])) == ["root", "torch"]
+
+
+def test_shipped_catalog_has_two_versions_of_each_heavy_framework_by_name():
+    catalog = load_catalog()
+    for framework in ("pytorch", "tensorflow"):
+        entries = [image for image in catalog.images if image.framework == framework]
+        assert len({image.version for image in entries}) >= 2
+        assert all(not image.prebuild and image.recipe for image in entries)
+        for image in entries:
+            assert _names(build_order(catalog, [image.name])) == ["python-3.11", image.name]
+
+
+# --- local wheels -----------------------------------------------------------------------------
+
+WHEELS = [
+    "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "six-1.16.0-py2.py3-none-any.whl",
+]
+
+
+def test_wheel_patterns_pick_the_matching_files():
+    image = _image("torch", wheels=("torch-2.13.0+cpu-cp311-*.whl",))
+    assert select_wheels(image, WHEELS, "/w") == [WHEELS[0]]
+    assert select_wheels(_image("plain"), WHEELS, "/w") == []
+
+
+def test_a_missing_wheel_names_the_folder_and_the_setting():
+    image = _image("torch", wheels=("torch-2.99*.whl",))
+    with pytest.raises(BuildError, match=r"torch-2\.99\*\.whl.*in /w.*FGPU_WHEEL_DIR"):
+        select_wheels(image, WHEELS, "/w")
+
+
 # --- build arguments, hash, labels ------------------------------------------------------------
 
 
@@ -280,7 +317,26 @@ def test_context_without_host_certificates_still_has_the_ca_folder(tmp_path):
     image = load_catalog().get("scikit-learn-1.4")
     prepare_context(image, tmp_path / "context", ca_dir=tmp_path / "missing")
     assert (tmp_path / "context" / "ca").is_dir()
+    assert (tmp_path / "context" / "wheels").is_dir()
     assert (tmp_path / "context" / "Dockerfile").is_file()
+
+
+def test_context_carries_only_the_entrys_local_wheels(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in WHEELS:
+        (wheels / name).write_bytes(name.encode())
+    image = load_catalog().get("pytorch-2.13-cpu")
+    context = tmp_path / "context"
+    prepare_context(image, context, ca_dir=tmp_path / "missing", wheels_from=wheels)
+    assert sorted(p.name for p in (context / "wheels").iterdir()) == [WHEELS[0]]
+    assert (context / "wheels" / WHEELS[0]).read_bytes() == WHEELS[0].encode()
+
+
+def test_context_with_the_wheel_missing_fails_before_any_build(tmp_path):
+    image = load_catalog().get("pytorch-2.13-cpu")
+    with pytest.raises(BuildError, match="no wheel matching"):
+        prepare_context(image, tmp_path / "context", wheels_from=tmp_path / "empty")
 
 
 # --- command line (fails before any Docker call) ----------------------------------------------

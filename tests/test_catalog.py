@@ -25,6 +25,8 @@ def test_shipped_catalog_loads_with_two_versions_of_one_framework():
         ({"images": [{"name": "a", "image": "a:1", "base": "zz"}]}, "base 'zz'"),
         ({"images": [{"name": "a", "image": "a:1", "recipe": "nope"}]}, "no Dockerfile"),
         ({"images": [{"name": "a", "image": "a:1", "hidden": True}]}, "at least one image"),
+        ({"images": [{"name": "a", "image": "a:1", "wheels": "torch.whl"}]}, "list of wheel"),
+        ({"images": [{"name": "a", "image": "a:1", "wheels": ["/opt/t.whl"]}]}, "not paths"),
     ],
 )
 def test_bad_catalogs_are_refused_naming_the_problem(data, fragment):
