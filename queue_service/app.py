@@ -20,7 +20,7 @@ from traitlets.config import Application
 
 from image_catalog import load_catalog
 
-from . import image_api, inventory, metrics, pages, scheduler
+from . import image_api, image_pages, inventory, metrics, pages, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -186,6 +186,7 @@ class QueueService(Application):
                 (prefix + r"api/resources", ResourcesHandler),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
                 *image_api.routes(prefix),
+                *image_pages.routes(prefix),
                 *metrics.routes(prefix),
                 *pages.routes(prefix),
             ],
