@@ -11,6 +11,7 @@ Environment variables:
   FGPU_UNITS_PER_GPU   fGPU units in one physical GPU (default 1)
   FGPU_DUMMY_PASSWORD  shared password for the demo login (default: none asked)
   FGPU_QUEUE_PORT      port of the queue service on 127.0.0.1 (default 10101)
+  FGPU_CATALOG_PATH    catalog.yaml that seeds the image catalog (default: the shipped one)
 """
 
 import os
@@ -55,6 +56,7 @@ units_per_gpu = int(os.environ.get("FGPU_UNITS_PER_GPU", "1"))
 simulated_gpus = os.environ.get("FGPU_SIMULATED_GPUS", "")
 queue_url = f"http://127.0.0.1:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
+catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
 c.JupyterHub.services = [
     {
         "name": "queue",
@@ -68,7 +70,10 @@ c.JupyterHub.services = [
             "queue_service",
             f"--QueueService.units_per_gpu={units_per_gpu}",
             f"--QueueService.simulated_gpus={simulated_gpus}",
+            f"--QueueService.catalog_path={catalog_path}",
         ],
+        # The service sees this scope on the tokens of users who hold it (instructors).
+        "oauth_client_allowed_scopes": ["custom:images:manage"],
     },
     {"name": "fgpu-spawner", "api_token": spawner_token},
 ]
@@ -81,6 +86,12 @@ c.JupyterHub.load_roles = [
         "services": ["queue"],
     },
     {
+        "name": "instructor",
+        "description": "Curates the image catalog: adds, edits, hides, restricts, deletes images",
+        "scopes": ["custom:images:manage"],
+        "groups": ["instructors"],
+    },
+    {
         "name": "fgpu-spawner",
         "description": "The spawner's identity towards the queue service, and nothing else",
         "scopes": ["access:services!service=queue"],
@@ -88,10 +99,18 @@ c.JupyterHub.load_roles = [
     },
 ]
 
+# Instructors: members of this group manage the image catalog (the role above). Admins add
+# members in the admin panel; loading the group only adds, never removes members.
+c.JupyterHub.custom_scopes = {
+    "custom:images:manage": {"description": "Add, edit, hide, restrict and delete catalog images"}
+}
+c.JupyterHub.load_groups = {"instructors": {"users": []}}
+
 c.JupyterHub.spawner_class = "fgpu"
 c.FGPUSpawner.units_per_gpu = units_per_gpu
 c.FGPUSpawner.queue_url = f"{queue_url}/services/queue/"
 c.FGPUSpawner.queue_token = spawner_token
+c.FGPUSpawner.catalog_path = catalog_path
 # Up to 4 fGPU per session by default; the queue refuses what no node could ever hold.
 c.FGPUSpawner.fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
 c.FGPUSpawner.gpu_sharing = "simulated" if simulated_gpus else "hami"

@@ -62,7 +62,7 @@ def initial_values(previous: dict, limits: RequestLimits, image_names: list[str]
     """
     image = previous.get("image")
     values = {
-        "image": image if image in image_names else (limits.default_image or image_names[0]),
+        "image": image if image in image_names else _default_image(limits, image_names),
         "cpu": limits.cpu.default,
         "mem": format_size(int(limits.mem.default)),
         "mem_bytes": int(limits.mem.default),
@@ -76,6 +76,12 @@ def initial_values(previous: dict, limits: RequestLimits, image_names: list[str]
     if isinstance(previous.get("mem"), str | int):
         values["mem"] = str(previous["mem"])
     return values
+
+
+def _default_image(limits: RequestLimits, image_names: list[str]) -> str | None:
+    if limits.default_image in image_names:
+        return limits.default_image
+    return image_names[0] if image_names else None
 
 
 def options_from_form(formdata: dict[str, list[str]]) -> dict[str, str]:

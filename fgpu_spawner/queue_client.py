@@ -1,4 +1,4 @@
-"""The spawner's only link to the queue service: a small HTTP client for grants.
+"""The spawner's only link to the queue service: a small HTTP client for grants and the catalog.
 
 The service owns every allocation; the spawner asks for a grant, waits for it (long-polling, so a
 freed slot reaches a waiting spawn at once), reports the session running, and releases it.
@@ -41,7 +41,7 @@ class QueueError(Exception):
 
 class QueueClient:
     def __init__(self, url: str, token: str, timeout: float = 30):
-        self.url = url.rstrip("/") + "/api/grants"
+        self.api = url.rstrip("/") + "/api"
         self.token = token
         self.timeout = timeout
 
@@ -55,23 +55,31 @@ class QueueClient:
             "fgpu": request.fgpu,
             "resource_group": request.resource_group,
         }
-        return await self._call("POST", "", body)
+        return await self._call("POST", "/grants", body)
 
     async def wait(self, session_id: str, seen: dict, wait_seconds: float = 25) -> dict:
         """The record once it differs from `seen` (status, position or reason), or after a while."""
         version = quote(str(seen.get("version", "")))
-        path = f"/{session_id}?wait={wait_seconds:g}&version={version}"
+        path = f"/grants/{session_id}?wait={wait_seconds:g}&version={version}"
         return await self._call("GET", path, timeout=wait_seconds + self.timeout)
 
     async def mark_running(self, session_id: str) -> dict:
-        return await self._call("POST", f"/{session_id}/running", {})
+        return await self._call("POST", f"/grants/{session_id}/running", {})
 
     async def release(self, session_id: str) -> dict:
-        return await self._call("DELETE", f"/{session_id}")
+        return await self._call("DELETE", f"/grants/{session_id}")
+
+    async def images_for(self, user: str) -> list[dict]:
+        """The catalog entries `user` may start (their groups, not hidden, not others' private)."""
+        return (await self._call("GET", f"/images?user={quote(user)}"))["images"]
+
+    async def image_for(self, user: str, name: str) -> dict:
+        """One entry, or QueueError 403 (not allowed for `user`) / 400 (unknown)."""
+        return await self._call("GET", f"/images/{quote(name, safe='')}?user={quote(user)}")
 
     async def _call(self, method: str, path: str, body: dict | None = None, timeout=None) -> dict:
         request = HTTPRequest(
-            self.url + path,
+            self.api + path,
             method=method,
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
             body=None if body is None else json.dumps(body),

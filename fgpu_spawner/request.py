@@ -72,12 +72,19 @@ def parse_request(options: dict, limits: RequestLimits, catalog: Catalog) -> Res
             f"Unknown option(s): {', '.join(unknown)}. Known options: {', '.join(KNOWN_OPTIONS)}."
         )
     image = _parse_image(options.get("image"), limits, catalog)
-    cpu = _parse_number("cpu", options.get("cpu"), limits.cpu.default)
-    mem = _parse_mem(options.get("mem"), int(limits.mem.default))
-    fgpu = _parse_number("fgpu", options.get("fgpu"), limits.fgpu.default, zero_ok=True)
+    # The image's own defaults first (a big framework may want more memory), then the site's.
+    defaults = image.resources.default
+    cpu = _parse_number("cpu", options.get("cpu"), _first(defaults.cpu, limits.cpu.default))
+    mem = _parse_mem(options.get("mem"), int(_first(defaults.mem, limits.mem.default)))
+    fgpu = _parse_number(
+        "fgpu", options.get("fgpu"), _first(defaults.fgpu, limits.fgpu.default), zero_ok=True
+    )
     limits.cpu.check("CPU", cpu, show=lambda v: f"{v:g} cores")
     limits.mem.check("Memory", mem, show=lambda v: format_size(int(v)))
     _check_fgpu(fgpu, limits.fgpu)
+    shortfall = image.resources.shortfall(cpu, mem, fgpu)
+    if shortfall:
+        raise InvalidRequest(f"Image {image.name!r} {shortfall}.")
     group = _parse_resource_group(options.get("resource_group"), limits.resource_groups)
     return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group)
 
@@ -86,10 +93,18 @@ def _is_blank(value: object) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+def _first(value, fallback):
+    return fallback if value is None else value
+
+
 def _parse_image(value: object, limits: RequestLimits, catalog: Catalog):
     visible = catalog.visible()
+    if not visible:
+        raise InvalidRequest("No image is offered to you yet; ask your instructor.")
     if _is_blank(value):
-        return catalog.get(limits.default_image) if limits.default_image else visible[0]
+        offered = [image.name for image in visible]
+        default = limits.default_image if limits.default_image in offered else offered[0]
+        return catalog.get(default)
     if not isinstance(value, str):
         raise InvalidRequest(f"image must be a catalog name, not {value!r}.")
     choices = ", ".join(image.name for image in visible)

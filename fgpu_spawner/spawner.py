@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +23,8 @@ from jupyterhub.traitlets import ByteSpecification
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default
 
-from image_catalog import Catalog, CatalogError, load_catalog
+from image_catalog import Catalog, CatalogError, load_catalog, parse_image
+from image_catalog.catalog import API_KEYS
 
 from . import form
 from .container_spec import ContainerContext, build_container_spec
@@ -53,14 +55,13 @@ def _cached_catalog(path: str, mtime: float) -> Catalog:
     return load_catalog(path or None)
 
 
-def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
-    """The default `apply_user_options` hook: validate, then remember the request."""
-    try:
-        catalog = spawner.catalog
-    except CatalogError as e:
-        raise spawn_error(
-            f"The image catalog is broken: {e}", reason="config", status_code=500
-        ) from None
+async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
+    """The default `apply_user_options` hook: validate against the images this user may start,
+    then remember the request. An image others may use but this user may not is a 403."""
+    catalog = await spawner.user_catalog()
+    name = (user_options or {}).get("image") if isinstance(user_options, dict) else None
+    if isinstance(name, str) and name.strip() and name not in catalog.names():
+        await spawner.refuse_image(name, catalog)
     try:
         request = parse_request(user_options, spawner.request_limits, catalog)
     except InvalidRequest as e:
@@ -69,6 +70,13 @@ def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
     spawner.image = request.image
     spawner.cpu_limit = request.cpu
     spawner.mem_limit = request.mem
+
+
+def catalog_from_entries(entries: list[dict]) -> Catalog:
+    """The service's catalog entries (api/images) as a Catalog the form and parser read."""
+    return Catalog(
+        tuple(parse_image({k: v for k, v in e.items() if k in API_KEYS}) for e in entries)
+    )
 
 
 class FGPUSpawner(DockerSpawner):
@@ -192,14 +200,17 @@ class FGPUSpawner(DockerSpawner):
 
     @default("options_form")
     def _default_options_form(self):
-        return lambda spawner: form.render_spawn_form(
-            spawner.request_limits,
-            spawner.catalog,
-            units_per_gpu=spawner.units_per_gpu,
-            simulated=spawner.gpu_sharing == "simulated",
-            cpu_step=spawner.cpu_step,
-            previous=spawner.user_options,
-        )
+        async def render(spawner):
+            return form.render_spawn_form(
+                spawner.request_limits,
+                await spawner.user_catalog(),
+                units_per_gpu=spawner.units_per_gpu,
+                simulated=spawner.gpu_sharing == "simulated",
+                cpu_step=spawner.cpu_step,
+                previous=spawner.user_options,
+            )
+
+        return render
 
     @default("options_from_form")
     def _default_options_from_form(self):
@@ -211,9 +222,45 @@ class FGPUSpawner(DockerSpawner):
 
     @property
     def catalog(self) -> Catalog:
+        """The catalog file: used only by a spawner with no queue service."""
         path = self.catalog_path
         mtime = Path(path).stat().st_mtime if path else 0.0
         return _cached_catalog(path, mtime)
+
+    async def user_catalog(self) -> Catalog:
+        """The images this user may start: from the queue service's catalog (its DB)."""
+        if self.queue is None:
+            try:
+                return self.catalog
+            except CatalogError as e:
+                raise spawn_error(
+                    f"The image catalog is broken: {e}", reason="config", status_code=500
+                ) from None
+        try:
+            entries = await self.queue.images_for(self.user.name)
+        except QueueError as e:
+            raise spawn_error(
+                f"The image catalog is not available: {e.message}",
+                reason="catalog",
+                status_code=503 if e.status >= 500 else e.status,
+            ) from None
+        return catalog_from_entries(entries)
+
+    async def refuse_image(self, name: str, catalog: Catalog) -> None:
+        """Raise the right refusal for an image not offered to this user: 403 when it exists
+        but is not theirs to use, 400 when there is no such image."""
+        if self.queue is not None:
+            try:
+                await self.queue.image_for(self.user.name, name)
+            except QueueError as e:
+                if e.status == 403:
+                    raise spawn_error(
+                        e.message, reason="image_not_allowed", status_code=403
+                    ) from None
+        choices = ", ".join(image.name for image in catalog.visible()) or "none"
+        raise spawn_error(
+            f"Unknown image {name!r}. Available images: {choices}.", reason="invalid_options"
+        )
 
     @property
     def request_limits(self) -> RequestLimits:
@@ -256,6 +303,7 @@ class FGPUSpawner(DockerSpawner):
         try:
             record = await self.queue.request_grant(self.user.name, self.name, request)
             self.session_id = record["id"]
+            self._use_catalog_reference(record.get("image_ref"))
             while record["status"] == "PENDING":
                 self._report_pending(record)
                 record = await self._wait_in_queue(record)
@@ -267,6 +315,12 @@ class FGPUSpawner(DockerSpawner):
         self.gpu_memory = record.get("gpu_memory") or {}
         self.gpu_order = record.get("gpu_order") or []
         return Grant(record["id"], record["grant"]["node"], record["grant"]["gpus"])
+
+    def _use_catalog_reference(self, reference: str | None) -> None:
+        """Start the image the catalog names now (a private image, or one re-pointed since)."""
+        if reference and reference != self.resource_request.image:
+            self.resource_request = dataclasses.replace(self.resource_request, image=reference)
+            self.image = reference
 
     async def _wait_in_queue(self, record: dict) -> dict:
         """The next change to the record; rides out a restart of the service (the queue is in
@@ -321,7 +375,7 @@ class FGPUSpawner(DockerSpawner):
 
     async def start(self):
         if self.resource_request is None:
-            apply_resource_options(self, self.user_options or {})
+            await apply_resource_options(self, self.user_options or {})
         self.grant = None
         self._pending_message = ""
         try:

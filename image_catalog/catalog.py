@@ -41,7 +41,7 @@ _ALLOWED_KEYS = {
     "owner",
 }
 #: What an instructor may set through the service's API (recipes belong to the shipped file).
-API_KEYS = _ALLOWED_KEYS - {"recipe", "base", "build_args"}
+API_KEYS = _ALLOWED_KEYS - {"recipe", "base", "build_args", "prebuild", "wheels"}
 
 
 class CatalogError(ValueError):

@@ -14,6 +14,7 @@ from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
 
 from .hub_client import HubError
+from .images import ImageError
 from .queue import Refused
 
 
@@ -98,12 +99,14 @@ class GrantsHandler(APIHandler):
         try:
             user = await self.hub.user(str(data.get("user", "")))
             await self.settings["quotas"].refresh(user, self.hub)
+            image = self.settings["images"].admit_options(user, data)
             record = await self.manager.submit(data, groups=tuple(user.get("groups", [])))
         except HubError as e:
             raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None
-        except Refused as e:
+        except (ImageError, Refused) as e:
             raise web.HTTPError(e.status, e.message) from None
-        self.write_json(record, 201)
+        # The reference comes from the catalog, so a private or re-pointed image starts as listed.
+        self.write_json({**record, "image_ref": image["image"] if image else None}, 201)
 
 
 class GrantHandler(APIHandler):
@@ -150,6 +153,10 @@ class SessionsHandler(APIHandler):
     async def post(self):
         person = await self.person()
         data = self.body()
+        try:
+            self.settings["images"].admit_options(person, data)
+        except ImageError as e:
+            raise web.HTTPError(e.status, e.message) from None
         count = data.pop("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 20:
             raise web.HTTPError(400, "count must be a whole number from 1 to 20.")

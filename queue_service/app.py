@@ -18,7 +18,9 @@ from tornado import web
 from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application
 
-from . import inventory, metrics, pages, scheduler
+from image_catalog import load_catalog
+
+from . import image_api, image_pages, inventory, metrics, pages, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -28,6 +30,7 @@ from .apihandlers import (
 )
 from .db import open_database
 from .hub_client import HubClient
+from .images import ImageStore
 from .queue import QueueManager, SchedulerSettings
 from .quotas import QuotaBook
 from .reconciler import Reconciler
@@ -101,6 +104,14 @@ class QueueService(Application):
         config=True,
         help="""Name of the hub service whose token the spawner presents; only it may ask for grants.""",
     )
+    catalog_path = Unicode(
+        "",
+        config=True,
+        help="""
+        catalog.yaml that seeds the image catalog at every start (empty: the shipped one). Seeding
+        adds new entries and follows the file's changes, but never undoes an instructor's edit.
+        """,
+    )
     reconcile_interval = Float(
         5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
     )
@@ -150,7 +161,11 @@ class QueueService(Application):
             pending_timeout=self.pending_timeout,
         )
         nodes = [scheduler_node(node)]
-        self.manager = QueueManager(open_database(self.db_url), nodes, settings, self.quotas)
+        db = open_database(self.db_url)
+        self.manager = QueueManager(db, nodes, settings, self.quotas)
+        self.images = ImageStore(db)
+        seeded = self.images.seed(load_catalog(self.catalog_path or None))
+        self.log.info("Image catalog seeded: %s", seeded)
         self.reconciler = Reconciler(self.manager, docker_client, log=self.log, hub=self.hub)
         self.stats = StatsSampler(
             docker_client,
@@ -170,6 +185,8 @@ class QueueService(Application):
                 (prefix + r"api/sessions/([0-9a-f]+)", SessionHandler),
                 (prefix + r"api/resources", ResourcesHandler),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+                *image_api.routes(prefix),
+                *image_pages.routes(prefix),
                 *metrics.routes(prefix),
                 *pages.routes(prefix),
             ],
@@ -177,6 +194,8 @@ class QueueService(Application):
             manager=self.manager,
             hub_client=self.hub,
             quotas=self.quotas,
+            images=self.images,
+            docker=docker_client,
             spawner_service=self.spawner_service,
             cookie_secret=os.urandom(32),
         )

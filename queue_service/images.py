@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
 from image_catalog import Catalog, CatalogError, CatalogImage, parse_image
+from image_catalog.units import parse_size
 
 from .models import ImageRecord, ImageSeed, as_utc, utcnow
 
@@ -114,6 +115,23 @@ class ImageStore:
                 raise ImageError(f"Image {name!r} {shortfall}.", 400)
         return entry
 
+    def admit_options(self, person: dict, options: dict) -> dict | None:
+        """`admit` for a hub user model and spawn options (contract 3's keys).
+
+        Sizes are checked where they can be read (the grant request's numbers; a form's strings
+        reach the grant later). No image named: the spawner's default applies, checked at grant.
+        """
+        name = options.get("image")
+        if not name:
+            return None
+        return self.admit(
+            str(name),
+            person["name"],
+            tuple(person.get("groups", [])),
+            admin=bool(person.get("admin")),
+            size=_size_of(options),
+        )
+
     # -- changes ---------------------------------------------------------------------------------
 
     def add(self, image: CatalogImage, source: str = "api", check: CheckResult | None = None):
@@ -178,6 +196,13 @@ class ImageStore:
         if record is None:
             raise ImageError(f"No image named {name!r} in the catalog.", 404)
         return record
+
+
+def _size_of(options: dict) -> tuple[float, int, float] | None:
+    try:
+        return float(options["cpu"]), parse_size(options["mem"]), float(options.get("fgpu") or 0)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _merge_seed(record: ImageRecord, old: dict, new: dict) -> bool:

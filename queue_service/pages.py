@@ -20,7 +20,6 @@ from jupyterhub._data import DATA_FILES_PATH
 from jupyterhub.services.auth import HubOAuthenticated
 from tornado import web
 
-from image_catalog import load_catalog
 from templates import TEMPLATES_DIR
 
 from .apihandlers import APIHandler
@@ -53,18 +52,6 @@ class PageUser:
         self.admin = bool(model.get("admin"))
         self.groups = list(model.get("groups", []))
         self.json_escaped_name = json.dumps(self.name)[1:-1]
-
-
-def catalog_images() -> list[dict]:
-    """The catalog's visible images, for the launch dialog when `api/images` does not answer."""
-    try:
-        catalog = load_catalog()
-    except Exception:  # a broken catalog must not take the Sessions page down with it
-        return []
-    return [
-        {"name": i.name, "display_name": i.display_name, "description": i.description}
-        for i in catalog.visible()
-    ]
 
 
 def page_namespace(person: dict | None, prefix: str, service_prefix: str) -> dict:
@@ -151,7 +138,10 @@ class SessionsPage(PageHandler):
             # The tightest quota totals, so the launch dialog can say what can never start.
             "limit": quotas.user_limit(person["name"], tuple(person.get("groups", []))),
             "userPrefix": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "user/",
-            "images": catalog_images(),
+            # What this user may start (groups, hidden, private), as api/images answers it.
+            "images": self.settings["images"].visible_to(
+                person["name"], tuple(person.get("groups", [])), bool(person.get("admin"))
+            ),
         }
         self.render_page("sessions.html", person, page_config=config)
 

@@ -61,8 +61,9 @@ def test_catalog(tmp_path_factory, broken_image):
 
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory, docker_engine, test_catalog):
-    extra = f"c.FGPUSpawner.catalog_path = {str(test_catalog)!r}\n"
-    with running_hub(tmp_path_factory.mktemp("hub"), extra_config=extra) as running:
+    # The queue service seeds its image catalog from this file, and the spawner asks the service.
+    env = {"FGPU_CATALOG_PATH": str(test_catalog)}
+    with running_hub(tmp_path_factory.mktemp("hub"), env=env) as running:
         yield running
 
 

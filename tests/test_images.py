@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import inspect
+from alembic import command
+from sqlalchemy import create_engine, inspect, text
 
 from image_catalog import load_catalog, parse_image
 from image_catalog.catalog import parse_catalog
-from queue_service.db import open_database
+from queue_service.db import alembic_config, open_database
 from queue_service.images import CheckResult, ImageError, ImageStore
 
 PASSED = CheckResult(True, "jupyterhub-singleuser 5.3.0", datetime(2026, 11, 22, tzinfo=UTC))
@@ -144,3 +145,26 @@ def test_the_shipped_catalog_seeds(store):
     shipped = load_catalog()
     assert store.seed(shipped)["added"] == shipped.names()
     assert all(e["check"]["ok"] is None for e in store.all()), "seeded images are not yet checked"
+
+
+def test_migration_0002_upgrades_a_0001_database_keeping_its_queue(db_url):
+    command.upgrade(alembic_config(db_url), "0001")
+    engine = create_engine(db_url)
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                'INSERT INTO sessions (id, seq, "user", server_name, status, image, cpu, mem,'
+                " fgpu, reason, skips) VALUES ('a1', 1, 'ann', '', 'PENDING', 'python-3.11',"
+                " 1, 1024, 0, '', 0)"
+            )
+        )
+    db = open_database(db_url)
+    try:
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT id FROM sessions")).scalars().all() == ["a1"]
+        ImageStore(db).add(image())
+        command.downgrade(alembic_config(db_url), "0001")
+        assert "images" not in inspect(engine).get_table_names()
+    finally:
+        db.kw["bind"].dispose()
+        engine.dispose()

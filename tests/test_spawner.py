@@ -9,7 +9,7 @@ import pytest
 import requests
 import websocket
 
-from .harness import containers_with
+from .harness import containers_with, free_port, running_hub
 
 GIB = 1024**3
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -154,3 +154,16 @@ def test_image_missing_from_the_engine_is_a_clear_error(hub, username):
     assert "not on this host" in response.json()["message"]
     assert "python -m image_catalog build never-built" in response.json()["message"]
     assert containers_with({"fgpu.user": username}) == []
+
+
+def test_an_unreachable_catalog_fails_the_spawn_clearly(tmp_path, docker_engine, username):
+    """The spawner asks the queue service which images a user may start; without an answer it
+    starts nothing and says why (no fallback to an unchecked list)."""
+    dead = f"http://127.0.0.1:{free_port()}/services/queue/"
+    extra = f"c.FGPUSpawner.queue_url = {dead!r}\n"
+    with running_hub(tmp_path / "hub", extra_config=extra) as lonely:
+        response = lonely.start_server(username, {"image": "python-3.11", "cpu": 0.5})
+        assert response.status_code == 503, response.text
+        assert "The image catalog is not available" in response.json()["message"]
+        assert lonely.server_model(username) is None
+        assert containers_with({"fgpu.user": username}) == []

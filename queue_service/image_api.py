@@ -1,0 +1,183 @@
+"""`api/images`: the catalog's REST API (DESIGN.md, contract 4).
+
+- `GET api/images`: the images the caller may start. Managers add `?all=1` for everything they
+  manage; managers and the spawner add `?user=NAME` for what NAME may start.
+- `GET api/images/NAME[?user=]`: one image, if the caller (or NAME's user) may start it: 403
+  when not allowed, 404 when unknown.
+- `POST api/images`, `PATCH` / `DELETE api/images/NAME`, `POST api/images/NAME/check`: managers only.
+
+Managers are admins and holders of the `custom:images:manage` scope (the hub's `instructors`
+group). Adding an image, or pointing one at a new reference, checks it on the engine first:
+nothing is written unless the image is there and starts jupyterhub-singleuser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from tornado import web
+
+from image_catalog import CatalogError, parse_image
+from image_catalog.labels import LabelError, entry_fields_from_labels
+
+from .apihandlers import APIHandler
+from .hub_client import HubError
+from .image_check import check_singleuser, image_labels
+from .images import CheckResult, ImageError, ImageStore, entry_of
+from .models import utcnow
+
+MANAGE_SCOPE = "custom:images:manage"
+
+
+def routes(prefix: str) -> list:
+    return [
+        (prefix + r"api/images", ImagesHandler),
+        (prefix + r"api/images/([a-z0-9][a-z0-9._-]*)", ImageHandler),
+        (prefix + r"api/images/([a-z0-9][a-z0-9._-]*)/check", ImageCheckHandler),
+    ]
+
+
+def has_manage_scope(identity: dict) -> bool:
+    # A filtered grant (custom:images:manage!group=x) still names the scope.
+    return any(scope.split("!", 1)[0] == MANAGE_SCOPE for scope in identity.get("scopes", []))
+
+
+class ImageAPIHandler(APIHandler):
+    @property
+    def images(self) -> ImageStore:
+        return self.settings["images"]
+
+    async def caller(self) -> tuple[dict | None, bool]:
+        """(the calling person or None for the spawner, whether the caller manages images)."""
+        identity = self.get_current_user()
+        if not identity:
+            raise web.HTTPError(401, "Log in to the hub first.")
+        if identity.get("kind") == "service":
+            if identity.get("name") != self.settings["spawner_service"]:
+                raise web.HTTPError(403, "Only users and the hub's spawner read the catalog.")
+            return None, True
+        person = await self.person()
+        return person, bool(person.get("admin")) or has_manage_scope(identity)
+
+    async def manager(self) -> dict:
+        person, manages = await self.caller()
+        if person is None or not manages:
+            raise web.HTTPError(
+                403, f"Changing the image catalog needs the {MANAGE_SCOPE} scope (instructors)."
+            )
+        return person
+
+    async def subject(self) -> dict:
+        """Whose permissions a read is about: `?user=` (managers, the spawner) or the caller."""
+        person, manages = await self.caller()
+        name = self.get_argument("user", "")
+        if not name:
+            if person is None:
+                raise web.HTTPError(400, "The spawner must name the user: ?user=NAME.")
+            return person
+        if not manages and name != person["name"]:
+            raise web.HTTPError(403, "Only instructors and admins may look up another user.")
+        try:
+            return await self.hub.user(name)
+        except HubError as e:
+            raise web.HTTPError(404 if e.status == 404 else 502, e.message) from None
+
+    async def checked(self, reference: str, body: dict) -> tuple:
+        """The image's own labels under `body`, validated, and its check: or a 400 that says why."""
+        client = self.settings["docker"]
+        try:
+            labels = await asyncio.to_thread(image_labels, client, reference)
+            image = parse_image({**entry_fields_from_labels(labels), **body})
+        except (ImageError, CatalogError, LabelError) as e:
+            raise web.HTTPError(getattr(e, "status", 400), str(e)) from None
+        check = await asyncio.to_thread(check_singleuser, client, reference)
+        if not check.ok:
+            raise web.HTTPError(400, f"Image {reference}: {check.message}")
+        return image, check
+
+    def fail(self, error: ImageError):
+        raise web.HTTPError(error.status, error.message) from None
+
+
+class ImagesHandler(ImageAPIHandler):
+    @web.authenticated
+    async def get(self):
+        if self.get_argument("all", "0") == "1":
+            person = await self.manager()
+            images = self.images.manageable_by(person["name"], bool(person.get("admin")))
+        else:
+            user = await self.subject()
+            images = self.images.visible_to(
+                user["name"], tuple(user.get("groups", [])), bool(user.get("admin"))
+            )
+        self.write_json({"images": images})
+
+    @web.authenticated
+    async def post(self):
+        await self.manager()
+        body = self.body()
+        try:
+            parse_image(body)
+        except CatalogError as e:
+            raise web.HTTPError(400, str(e)) from None
+        if any(e["name"] == body["name"] for e in self.images.all()):
+            raise web.HTTPError(409, f"An image named {body['name']!r} is already in the catalog.")
+        image, check = await self.checked(body["image"], body)
+        try:
+            self.write_json(self.images.add(image, check=check), 201)
+        except ImageError as e:
+            self.fail(e)
+
+
+class ImageHandler(ImageAPIHandler):
+    @web.authenticated
+    async def get(self, name):
+        user = await self.subject()
+        self.write_json(self._or_fail(lambda: self.images.admit_options(user, {"image": name})))
+
+    @web.authenticated
+    async def patch(self, name):
+        await self.manager()
+        current = self._or_fail(lambda: self.images.get(name))
+        changes = self.body()
+        if changes.get("name", name) != name:
+            raise web.HTTPError(400, "An image cannot be renamed; add it under the new name.")
+        merged = {**entry_of(current).to_dict(), **changes, "name": name}
+        try:
+            image = parse_image(merged)
+        except CatalogError as e:
+            raise web.HTTPError(400, str(e)) from None
+        check = None
+        if image.image != current["image"]:
+            _, check = await self.checked(image.image, merged)
+        self.write_json(self._or_fail(lambda: self.images.update(image, check=check)))
+
+    @web.authenticated
+    async def delete(self, name):
+        await self.manager()
+        self.write_json(self._or_fail(lambda: self.images.delete(name)))
+
+    def _or_fail(self, action):
+        try:
+            return action()
+        except ImageError as e:
+            self.fail(e)
+
+
+class ImageCheckHandler(ImageAPIHandler):
+    """POST api/images/NAME/check: check again (after a rebuild, say) and record the result."""
+
+    @web.authenticated
+    async def post(self, name):
+        await self.manager()
+        try:
+            reference = self.images.get(name)["image"]
+        except ImageError as e:
+            self.fail(e)
+        client = self.settings["docker"]
+        try:
+            await asyncio.to_thread(image_labels, client, reference)
+            check = await asyncio.to_thread(check_singleuser, client, reference)
+        except ImageError as e:
+            check = CheckResult(False, e.message, utcnow())
+        self.write_json(self.images.record_check(name, check))

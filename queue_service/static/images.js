@@ -1,0 +1,182 @@
+// The Images page: the catalog from api/images; for managers, add / edit / hide / check / delete.
+"use strict";
+
+(function () {
+  var config = fgpu.config;
+  var el = fgpu.element;
+  var images = [];
+  var editing = null; // the image being edited, or null when adding
+
+  function $(id) { return document.getElementById("fgpu-" + id); }
+
+  function show(id, message) {
+    $(id).textContent = message || "";
+    $(id).classList.toggle("d-none", !message);
+  }
+
+  function load() {
+    return fgpu.api("GET", config.manager ? "images?all=1" : "images").then(function (data) {
+      images = data.images;
+      render();
+      show("error", "");
+    }, function (error) { show("error", error.message); });
+  }
+
+  function minimum(image) {
+    var min = (image.resources || {}).min || {};
+    var parts = [];
+    if (min.cpu) parts.push(fgpu.cores(min.cpu));
+    if (min.mem) parts.push(fgpu.size(min.mem));
+    if (min.fgpu) parts.push(fgpu.trim(min.fgpu) + " fGPU");
+    return parts.join(", ") || "—";
+  }
+
+  function checkCell(check) {
+    if (check.ok === null) return el("span", { className: "text-muted", text: "not checked" });
+    return el("span", {
+      className: check.ok ? "text-success" : "text-danger",
+      title: check.message + (check.checked_at ? " (" + fgpu.time(check.checked_at) + ")" : ""),
+      text: check.ok ? "✓ starts" : "✗ " + check.message,
+    });
+  }
+
+  function button(label, kind, action, image) {
+    return el("button", {
+      type: "button",
+      className: "btn btn-sm btn-" + kind,
+      "data-action": label.toLowerCase(),
+      "data-image": image.name,
+      onclick: function () { action(image); },
+      text: label,
+    });
+  }
+
+  function row(image) {
+    var cells = [
+      el("td", {}, [
+        el("div", { className: "fw-semibold", text: image.display_name || image.name }),
+        el("div", { className: "fgpu-id text-muted", text: image.name }),
+        image.owner ? el("div", { className: "text-muted", text: "private to " + image.owner }) : null,
+      ]),
+      el("td", { className: "fgpu-id", text: image.image }),
+      el("td", { text: [image.framework, image.version].filter(Boolean).join(" ") || "—" }),
+      el("td", { className: "fgpu-groups", text: image.groups.length ? image.groups.join(", ") : "everyone" }),
+      el("td", { text: minimum(image) }),
+    ];
+    if (config.manager) {
+      cells.push(el("td", { className: "fgpu-visibility", text: image.hidden ? "hidden" : "visible" }));
+      cells.push(el("td", {}, [checkCell(image.check)]));
+      cells.push(el("td", {}, [el("div", { className: "fgpu-apps" }, [
+        button("Edit", "outline-primary", openEdit, image),
+        button(image.hidden ? "Show" : "Hide", "outline-secondary", toggleHidden, image),
+        button("Check", "outline-secondary", recheck, image),
+        button("Delete", "outline-danger", remove, image),
+      ])]));
+    }
+    return el("tr", { "data-image": image.name }, cells);
+  }
+
+  function render() {
+    var body = $("images").querySelector("tbody");
+    body.replaceChildren.apply(body, images.map(row));
+  }
+
+  function change(method, path, body, done) {
+    show("done", "");
+    return fgpu.api(method, path, body).then(function () {
+      show("done", done);
+      return load();
+    }, function (error) { show("error", error.message); });
+  }
+
+  function toggleHidden(image) {
+    change("PATCH", "images/" + image.name, { hidden: !image.hidden },
+      image.name + (image.hidden ? " is offered again." : " is hidden."));
+  }
+
+  function recheck(image) {
+    change("POST", "images/" + image.name + "/check", undefined, image.name + " checked.");
+  }
+
+  function remove(image) {
+    if (!window.confirm("Delete " + image.name + " from the catalog? Running sessions keep running.")) return;
+    change("DELETE", "images/" + image.name, undefined, image.name + " deleted.");
+  }
+
+  // -- the add / edit dialog --------------------------------------------------------------------
+
+  var FIELDS = ["name", "image", "display_name", "framework", "version", "description"];
+
+  function field(name) { return $("image-form").elements[name]; }
+
+  function openDialog(image) {
+    editing = image;
+    $("image-title").textContent = image ? "Edit " + image.name : "Add an image";
+    FIELDS.forEach(function (name) { field(name).value = image ? image[name] || "" : ""; });
+    field("name").readOnly = Boolean(image);
+    var resources = (image && image.resources) || {};
+    var min = resources.min || {}, max = resources.max || {};
+    field("groups").value = image ? image.groups.join(", ") : "";
+    field("min_cpu").value = min.cpu || "";
+    field("min_mem").value = min.mem ? fgpu.size(min.mem) : "";
+    field("max_cpu").value = max.cpu || "";
+    field("gpu").checked = Boolean(image && image.gpu);
+    field("hidden").checked = Boolean(image && image.hidden);
+    show("image-error", "");
+    $("image-dialog").showModal();
+  }
+
+  function openEdit(image) { openDialog(image); }
+
+  function bounds(existing, values) {
+    var merged = Object.assign({}, existing || {});
+    Object.keys(values).forEach(function (key) {
+      if (values[key] === "") delete merged[key];
+      else merged[key] = key === "mem" ? values[key] : Number(values[key]);
+    });
+    return merged;
+  }
+
+  function formBody() {
+    var body = {};
+    FIELDS.forEach(function (name) {
+      var value = field(name).value.trim();
+      // A blank field on a new image lets the image's own labels fill it in.
+      if (value || editing) body[name] = value;
+    });
+    body.groups = field("groups").value.split(",").map(function (g) { return g.trim(); }).filter(Boolean);
+    var resources = (editing && editing.resources) || {};
+    body.resources = {
+      min: bounds(resources.min, { cpu: field("min_cpu").value.trim(), mem: field("min_mem").value.trim() }),
+      default: resources.default || {},
+      max: bounds(resources.max, { cpu: field("max_cpu").value.trim() }),
+    };
+    body.gpu = field("gpu").checked;
+    body.hidden = field("hidden").checked;
+    return body;
+  }
+
+  function submit(event) {
+    event.preventDefault();
+    var body = formBody();
+    var request = editing
+      ? fgpu.api("PATCH", "images/" + editing.name, body)
+      : fgpu.api("POST", "images", body);
+    $("image-submit").disabled = true;
+    show("image-error", "");
+    request.then(function (saved) {
+      $("image-dialog").close();
+      show("done", saved.name + (editing ? " saved." : " added; it starts a single-user server."));
+      return load();
+    }, function (error) {
+      show("image-error", error.message);
+    }).finally(function () { $("image-submit").disabled = false; });
+  }
+
+  if (config.manager) {
+    $("image-add").addEventListener("click", function () { openDialog(null); });
+    $("image-cancel").addEventListener("click", function () { $("image-dialog").close(); });
+    $("image-form").addEventListener("submit", submit);
+  }
+  load();
+})();
