@@ -61,7 +61,11 @@ def test_catalog(tmp_path_factory, broken_image):
 
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory, docker_engine, test_catalog):
-    extra = f"c.FGPUSpawner.catalog_path = {str(test_catalog)!r}\n"
+    group_data = tmp_path_factory.mktemp("group-data")
+    extra = (
+        f"c.FGPUSpawner.catalog_path = {str(test_catalog)!r}\n"
+        f"c.FGPUSpawner.group_data_dir = {str(group_data)!r}\n"
+    )
     with running_hub(tmp_path_factory.mktemp("hub"), extra_config=extra) as running:
         yield running
 
