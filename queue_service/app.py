@@ -18,7 +18,7 @@ from tornado import web
 from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application
 
-from . import inventory, scheduler
+from . import inventory, private_images, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -152,6 +152,7 @@ class QueueService(Application):
                 (prefix + r"api/sessions", SessionsHandler),
                 (prefix + r"api/sessions/([0-9a-f]+)", SessionHandler),
                 (prefix + r"api/resources", ResourcesHandler),
+                *private_images.routes(prefix),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
             ],
             manager=self.manager,
