@@ -100,3 +100,9 @@ c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 3600 + 120
 c.JupyterHub.concurrent_spawn_limit = 500
 c.Spawner.http_timeout = 60
+
+# The hub's pages carry the queue's Sessions (and, for admins, Cluster) links, the resource
+# indicator on the home page and spawn form, and the queue position on the spawn-pending page.
+from templates import TEMPLATES_DIR  # noqa: E402
+
+c.JupyterHub.template_paths = [str(TEMPLATES_DIR / "hub")]

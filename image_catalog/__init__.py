@@ -3,6 +3,6 @@
 A leaf package: both the spawner and the queue service import it; it imports neither.
 """
 
-from .catalog import Catalog, CatalogError, CatalogImage, load_catalog
+from .catalog import Catalog, CatalogError, CatalogImage, load_catalog, parse_image
 
-__all__ = ["Catalog", "CatalogError", "CatalogImage", "load_catalog"]
+__all__ = ["Catalog", "CatalogError", "CatalogImage", "load_catalog", "parse_image"]

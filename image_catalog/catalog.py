@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from .resources import ImageResources, ResourceError, parse_resources
+
 DEFAULT_CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 RECIPES_DIR = Path(__file__).with_name("recipes")
 
@@ -34,7 +36,12 @@ _ALLOWED_KEYS = {
     "recipe",
     "base",
     "build_args",
+    "groups",
+    "resources",
+    "owner",
 }
+#: What an instructor may set through the service's API (recipes belong to the shipped file).
+API_KEYS = _ALLOWED_KEYS - {"recipe", "base", "build_args"}
 
 
 class CatalogError(ValueError):
@@ -60,6 +67,27 @@ class CatalogImage:
     recipe: str | None = None
     base: str | None = None
     build_args: dict[str, str] = field(default_factory=dict)
+    #: Hub groups that may use the image; empty means everyone.
+    groups: tuple[str, ...] = ()
+    resources: ImageResources = field(default_factory=ImageResources)
+    #: The one user a private image belongs to (a committed session); None for shared images.
+    owner: str | None = None
+
+    def to_dict(self) -> dict:
+        """The fields an API or the DB stores (recipes stay in the shipped file)."""
+        return {
+            "name": self.name,
+            "display_name": self.display_name,
+            "image": self.image,
+            "framework": self.framework,
+            "version": self.version,
+            "description": self.description,
+            "gpu": self.gpu,
+            "hidden": self.hidden,
+            "groups": list(self.groups),
+            "resources": self.resources.to_dict(),
+            "owner": self.owner,
+        }
 
 
 @dataclass(frozen=True)
@@ -105,10 +133,15 @@ def parse_catalog(data: object, source: str = "catalog") -> Catalog:
     return Catalog(images)
 
 
-def _parse_entry(entry: object, where: str) -> CatalogImage:
+def parse_image(entry: object, where: str = "image", allowed: set[str] = API_KEYS) -> CatalogImage:
+    """One entry, as the API receives it: the same checks as the file's, without recipes."""
+    return _parse_entry(entry, where, allowed)
+
+
+def _parse_entry(entry: object, where: str, allowed: set[str] = _ALLOWED_KEYS) -> CatalogImage:
     if not isinstance(entry, dict):
         raise CatalogError(f"{where}: expected a mapping")
-    unknown = set(entry) - _ALLOWED_KEYS
+    unknown = set(entry) - allowed
     if unknown:
         raise CatalogError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     for required in ("name", "image"):
@@ -121,6 +154,10 @@ def _parse_entry(entry: object, where: str) -> CatalogImage:
         )
     if not is_valid_reference(reference):
         raise CatalogError(f"{where} ({name}): {reference!r} is not a valid image reference")
+    try:
+        resources = parse_resources(entry.get("resources"))
+    except ResourceError as e:
+        raise CatalogError(f"{where} ({name}): {e}") from None
     build_args = entry.get("build_args") or {}
     if not isinstance(build_args, dict):
         raise CatalogError(f"{where} ({name}): build_args must be a mapping")
@@ -131,14 +168,42 @@ def _parse_entry(entry: object, where: str) -> CatalogImage:
         framework=str(entry.get("framework") or ""),
         version=str(entry.get("version") or ""),
         description=str(entry.get("description") or ""),
-        gpu=bool(entry.get("gpu", False)),
-        hidden=bool(entry.get("hidden", False)),
+        gpu=_flag(entry, "gpu", f"{where} ({name})"),
+        hidden=_flag(entry, "hidden", f"{where} ({name})"),
         recipe=entry.get("recipe"),
         prebuild=bool(entry.get("prebuild", True)),
         wheels=_parse_wheels(entry.get("wheels"), f"{where} ({name})"),
         base=entry.get("base"),
         build_args={str(k): str(v) for k, v in build_args.items()},
+        groups=_parse_groups(entry.get("groups"), f"{where} ({name})"),
+        resources=resources,
+        owner=_parse_owner(entry.get("owner"), f"{where} ({name})"),
     )
+
+
+def _flag(entry: dict, key: str, where: str) -> bool:
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise CatalogError(f"{where}: {key} must be true or false, not {value!r}")
+    return value
+
+
+def _parse_groups(value: object, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list | tuple) or not all(isinstance(g, str) and g for g in value):
+        raise CatalogError(f"{where}: groups must be a list of hub group names")
+    return tuple(dict.fromkeys(g.strip() for g in value))
+
+
+def _parse_owner(value: object, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise CatalogError(f"{where}: owner must be a user name")
+    return value
 
 
 def _parse_wheels(value: object, where: str) -> tuple[str, ...]:

@@ -179,7 +179,17 @@ class SessionHandler(APIHandler):
 
 
 class ResourcesHandler(APIHandler):
-    """GET your allocated and allocatable slots; admins also see nodes and GPUs."""
+    """GET your allocated and allocatable slots; admins also see nodes and GPUs.
+
+    The JSON (keys kept stable: the pages' indicators read them; slots are {cpu, mem, fgpu}, cpu in
+    cores, mem in bytes, fgpu in units):
+    - `allocated`, `allocatable`, `capacity`: slots over the whole cluster;
+    - `resource_groups`: {name: {allocated, allocatable, capacity, allowed}}, the same per group;
+    - `user`, `units_per_gpu`, `sessions` (how many of yours hold a slice);
+    - admins only, `nodes`: [{name, resource_group, cpu_total, cpu_free, mem_total, mem_free,
+      gpus: [{uuid, index, fraction_free, fgpu_free,
+              slices: [{session_id, user, server_name, fraction, fgpu}]}]}].
+    """
 
     @web.authenticated
     async def get(self):

@@ -18,7 +18,7 @@ from tornado import web
 from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application
 
-from . import inventory, private_images, scheduler
+from . import inventory, metrics, pages, private_images, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -31,6 +31,7 @@ from .hub_client import HubClient
 from .queue import QueueManager, SchedulerSettings
 from .quotas import QuotaBook
 from .reconciler import Reconciler
+from .stats import StatsSampler
 
 
 def scheduler_node(node: inventory.NodeInfo) -> scheduler.Node:
@@ -103,6 +104,14 @@ class QueueService(Application):
     reconcile_interval = Float(
         5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
     )
+    stats_interval = Float(
+        5.0,
+        config=True,
+        help="""
+        Seconds between two rounds of live stats (one `docker stats` call per running session,
+        and NVML on GPU hosts). Pages and /metrics read the last round and never reach the engine.
+        """,
+    )
     service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
     service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
 
@@ -143,6 +152,14 @@ class QueueService(Application):
         nodes = [scheduler_node(node)]
         self.manager = QueueManager(open_database(self.db_url), nodes, settings, self.quotas)
         self.reconciler = Reconciler(self.manager, docker_client, log=self.log, hub=self.hub)
+        self.stats = StatsSampler(
+            docker_client,
+            self.manager.running_ids,
+            interval=self.stats_interval,
+            read_gpus=not node.simulated,
+            log=self.log,
+        )
+        self.manager.usage_of = self.stats.usage
         prefix = self.service_prefix
         return web.Application(
             [
@@ -154,7 +171,10 @@ class QueueService(Application):
                 (prefix + r"api/resources", ResourcesHandler),
                 *private_images.routes(prefix),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+                *metrics.routes(prefix),
+                *pages.routes(prefix),
             ],
+            **pages.settings(prefix),
             manager=self.manager,
             hub_client=self.hub,
             quotas=self.quotas,
@@ -169,6 +189,7 @@ class QueueService(Application):
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         await self.reconciler.reconcile()
         await self.manager.schedule()
+        self._stats_task = asyncio.create_task(self.stats.run())
         await self.reconciler.run(self.reconcile_interval)
 
     def start(self):

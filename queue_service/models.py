@@ -10,7 +10,7 @@ import enum
 import json
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, DateTime, Float, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -74,3 +74,41 @@ class SessionRecord(Base):
     @property
     def gpus(self) -> dict[str, float]:
         return json.loads(self.grant_json)["gpus"] if self.grant_json else {}
+
+
+class ImageRecord(Base):
+    """One catalog entry: an image students may start, who may start it, and its last check."""
+
+    __tablename__ = "images"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(63), nullable=False, unique=True)
+    display_name: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    image: Mapped[str] = mapped_column(String(255), nullable=False)
+    framework: Mapped[str] = mapped_column(String(100), nullable=False, default="")
+    version: Mapped[str] = mapped_column(String(100), nullable=False, default="")
+    description: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    # {"min": {...}, "default": {...}, "max": {...}}: read whole, never queried by slot.
+    resources_json: Mapped[str] = mapped_column(Text, nullable=False, default="{}")
+    gpu: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    # Hub groups that may use it, a JSON list; empty means everyone.
+    groups_json: Mapped[str] = mapped_column(Text, nullable=False, default="[]")
+    hidden: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    owner: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # Where it came from: "seed" (catalog.yaml), "api" (an instructor), "commit" (a session).
+    source: Mapped[str] = mapped_column(String(20), nullable=False, default="api")
+    check_ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    check_message: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ImageSeed(Base):
+    """The catalog.yaml entry as last seeded, per name: seeding then changes only what nobody
+    edited since, and never brings back an image an instructor deleted."""
+
+    __tablename__ = "image_seeds"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    entry_json: Mapped[str] = mapped_column(Text, nullable=False)

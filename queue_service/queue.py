@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -51,6 +52,12 @@ class QueueManager:
         # The inventory is fixed for the service's life; every view reads these.
         self._gpu_memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
         self._gpu_order = {n.name: [gpu.uuid for gpu in n.gpus] for n in self.nodes}
+        self._node_names = {n.name for n in self.nodes}
+        # Live usage by session id; the service wires in its stats sampler (stats.py).
+        self.usage_of: Callable[[str], dict | None] = lambda session_id: None
+        self._nodes_by_group: dict[str, set[str]] = {}
+        for n in self.nodes:
+            self._nodes_by_group.setdefault(n.resource_group, set()).add(n.name)
 
     # -- requests from the spawner -------------------------------------------------------------
 
@@ -146,42 +153,103 @@ class QueueManager:
             )
             return list(db.scalars(query))
 
+    def running_ids(self) -> set[str]:
+        with self.db() as db:
+            query = select(SessionRecord.id).where(SessionRecord.status == Status.RUNNING)
+            return set(db.scalars(query))
+
+    def ended_among(self, ids: set[str]) -> list[SessionRecord]:
+        """The records among `ids` that have ended (for the reconciler: containers to stop)."""
+        if not ids:
+            return []
+        with self.db() as db:
+            query = select(SessionRecord).where(
+                SessionRecord.id.in_(ids), SessionRecord.status.in_([s.value for s in FINAL])
+            )
+            return list(db.scalars(query))
+
     async def resources(self, user: str, groups: tuple[str, ...], admin: bool) -> dict:
+        """What `user` holds and may still take, in total and per resource group (contract 4).
+
+        Keys (kept stable; the pages draw their indicators from them):
+        - `allocated`, `allocatable`, `capacity`: {cpu, mem, fgpu} over the whole cluster;
+        - `resource_groups`: {name: {allocated, allocatable, capacity, allowed}} for every resource
+          group; `allocatable` there is what is free in that group, within every quota that
+          applies; a group this user may not use has nothing allocatable;
+        - `sessions`: how many of the user's sessions hold a slice; `units_per_gpu`;
+        - admins only, `nodes`: each node's totals and free capacity, and per GPU its free share
+          and `slices`, [{session_id, user, server_name, fraction, fgpu}]: who holds which part.
+        """
         with self.db() as db:
             allocated = list(db.scalars(_allocated_query()))
         mine = [r for r in allocated if r.user == user]
-        totals = self._capacity_totals()
-        used = _sum_slots(allocated)
-        own = _sum_slots(mine)
-        # Each quota that applies leaves its own headroom: the user's against what the user holds,
-        # a group's against what all of the group's members hold.
-        snapshot = self.quotas.snapshot()
-        scopes = [(snapshot.for_user(user).max_slots, own)]
-        for group in groups:
-            members = [r for r in allocated if group in self.quotas.groups_of(r.user)]
-            scopes.append((snapshot.for_group(group).max_slots, _sum_slots(members)))
-        allocatable = {}
-        for key in ("cpu", "mem", "fgpu"):
-            room = [totals[key] - used[key]]
-            room += [
-                getattr(limit, key) - usage[key]
-                for limit, usage in scopes
-                if getattr(limit, key) is not None
-            ]
-            allocatable[key] = max(0, min(room))
+        headroom = self._quota_headroom(user, groups, allocated)
+        allowed = self.quotas.snapshot().allowed_resource_groups(user, groups)
+        by_group = {}
+        for name, nodes in self._nodes_by_group.items():
+            on_group = [r for r in allocated if r.node in nodes]
+            capacity = self._capacity_totals(nodes)
+            may_use = allowed is None or name in allowed
+            by_group[name] = {
+                "allocated": _sum_slots([r for r in on_group if r.user == user]),
+                "allocatable": _allocatable(capacity, _sum_slots(on_group), headroom, may_use),
+                "capacity": capacity,
+                "allowed": may_use,
+            }
+        totals = self._capacity_totals(self._node_names)
         result = {
             "user": user,
             "units_per_gpu": self.settings.units_per_gpu,
-            "allocated": own,
-            "allocatable": allocatable,
+            "allocated": _sum_slots(mine),
+            "allocatable": _allocatable(totals, _sum_slots(allocated), headroom, True),
             "capacity": totals,
             "sessions": len(mine),
+            "resource_groups": by_group,
         }
         if admin:
-            result["nodes"] = scheduler_free_view(
-                self.nodes, self._allocations(allocated), self.settings
-            )
+            result["nodes"] = self._cluster_view(allocated)
         return result
+
+    def _quota_headroom(self, user: str, groups: tuple[str, ...], allocated) -> dict:
+        """Per slot, what every quota that applies still leaves (None: no quota limits it). Each
+        quota counts its own holder: the user's own use, or all of a group's members' use."""
+        snapshot = self.quotas.snapshot()
+        scopes = [(snapshot.for_user(user).max_slots, [r for r in allocated if r.user == user])]
+        for group in groups:
+            members = [r for r in allocated if group in self.quotas.groups_of(r.user)]
+            scopes.append((snapshot.for_group(group).max_slots, members))
+        headroom: dict = {"cpu": None, "mem": None, "fgpu": None}
+        for limit, holders in scopes:
+            usage = _sum_slots(holders)
+            for key in headroom:
+                if getattr(limit, key) is not None:
+                    room = getattr(limit, key) - usage[key]
+                    headroom[key] = room if headroom[key] is None else min(headroom[key], room)
+        return headroom
+
+    def cluster_view(self) -> list[dict]:
+        with self.db() as db:
+            return self._cluster_view(list(db.scalars(_allocated_query())))
+
+    def _cluster_view(self, allocated: list[SessionRecord]) -> list[dict]:
+        """Every node and GPU with what is free, and which session holds which slice."""
+        nodes = scheduler_free_view(self.nodes, self._allocations(allocated), self.settings)
+        slices: dict[str, list[dict]] = {}
+        for record in allocated:
+            for uuid_, fraction in record.gpus.items():
+                slices.setdefault(uuid_, []).append(
+                    {
+                        "session_id": record.id,
+                        "user": record.user,
+                        "server_name": record.server_name,
+                        "fraction": fraction,
+                        "fgpu": round(fraction * self.settings.units_per_gpu, 6),
+                    }
+                )
+        for node in nodes:
+            for gpu in node["gpus"]:
+                gpu["slices"] = slices.get(gpu["uuid"], [])
+        return nodes
 
     # -- the pass ---------------------------------------------------------------------------------
 
@@ -300,11 +368,12 @@ class QueueManager:
             for r in records
         ]
 
-    def _capacity_totals(self) -> dict:
+    def _capacity_totals(self, names: set[str]) -> dict:
+        nodes = [n for n in self.nodes if n.name in names]
         return {
-            "cpu": sum(n.cpu for n in self.nodes),
-            "mem": sum(n.mem for n in self.nodes),
-            "fgpu": sum(len(n.gpus) for n in self.nodes) * self.settings.units_per_gpu,
+            "cpu": sum(n.cpu for n in nodes),
+            "mem": sum(n.mem for n in nodes),
+            "fgpu": sum(len(n.gpus) for n in nodes) * self.settings.units_per_gpu,
         }
 
     def _load(self, db, session_id: str) -> SessionRecord:
@@ -336,6 +405,8 @@ class QueueManager:
             "created": _iso(record.created),
             "started": _iso(record.started),
             "ended": _iso(record.ended),
+            "usage": self.usage_of(record.id) if record.status == Status.RUNNING else None,
+            # Usage is left out: a waiting spawner wakes for a change of state, not of load.
             "version": f"{record.status}|{position}|{record.reason}",
         }
 
@@ -359,6 +430,16 @@ def _sum_slots(records) -> dict:
         "mem": sum(r.mem for r in records),
         "fgpu": round(sum(r.fgpu for r in records), 6),
     }
+
+
+def _allocatable(capacity: dict, used: dict, headroom: dict, may_use: bool) -> dict:
+    """Per slot: what is free of `capacity`, capped by the quotas' headroom; never below 0."""
+    result = {}
+    for key in ("cpu", "mem", "fgpu"):
+        room = [capacity[key] - used[key]] + ([headroom[key]] if headroom[key] is not None else [])
+        # Rounded so that 1 - 0.8 reads 0.2 on a page, not 0.19999999999999996.
+        result[key] = round(max(0, min(room)), 6) if may_use else 0
+    return result
 
 
 def _finish(record: SessionRecord, status: Status, reason: str | None = None) -> None:

@@ -10,6 +10,13 @@ A slice is held by a record in SCHEDULED or RUNNING. It is given back when:
 - a grant's container never appeared within `start_grace` seconds (the spawn died with the hub,
   say): the record ends as ERROR.
 
+Fail closed the other way too: a container still running for a record that has already ended
+(TERMINATED, CANCELLED, ERROR, PENDING_TIMEOUT) holds no grant, so it is stopped. Through the hub
+when the hub still lists that server and no newer record owns the server's name, so the hub's view
+stays right; otherwise directly on the engine (stopped and removed, as the spawner would). Only
+containers whose session id is one of this service's records are touched: other hubs may share
+the engine.
+
 This runs on a bounded timer, off the grant path: releases through the spawner stay event-driven.
 """
 
@@ -17,6 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+
+import docker.errors
 
 from .hub_client import HubError
 from .models import Status, as_utc
@@ -42,15 +51,21 @@ class Reconciler:
         self.respawn_grace = respawn_grace
         self._respawning: set[str] = set()
 
-    def _running_sessions(self) -> set[str]:
+    def _running_sessions(self) -> dict:
+        """Running containers by their session id."""
         containers = self.docker.containers.list(filters={"label": SESSION_LABEL})
-        return {c.labels[SESSION_LABEL] for c in containers if c.status == "running"}
+        return {c.labels[SESSION_LABEL]: c for c in containers if c.status == "running"}
 
     async def reconcile(self) -> None:
         running = await asyncio.get_running_loop().run_in_executor(None, self._running_sessions)
+        active = self.manager.active_records()
+        await self._release_lost(active, running)
+        await self._stop_ungranted(active, running)
+
+    async def _release_lost(self, active, running: dict) -> None:
         gone, never_started = [], []
         now = time.time()
-        for record in self.manager.active_records():
+        for record in active:
             if record.status == Status.RUNNING and record.id not in running:
                 gone.append(record.id)
             elif record.status == Status.SCHEDULED and record.id not in running:
@@ -65,6 +80,42 @@ class Reconciler:
             await self.manager.release_where(
                 never_started, Status.ERROR, f"no container started within {self.start_grace:g} s"
             )
+
+    async def _stop_ungranted(self, active, running: dict) -> None:
+        """Stop the containers of records that have ended: they run without a grant."""
+        ended = self.manager.ended_among(set(running))
+        if not ended:
+            return
+        owned = {(r.user, r.server_name) for r in active}
+        for record in ended:
+            container = running[record.id]
+            self._say(
+                "session %s ended as %s but its container runs; stopping it",
+                record.id,
+                record.status,
+            )
+            if (record.user, record.server_name) not in owned and await self._hub_stops(record):
+                continue
+            await asyncio.get_running_loop().run_in_executor(None, _stop_and_remove, container)
+
+    async def _hub_stops(self, record) -> bool:
+        """Ask the hub to stop the record's server, if the hub lists it; True if it did."""
+        if self.hub is None:
+            return False
+        try:
+            servers = (await self.hub.user_now(record.user)).get("servers", {})
+            if record.server_name not in servers:
+                return False
+            await self.hub.stop_server(record.user, record.server_name)
+        except HubError as e:
+            self._say(
+                "the hub cannot stop %s/%s (%s); stopping the container",
+                record.user,
+                record.server_name,
+                e.message,
+            )
+            return False
+        return True
 
     async def respawn_abandoned(self) -> None:
         """Issue again the spawns of records that no spawner waits for any more."""
@@ -118,3 +169,11 @@ class Reconciler:
     def _say(self, message: str, *args) -> None:
         if self.log:
             self.log.warning("reconciler: " + message, *args)
+
+
+def _stop_and_remove(container) -> None:
+    try:
+        container.stop(timeout=5)
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass  # gone already: what was wanted

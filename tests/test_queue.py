@@ -507,6 +507,60 @@ async def test_resources_rise_and_fall_by_exactly_the_session(manager):
     assert after["nodes"][0]["gpus"][0]["fraction_free"] == 1.0
 
 
+LAB_NODE = scheduler.Node(
+    "lab-1", "lab", cpu=2.0, mem=4 * GIB, gpus=(scheduler.Gpu("GPU-lab-0", 8 * GIB, 80),)
+)
+
+
+async def test_resources_per_resource_group_and_in_total(open_manager):
+    manager = open_manager(
+        quotas=QuotaBook(user_default={"fgpu": 3, "resource_groups": ["default", "lab"]}),
+        nodes=(NODE, LAB_NODE),
+    )
+    session = await manager.submit(ask(cpu=1.0, mem=GIB, fgpu=1.5), groups=())
+    shown = await manager.resources("alice", (), admin=False)
+    groups = shown["resource_groups"]
+
+    assert set(groups) == {"default", "lab"}
+    assert groups["default"]["capacity"] == {"cpu": 4.0, "mem": 8 * GIB, "fgpu": 2}
+    assert groups["lab"]["capacity"] == {"cpu": 2.0, "mem": 4 * GIB, "fgpu": 2}
+    # Best fit put it on the first node of the cluster, the default group's.
+    assert session["grant"]["node"] == "node-1"
+    assert groups["default"]["allocated"] == {"cpu": 1.0, "mem": GIB, "fgpu": 1.5}
+    assert groups["lab"]["allocated"] == {"cpu": 0, "mem": 0, "fgpu": 0}
+    # Free in the group, capped by the user's 3 fGPU quota less the 1.5 held.
+    assert groups["default"]["allocatable"] == {"cpu": 3.0, "mem": 7 * GIB, "fgpu": 0.5}
+    assert groups["lab"]["allocatable"] == {"cpu": 2.0, "mem": 4 * GIB, "fgpu": 1.5}
+    assert shown["allocated"] == groups["default"]["allocated"]
+    assert shown["allocatable"] == {"cpu": 5.0, "mem": 11 * GIB, "fgpu": 1.5}
+    assert shown["capacity"] == {"cpu": 6.0, "mem": 12 * GIB, "fgpu": 4}
+
+
+async def test_a_resource_group_the_user_may_not_use_offers_nothing(open_manager):
+    manager = open_manager(
+        quotas=QuotaBook(user_default={"resource_groups": ["default"]}), nodes=(NODE, LAB_NODE)
+    )
+    groups = (await manager.resources("alice", (), admin=False))["resource_groups"]
+    assert groups["lab"]["allowed"] is False
+    assert groups["lab"]["allocatable"] == {"cpu": 0, "mem": 0, "fgpu": 0}
+    assert groups["default"]["allowed"] is True
+    assert groups["default"]["allocatable"]["fgpu"] == 2
+
+
+async def test_admins_see_which_session_holds_which_slice(manager):
+    first, second, third = await submit_three(manager)
+    resources = await manager.resources("admin", (), admin=True)
+    (gpu,) = resources["nodes"][0]["gpus"]
+    assert gpu["fraction_free"] == 0
+    assert sorted(gpu["slices"], key=lambda s: s["server_name"]) == [
+        {"session_id": s["id"], "user": "alice", "server_name": name, "fraction": 0.5, "fgpu": 1.0}
+        for s, name in ((first, "s0"), (second, "s1"))
+    ]
+    await manager.release(first["id"])
+    (gpu,) = (await manager.resources("admin", (), admin=True))["nodes"][0]["gpus"]
+    assert {s["session_id"] for s in gpu["slices"]} == {second["id"], third["id"]}
+
+
 async def test_a_zero_quota_leaves_nothing_allocatable(open_manager):
     manager = open_manager(quotas=QuotaBook(user_default={"fgpu": 0}))
 

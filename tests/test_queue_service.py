@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import signal
+import sqlite3
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,21 @@ def two_running_one_waiting(student: Student) -> list[dict]:
     return student.wait_for(
         lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
     )
+
+
+def assert_nothing_leaked(student: Student) -> list[dict]:
+    """The records against the engine and the accounts: exactly the RUNNING sessions have
+    containers, and the user's allocation is exactly what the sessions holding a slice ask for."""
+    sessions = student.sessions()
+    containers = containers_with({"fgpu.user": student.name})
+    assert {c.labels["fgpu.session_id"] for c in containers} == {
+        s["id"] for s in by_status(sessions, "RUNNING")
+    }
+    holding = [s for s in sessions if s["status"] in ("SCHEDULED", "RUNNING")]
+    allocated = student.call("GET", "resources").json()["allocated"]
+    assert allocated["fgpu"] == pytest.approx(sum(s["fgpu"] for s in holding))
+    assert allocated["cpu"] == pytest.approx(sum(s["cpu"] for s in holding))
+    return sessions
 
 
 @pytest.fixture
@@ -182,12 +198,13 @@ def test_killing_the_service_loses_no_pending_request(gpu_hub, student):
             if queue_service_pid(gpu_hub) != old_pid and student.call("GET", "sessions").ok:
                 break
         time.sleep(0.5)
-    after = student.sessions()
+    after = assert_nothing_leaked(student)
     assert {(s["id"], s["status"]) for s in after} == {(s["id"], s["status"]) for s in before}
     # The waiting spawn reconnected: a release still starts it by itself.
     (pending,) = by_status(after, "PENDING")
     student.call("DELETE", f"sessions/{by_status(after, 'RUNNING')[0]['id']}")
     student.wait_for(lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")})
+    assert_nothing_leaked(student)
     for session in student.sessions():
         student.call("DELETE", f"sessions/{session['id']}")
     student.wait_for(lambda s: s == [])
@@ -268,17 +285,65 @@ def test_a_group_quota_cannot_be_exceeded_by_racing(gpu_hub, student):
     student.wait_for(lambda s: s == [])
 
 
-def test_a_container_removed_outside_the_hub_frees_its_slice_within_10_s(gpu_hub, student):
+@pytest.mark.parametrize("fate", ["died", "removed"])
+def test_a_container_lost_outside_the_hub_frees_its_slice_within_10_s(gpu_hub, student, fate):
     response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 1})
     assert response.status_code == 201, response.text
     (session,) = student.wait_for(lambda s: len(by_status(s, "RUNNING")) == 1)
     (container,) = containers_with({"fgpu.user": student.name})
-    container.remove(force=True)
-    removed_at = time.monotonic()
+    if fate == "died":
+        container.kill()
+    else:
+        container.remove(force=True)
+    lost_at = time.monotonic()
     student.wait_for(lambda s: s == [], timeout=10)
-    print(f"slice freed {time.monotonic() - removed_at:.1f} s after the container was removed")
+    print(f"slice freed {time.monotonic() - lost_at:.1f} s after the container {fate}")
     resources = student.call("GET", "resources").json()
     assert resources["allocated"] == {"cpu": 0, "mem": 0, "fgpu": 0}
+
+
+def test_a_container_whose_record_ended_is_stopped_through_the_hub(gpu_hub, student):
+    response = student.call("POST", "sessions", json={**SESSION, "count": 1})
+    assert response.status_code == 201, response.text
+    (session,) = student.wait_for(lambda s: len(by_status(s, "RUNNING")) == 1)
+    # The record ends behind everyone's back (as when a stop through the hub failed midway).
+    with sqlite3.connect(gpu_hub.workdir / "fgpu_queue.sqlite") as db:
+        db.execute("UPDATE sessions SET status = 'TERMINATED' WHERE id = ?", (session["id"],))
+    ended_at = time.monotonic()
+    deadline = ended_at + 30
+    while (
+        gpu_hub.server_model(student.name, session["server_name"]) and time.monotonic() < deadline
+    ):
+        time.sleep(0.3)
+    print(f"ungranted container stopped {time.monotonic() - ended_at:.1f} s after its record ended")
+    # The hub stopped it (it no longer lists the server), and the container is gone.
+    assert gpu_hub.server_model(student.name, session["server_name"]) is None
+    assert containers_with({"fgpu.session_id": session["id"]}) == []
+
+
+@pytest.fixture(scope="module")
+def whole_gpu_hub(tmp_path_factory, docker_engine):
+    """One simulated GPU holding 1 fGPU: three requests of 0.4 fGPU cannot all fit."""
+    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "1"}
+    with running_hub(tmp_path_factory.mktemp("whole-gpu-hub"), env=env) as hub:
+        yield hub
+
+
+def test_three_of_0_4_fgpu_on_one_unit_two_run_one_waits(whole_gpu_hub):
+    student = Student(whole_gpu_hub, f"student-{secrets.token_hex(4)}")
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 0.4, "count": 3})
+    assert response.status_code == 201, response.text
+    sessions = student.wait_for(
+        lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
+    )
+    running = by_status(sessions, "RUNNING")
+    (pending,) = by_status(sessions, "PENDING")
+    containers = containers_with({"fgpu.user": student.name})
+    assert {c.labels["fgpu.session_id"] for c in containers} == {s["id"] for s in running}
+    assert sorted(f for s in running for f in s["grant"]["gpus"].values()) == [0.4, 0.4]
+    assert student.call("DELETE", f"sessions/{running[0]['id']}").status_code == 200
+    student.wait_for(lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")})
+    end_all(student, student.sessions())
 
 
 def test_the_spawn_page_progress_shows_the_queue_position(gpu_hub, student):
@@ -305,9 +370,10 @@ def test_a_pending_request_survives_a_hub_restart_and_starts_in_its_turn(gpu_hub
         lambda s: {(r["id"], r["status"]) for r in s} == {(r["id"], r["status"]) for r in before}
     )
     assert by_status(after, "PENDING")[0]["position"] == 1
-    assert len(containers_with({"fgpu.user": student.name})) == 2
+    assert_nothing_leaked(student)
     # Its spawn was lost with the hub and is issued again: a release still starts it by itself.
     student.call("DELETE", f"sessions/{by_status(after, 'RUNNING')[0]['id']}")
     student.wait_for(
         lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")}, timeout=120
     )
+    assert_nothing_leaked(student)

@@ -1,0 +1,243 @@
+"""The image catalog as the service keeps it: `ImageStore`, over the `images` table.
+
+catalog.yaml seeds it at every start; from then on instructors own it (api/images and the Images
+page). Seeding is a three-way merge against what was seeded last time (`image_seeds`): a field
+changes only where nobody edited it since, and an image an instructor deleted stays deleted.
+
+`admit` is the one place that decides whether a user may start an image at a given size; the spawn
+path (api/grants) and `POST api/sessions` both ask it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import sessionmaker
+
+from image_catalog import Catalog, CatalogError, CatalogImage, parse_image
+
+from .models import ImageRecord, ImageSeed, as_utc, utcnow
+
+#: Entry fields kept in columns of the same name.
+_PLAIN_FIELDS = ("display_name", "image", "framework", "version", "description", "gpu", "hidden")
+
+
+class ImageError(Exception):
+    """A catalog request that cannot be done: the message says why, `status` is its HTTP code."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Whether the image is on the engine and starts jupyterhub-singleuser; `message` says what
+    was seen (its version, or why not)."""
+
+    ok: bool
+    message: str
+    checked_at: datetime
+
+
+def refusal(entry: dict, user: str, groups: tuple[str, ...], admin: bool) -> str | None:
+    """Why `user` may not start this image, or None. Pure; `entry` is a store view."""
+    name = entry["name"]
+    if entry["hidden"]:
+        return f"Image {name!r} is hidden by the instructors."
+    if entry["owner"] and entry["owner"] != user:
+        return f"Image {name!r} is private to another user."
+    if entry["groups"] and not admin and not set(entry["groups"]) & set(groups):
+        return f"Image {name!r} is only for the group(s) {', '.join(entry['groups'])}."
+    return None
+
+
+def entry_of(view: dict) -> CatalogImage:
+    """A store view back into a validated catalog entry (the spawner does the same)."""
+    return parse_image({key: view[key] for key in view if key in _ENTRY_KEYS})
+
+
+_ENTRY_KEYS = {*_PLAIN_FIELDS, "name", "groups", "resources", "owner"}
+
+
+class ImageStore:
+    def __init__(self, db: sessionmaker):
+        self.db = db
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def all(self) -> list[dict]:
+        with self.db() as db:
+            return [_view(r) for r in db.scalars(select(ImageRecord).order_by(ImageRecord.id))]
+
+    def get(self, name: str) -> dict:
+        with self.db() as db:
+            return _view(self._load(db, name))
+
+    def visible_to(self, user: str, groups: tuple[str, ...], admin: bool = False) -> list[dict]:
+        """The images this user may start, as the spawn form offers them."""
+        return [e for e in self.all() if refusal(e, user, groups, admin) is None]
+
+    def manageable_by(self, user: str, admin: bool) -> list[dict]:
+        """What the Images page lists for a manager: everything but others' private images,
+        which only admins see."""
+        return [e for e in self.all() if admin or not e["owner"] or e["owner"] == user]
+
+    def admit(
+        self,
+        name: str,
+        user: str,
+        groups: tuple[str, ...],
+        admin: bool = False,
+        size: tuple[float, int, float] | None = None,
+    ) -> dict:
+        """The image `user` asks for, if they may start it at `size` (cpu, mem, fgpu).
+
+        Unknown images and sizes outside the image's bounds are 400s; images the user may not
+        use are 403s.
+        """
+        try:
+            entry = self.get(name)
+        except ImageError:
+            raise ImageError(f"Unknown image {name!r}.", 400) from None
+        reason = refusal(entry, user, groups, admin)
+        if reason:
+            raise ImageError(reason, 403)
+        if size is not None:
+            shortfall = entry_of(entry).resources.shortfall(*size)
+            if shortfall:
+                raise ImageError(f"Image {name!r} {shortfall}.", 400)
+        return entry
+
+    # -- changes ---------------------------------------------------------------------------------
+
+    def add(self, image: CatalogImage, source: str = "api", check: CheckResult | None = None):
+        record = ImageRecord(name=image.name, source=source, created=utcnow())
+        _fill(record, image)
+        _record_check(record, check)
+        try:
+            with self.db.begin() as db:
+                db.add(record)
+        except IntegrityError:
+            raise ImageError(
+                f"An image named {image.name!r} is already in the catalog.", 409
+            ) from None
+        return self.get(image.name)
+
+    def update(self, image: CatalogImage, check: CheckResult | None = None) -> dict:
+        with self.db.begin() as db:
+            record = self._load(db, image.name)
+            _fill(record, image)
+            if check is not None:
+                _record_check(record, check)
+        return self.get(image.name)
+
+    def record_check(self, name: str, check: CheckResult) -> dict:
+        with self.db.begin() as db:
+            _record_check(self._load(db, name), check)
+        return self.get(name)
+
+    def delete(self, name: str) -> dict:
+        with self.db.begin() as db:
+            record = self._load(db, name)
+            view = _view(record)
+            db.delete(record)
+        return view
+
+    def seed(self, catalog: Catalog) -> dict[str, list[str]]:
+        """Bring catalog.yaml's entries in without undoing an instructor's edit or deletion."""
+        done: dict[str, list[str]] = {"added": [], "updated": []}
+        with self.db.begin() as db:
+            for image in catalog.images:
+                new = image.to_dict()
+                seed = db.get(ImageSeed, image.name)
+                record = db.scalar(select(ImageRecord).where(ImageRecord.name == image.name))
+                if seed is None:
+                    if record is None:
+                        record = ImageRecord(name=image.name, source="seed", created=utcnow())
+                        _fill(record, image)
+                        db.add(record)
+                        done["added"].append(image.name)
+                    db.add(ImageSeed(name=image.name, entry_json=json.dumps(new)))
+                    continue
+                old = json.loads(seed.entry_json)
+                if old == new:
+                    continue
+                if record is not None and _merge_seed(record, old, new):
+                    done["updated"].append(image.name)
+                seed.entry_json = json.dumps(new)
+        return done
+
+    def _load(self, db, name: str) -> ImageRecord:
+        record = db.scalar(select(ImageRecord).where(ImageRecord.name == name))
+        if record is None:
+            raise ImageError(f"No image named {name!r} in the catalog.", 404)
+        return record
+
+
+def _merge_seed(record: ImageRecord, old: dict, new: dict) -> bool:
+    """Apply the file's change to each field still as the file had it; True if any changed."""
+    current = _entry_dict(record)
+    merged = {
+        key: new[key] if current.get(key) == old.get(key) else current[key]
+        for key in current
+        if key != "name"
+    }
+    if merged == {k: v for k, v in current.items() if k != "name"}:
+        return False
+    try:
+        image = parse_image({"name": record.name, **merged})
+    except CatalogError:
+        # The file's change contradicts an instructor's edit (say, min above their max): the
+        # instructor's version stands.
+        return False
+    _fill(record, image)
+    return True
+
+
+def _fill(record: ImageRecord, image: CatalogImage) -> None:
+    for key in _PLAIN_FIELDS:
+        setattr(record, key, getattr(image, key))
+    record.owner = image.owner
+    record.groups_json = json.dumps(list(image.groups))
+    record.resources_json = json.dumps(image.resources.to_dict())
+    record.updated = utcnow()
+
+
+def _record_check(record: ImageRecord, check: CheckResult | None) -> None:
+    if check is not None:
+        record.check_ok, record.check_message = check.ok, check.message
+        record.checked_at = check.checked_at
+
+
+def _entry_dict(record: ImageRecord) -> dict:
+    return {
+        "name": record.name,
+        **{key: getattr(record, key) for key in _PLAIN_FIELDS},
+        "groups": json.loads(record.groups_json),
+        "resources": json.loads(record.resources_json),
+        "owner": record.owner,
+    }
+
+
+def _view(record: ImageRecord) -> dict:
+    return {
+        **_entry_dict(record),
+        "source": record.source,
+        "check": {
+            "ok": record.check_ok,
+            "message": record.check_message,
+            "checked_at": _iso(record.checked_at),
+        },
+        "created": _iso(record.created),
+        "updated": _iso(record.updated),
+    }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return as_utc(moment).isoformat() if moment else None

@@ -1,0 +1,263 @@
+// The Sessions page: the list (polled from api/sessions), the indicator (api/resources), the
+// launch dialog (POST api/sessions) and each running session's app launcher.
+"use strict";
+
+(function () {
+  var config = fgpu.config, el = fgpu.element;
+  var tbody = document.querySelector("#fgpu-sessions tbody");
+  var filter = document.getElementById("fgpu-user-filter");
+  var errorBox = document.getElementById("fgpu-error");
+  var latest = { sessions: [], resources: null };
+
+  // The apps every image serves behind the hub's proxy (see image_catalog/recipes/jupyter-base).
+  var APPS = [
+    { name: "JupyterLab", path: "lab" },
+    { name: "Notebook", path: "tree" },
+    { name: "Terminal", path: "terminals/1" },
+    { name: "TensorBoard", path: "tensorboard/" },
+  ];
+
+  function serverUrl(session) {
+    var name = session.server_name ? encodeURIComponent(session.server_name) + "/" : "";
+    return config.userPrefix + encodeURIComponent(session.user) + "/" + name;
+  }
+
+  function showError(message) {
+    errorBox.textContent = message || "";
+    errorBox.classList.toggle("d-none", !message);
+  }
+
+  function statusCell(s) {
+    var children = [el("span", { className: "fgpu-status fgpu-status-" + s.status, text: s.status })];
+    if (s.status === "PENDING") {
+      var where = s.position ? fgpu.ordinal(s.position) + " in line" : "waiting";
+      children.push(el("div", { className: "fgpu-pending-detail fgpu-position", text: where }));
+      if (s.reason) children.push(el("div", { className: "fgpu-pending-detail fgpu-reason", text: s.reason }));
+    }
+    return el("td", {}, children);
+  }
+
+  // Live usage from the service's stats sampler (api/sessions `usage`); "—" until it reports.
+  function usageText(usage) {
+    if (!usage) return "—";
+    var parts = [];
+    if (usage.cpu_percent !== undefined && usage.cpu_percent !== null) parts.push("CPU " + fgpu.trim(usage.cpu_percent) + "%");
+    if (usage.mem_bytes !== undefined && usage.mem_bytes !== null) {
+      parts.push("RAM " + fgpu.size(usage.mem_bytes) + (usage.mem_limit_bytes ? " / " + fgpu.size(usage.mem_limit_bytes) : ""));
+    }
+    if (usage.gpu_mem_bytes !== undefined && usage.gpu_mem_bytes !== null) parts.push("GPU mem " + fgpu.size(usage.gpu_mem_bytes));
+    if (usage.gpu_util_percent !== undefined && usage.gpu_util_percent !== null) parts.push("GPU " + fgpu.trim(usage.gpu_util_percent) + "%");
+    return parts.length ? parts.join(", ") : "—";
+  }
+
+  function end(session, button) {
+    button.disabled = true;
+    fgpu.api("DELETE", "sessions/" + session.id).then(
+      function () { showError(""); refresh(); },
+      function (e) { button.disabled = false; showError(e.message); }
+    );
+  }
+
+  function actionsCell(s) {
+    var cell = el("td", { className: "fgpu-actions" });
+    if (s.status === "RUNNING") {
+      var apps = el("div", { className: "fgpu-apps" }, APPS.map(function (app) {
+        return el("a", {
+          className: "btn btn-sm btn-outline-primary fgpu-app",
+          href: serverUrl(s) + app.path, target: "_blank", rel: "noopener", "data-app": app.name,
+          text: app.name,
+        });
+      }));
+      cell.appendChild(apps);
+    }
+    if (s.status === "PENDING") {
+      var cancel = el("button", { type: "button", className: "btn btn-sm btn-outline-danger fgpu-cancel", text: "Cancel" });
+      cancel.addEventListener("click", function () { end(s, cancel); });
+      cell.appendChild(cancel);
+    } else {
+      var stop = el("button", { type: "button", className: "btn btn-sm btn-danger fgpu-stop", text: "Stop" });
+      stop.addEventListener("click", function () { end(s, stop); });
+      cell.appendChild(stop);
+    }
+    return cell;
+  }
+
+  function row(s) {
+    var started = s.started || null;
+    var usageTime = s.status === "PENDING" ? "waiting " + fgpu.duration(s.created) : fgpu.duration(started);
+    var cells = [
+      el("td", { className: "fgpu-id", title: s.id, text: s.id.slice(0, 8) }),
+      el("td", { text: s.server_name || "(default)" }),
+      config.admin ? el("td", { className: "fgpu-user", text: s.user }) : null,
+      statusCell(s),
+      el("td", { text: s.image }),
+      el("td", { text: fgpu.trim(s.cpu) }),
+      el("td", { text: fgpu.size(s.mem) }),
+      el("td", { text: fgpu.trim(s.fgpu) }),
+      el("td", { text: fgpu.time(started) }),
+      el("td", { text: started || s.status === "PENDING" ? usageTime : "—" }),
+      el("td", { className: "fgpu-usage", text: usageText(s.usage) }),
+      actionsCell(s),
+    ];
+    return el("tr", { "data-session": s.id, "data-status": s.status, "data-user": s.user }, cells);
+  }
+
+  function renderSessions(data) {
+    latest.sessions = data.sessions;
+    if (filter) {
+      var users = Array.from(new Set(data.sessions.map(function (s) { return s.user; }))).sort();
+      var chosen = filter.value;
+      var known = Array.from(filter.options).map(function (o) { return o.value; });
+      users.forEach(function (u) { if (known.indexOf(u) < 0) filter.appendChild(el("option", { value: u, text: u })); });
+      filter.value = chosen;
+    }
+    var shown = data.sessions.filter(function (s) { return !filter || !filter.value || s.user === filter.value; });
+    tbody.replaceChildren.apply(tbody, shown.map(row));
+    document.getElementById("fgpu-empty").classList.toggle("d-none", shown.length > 0);
+    document.getElementById("fgpu-sessions").setAttribute("data-updated", String(Date.now()));
+  }
+
+  function renderResources(resources) {
+    latest.resources = resources;
+    fgpu.renderIndicator(document.getElementById("fgpu-indicator"), resources);
+    updateLaunchAdvice();
+  }
+
+  var sessionsPoll = fgpu.poll(config.admin ? "sessions?all=1" : "sessions", 2, renderSessions,
+    function (e) { showError("Could not read the sessions: " + e.message); });
+  var resourcesPoll = fgpu.poll("resources", 2, renderResources);
+  function refresh() { sessionsPoll.now(); resourcesPoll.now(); }
+  if (filter) filter.addEventListener("change", function () { renderSessions({ sessions: latest.sessions }); });
+
+  // ---- the launch dialog ---------------------------------------------------------------------
+  var dialog = document.getElementById("fgpu-launch");
+  var form = document.getElementById("fgpu-launch-form");
+  var field = function (name) { return document.getElementById("fgpu-launch-" + name); };
+  var warning = field("warning"), launchError = field("error");
+  var images = [];
+
+  function loadImages() {
+    // The catalog's own API when it exists; else the list the page was rendered with.
+    return fgpu.api("GET", "images").then(
+      function (data) { return (data.images || data).filter(function (i) { return !i.hidden; }); },
+      function () { return config.images; }
+    ).then(function (list) {
+      images = list;
+      var select = field("image");
+      select.replaceChildren.apply(select, list.map(function (i) {
+        return el("option", { value: i.name, text: i.display_name || i.name });
+      }));
+      describeImage();
+    });
+  }
+
+  function describeImage() {
+    var chosen = images.filter(function (i) { return i.name === field("image").value; })[0];
+    field("image-desc").textContent = chosen ? chosen.description || "" : "";
+  }
+
+  function request() {
+    return {
+      image: field("image").value,
+      cpu: Number(field("cpu").value),
+      mem: Math.round(Number(field("mem").value) * 1024 * 1024 * 1024),
+      fgpu: Number(field("fgpu").value),
+      count: Number(field("count").value),
+    };
+  }
+
+  function showValues() {
+    var r = request();
+    field("cpu-value").value = fgpu.cores(r.cpu);
+    field("mem-value").value = fgpu.size(r.mem);
+    field("fgpu-value").value = fgpu.trim(r.fgpu) + " fGPU";
+    field("count-value").value = r.count === 1 ? "1 session" : r.count + " sessions";
+  }
+
+  // How many of `count` start now, and whether any could ever start, from what is free for this
+  // user now (allocatable: free capacity within every quota) and the cluster's whole capacity.
+  function advice(r, resources) {
+    var keys = ["cpu", "mem", "fgpu"];
+    var show = { cpu: fgpu.cores, mem: fgpu.size, fgpu: function (v) { return fgpu.trim(v) + " fGPU"; } };
+    for (var i = 0; i < keys.length; i++) {
+      var k = keys[i], node = largestNode(resources, k), quota = config.limit ? config.limit[k] : null;
+      if (r[k] > node + 1e-9) {
+        return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " and no node has more than " + show[k](node) + "." };
+      }
+      if (quota !== null && quota !== undefined && r[k] > quota + 1e-9) {
+        return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " and your quota allows " + show[k](quota) + " in all." };
+      }
+    }
+    var fitNow = r.count;
+    keys.forEach(function (k) {
+      if (r[k] > 0) fitNow = Math.min(fitNow, Math.floor((resources.allocatable[k] + 1e-9) / r[k]));
+    });
+    if (fitNow >= r.count) return null;
+    var waiting = r.count - fitNow;
+    return { never: false, text: (fitNow ? fitNow + " will start now; " : "") + waiting +
+      " will wait" + " in the queue (PENDING) until others end." };
+  }
+
+  // What one session could ever get: the largest node (admins see nodes), else the whole cluster.
+  function largestNode(resources, key) {
+    if (!resources.nodes || !resources.nodes.length) return resources.capacity[key];
+    return Math.max.apply(null, resources.nodes.map(function (n) {
+      if (key === "fgpu") return n.gpus.length * (resources.units_per_gpu || 1);
+      return key === "cpu" ? n.cpu_total : n.mem_total;
+    }));
+  }
+
+  function updateLaunchAdvice() {
+    var resources = latest.resources;
+    if (!resources) return;
+    var free = resources.allocatable;
+    field("free").textContent = "Free for you now: " + fgpu.cores(free.cpu) + ", " +
+      fgpu.size(free.mem) + " memory, " + fgpu.trim(free.fgpu) + " fGPU" +
+      (resources.units_per_gpu ? " (1 fGPU = 1/" + resources.units_per_gpu + " GPU)" : "") + ".";
+    var verdict = advice(request(), resources);
+    warning.textContent = verdict ? verdict.text : "";
+    warning.classList.toggle("d-none", !verdict);
+    warning.classList.toggle("alert-danger", !!(verdict && verdict.never));
+    warning.classList.toggle("alert-warning", !(verdict && verdict.never));
+    warning.setAttribute("data-kind", verdict ? (verdict.never ? "never" : "wait") : "");
+  }
+
+  function fitSliders(resources) {
+    var capacity = resources.capacity;
+    field("cpu").max = String(Math.max(0.5, Math.floor(capacity.cpu * 2) / 2));
+    field("mem").max = String(Math.max(0.25, Math.floor((capacity.mem / Math.pow(1024, 3)) * 4) / 4));
+    field("fgpu").max = String(capacity.fgpu);
+    field("fgpu").disabled = !capacity.fgpu;
+  }
+
+  document.getElementById("fgpu-start").addEventListener("click", function () {
+    launchError.classList.add("d-none");
+    if (latest.resources) fitSliders(latest.resources);
+    loadImages().then(function () { showValues(); updateLaunchAdvice(); });
+    dialog.showModal();
+  });
+  document.getElementById("fgpu-launch-cancel").addEventListener("click", function () { dialog.close(); });
+  field("image").addEventListener("change", describeImage);
+  form.addEventListener("input", function () { showValues(); updateLaunchAdvice(); });
+
+  form.addEventListener("submit", function (event) {
+    event.preventDefault();
+    var submit = field("submit");
+    submit.disabled = true;
+    submit.textContent = "Launching…";
+    launchError.classList.add("d-none");
+    var launching = fgpu.api("POST", "sessions", request());
+    // The list shows each new row as the hub creates it, while the request is still answering.
+    var early = setInterval(refresh, 1000);
+    launching.then(
+      function () { dialog.close(); },
+      function (e) { launchError.textContent = e.message; launchError.classList.remove("d-none"); }
+    ).then(function () {
+      clearInterval(early);
+      submit.disabled = false;
+      submit.textContent = "Launch";
+      refresh();
+    });
+  });
+  showValues();
+})();

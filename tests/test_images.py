@@ -1,0 +1,146 @@
+"""queue_service.images: the catalog in the service's DB, on SQLite and a real PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import inspect
+
+from image_catalog import load_catalog, parse_image
+from image_catalog.catalog import parse_catalog
+from queue_service.db import open_database
+from queue_service.images import CheckResult, ImageError, ImageStore
+
+PASSED = CheckResult(True, "jupyterhub-singleuser 5.3.0", datetime(2026, 11, 22, tzinfo=UTC))
+
+
+@pytest.fixture
+def store(db_url):
+    db = open_database(db_url)
+    yield ImageStore(db)
+    db.kw["bind"].dispose()
+
+
+def image(name="torch-2", **fields):
+    return parse_image({"name": name, "image": f"fgpu/{name}:1", **fields})
+
+
+def test_migration_creates_the_catalog_tables(store):
+    tables = set(inspect(store.db.kw["bind"]).get_table_names())
+    assert {"sessions", "images", "image_seeds", "alembic_version"} <= tables
+
+
+def test_add_get_update_delete_round_trip(store):
+    added = store.add(
+        image(groups=["course-a"], resources={"min": {"cpu": 1, "mem": "1G"}}), check=PASSED
+    )
+    assert added["groups"] == ["course-a"]
+    assert added["resources"]["min"] == {"cpu": 1.0, "mem": 1024**3}
+    assert added["check"] == {
+        "ok": True,
+        "message": "jupyterhub-singleuser 5.3.0",
+        "checked_at": "2026-11-22T00:00:00+00:00",
+    }
+    updated = store.update(image(hidden=True, description="old", groups=[]))
+    assert updated["hidden"] is True and updated["groups"] == []
+    assert updated["check"]["ok"] is True, "an edit keeps the last check"
+    assert store.delete("torch-2")["name"] == "torch-2"
+    assert store.all() == []
+    with pytest.raises(ImageError) as missing:
+        store.get("torch-2")
+    assert missing.value.status == 404
+
+
+def test_a_duplicate_name_is_409_and_leaves_the_first(store):
+    store.add(image(description="first"))
+    with pytest.raises(ImageError) as duplicate:
+        store.add(image(description="second"))
+    assert duplicate.value.status == 409 and "already in the catalog" in duplicate.value.message
+    assert [e["description"] for e in store.all()] == ["first"]
+
+
+def test_visibility_follows_groups_hidden_and_owner(store):
+    store.add(image("open"))
+    store.add(image("course-a-only", groups=["course-a"]))
+    store.add(image("hidden", hidden=True))
+    store.add(image("mine", owner="ann"))
+    names = lambda user, groups, admin=False: [  # noqa: E731
+        e["name"] for e in store.visible_to(user, groups, admin)
+    ]
+    assert names("ann", ("course-a",)) == ["open", "course-a-only", "mine"]
+    assert names("bob", ("course-b",)) == ["open"]
+    assert names("root", (), admin=True) == ["open", "course-a-only"]
+    assert [e["name"] for e in store.manageable_by("teacher", admin=False)] == [
+        "open",
+        "course-a-only",
+        "hidden",
+    ]
+    assert len(store.manageable_by("root", admin=True)) == 4
+
+
+def test_admit_refuses_with_the_right_code_and_reason(store):
+    store.add(image("big", groups=["course-a"], resources={"min": {"cpu": 2}, "max": {"fgpu": 1}}))
+    store.add(image("hidden", hidden=True))
+    store.add(image("mine", owner="ann"))
+    assert store.admit("big", "ann", ("course-a",), size=(2, 1024**3, 1))["image"] == "fgpu/big:1"
+    cases = [
+        (("nope", "ann", ("course-a",)), None, 400, "Unknown image 'nope'"),
+        (("big", "bob", ("course-b",)), None, 403, "only for the group(s) course-a"),
+        (("hidden", "ann", ()), None, 403, "hidden"),
+        (("mine", "bob", ()), None, 403, "private to another user"),
+        (("big", "ann", ("course-a",)), (1, 1024**3, 0), 400, "needs at least 2 CPU cores"),
+        (("big", "ann", ("course-a",)), (2, 1024**3, 2), 400, "allows at most 1 fGPU"),
+    ]
+    for args, size, status, fragment in cases:
+        with pytest.raises(ImageError) as refused:
+            store.admit(*args, size=size)
+        assert (refused.value.status, fragment in refused.value.message) == (status, True), args
+
+
+def catalog(**first_fields):
+    return parse_catalog(
+        {
+            "images": [
+                {"name": "py", "image": "fgpu/py:1", "description": "Python", **first_fields},
+                {"name": "sk", "image": "fgpu/sk:1"},
+            ]
+        }
+    )
+
+
+def test_seeding_adds_once_and_keeps_instructor_edits_and_deletions(store):
+    assert store.seed(catalog()) == {"added": ["py", "sk"], "updated": []}
+    assert store.seed(catalog()) == {"added": [], "updated": []}
+    assert store.get("py")["source"] == "seed"
+    # An instructor restricts py and deletes sk; the site then edits the file.
+    store.update(
+        parse_image(
+            {"name": "py", "image": "fgpu/py:1", "description": "Python", "groups": ["course-a"]}
+        )
+    )
+    store.delete("sk")
+    result = store.seed(catalog(description="Python 3.12", image="fgpu/py:2"))
+    assert result == {"added": [], "updated": ["py"]}
+    py = store.get("py")
+    assert (py["description"], py["image"], py["groups"]) == (
+        "Python 3.12",
+        "fgpu/py:2",
+        ["course-a"],
+    ), "the file's changes land, the instructor's restriction stays"
+    with pytest.raises(ImageError):
+        store.get("sk")
+
+
+def test_seeding_does_not_overwrite_a_field_the_instructor_changed(store):
+    store.seed(catalog())
+    edited = {**store.get("py"), "description": "Our course's Python"}
+    store.update(parse_image({k: edited[k] for k in ("name", "image", "description")}))
+    store.seed(catalog(description="Python, updated upstream"))
+    assert store.get("py")["description"] == "Our course's Python"
+
+
+def test_the_shipped_catalog_seeds(store):
+    shipped = load_catalog()
+    assert store.seed(shipped)["added"] == shipped.names()
+    assert all(e["check"]["ok"] is None for e in store.all()), "seeded images are not yet checked"

@@ -1,0 +1,464 @@
+"""The queue service's pages in a real browser: Debian's Chromium, driven by Playwright, against a
+real hub, the real service and real containers, with one simulated GPU holding 2 fGPU (the seed's).
+
+One hub serves the whole module. The tests follow the seed's walk-throughs as a student would, on
+the pages alone: the Sessions page, its launch dialog and resource indicator, the app launcher,
+the spawn-pending page, and the admin's cluster view. Screenshots go to test-output/browser/pages-*.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+
+import pytest
+import requests
+from playwright.sync_api import Browser, Page, expect
+
+from queue_service.pages import JUPYTERHUB_TEMPLATES, page_namespace, template_environment
+
+from .harness import running_hub
+from .test_browser import browser, screenshot  # noqa: F401 (the module's Chromium fixture)
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
+
+GIB = 1024**3
+QUEUE = "/services/queue/"
+# A container's start and its server's first answer, on a busy 2-core machine.
+START_TIMEOUT_MS = 120_000
+SLOTS = ("cpu", "mem", "fgpu")
+
+
+@pytest.fixture(scope="module")
+def gpu_hub(tmp_path_factory, docker_engine):
+    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
+    with running_hub(tmp_path_factory.mktemp("pages-hub"), env=env) as hub:
+        yield hub
+
+
+def new_page(browser: Browser) -> Page:  # noqa: F811
+    context = browser.new_context(viewport={"width": 1400, "height": 950})
+    context.set_default_timeout(30_000)
+    return context.new_page()
+
+
+@pytest.fixture
+def pages(browser):  # noqa: F811
+    """Browser pages, each in its own context (its own login); closed after the test."""
+    opened: list[Page] = []
+
+    def open_page() -> Page:
+        page = new_page(browser)
+        opened.append(page)
+        return page
+
+    yield open_page
+    for page in opened:
+        page.context.close()
+
+
+def log_in(page: Page, hub, name: str) -> None:
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", name)
+    page.fill("#password_input", secrets.token_hex(4))
+    page.click("#login_submit")
+    page.wait_for_load_state()
+
+
+def open_sessions(page: Page, hub) -> None:
+    """Through the hub's navigation bar, as a student finds it."""
+    page.goto(f"{hub.url}/hub/home")
+    page.click("#fgpu-nav-sessions")
+    expect(page.locator("h1", has_text="Sessions")).to_be_visible()
+    expect(page.locator("#fgpu-indicator[data-ready]")).to_be_attached()
+
+
+def indicator(scope) -> dict:
+    """Each slot's two bars as numbers: {slot: {"upper": (used, total), "lower": (used, total)}}."""
+    figures = {}
+    for slot in SLOTS:
+        bars = scope.locator(f'.fgpu-indicator-slot[data-slot="{slot}"]')
+        figures[slot] = {
+            kind: tuple(
+                float(bars.locator(f".fgpu-bar-{kind}").get_attribute(attr))
+                for attr in ("data-used", "data-total")
+            )
+            for kind in ("upper", "lower")
+        }
+    return figures
+
+
+def wait_for_indicator(scope, expected_used: dict, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        figures = indicator(scope)
+        used = {slot: figures[slot]["upper"][0] for slot in SLOTS}
+        if (
+            all(abs(used[s] - expected_used[s]) < 1e-6 for s in SLOTS)
+            or time.monotonic() > deadline
+        ):
+            return figures
+        time.sleep(0.3)
+
+
+def rows(page: Page, status: str | None = None):
+    selector = "#fgpu-sessions tbody tr" + (f'[data-status="{status}"]' if status else "")
+    return page.locator(selector)
+
+
+def launch(page: Page, image: str, cpu: float, mem_gib: float, fgpu: float, count: int) -> None:
+    page.click("#fgpu-start")
+    dialog = page.locator("#fgpu-launch")
+    expect(dialog).to_be_visible()
+    expect(page.locator(f'#fgpu-launch-image option[value="{image}"]')).to_be_attached()
+    page.select_option("#fgpu-launch-image", image)
+    page.fill("#fgpu-launch-cpu", str(cpu))
+    page.fill("#fgpu-launch-mem", str(mem_gib))
+    page.fill("#fgpu-launch-fgpu", str(fgpu))
+    page.fill("#fgpu-launch-count", str(count))
+
+
+def submit_launch(page: Page) -> None:
+    page.click("#fgpu-launch-submit")
+    expect(page.locator("#fgpu-launch")).to_be_hidden(timeout=START_TIMEOUT_MS)
+
+
+class Student:
+    """A user's REST view of the service, with their own token (for checks the page cannot make)."""
+
+    def __init__(self, hub, name: str):
+        hub.create_user(name)
+        self.hub, self.name = hub, name
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"token {hub.user_token(name)}"
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        return self.http.get(f"{self.hub.url}{QUEUE}{path}", timeout=60, **kwargs)
+
+    def sessions(self) -> list[dict]:
+        response = self.get("api/sessions")
+        assert response.status_code == 200, response.text
+        return response.json()["sessions"]
+
+
+# -- the templates, rendered without a hub -----------------------------------------------------
+
+
+def render(name: str, person: dict | None, **extra) -> str:
+    namespace = page_namespace(person, "/", "/services/queue/")
+    return template_environment().get_template(name).render(**namespace, **extra)
+
+
+def test_service_pages_extend_jupyterhubs_page_with_our_nav_links():
+    config = {"api": "/services/queue/api/", "images": []}
+    student = render("sessions.html", {"name": "ann"}, page_config=config)
+    # JupyterHub's own page: its logo, its stylesheet from the hub's static files, its nav bar.
+    assert 'id="jupyterhub-logo"' in student
+    assert 'href="/hub/static/css/style.min.css"' in student
+    assert 'href="/hub/home"' in student
+    # Ours: the Sessions link, our script and stylesheet, the page's config as JSON.
+    assert 'id="fgpu-nav-sessions" href="/services/queue/"' in student
+    assert 'src="/services/queue/static/sessions.js"' in student
+    assert '"api": "/services/queue/api/"' in student
+    assert "fgpu-nav-cluster" not in student and "fgpu-user-filter" not in student
+    admin = render("sessions.html", {"name": "root", "admin": True}, page_config=config)
+    assert 'href="/services/queue/cluster"' in admin and 'id="fgpu-user-filter"' in admin
+    assert 'href="/hub/admin"' in admin
+
+
+def test_templates_prefix_always_names_jupyterhubs_original():
+    env = template_environment()
+    original = env.get_template("templates/page.html")
+    assert original.filename == str(JUPYTERHUB_TEMPLATES / "page.html")
+    assert env.get_template("page.html").filename.endswith("templates/hub/page.html")
+
+
+def test_error_page_is_the_hubs_error_page_and_escapes_the_message():
+    html = render(
+        "error.html",
+        {"name": "ann"},
+        status_code=404,
+        status_message="Not Found",
+        message="No page <script>",
+    )
+    assert "<h1>404 : Not Found</h1>" in html
+    assert "No page &lt;script&gt;" in html
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def test_errors_are_json_for_api_clients_and_html_pages_for_browsers(gpu_hub, pages):
+    student = Student(gpu_hub, f"erin-{secrets.token_hex(3)}")
+    for path, status in [("api/no-such-thing", 404), ("api/sessions/0123abcd", 404)]:
+        method = "DELETE" if "sessions/" in path else "GET"
+        response = student.http.request(method, f"{gpu_hub.url}{QUEUE}{path}", timeout=30)
+        assert response.status_code == status, response.text
+        assert response.headers["Content-Type"].startswith("application/json")
+        assert response.json()["status"] == status and response.json()["message"]
+    anonymous = requests.get(f"{gpu_hub.url}{QUEUE}api/sessions", timeout=30)
+    assert anonymous.status_code == 401
+    assert anonymous.json()["message"] == "Log in to the hub first."
+
+    page = pages()
+    log_in(page, gpu_hub, student.name)
+    response = page.goto(f"{gpu_hub.url}{QUEUE}cluster")
+    assert response.status == 403
+    assert response.headers["content-type"].startswith("text/html")
+    expect(page.locator(".error h1")).to_have_text("403 : Forbidden")
+    expect(page.locator(".error")).to_contain_text("The cluster view is for admins.")
+    # The hub's own page: its stylesheet, its nav bar, and our Sessions link in it.
+    expect(page.locator("#fgpu-nav-sessions")).to_be_visible()
+    assert page.evaluate("getComputedStyle(document.body).fontFamily") != "Times New Roman"
+    screenshot(page, "pages-error-403")
+
+    response = page.goto(f"{gpu_hub.url}{QUEUE}no-such-page")
+    assert response.status == 404
+    expect(page.locator(".error h1")).to_have_text("404 : Not Found")
+    response = page.goto(f"{gpu_hub.url}{QUEUE}api/no-such-thing")
+    assert response.status == 404
+    assert response.headers["content-type"].startswith("application/json")
+
+
+# -- seed walk-through A: the indicator ---------------------------------------------------------
+
+
+def test_walkthrough_a_indicator_rises_and_falls_by_exactly_the_session(gpu_hub, pages):
+    name = f"amy-{secrets.token_hex(3)}"
+    page = pages()
+    log_in(page, gpu_hub, name)
+
+    # The hub's home page shows the indicator too.
+    page.goto(f"{gpu_hub.url}/hub/home")
+    home_frame = page.frame_locator("#fgpu-indicator-frame")
+    expect(home_frame.locator("#fgpu-indicator[data-ready]")).to_be_attached()
+    expect(page.locator("#fgpu-nav-cluster")).to_have_count(0)
+
+    open_sessions(page, gpu_hub)
+    before = indicator(page)
+    assert before["fgpu"]["upper"] == (0.0, 2.0), before
+    assert before["fgpu"]["lower"] == (0.0, 2.0), before
+    screenshot(page, "pages-walkthrough-a-before")
+
+    launch(page, "python-3.11", cpu=1, mem_gib=1, fgpu=0.5, count=1)
+    expect(page.locator("#fgpu-launch-warning")).to_be_hidden()
+    expect(page.locator("#fgpu-launch-free")).to_contain_text("2 fGPU")
+    screenshot(page, "pages-walkthrough-a-dialog")
+    submit_launch(page)
+    expect(rows(page, "RUNNING")).to_have_count(1, timeout=START_TIMEOUT_MS)
+
+    amount = {"cpu": 1.0, "mem": float(GIB), "fgpu": 0.5}
+    expected = {s: before[s]["upper"][0] + amount[s] for s in SLOTS}
+    after = wait_for_indicator(page, expected)
+    for slot in SLOTS:
+        for kind in ("upper", "lower"):
+            used, total = after[slot][kind]
+            assert used == pytest.approx(before[slot][kind][0] + amount[slot]), (slot, kind, after)
+            # The whole a student could hold does not change: only the used part moves.
+            assert total == pytest.approx(before[slot][kind][1]), (slot, kind, after)
+    row = rows(page, "RUNNING").first
+    expect(row).to_contain_text("python-3.11")
+    expect(row).to_contain_text("1G")
+    expect(row.locator(".fgpu-usage")).to_have_text(re.compile(r".+"))
+    screenshot(page, "pages-walkthrough-a-created")
+
+    # The same figures on the home page and on the spawn form.
+    for url in (f"{gpu_hub.url}/hub/home", f"{gpu_hub.url}/hub/spawn/{name}/other"):
+        other = pages()
+        other.context.add_cookies(page.context.cookies())
+        other.goto(url)
+        frame = other.frame_locator("#fgpu-indicator-frame")
+        expect(frame.locator("#fgpu-indicator[data-ready]")).to_be_attached()
+        assert indicator(frame) == after, url
+    screenshot(other, "pages-spawn-form-indicator")
+
+    page.locator("#fgpu-sessions .fgpu-stop").first.click()
+    expect(rows(page)).to_have_count(0, timeout=60_000)
+    restored = wait_for_indicator(page, {s: before[s]["upper"][0] for s in SLOTS})
+    assert restored == before
+    screenshot(page, "pages-walkthrough-a-destroyed")
+
+
+# -- seed walk-through B: three at 1 fGPU on 2 fGPU -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bob(gpu_hub):
+    return Student(gpu_hub, f"bob-{secrets.token_hex(3)}")
+
+
+def test_walkthrough_b_pending_row_turns_running_without_a_reload(gpu_hub, pages, bob):
+    page = pages()
+    log_in(page, gpu_hub, bob.name)
+    open_sessions(page, gpu_hub)
+    launch(page, "python-3.11", cpu=0.5, mem_gib=0.5, fgpu=1, count=3)
+    # The dialog says beforehand that one of the three will wait.
+    warning = page.locator("#fgpu-launch-warning")
+    expect(warning).to_be_visible()
+    expect(warning).to_have_attribute("data-kind", "wait")
+    expect(warning).to_contain_text("2 will start now; 1 will wait")
+    screenshot(page, "pages-walkthrough-b-dialog")
+    page.evaluate("window.fgpuNoReload = true")
+    submit_launch(page)
+
+    expect(rows(page, "RUNNING")).to_have_count(2, timeout=START_TIMEOUT_MS)
+    pending = rows(page, "PENDING")
+    expect(pending).to_have_count(1)
+    expect(pending.locator(".fgpu-position")).to_have_text("1st in line")
+    expect(pending.locator(".fgpu-reason")).to_contain_text("fGPU")
+    screenshot(page, "pages-walkthrough-b-pending")
+
+    # The hub's spawn-pending page of the waiting server shows the same place in line.
+    waiting_server = next(s for s in bob.sessions() if s["status"] == "PENDING")["server_name"]
+    spawn_page = pages()
+    spawn_page.context.add_cookies(page.context.cookies())
+    spawn_page.goto(f"{gpu_hub.url}/hub/spawn-pending/{bob.name}/{waiting_server}")
+    expect(spawn_page.locator("#fgpu-queue-position")).to_have_text("In the queue: 1st in line")
+    expect(spawn_page.locator("#fgpu-queue-reason")).to_contain_text("fGPU")
+    screenshot(spawn_page, "pages-spawn-pending")
+    spawn_page.context.close()
+
+    rows(page, "RUNNING").first.locator(".fgpu-stop").click()
+    expect(rows(page, "PENDING")).to_have_count(0, timeout=START_TIMEOUT_MS)
+    expect(rows(page, "RUNNING")).to_have_count(2, timeout=START_TIMEOUT_MS)
+    assert page.evaluate("window.fgpuNoReload") is True
+    screenshot(page, "pages-walkthrough-b-promoted")
+
+
+@pytest.fixture
+def bob_running(gpu_hub, bob) -> list[dict]:
+    """Bob's running sessions (walk-through B leaves two; started here if it did not)."""
+    running = [s for s in bob.sessions() if s["status"] == "RUNNING"]
+    if not running:
+        server = f"s-{secrets.token_hex(3)}"
+        options = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
+        response = gpu_hub.start_server(bob.name, options, server)
+        assert response.status_code in (201, 202), response.text
+        gpu_hub.wait_ready(bob.name, server)
+        deadline = time.monotonic() + 60
+        while not running and time.monotonic() < deadline:
+            running = [s for s in bob.sessions() if s["status"] == "RUNNING"]
+            time.sleep(0.3)
+    assert running
+    return running
+
+
+# -- who sees what ------------------------------------------------------------------------------
+
+
+def test_a_student_never_sees_anothers_session_and_an_admin_sees_all(
+    gpu_hub, pages, bob, bob_running
+):
+    carol = Student(gpu_hub, f"carol-{secrets.token_hex(3)}")
+    assert [s for s in carol.sessions() if s["user"] == bob.name] == []
+    page = pages()
+    log_in(page, gpu_hub, carol.name)
+    open_sessions(page, gpu_hub)
+    expect(page.locator("#fgpu-sessions[data-updated]")).to_be_attached()
+    expect(rows(page)).to_have_count(0)
+    expect(page.locator("#fgpu-empty")).to_be_visible()
+    expect(page.locator("#fgpu-user-filter")).to_have_count(0)
+    assert bob.name not in page.content()
+
+    admin = pages()
+    log_in(admin, gpu_hub, "admin")
+    open_sessions(admin, gpu_hub)
+    bobs = admin.locator(f'#fgpu-sessions tbody tr[data-user="{bob.name}"]')
+    expect(bobs).to_have_count(len(bob_running))
+    # The user filter shows one user's rows only.
+    admin.select_option("#fgpu-user-filter", bob.name)
+    expect(rows(admin)).to_have_count(len(bob_running))
+    screenshot(admin, "pages-admin-sessions")
+
+
+def test_cluster_view_draws_each_gpu_slice_with_its_holder(gpu_hub, pages, bob, bob_running):
+    admin = pages()
+    log_in(admin, gpu_hub, "admin")
+    admin.goto(f"{gpu_hub.url}/hub/home")
+    admin.click("#fgpu-nav-cluster")
+    strip = admin.locator(".fgpu-gpu").first
+    holders = strip.locator(f'.fgpu-gpu-hold[data-user="{bob.name}"]')
+    expect(holders).to_have_count(len(bob_running))
+    # 2 fGPU per GPU: one dashed line between the two slices, each held by one of Bob's sessions.
+    expect(strip.locator(".fgpu-gpu-slice-line")).to_have_count(1)
+    expect(holders.first).to_contain_text(f"{bob.name} 1 fGPU")
+    expect(admin.locator(f'#fgpu-user-quotas tr[data-user="{bob.name}"]')).to_contain_text(
+        f"{len(bob_running)}"
+    )
+    screenshot(admin, "pages-cluster")
+
+
+# -- the app launcher ---------------------------------------------------------------------------
+
+
+def test_app_launcher_opens_each_app_through_the_proxy(gpu_hub, pages, bob, bob_running):
+    page = pages()
+    log_in(page, gpu_hub, bob.name)
+    open_sessions(page, gpu_hub)
+    row = rows(page, "RUNNING").first
+    expect(row.locator(".fgpu-app")).to_have_count(4)
+    server = row.get_attribute("data-session")
+    assert server
+    checks = {
+        "JupyterLab": ("/lab", ".jp-LabShell"),
+        "Notebook": ("/tree", "#main-panel, .jp-NotebookApp, #top-panel"),
+        "Terminal": ("/terminals/1", ".xterm, .jp-Terminal"),
+        "TensorBoard": ("/tensorboard/", "body"),
+    }
+    for app, (path, selector) in checks.items():
+        with page.context.expect_page() as opened:
+            row.locator(f'.fgpu-app[data-app="{app}"]').click()
+        tab = opened.value
+        tab.wait_for_load_state("domcontentloaded", timeout=START_TIMEOUT_MS)
+        assert path in tab.url, (app, tab.url)
+        expect(tab.locator(selector).first).to_be_attached(timeout=START_TIMEOUT_MS)
+        answer = page.context.request.get(tab.url, timeout=START_TIMEOUT_MS)
+        assert answer.status == 200, (app, tab.url, answer.status)
+        screenshot(tab, f"pages-app-{app.lower()}")
+        tab.close()
+
+
+def test_admin_stops_a_session_from_the_cluster_view(gpu_hub, pages, bob, bob_running):
+    admin = pages()
+    log_in(admin, gpu_hub, "admin")
+    admin.goto(f"{gpu_hub.url}{QUEUE}cluster")
+    target = bob_running[0]["id"]
+    admin.locator(f'#fgpu-running tr[data-session="{target}"] .fgpu-end').click()
+    expect(admin.locator(f'#fgpu-running tr[data-session="{target}"]')).to_have_count(
+        0, timeout=60_000
+    )
+    assert target not in [s["id"] for s in bob.sessions()]
+
+
+# -- a request that can never start ------------------------------------------------------------
+
+
+def test_launch_dialog_warns_before_a_request_that_can_never_start(gpu_hub, pages, docker_engine):
+    dave = Student(gpu_hub, f"dave-{secrets.token_hex(3)}")
+    group = f"one-fgpu-{secrets.token_hex(3)}"
+    assert gpu_hub.request("POST", f"groups/{group}").status_code == 201
+    quota = {"fgpu_quota": {"fgpu": 1}}
+    assert gpu_hub.request("PUT", f"groups/{group}/properties", json=quota).status_code == 200
+    members = {"users": [dave.name]}
+    assert gpu_hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
+
+    page = pages()
+    log_in(page, gpu_hub, dave.name)
+    open_sessions(page, gpu_hub)
+    launch(page, "python-3.11", cpu=0.5, mem_gib=0.5, fgpu=1.5, count=1)
+    warning = page.locator("#fgpu-launch-warning")
+    expect(warning).to_have_attribute("data-kind", "never")
+    expect(warning).to_contain_text("your quota allows 1 fGPU")
+    screenshot(page, "pages-launch-never")
+
+    # Submitted anyway: the service refuses it with its own message, and nothing is left behind.
+    page.click("#fgpu-launch-submit")
+    error = page.locator("#fgpu-launch-error")
+    expect(error).to_be_visible(timeout=60_000)
+    expect(error).to_contain_text("quota")
+    expect(page.locator("#fgpu-launch")).to_be_visible()
+    assert dave.sessions() == []
+    assert (
+        docker_engine.containers.list(all=True, filters={"label": f"fgpu.user={dave.name}"}) == []
+    )

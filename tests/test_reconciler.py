@@ -1,0 +1,107 @@
+"""The reconciler against a real Docker engine: records and the containers that really run.
+
+The containers here are plain `sleep` containers carrying the session label the spawner sets; the
+records live in a real SQLite database. The hub's side (stopping through its API) is tested end to
+end in test_queue_service.py.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from queue_service import scheduler
+from queue_service.db import open_database
+from queue_service.models import Status
+from queue_service.queue import QueueManager, SchedulerSettings
+from queue_service.quotas import QuotaBook
+from queue_service.reconciler import SESSION_LABEL, Reconciler
+
+from .harness import TEST_LABEL, containers_with, remove_containers
+
+pytestmark = pytest.mark.docker
+GIB = 1024**3
+NODE = scheduler.Node(
+    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(scheduler.Gpu("GPU-r-0", 8 * GIB, 80),)
+)
+IMAGE = "fgpu/jupyter-base:py3.11"
+
+
+@pytest.fixture
+def run_id(docker_engine):
+    run = secrets.token_hex(6)
+    yield run
+    remove_containers({TEST_LABEL: run})
+
+
+@pytest.fixture
+def manager(tmp_path):
+    db = open_database(f"sqlite:///{tmp_path / 'queue.sqlite'}")
+    yield QueueManager(db, [NODE], SchedulerSettings(units_per_gpu=2), QuotaBook())
+    db.kw["bind"].dispose()
+
+
+def session_container(docker_engine, run_id: str, session_id: str):
+    return docker_engine.containers.run(
+        IMAGE,
+        ["sleep", "300"],
+        detach=True,
+        labels={SESSION_LABEL: session_id, TEST_LABEL: run_id},
+    )
+
+
+async def running_session(manager, docker_engine, run_id, server="s1") -> tuple[dict, object]:
+    request = {"user": "alice", "server_name": server, "image": "python-3.11"}
+    session = await manager.submit({**request, "cpu": 0.5, "mem": GIB, "fgpu": 1}, groups=())
+    container = session_container(docker_engine, run_id, session["id"])
+    await manager.mark_running(session["id"])
+    return session, container
+
+
+async def test_a_container_of_an_ended_record_is_stopped_and_removed(
+    manager, docker_engine, run_id
+):
+    session, container = await running_session(manager, docker_engine, run_id)
+    await manager.release(session["id"])  # the record ends; the container did not hear of it
+    assert manager.get(session["id"])["status"] == Status.TERMINATED
+    await Reconciler(manager, docker_engine).reconcile()
+    assert containers_with({SESSION_LABEL: session["id"]}) == []
+
+
+async def test_the_containers_of_active_and_foreign_sessions_are_left_alone(
+    manager, docker_engine, run_id
+):
+    session, container = await running_session(manager, docker_engine, run_id)
+    # Another hub's session on the same engine: its id is no record of this service.
+    foreign = session_container(docker_engine, run_id, secrets.token_hex(16))
+    await Reconciler(manager, docker_engine).reconcile()
+    for kept in (container, foreign):
+        kept.reload()
+        assert kept.status == "running"
+    assert manager.get(session["id"])["status"] == Status.RUNNING
+
+
+@pytest.mark.parametrize("fate", ["died", "removed"])
+async def test_a_container_lost_outside_the_hub_frees_its_slice(
+    manager, docker_engine, run_id, fate
+):
+    session, container = await running_session(manager, docker_engine, run_id)
+    # 2 fGPU in all: the second 1 fGPU request is granted, the third waits for the lost slice.
+    second = await manager.submit(
+        {"user": "bob", "server_name": "", "image": "x", "cpu": 0.5, "mem": GIB, "fgpu": 1}, ()
+    )
+    third = await manager.submit(
+        {"user": "carol", "server_name": "", "image": "x", "cpu": 0.5, "mem": GIB, "fgpu": 1}, ()
+    )
+    assert (second["status"], third["status"]) == (Status.SCHEDULED, Status.PENDING)
+    if fate == "died":
+        container.kill()
+    else:
+        container.remove(force=True)
+    # The second grant's container is still starting; only the lost one is released.
+    await Reconciler(manager, docker_engine).reconcile()
+    ended = manager.get(session["id"])
+    assert ended["status"] == Status.TERMINATED and ended["reason"] == "the container stopped"
+    assert manager.get(second["id"])["status"] == Status.SCHEDULED
+    assert manager.get(third["id"])["status"] == Status.SCHEDULED
