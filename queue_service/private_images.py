@@ -1,7 +1,9 @@
 """Session → private image: `POST api/sessions/{id}/image` (admins only; DESIGN.md contract 4).
 
 The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`. The session
-keeps running (the engine pauses it for the moment of the commit). What was installed into the
+keeps running (the engine pauses it for the moment of the commit). The image then enters the catalog
+(`ImageStore`) as `<user>-<tag>`, private to the session's owner: only they see it on the form and
+may start it. A commit that cannot be registered is removed again, so nothing half-made remains. What was installed into the
 system site is kept; the home folder is a volume (fgpu_spawner/storage.py), and a commit leaves
 volumes out, so no notebook or `~/.local` package is baked in.
 
@@ -21,8 +23,11 @@ import docker
 import docker.errors
 from tornado import web
 
+from image_catalog import CatalogError, CatalogImage, parse_image
+
 from .apihandlers import APIHandler
-from .models import Status
+from .images import CheckResult, ImageError
+from .models import Status, utcnow
 
 PRIVATE_REPOSITORY = "fgpu-private"
 LABEL_OWNER = "fgpu.private-owner"
@@ -72,6 +77,30 @@ def user_component(user: str) -> str:
 
 def private_reference(user: str, tag: str) -> str:
     return f"{PRIVATE_REPOSITORY}/{user_component(user)}:{check_tag(tag)}"
+
+
+def private_entry(user: str, tag: str, reference: str, source: dict | None) -> CatalogImage:
+    """The catalog entry of a committed session: the source image's framework, version and
+    resources, owned by `user`, offered to nobody else."""
+    source = source or {}
+    name = f"{user_component(user)}-{tag}".lower()
+    origin = source.get("display_name") or source.get("name") or "session"
+    try:
+        return parse_image(
+            {
+                "name": name,
+                "display_name": f"{origin} ({user}: {tag})",
+                "image": reference,
+                "framework": source.get("framework") or "",
+                "version": source.get("version") or "",
+                "description": f"Private image of {user}, committed from a running session.",
+                "gpu": bool(source.get("gpu")),
+                "resources": source.get("resources"),
+                "owner": user,
+            }
+        )
+    except CatalogError as e:
+        raise CommitError(f"The image cannot be registered as {name!r}: {e}", 400) from None
 
 
 def commit_config(image_config: dict, container_config: dict, labels: dict[str, str]) -> dict:
@@ -140,7 +169,8 @@ def commit_session(client, session_id: str, user: str, tag: str) -> dict:
 
 
 class SessionImageHandler(APIHandler):
-    """POST api/sessions/{id}/image with {"tag": ...}: commit a running session (admins)."""
+    """POST api/sessions/{id}/image with {"tag": ...}: commit a running session (admins) and
+    register the image as private to the session's owner."""
 
     @web.authenticated
     async def post(self, session_id):
@@ -156,14 +186,37 @@ class SessionImageHandler(APIHandler):
                 409,
                 f"Session {session_id} is {record['status']}; only a running one can be committed.",
             )
+        user = record["user"]
         try:
             tag = check_tag(self.body().get("tag"))
-            committed = await asyncio.to_thread(
-                commit_session, self.docker, session_id, record["user"], tag
-            )
+            entry = private_entry(user, tag, private_reference(user, tag), self._source(record))
+            if self._catalog_has(entry.name):
+                raise CommitError(f"The catalog already has an image named {entry.name!r}.", 409)
+            committed = await asyncio.to_thread(commit_session, self.docker, session_id, user, tag)
         except CommitError as e:
             raise web.HTTPError(e.status, e.message) from None
-        self.write_json({"session": session_id, "user": record["user"], **committed}, 201)
+        check = CheckResult(True, f"committed from running session {session_id}", utcnow())
+        try:
+            registered = self.settings["images"].add(entry, source="private", check=check)
+        except ImageError as e:
+            await asyncio.to_thread(self.docker.images.remove, committed["id"], force=True)
+            raise web.HTTPError(e.status, e.message) from None
+        self.write_json(
+            {"session": session_id, "user": user, **committed, "catalog": registered}, 201
+        )
+
+    def _source(self, record: dict) -> dict | None:
+        try:
+            return self.settings["images"].get(record["image"])
+        except ImageError:
+            return None
+
+    def _catalog_has(self, name: str) -> bool:
+        try:
+            self.settings["images"].get(name)
+        except ImageError:
+            return False
+        return True
 
     @property
     def docker(self):

@@ -15,11 +15,12 @@ from queue_service.private_images import (
     CommitError,
     check_tag,
     commit_config,
+    private_entry,
     private_reference,
     user_component,
 )
 
-from .harness import TEST_LABEL
+from .harness import TEST_LABEL, containers_with
 from .test_queue_service import Student
 from .test_storage import TINY_PACKAGE, run_in, start_session, tiny_wheel
 
@@ -51,6 +52,39 @@ def test_user_names_docker_refuses_become_valid_distinct_components(user):
     assert user_component(user).startswith("u_")
     assert is_valid_reference(private_reference(user, "v1"))
     assert len({user_component(name) for name in [*ODD_NAMES, "alice"]}) == len(ODD_NAMES) + 1
+
+
+SOURCE = {
+    "name": "scikit-learn-1.5",
+    "display_name": "scikit-learn 1.5",
+    "framework": "scikit-learn",
+    "version": "1.5.2",
+    "gpu": False,
+    "resources": {"min": {"mem": "1G"}},
+    "groups": ["course-a"],
+    "hidden": False,
+}
+
+
+def test_private_entry_is_owned_and_keeps_the_source_framework():
+    entry = private_entry("alice", "v1", "fgpu-private/alice:v1", SOURCE)
+    assert (entry.name, entry.image, entry.owner) == ("alice-v1", "fgpu-private/alice:v1", "alice")
+    assert (entry.framework, entry.version) == ("scikit-learn", "1.5.2")
+    assert entry.display_name == "scikit-learn 1.5 (alice: v1)"
+    assert entry.resources.min.mem == 2**30
+    # Offered to its owner alone, whatever groups the source image had.
+    assert entry.groups == () and not entry.hidden
+
+
+def test_private_entry_without_a_known_source():
+    entry = private_entry("bob", "Snap_1", "fgpu-private/bob:Snap_1", None)
+    assert entry.name == "bob-snap_1" and entry.framework == ""
+
+
+def test_a_name_the_catalog_refuses_is_a_400():
+    with pytest.raises(CommitError) as refused:
+        private_entry("alice", "x" * 100, "fgpu-private/alice:x", None)
+    assert refused.value.status == 400 and "cannot be registered" in refused.value.message
 
 
 IMAGE_CONFIG = {
@@ -169,6 +203,32 @@ def test_private_image_keeps_system_packages_but_no_home_and_no_session_secrets(
 
 @pytest.mark.docker
 @pytest.mark.hub
+def test_the_owner_alone_sees_and_starts_the_private_image(hub, committed):
+    entry = committed["catalog"]
+    assert (entry["owner"], entry["image"]) == (committed["owner"], committed["image"])
+    owner = Student(hub, committed["owner"])
+    other = Student(hub, f"student-{secrets.token_hex(4)}")
+    images = owner.call("GET", "images")
+    assert images.status_code == 200, images.text
+    assert entry["name"] in {image["name"] for image in images.json()["images"]}
+    assert entry["name"] not in {
+        image["name"] for image in other.call("GET", "images").json()["images"]
+    }
+
+    refused = hub.start_server(other.name, {"image": entry["name"], "cpu": 0.5, "mem": "512M"})
+    assert refused.status_code == 403, refused.text
+    assert containers_with({"fgpu.user": other.name}) == []
+
+    server = "from-private"
+    container = start_session(hub, owner.name, image=entry["name"], server=server)
+    assert container.attrs["Config"]["Image"] == committed["image"]
+    printed = run_in(container, f"python -c 'import {TINY_PACKAGE}; print({TINY_PACKAGE}.VALUE)'")
+    assert printed == "tiny-ok"
+    hub.stop_server(owner.name, server)
+
+
+@pytest.mark.docker
+@pytest.mark.hub
 def test_commit_refusals(hub, committed):
     session_id = committed["container"].labels["fgpu.session_id"]
     admin, path = committed["admin"], f"sessions/{session_id}/image"
@@ -178,7 +238,8 @@ def test_commit_refusals(hub, committed):
         (admin, "sessions/0123456789abcdef/image", {"tag": "x"}, 404, "No such session"),
         (admin, path, {"tag": "-bad"}, 400, "tag must be"),
         (admin, path, {}, 400, "tag must be"),
-        (admin, path, {"tag": committed["tag"]}, 409, "already exists"),
+        (admin, path, {"tag": committed["tag"]}, 409, "already has an image"),
+        (admin, path, {"tag": "x" * 100}, 400, "cannot be registered"),
     ]
     for caller, url, body, status, message in cases:
         response = caller.call("POST", url, json=body)
