@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -21,7 +22,7 @@ from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from jupyterhub.traitlets import ByteSpecification
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default
+from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default, validate
 
 from image_catalog import Catalog, CatalogError, load_catalog, parse_image
 from image_catalog.catalog import API_KEYS
@@ -31,6 +32,7 @@ from .container_spec import ContainerContext, build_container_spec
 from .grant import Grant
 from .queue_client import QueueClient, QueueError
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
+from .storage import StorageSettings, data_groups, session_mounts
 
 LOCAL_NODE = "local"
 
@@ -152,6 +154,52 @@ class FGPUSpawner(DockerSpawner):
         config=True,
         help="""User (uid:gid) the session runs as, whatever the image says: never root.""",
     )
+    home_volume = Unicode(
+        "fgpu-home-{username}",
+        config=True,
+        help="""
+        Name of the Docker volume that holds each user's home folder, so that notebooks and
+        `pip install --user` packages outlive a session. `{username}` is the user name, escaped
+        for Docker. Empty turns persistent homes off (the home folder then dies with the session).
+        """,
+    )
+    home_mount_path = Unicode(
+        "/home/jovyan",
+        config=True,
+        help="""Where the home volume is mounted: the images' home folder (the user `jovyan`).""",
+    )
+    group_data_dir = Unicode(
+        "",
+        config=True,
+        help="""
+        Host folder with one folder per hub group (created when missing, owned by `run_as`).
+        Each session gets the folders of its user's groups at `group_data_mount_path/<group>`:
+        read-only for students, read-write for members of `group_data_writers`. Empty turns
+        group data folders off.
+        """,
+    )
+    group_data_mount_path = Unicode(
+        "/home/jovyan/data",
+        config=True,
+        help="""Folder in the container under which the group data folders appear.""",
+    )
+    group_data_writers = List(
+        Unicode(),
+        default_value=["instructors"],
+        config=True,
+        help="""Hub groups whose members may write to their groups' data folders.""",
+    )
+
+    @validate("home_volume")
+    def _check_home_volume(self, proposal):
+        try:
+            proposal["value"].format(username="x")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(
+                f"home_volume {proposal['value']!r} may only use {{username}}: {e}"
+            ) from None
+        return proposal["value"]
+
     ready_poll_interval = Float(
         0.25, config=True, help="""Seconds between readiness checks while a container starts."""
     )
@@ -410,6 +458,41 @@ class FGPUSpawner(DockerSpawner):
         super().clear_state()
         self.session_id = ""
 
+    @property
+    def storage_settings(self) -> StorageSettings:
+        labels = self._render_templates(self.extra_create_kwargs).get("labels", {})
+        return StorageSettings(
+            home_volume=self.home_volume,
+            home_path=self.home_mount_path,
+            group_data_dir=self.group_data_dir,
+            group_data_path=self.group_data_mount_path,
+            group_data_writers=tuple(self.group_data_writers),
+            # Labels an admin puts on containers also mark the volumes they create.
+            labels=labels,
+        )
+
+    def prepare_group_folders(self, groups: list[str]) -> None:
+        """Create missing group data folders on the host, writable by the session user (whose
+        writes a read-only mount still stops for students)."""
+        if not self.group_data_dir:
+            return
+        uid, _, gid = self.run_as.partition(":")
+        for group in data_groups(groups):
+            path = Path(self.group_data_dir) / group
+            if path.is_dir():
+                continue
+            path.mkdir(parents=True, exist_ok=True)
+            try:
+                os.chown(path, int(uid), int(gid or uid))
+                path.chmod(0o2775)
+            except (OSError, ValueError) as e:
+                self.log.warning("Group folder %s stays owned by the hub's user: %s", path, e)
+
+    def storage_mounts(self) -> list:
+        groups = [group.name for group in self.user.groups]
+        self.prepare_group_folders(groups)
+        return session_mounts(self.storage_settings, self.user.name, groups)
+
     async def container_context(self) -> ContainerContext:
         return ContainerContext(
             name=self.container_name,
@@ -427,7 +510,7 @@ class FGPUSpawner(DockerSpawner):
             publish_to=None if self.use_internal_ip else self.host_ip,
             binds=self.volume_binds,
             volumes=self.volume_mount_points,
-            mounts=self.mount_binds,
+            mounts=[*self.mount_binds, *self.storage_mounts()],
             extra_create_kwargs=self._render_templates(self.extra_create_kwargs),
             extra_host_config=self._render_templates(self.extra_host_config),
             gpu_sharing=self.gpu_sharing,

@@ -20,7 +20,7 @@ from traitlets.config import Application
 
 from image_catalog import load_catalog
 
-from . import image_api, image_pages, inventory, metrics, pages, scheduler
+from . import image_api, image_pages, inventory, metrics, pages, private_images, scheduler
 from .apihandlers import (
     GrantHandler,
     GrantsHandler,
@@ -184,6 +184,7 @@ class QueueService(Application):
                 (prefix + r"api/sessions", SessionsHandler),
                 (prefix + r"api/sessions/([0-9a-f]+)", SessionHandler),
                 (prefix + r"api/resources", ResourcesHandler),
+                *private_images.routes(prefix),
                 (prefix + r"oauth_callback", HubOAuthCallbackHandler),
                 *image_api.routes(prefix),
                 *image_pages.routes(prefix),

@@ -63,7 +63,9 @@ def test_catalog(tmp_path_factory, broken_image):
 def hub(tmp_path_factory, docker_engine, test_catalog):
     # The queue service seeds its image catalog from this file, and the spawner asks the service.
     env = {"FGPU_CATALOG_PATH": str(test_catalog)}
-    with running_hub(tmp_path_factory.mktemp("hub"), env=env) as running:
+    group_data = tmp_path_factory.mktemp("group-data")
+    extra = f"c.FGPUSpawner.group_data_dir = {str(group_data)!r}\n"
+    with running_hub(tmp_path_factory.mktemp("hub"), env=env, extra_config=extra) as running:
         yield running
 
 

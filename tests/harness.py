@@ -182,6 +182,7 @@ def _shut_down(hub: Hub) -> None:
     except subprocess.TimeoutExpired:
         hub.process.kill()
     remove_containers({TEST_LABEL: hub.run_id})
+    remove_volumes({TEST_LABEL: hub.run_id})
 
 
 def containers_with(labels: dict[str, str]) -> list:
@@ -192,3 +193,10 @@ def containers_with(labels: dict[str, str]) -> list:
 def remove_containers(labels: dict[str, str]) -> None:
     for container in containers_with(labels):
         container.remove(force=True)
+
+
+def remove_volumes(labels: dict[str, str]) -> None:
+    """Home volumes carry the containers' labels (fgpu_spawner.storage), the test run's among them."""
+    filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+    for volume in docker_client().volumes.list(filters=filters):
+        volume.remove(force=True)

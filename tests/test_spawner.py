@@ -75,6 +75,25 @@ def test_the_chosen_image_holds_its_framework_version(running_session):
     assert version == "1.5.2"
 
 
+def test_two_framework_versions_side_by_side(hub, username):
+    """One user, two sessions at once, from the catalog's two scikit-learn releases."""
+    versions = {"sk14": ("scikit-learn-1.4", "1.4.2"), "sk15": ("scikit-learn-1.5", "1.5.2")}
+    for server, (image, _) in versions.items():
+        options = {"image": image, "cpu": 0.5, "mem": "768M"}
+        response = hub.start_server(username, options, server)
+        assert response.status_code in (201, 202), response.text
+    printed = {}
+    for server in versions:
+        hub.wait_ready(username, server)
+        (container,) = containers_with({"fgpu.user": username, "fgpu.server_name": server})
+        printed[server] = exec_text(
+            container, "python -c 'import sklearn; print(sklearn.__version__)'"
+        )
+    assert printed == {server: version for server, (_, version) in versions.items()}
+    for server in versions:
+        hub.stop_server(username, server)
+
+
 @pytest.mark.parametrize("path", ["api/status", "lab", "tree", "tensorboard/"])
 def test_apps_answer_through_the_hub_proxy(hub, running_session, path):
     username, _ = running_session

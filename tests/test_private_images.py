@@ -1,0 +1,262 @@
+"""Session → private image: the pure naming and config parts, then a real hub, service and dockerd."""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import tarfile
+
+import pytest
+
+from image_catalog.catalog import is_valid_reference
+from queue_service.private_images import (
+    LABEL_OWNER,
+    CommitError,
+    check_tag,
+    commit_config,
+    private_entry,
+    private_reference,
+    user_component,
+)
+
+from .harness import TEST_LABEL, containers_with
+from .test_queue_service import Student
+from .test_storage import TINY_PACKAGE, run_in, start_session, tiny_wheel
+
+# --- pure parts -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tag", ["v1", "2026-11-22", "with_numpy.2", "A" * 128])
+def test_good_tags(tag):
+    assert check_tag(tag) == tag
+
+
+@pytest.mark.parametrize("tag", ["", "-x", ".x", "a:b", "a/b", "sp ace", "A" * 129, 5, None])
+def test_bad_tags_are_400s(tag):
+    with pytest.raises(CommitError) as refused:
+        check_tag(tag)
+    assert refused.value.status == 400
+
+
+def test_repository_names_follow_the_user():
+    assert private_reference("alice", "v1") == "fgpu-private/alice:v1"
+    assert user_component("student-1a2b") == "student-1a2b"
+
+
+ODD_NAMES = ["a@b.org", "Alice", "-x", "a--b_", "ünï", "u_x", "a..b"]
+
+
+@pytest.mark.parametrize("user", ODD_NAMES)
+def test_user_names_docker_refuses_become_valid_distinct_components(user):
+    assert user_component(user).startswith("u_")
+    assert is_valid_reference(private_reference(user, "v1"))
+    assert len({user_component(name) for name in [*ODD_NAMES, "alice"]}) == len(ODD_NAMES) + 1
+
+
+SOURCE = {
+    "name": "scikit-learn-1.5",
+    "display_name": "scikit-learn 1.5",
+    "framework": "scikit-learn",
+    "version": "1.5.2",
+    "gpu": False,
+    "resources": {"min": {"mem": "1G"}},
+    "groups": ["course-a"],
+    "hidden": False,
+}
+
+
+def test_private_entry_is_owned_and_keeps_the_source_framework():
+    entry = private_entry("alice", "v1", "fgpu-private/alice:v1", SOURCE)
+    assert (entry.name, entry.image, entry.owner) == ("alice-v1", "fgpu-private/alice:v1", "alice")
+    assert (entry.framework, entry.version) == ("scikit-learn", "1.5.2")
+    assert entry.display_name == "scikit-learn 1.5 (alice: v1)"
+    assert entry.resources.min.mem == 2**30
+    # Offered to its owner alone, whatever groups the source image had.
+    assert entry.groups == () and not entry.hidden
+
+
+def test_private_entry_without_a_known_source():
+    entry = private_entry("bob", "Snap_1", "fgpu-private/bob:Snap_1", None)
+    assert entry.name == "bob-snap_1" and entry.framework == ""
+
+
+def test_a_name_the_catalog_refuses_is_a_400():
+    with pytest.raises(CommitError) as refused:
+        private_entry("alice", "x" * 100, "fgpu-private/alice:x", None)
+    assert refused.value.status == 400 and "cannot be registered" in refused.value.message
+
+
+IMAGE_CONFIG = {
+    "Env": ["PATH=/opt/venv/bin:/usr/bin", "HOME=/home/jovyan"],
+    "Cmd": ["jupyterhub-singleuser"],
+    "Entrypoint": ["tini", "-g", "--"],
+    "User": "1000",
+    "WorkingDir": "/home/jovyan",
+    "Labels": {"fgpu.catalog-name": "python-3.11"},
+}
+CONTAINER_CONFIG = {
+    "Env": [
+        "PATH=/opt/venv/bin:/usr/bin",
+        "JUPYTERHUB_API_TOKEN=secret-token",
+        "FGPU_SESSION_ID=abc",
+    ],
+    "Cmd": ["jupyterhub-singleuser", "--port=8888"],
+    "User": "1000:100",
+    "Labels": {"fgpu.catalog-name": "python-3.11", "fgpu.grant": "{}", "fgpu.user": "bob"},
+}
+
+
+def test_commit_config_blanks_the_sessions_variables_and_labels():
+    conf = commit_config(IMAGE_CONFIG, CONTAINER_CONFIG, {LABEL_OWNER: "bob"})
+    assert conf["Env"] == [*IMAGE_CONFIG["Env"], "JUPYTERHUB_API_TOKEN=", "FGPU_SESSION_ID="]
+    assert "secret-token" not in json.dumps(conf)
+    assert conf["Labels"] == {
+        "fgpu.catalog-name": "python-3.11",
+        "fgpu.grant": "",
+        "fgpu.user": "",
+        LABEL_OWNER: "bob",
+    }
+
+
+def test_commit_config_keeps_the_images_command_and_user():
+    conf = commit_config(IMAGE_CONFIG, CONTAINER_CONFIG, {})
+    assert (conf["Cmd"], conf["Entrypoint"], conf["User"], conf["WorkingDir"]) == (
+        ["jupyterhub-singleuser"],
+        ["tini", "-g", "--"],
+        "1000",
+        "/home/jovyan",
+    )
+
+
+# --- a real hub -------------------------------------------------------------------------------
+
+
+def put_file(container, folder: str, name: str, data: bytes) -> None:
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    assert container.put_archive(folder, archive.getvalue())
+
+
+def install_into_system_site(container) -> None:
+    """What `sudo pip install` does: as root, into the image's /opt/venv (offline)."""
+    wheel_name, wheel = tiny_wheel()
+    put_file(container, "/tmp", wheel_name, wheel)
+    result = container.exec_run(["pip", "install", "--no-index", f"/tmp/{wheel_name}"], user="root")
+    assert result.exit_code == 0, result.output.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def committed(hub, docker_engine):
+    """A student's running session with a system package and a home file, committed by the admin."""
+    owner = f"student-{secrets.token_hex(4)}"
+    container = start_session(hub, owner)
+    install_into_system_site(container)
+    run_in(container, "echo personal > ~/in-home.txt")
+    admin = Student(hub, "admin")
+    tag = f"t{secrets.token_hex(3)}"
+    session_id = container.labels["fgpu.session_id"]
+    response = admin.call("POST", f"sessions/{session_id}/image", json={"tag": tag})
+    assert response.status_code == 201, response.text
+    result = response.json()
+    yield {"owner": owner, "container": container, "admin": admin, "tag": tag, **result}
+    hub.stop_server(owner)
+    docker_engine.images.remove(result["image"], force=True)
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_commit_names_the_image_under_the_owner_and_keeps_the_session(hub, committed):
+    assert committed["image"] == f"fgpu-private/{committed['owner']}:{committed['tag']}"
+    assert committed["source_image"] == "fgpu/jupyter-base:py3.11"
+    container = committed["container"]
+    container.reload()
+    assert container.status == "running"
+    assert hub.server_model(committed["owner"])["ready"]
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_private_image_keeps_system_packages_but_no_home_and_no_session_secrets(
+    committed, docker_engine
+):
+    image = docker_engine.images.get(committed["image"])
+    config = image.attrs["Config"]
+    assert config["Labels"][LABEL_OWNER] == committed["owner"]
+    assert config["Cmd"] == ["jupyterhub-singleuser"]
+    session_env = dict(e.split("=", 1) for e in committed["container"].attrs["Config"]["Env"])
+    assert session_env["JUPYTERHUB_API_TOKEN"]
+    assert session_env["JUPYTERHUB_API_TOKEN"] not in json.dumps(config)
+    script = f"python -c 'import {TINY_PACKAGE}; print({TINY_PACKAGE}.VALUE)'; ls -A ~"
+    output = docker_engine.containers.run(
+        committed["image"],
+        ["sh", "-c", script],
+        remove=True,
+        labels={TEST_LABEL: "private-image-check"},
+    ).decode()
+    assert output.splitlines()[0] == "tiny-ok"
+    assert "in-home.txt" not in output
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_the_owner_alone_sees_and_starts_the_private_image(hub, committed):
+    entry = committed["catalog"]
+    assert (entry["owner"], entry["image"]) == (committed["owner"], committed["image"])
+    owner = Student(hub, committed["owner"])
+    other = Student(hub, f"student-{secrets.token_hex(4)}")
+    images = owner.call("GET", "images")
+    assert images.status_code == 200, images.text
+    assert entry["name"] in {image["name"] for image in images.json()["images"]}
+    assert entry["name"] not in {
+        image["name"] for image in other.call("GET", "images").json()["images"]
+    }
+
+    refused = hub.start_server(other.name, {"image": entry["name"], "cpu": 0.5, "mem": "512M"})
+    assert refused.status_code == 403, refused.text
+    assert containers_with({"fgpu.user": other.name}) == []
+
+    server = "from-private"
+    container = start_session(hub, owner.name, image=entry["name"], server=server)
+    assert container.attrs["Config"]["Image"] == committed["image"]
+    printed = run_in(container, f"python -c 'import {TINY_PACKAGE}; print({TINY_PACKAGE}.VALUE)'")
+    assert printed == "tiny-ok"
+    hub.stop_server(owner.name, server)
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_commit_refusals(hub, committed):
+    session_id = committed["container"].labels["fgpu.session_id"]
+    admin, path = committed["admin"], f"sessions/{session_id}/image"
+    owner = Student(hub, committed["owner"])
+    cases = [
+        (owner, path, {"tag": "mine"}, 403, "Only admins"),
+        (admin, "sessions/0123456789abcdef/image", {"tag": "x"}, 404, "No such session"),
+        (admin, path, {"tag": "-bad"}, 400, "tag must be"),
+        (admin, path, {}, 400, "tag must be"),
+        (admin, path, {"tag": committed["tag"]}, 409, "already has an image"),
+        (admin, path, {"tag": "x" * 100}, 400, "cannot be registered"),
+    ]
+    for caller, url, body, status, message in cases:
+        response = caller.call("POST", url, json=body)
+        assert response.status_code == status, (body, response.text)
+        assert message in response.json()["message"]
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_a_session_that_no_longer_runs_is_a_409(hub, username, docker_engine):
+    container = start_session(hub, username)
+    session_id = container.labels["fgpu.session_id"]
+    hub.stop_server(username)
+    admin = Student(hub, "admin")
+    # The record ends a moment after the hub reports the server gone; wait for TERMINATED.
+    admin.wait_for(lambda sessions: session_id not in {s["id"] for s in sessions})
+    response = admin.call("POST", f"sessions/{session_id}/image", json={"tag": "late"})
+    assert response.status_code == 409, response.text
+    assert "only a running one" in response.json()["message"]
+    assert docker_engine.images.list(name=f"fgpu-private/{username}") == []

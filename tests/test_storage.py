@@ -1,0 +1,226 @@
+"""Unit tests for the pure storage builder: home volume and group data mounts."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import secrets
+import zipfile
+from dataclasses import replace
+
+import pytest
+import requests
+
+from fgpu_spawner.container_spec import ContainerContext, build_container_spec
+from fgpu_spawner.grant import Grant
+from fgpu_spawner.request import ResourceRequest
+from fgpu_spawner.storage import (
+    StorageSettings,
+    data_groups,
+    home_volume_name,
+    session_mounts,
+    volume_safe,
+)
+
+from .harness import containers_with
+
+GROUP_DATA = StorageSettings(group_data_dir="/srv/fgpu-data/")
+
+
+def test_home_volume_is_named_after_the_user():
+    assert home_volume_name("fgpu-home-{username}", "alice") == "fgpu-home-alice"
+    assert home_volume_name("fgpu-home-{username}", "student-1.a") == "fgpu-home-student-1.a"
+
+
+def test_user_names_docker_refuses_are_escaped_without_collisions():
+    names = ["a@b.org", "a_40b.org", "Ünï", "a b"]
+    escaped = [volume_safe(name) for name in names]
+    assert escaped[0] == "a_40b.org"
+    assert len(set(escaped)) == len(names)
+    for name in escaped:
+        assert all(ch.isascii() and (ch.isalnum() or ch in "_.-") for ch in name)
+
+
+def test_home_is_a_labelled_named_volume_at_the_home_folder():
+    settings = StorageSettings(labels={"site": "x"})
+    (mount,) = session_mounts(settings, "alice", ["course-a"])
+    assert mount["Type"] == "volume"
+    assert mount["Source"] == "fgpu-home-alice"
+    assert mount["Target"] == "/home/jovyan"
+    assert mount["ReadOnly"] is False
+    assert mount["VolumeOptions"]["Labels"] == {
+        "site": "x",
+        "fgpu.user": "alice",
+        "fgpu.volume": "home",
+    }
+
+
+def test_an_empty_home_volume_setting_turns_persistence_off():
+    assert session_mounts(StorageSettings(home_volume=""), "alice", ["course-a"]) == []
+
+
+def test_students_read_their_groups_data_folders():
+    mounts = session_mounts(GROUP_DATA, "bob", ["course-b", "course-a"])
+    data = [(m["Source"], m["Target"], m["ReadOnly"], m["Type"]) for m in mounts[1:]]
+    assert data == [
+        ("/srv/fgpu-data/course-a", "/home/jovyan/data/course-a", True, "bind"),
+        ("/srv/fgpu-data/course-b", "/home/jovyan/data/course-b", True, "bind"),
+    ]
+
+
+def test_instructors_write_to_their_groups_data_folders():
+    mounts = session_mounts(GROUP_DATA, "carol", ["course-a", "instructors"])
+    assert {m["Target"]: m["ReadOnly"] for m in mounts[1:]} == {
+        "/home/jovyan/data/course-a": False,
+        "/home/jovyan/data/instructors": False,
+    }
+
+
+def test_writer_groups_are_configurable():
+    settings = StorageSettings(group_data_dir="/d", group_data_writers=("tas",))
+    assert [m["ReadOnly"] for m in session_mounts(settings, "t", ["course-a", "tas"])[1:]] == [
+        False,
+        False,
+    ]
+    assert [
+        m["ReadOnly"] for m in session_mounts(settings, "i", ["course-a", "instructors"])[1:]
+    ] == [
+        True,
+        True,
+    ]
+
+
+def test_no_group_data_without_a_folder_setting():
+    assert len(session_mounts(StorageSettings(), "bob", ["course-a"])) == 1
+
+
+@pytest.mark.parametrize("group", ["..", ".", "a/b", "-x", "", "a b", "x" * 129])
+def test_group_names_that_are_not_one_safe_path_part_get_no_folder(group):
+    assert data_groups([group, "ok"]) == ["ok"]
+
+
+def test_storage_mounts_reach_the_container_spec_and_socket_stays_refused():
+    request = ResourceRequest(image="fgpu/x:1", image_name="x", cpu=1.0, mem=2**30)
+    mounts = session_mounts(GROUP_DATA, "bob", ["course-a"])
+    ctx = ContainerContext(
+        name="c", user="bob", server_name="", command=[], env={}, port=8888, network="bridge"
+    )
+    spec = build_container_spec(request, Grant("s1", "local"), replace(ctx, mounts=mounts))
+    assert spec.host_config["mounts"] == mounts
+    bad = [*mounts, {"Type": "bind", "Source": "/var/run/docker.sock", "Target": "/s"}]
+    with pytest.raises(ValueError, match="Docker socket"):
+        build_container_spec(request, Grant("s1", "local"), replace(ctx, mounts=bad))
+
+
+# --- a real hub: the home folder outlives the session -----------------------------------------
+
+TINY_PACKAGE = "fgpu_tinypkg"
+
+
+def tiny_wheel() -> tuple[str, bytes]:
+    """A one-module wheel built here, so that `pip install --user` needs no network."""
+    files = {
+        f"{TINY_PACKAGE}/__init__.py": b'VALUE = "tiny-ok"\n',
+        f"{TINY_PACKAGE}-0.1.dist-info/METADATA": (
+            b"Metadata-Version: 2.1\nName: fgpu-tinypkg\nVersion: 0.1\n"
+        ),
+        f"{TINY_PACKAGE}-0.1.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: fgpu-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = [f"{path},sha256={_record_hash(data)},{len(data)}" for path, data in files.items()]
+    record_path = f"{TINY_PACKAGE}-0.1.dist-info/RECORD"
+    files[record_path] = ("\n".join([*record, f"{record_path},,"]) + "\n").encode()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+    return f"{TINY_PACKAGE}-0.1-py3-none-any.whl", buffer.getvalue()
+
+
+def _record_hash(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+class Contents:
+    """The session's Jupyter contents API, through the hub's proxy, as the user's browser uses it."""
+
+    def __init__(self, hub, username):
+        self.base = f"{hub.url}/user/{username}/api/contents"
+        self.headers = {"Authorization": f"token {hub.user_token(username)}"}
+
+    def put(self, path: str, content: str, fmt: str = "text") -> None:
+        body = {"type": "file", "format": fmt, "content": content}
+        response = requests.put(f"{self.base}/{path}", json=body, headers=self.headers, timeout=60)
+        assert response.status_code in (200, 201), response.text
+
+    def get(self, path: str) -> requests.Response:
+        return requests.get(f"{self.base}/{path}", headers=self.headers, timeout=60)
+
+
+def start_session(hub, username, image="python-3.11", server=""):
+    response = hub.start_server(username, {"image": image, "cpu": 0.5, "mem": "512M"}, server)
+    assert response.status_code in (201, 202), response.text
+    hub.wait_ready(username, server)
+    (container,) = containers_with({"fgpu.user": username, "fgpu.server_name": server})
+    return container
+
+
+def run_in(container, command: str) -> str:
+    result = container.exec_run(["sh", "-c", command])
+    assert result.exit_code == 0, result.output.decode(errors="replace")
+    return result.output.decode().strip()
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_notebooks_and_user_packages_survive_the_next_session(hub, username, docker_engine):
+    first = start_session(hub, username)
+    contents = Contents(hub, username)
+    contents.put("notes.txt", "kept between sessions")
+    wheel_name, wheel = tiny_wheel()
+    contents.put(wheel_name, base64.b64encode(wheel).decode(), fmt="base64")
+    run_in(first, f"pip install --user --no-index ~/{wheel_name}")
+    hub.stop_server(username)
+    assert containers_with({"fgpu.user": username}) == []
+
+    second = start_session(hub, username)
+    assert second.id != first.id
+    notes = Contents(hub, username).get("notes.txt")
+    assert notes.status_code == 200 and notes.json()["content"] == "kept between sessions"
+    assert run_in(second, f"python -c 'import {TINY_PACKAGE}; print({TINY_PACKAGE}.VALUE)'") == (
+        "tiny-ok"
+    )
+    assert run_in(second, "stat -c %u:%g ~ ~/.local ~/notes.txt").split() == ["1000:100"] * 3
+    volume = docker_engine.volumes.get(f"fgpu-home-{username}")
+    assert volume.attrs["Labels"]["fgpu.user"] == username
+    hub.stop_server(username)
+
+
+def add_to_group(hub, group: str, users: list[str]) -> None:
+    response = hub.request("POST", f"groups/{group}")
+    assert response.status_code in (201, 409), response.text
+    response = hub.request("POST", f"groups/{group}/users", json={"users": users})
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_group_data_is_read_only_for_students_and_writable_for_instructors(hub):
+    suffix = secrets.token_hex(3)
+    course, student, instructor = f"course-{suffix}", f"student-{suffix}", f"teacher-{suffix}"
+    for user in (student, instructor):
+        hub.create_user(user)
+    add_to_group(hub, course, [student, instructor])
+    add_to_group(hub, "instructors", [instructor])
+    folder = f"~/data/{course}"
+
+    teacher_session = start_session(hub, instructor)
+    run_in(teacher_session, f"echo week-1 > {folder}/handout.txt")
+    student_session = start_session(hub, student)
+    assert run_in(student_session, f"cat {folder}/handout.txt") == "week-1"
+    refused = student_session.exec_run(["sh", "-c", f"touch {folder}/mine.txt"])
+    assert refused.exit_code != 0 and b"Read-only file system" in refused.output
+    hub.stop_server(student)
+    hub.stop_server(instructor)
