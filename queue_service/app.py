@@ -191,7 +191,7 @@ class QueueService(Application):
                 *metrics.routes(prefix),
                 *pages.routes(prefix),
             ],
-            **pages.settings(prefix),
+            **pages.settings(prefix, simulated=bool(self.simulated_gpus)),
             manager=self.manager,
             hub_client=self.hub,
             quotas=self.quotas,

@@ -101,6 +101,15 @@ class PageHandler(HubOAuthenticated, web.RequestHandler):
         prefix = os.environ.get("JUPYTERHUB_BASE_URL", "/")
         return page_namespace(person, prefix, self.settings["page_prefix"])
 
+    def page_config(self, person: dict) -> dict:
+        """What every page's script needs to know, as JSON in the page."""
+        return {
+            "api": self.settings["page_prefix"] + "api/",
+            "user": person["name"],
+            "admin": bool(person.get("admin")),
+            "simulated": self.settings["page_simulated_gpus"],
+        }
+
     def render_page(self, name: str, person: dict | None, **extra) -> None:
         html = self.env.get_template(name).render(**self.namespace(person), **extra)
         self.set_header("Content-Type", "text/html; charset=utf-8")
@@ -132,9 +141,7 @@ class SessionsPage(PageHandler):
         quotas = self.settings["quotas"]
         await quotas.refresh(person, self.hub)
         config = {
-            "api": self.settings["page_prefix"] + "api/",
-            "user": person["name"],
-            "admin": bool(person.get("admin")),
+            **self.page_config(person),
             # The tightest quota totals, so the launch dialog can say what can never start.
             "limit": quotas.user_limit(person["name"], tuple(person.get("groups", []))),
             "userPrefix": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "user/",
@@ -152,7 +159,7 @@ class IndicatorPage(PageHandler):
     @web.authenticated
     async def get(self):
         person = await self.person()
-        config = {"api": self.settings["page_prefix"] + "api/", "user": person["name"]}
+        config = self.page_config(person)
         self.set_header("Content-Security-Policy", "frame-ancestors 'self'")
         html = self.env.get_template("indicator.html").render(
             **self.namespace(person), page_config=config
@@ -169,9 +176,7 @@ class ClusterPage(PageHandler):
         if not person.get("admin"):
             raise web.HTTPError(403, "The cluster view is for admins.")
         config = {
-            "api": self.settings["page_prefix"] + "api/",
-            "user": person["name"],
-            "admin": True,
+            **self.page_config(person),
             "quotas": self.settings["page_prefix"] + "cluster/quotas",
         }
         self.render_page("cluster.html", person, page_config=config)
@@ -233,10 +238,12 @@ def routes(prefix: str) -> list:
     ]
 
 
-def settings(prefix: str) -> dict:
-    """Application settings the pages need, merged into the service's."""
+def settings(prefix: str, simulated: bool = False) -> dict:
+    """Application settings the pages need, merged into the service's. `simulated`: the GPUs are
+    simulated, which the pages say next to every fGPU figure."""
     return {
         "page_prefix": prefix,
+        "page_simulated_gpus": simulated,
         "page_templates": template_environment(),
         "default_handler_class": NotFound,
     }

@@ -260,7 +260,10 @@ def test_walkthrough_a_indicator_rises_and_falls_by_exactly_the_session(gpu_hub,
     row = rows(page, "RUNNING").first
     expect(row).to_contain_text("python-3.11")
     expect(row).to_contain_text("1G")
-    expect(row.locator(".fgpu-usage")).to_have_text(re.compile(r".+"))
+    expect(row).to_contain_text("0.5 (simulated)")
+    expect(page.locator(".fgpu-indicator-caption")).to_contain_text("simulated")
+    # Live usage, from the service's stats sampler (one docker stats round every few seconds).
+    expect(row.locator(".fgpu-usage")).to_contain_text(re.compile(r"RAM \d"), timeout=30_000)
     screenshot(page, "pages-walkthrough-a-created")
 
     # The same figures on the home page and on the spawn form.
@@ -387,6 +390,45 @@ def test_cluster_view_draws_each_gpu_slice_with_its_holder(gpu_hub, pages, bob, 
         f"{len(bob_running)}"
     )
     screenshot(admin, "pages-cluster")
+
+
+def test_a_pending_request_is_in_the_admins_queue_and_its_owner_cancels_it(
+    gpu_hub, pages, bob, bob_running, docker_engine
+):
+    # Bob's sessions hold both fGPU, so one more waits: no container, a place in line.
+    taken = sum(s["fgpu"] for s in bob.sessions() if s["status"] == "RUNNING")
+    assert taken == 2, bob.sessions()
+    server = f"s-{secrets.token_hex(3)}"
+    options = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
+    response = gpu_hub.start_server(bob.name, options, server)
+    assert response.status_code == 202, response.text
+
+    admin = pages()
+    log_in(admin, gpu_hub, "admin")
+    admin.goto(f"{gpu_hub.url}{QUEUE}cluster")
+    queued = admin.locator("#fgpu-queue tbody tr")
+    expect(queued).to_have_count(1)
+    expect(queued.first).to_contain_text(bob.name)
+    expect(queued.first.locator("td").first).to_have_text("1")
+    screenshot(admin, "pages-cluster-queue")
+
+    page = pages()
+    log_in(page, gpu_hub, bob.name)
+    open_sessions(page, gpu_hub)
+    pending = rows(page, "PENDING")
+    expect(pending).to_have_count(1)
+    pending.locator(".fgpu-cancel").click()
+    expect(rows(page, "PENDING")).to_have_count(0, timeout=30_000)
+    expect(rows(page, "RUNNING")).to_have_count(len(bob_running))
+    expect(queued).to_have_count(0, timeout=30_000)
+    assert [s for s in bob.sessions() if s["server_name"] == server] == []
+    labels = {"label": [f"fgpu.user={bob.name}"]}
+    assert len(docker_engine.containers.list(all=True, filters=labels)) == len(bob_running)
+    # The hub's waiting spawn ends by itself.
+    deadline = time.monotonic() + 30
+    while (model := gpu_hub.server_model(bob.name, server)) and model["pending"]:
+        assert time.monotonic() < deadline, model
+        time.sleep(0.3)
 
 
 # -- the app launcher ---------------------------------------------------------------------------

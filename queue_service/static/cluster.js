@@ -71,7 +71,7 @@
         el("div", { className: "fw-semibold", text: node.name + " (resource group " + node.resource_group + ")" }),
         el("div", { className: "small", text: "CPU " + fgpu.trim(node.cpu_total - node.cpu_free) + " / " +
           fgpu.trim(node.cpu_total) + " cores held; memory " + fgpu.size(node.mem_total - node.mem_free) + " / " +
-          fgpu.size(node.mem_total) + (resources.simulated ? "; GPUs simulated" : "") }),
+          fgpu.size(node.mem_total) + (fgpu.config.simulated ? "; GPUs simulated" : "") }),
       ].concat(node.gpus.length ? node.gpus.map(function (gpu) { return gpuStrip(node, gpu, units); })
         : [el("div", { className: "small text-muted", text: "No GPU." })]));
     }));

@@ -147,7 +147,7 @@ var fgpu = (function () {
     var group = indicatorFigures(resources)[0].group;
     var caption = element("div", { className: "fgpu-indicator-caption" }, [
       "Upper: in resource group " + (group || "default") + ". Lower: in total.",
-      resources.simulated ? " GPUs are simulated." : "",
+      config.simulated ? " GPUs on this hub are simulated." : "",
     ]);
     target.replaceChildren.apply(target, rows.concat([caption]));
     target.setAttribute("data-ready", "1");

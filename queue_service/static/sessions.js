@@ -93,7 +93,7 @@
       el("td", { text: s.image }),
       el("td", { text: fgpu.trim(s.cpu) }),
       el("td", { text: fgpu.size(s.mem) }),
-      el("td", { text: fgpu.trim(s.fgpu) }),
+      el("td", { text: fgpu.trim(s.fgpu) + (config.simulated && s.fgpu ? " (simulated)" : "") }),
       el("td", { text: fgpu.time(started) }),
       el("td", { text: started || s.status === "PENDING" ? usageTime : "—" }),
       el("td", { className: "fgpu-usage", text: usageText(s.usage) }),
