@@ -69,6 +69,21 @@ def hub(tmp_path_factory, docker_engine, test_catalog):
         yield running
 
 
+@pytest.fixture(autouse=True)
+def servers_end_with_their_test(request):
+    """Whatever a test started on the shared hub is stopped when it ends, even when it failed
+    half-way: a server left behind holds CPU, and every later test would wait in the queue behind
+    it. Servers of wider-scoped fixtures were there before, and are left to them."""
+    if "hub" not in request.fixturenames:
+        yield
+        return
+    hub = request.getfixturevalue("hub")
+    before = hub.active_servers()
+    yield
+    for user, server in hub.active_servers() - before:
+        hub.stop_server(user, server)
+
+
 @pytest.fixture
 def username():
     return f"student-{secrets.token_hex(4)}"

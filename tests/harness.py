@@ -76,6 +76,12 @@ class Hub:
         assert response.status_code == 200, response.text
         return response.json()["servers"].get(server)
 
+    def active_servers(self) -> set[tuple[str, str]]:
+        """(user, server name) of every server that runs, or is starting or waiting in the queue."""
+        response = self.request("GET", "users", params={"state": "active", "limit": 1000})
+        assert response.status_code == 200, response.text
+        return {(user["name"], name) for user in response.json() for name in user["servers"]}
+
     def wait_ready(self, user: str, server: str = "", timeout: float = 120) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

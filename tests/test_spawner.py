@@ -15,9 +15,11 @@ GIB = 1024**3
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def running_session(hub):
-    """A server started with cpu=1.5 and mem=1G, and its container (read-only checks share it)."""
+    """A server started with cpu=1.5 and mem=1G, and its container (read-only checks share it).
+
+    Class-scoped: it holds 1.5 of this machine's 2 cores, so it ends with TestOneSession."""
     username = f"student-{secrets.token_hex(4)}"
     response = hub.start_server(username, {"image": "scikit-learn-1.5", "cpu": 1.5, "mem": "1G"})
     assert response.status_code in (201, 202), response.text
@@ -46,33 +48,62 @@ def cgroup_limits(container) -> tuple[str, str]:
     )
 
 
-def test_cgroup_shows_exactly_the_requested_slice(running_session):
-    _, container = running_session
-    assert cgroup_limits(container) == ("150000/100000", str(GIB))
+class TestOneSession:
+    """Read-only checks on one running session."""
 
+    def test_cgroup_shows_exactly_the_requested_slice(self, running_session):
+        _, container = running_session
+        assert cgroup_limits(container) == ("150000/100000", str(GIB))
 
-def test_container_is_locked_down_and_labelled(running_session):
-    username, container = running_session
-    host = container.attrs["HostConfig"]
-    assert (host["CpuQuota"], host["CpuPeriod"]) == (150_000, 100_000)
-    assert host["Memory"] == host["MemorySwap"] == GIB
-    assert host["PidsLimit"] == 1024
-    assert host["Privileged"] is False
-    mounts = json.dumps(container.attrs["Mounts"]) + json.dumps(host.get("Binds") or [])
-    assert "docker.sock" not in mounts
-    assert exec_text(container, "id -u") == "1000"
-    labels = container.labels
-    assert labels["fgpu.user"] == username
-    assert labels["fgpu.image"] == "scikit-learn-1.5"
-    grant = json.loads(labels["fgpu.grant"])
-    assert grant["session_id"] == labels["fgpu.session_id"] and grant["gpus"] == {}
-    assert exec_text(container, "echo $FGPU_CPU $FGPU_MEM") == f"1.5 {GIB}"
+    def test_container_is_locked_down_and_labelled(self, running_session):
+        username, container = running_session
+        host = container.attrs["HostConfig"]
+        assert (host["CpuQuota"], host["CpuPeriod"]) == (150_000, 100_000)
+        assert host["Memory"] == host["MemorySwap"] == GIB
+        assert host["PidsLimit"] == 1024
+        assert host["Privileged"] is False
+        mounts = json.dumps(container.attrs["Mounts"]) + json.dumps(host.get("Binds") or [])
+        assert "docker.sock" not in mounts
+        assert exec_text(container, "id -u") == "1000"
+        labels = container.labels
+        assert labels["fgpu.user"] == username
+        assert labels["fgpu.image"] == "scikit-learn-1.5"
+        grant = json.loads(labels["fgpu.grant"])
+        assert grant["session_id"] == labels["fgpu.session_id"] and grant["gpus"] == {}
+        assert exec_text(container, "echo $FGPU_CPU $FGPU_MEM") == f"1.5 {GIB}"
 
+    def test_the_chosen_image_holds_its_framework_version(self, running_session):
+        _, container = running_session
+        version = exec_text(container, "python -c 'import sklearn; print(sklearn.__version__)'")
+        assert version == "1.5.2"
 
-def test_the_chosen_image_holds_its_framework_version(running_session):
-    _, container = running_session
-    version = exec_text(container, "python -c 'import sklearn; print(sklearn.__version__)'")
-    assert version == "1.5.2"
+    @pytest.mark.parametrize("path", ["api/status", "lab", "tree", "tensorboard/"])
+    def test_apps_answer_through_the_hub_proxy(self, hub, running_session, path):
+        username, _ = running_session
+        headers = {"Authorization": f"token {hub.user_token(username)}"}
+        response = requests.get(f"{hub.url}/user/{username}/{path}", headers=headers, timeout=60)
+        assert response.status_code == 200, (path, response.status_code, response.text[:300])
+
+    def test_terminal_runs_commands_through_the_hub_proxy(self, hub, running_session):
+        username, _ = running_session
+        headers = {"Authorization": f"token {hub.user_token(username)}"}
+        created = requests.post(
+            f"{hub.url}/user/{username}/api/terminals", headers=headers, timeout=30
+        )
+        assert created.status_code == 200, created.text
+        name = created.json()["name"]
+        ws_url = f"{hub.url.replace('http', 'ws', 1)}/user/{username}/terminals/websocket/{name}"
+        ws = websocket.create_connection(ws_url, header=headers, timeout=30)
+        try:
+            ws.send(json.dumps(["stdin", "echo fgpu-$((6*7)) $(id -un)\r"]))
+            output = ""
+            while "fgpu-42" not in output:
+                message = json.loads(ws.recv())
+                if message[0] == "stdout":
+                    output += message[1]
+            assert "fgpu-42 jovyan" in output
+        finally:
+            ws.close()
 
 
 def test_two_framework_versions_side_by_side(hub, username):
@@ -92,34 +123,6 @@ def test_two_framework_versions_side_by_side(hub, username):
     assert printed == {server: version for server, (_, version) in versions.items()}
     for server in versions:
         hub.stop_server(username, server)
-
-
-@pytest.mark.parametrize("path", ["api/status", "lab", "tree", "tensorboard/"])
-def test_apps_answer_through_the_hub_proxy(hub, running_session, path):
-    username, _ = running_session
-    headers = {"Authorization": f"token {hub.user_token(username)}"}
-    response = requests.get(f"{hub.url}/user/{username}/{path}", headers=headers, timeout=60)
-    assert response.status_code == 200, (path, response.status_code, response.text[:300])
-
-
-def test_terminal_runs_commands_through_the_hub_proxy(hub, running_session):
-    username, _ = running_session
-    headers = {"Authorization": f"token {hub.user_token(username)}"}
-    created = requests.post(f"{hub.url}/user/{username}/api/terminals", headers=headers, timeout=30)
-    assert created.status_code == 200, created.text
-    name = created.json()["name"]
-    ws_url = f"{hub.url.replace('http', 'ws', 1)}/user/{username}/terminals/websocket/{name}"
-    ws = websocket.create_connection(ws_url, header=headers, timeout=30)
-    try:
-        ws.send(json.dumps(["stdin", "echo fgpu-$((6*7)) $(id -un)\r"]))
-        output = ""
-        while "fgpu-42" not in output:
-            message = json.loads(ws.recv())
-            if message[0] == "stdout":
-                output += message[1]
-        assert "fgpu-42 jovyan" in output
-    finally:
-        ws.close()
 
 
 def test_stopping_the_server_removes_its_container(hub, username):
