@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from image_catalog import Catalog
-from image_catalog.units import format_size, parse_size
+from image_catalog.units import format_size, parse_positive_size
 
 KNOWN_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
 
@@ -137,12 +137,9 @@ def _parse_mem(value: object, default: int) -> int:
     if _is_blank(value):
         return default
     try:
-        mem = parse_size(value)
+        return parse_positive_size(value)
     except ValueError as e:
         raise InvalidRequest(f"mem: {e}.") from None
-    if mem <= 0:
-        raise InvalidRequest(f"mem must be greater than zero, not {value!r}.")
-    return mem
 
 
 def _check_fgpu(fgpu: float, allowed: Range) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .units import format_size, parse_size
+from .units import format_size, parse_positive_size
 
 SLOTS = ("cpu", "mem", "fgpu")
 LEVELS = ("min", "default", "max")
@@ -110,12 +110,9 @@ def _size(where: str, value: object) -> int | None:
     if value is None or value == "":
         return None
     try:
-        size = parse_size(value)
+        return parse_positive_size(value)
     except ValueError as e:
         raise ResourceError(f"{where}: {e}") from None
-    if size <= 0:
-        raise ResourceError(f"{where} must be greater than zero, not {value!r}")
-    return size
 
 
 def _check_order(resources: ImageResources) -> None:

@@ -30,6 +30,14 @@ def parse_size(value: int | float | str) -> int:
     return int(float(number) * 1024 ** _POWERS[prefix.lower()])
 
 
+def parse_positive_size(value: int | float | str) -> int:
+    """Return a size in bytes that is more than zero: a memory limit, a GPU's memory."""
+    size = parse_size(value)
+    if size <= 0:
+        raise ValueError(f"must be greater than zero, not {value!r}")
+    return size
+
+
 def format_size(nbytes: int) -> str:
     """The shortest exact-ish binary form: 1073741824 → '1G', 1610612736 → '1.5G'."""
     for suffix, power in (("T", 4), ("G", 3), ("M", 2), ("K", 1)):

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from image_catalog.units import parse_size
+from image_catalog.units import parse_positive_size, parse_size
 
 # Plausible for a simulated GPU (an A100 has 108 SMs, an RTX 3090 82); nothing depends on it.
 SIMULATED_SM_COUNT = 80
@@ -95,12 +95,9 @@ def _parse_simulated_item(item: str, spec: str) -> tuple[int, int]:
     if count < 1:
         raise ValueError(f"FGPU_SIMULATED_GPUS={spec!r}: the GPU count must be at least 1")
     try:
-        size = parse_size(size_text)
+        return count, parse_positive_size(size_text)
     except ValueError as e:
-        raise ValueError(f"FGPU_SIMULATED_GPUS={spec!r}: {e}") from None
-    if size <= 0:
-        raise ValueError(f"FGPU_SIMULATED_GPUS={spec!r}: GPU memory must be more than 0")
-    return count, size
+        raise ValueError(f"FGPU_SIMULATED_GPUS={spec!r}: GPU memory {e}") from None
 
 
 def _format_gib(nbytes: int) -> str:

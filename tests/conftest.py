@@ -13,6 +13,8 @@ from sqlalchemy.exc import OperationalError
 
 from image_catalog.catalog import DEFAULT_CATALOG_PATH
 
+# The browser fixtures serve every module that drives Chromium.
+from .browser import browser, pages  # noqa: F401
 from .harness import docker_client, running_hub
 
 MISSING_IMAGE = "fgpu-test/never-built:1"

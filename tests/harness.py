@@ -6,6 +6,7 @@ Shared by the tests and the benchmarks so that both measure the same hub. The hu
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -102,6 +103,35 @@ class Hub:
 
     def log_text(self) -> str:
         return (self.workdir / "hub.log").read_text(errors="replace")
+
+
+class QueueUser:
+    """A hub user with a token of their own, calling the queue service through the hub's proxy."""
+
+    def __init__(self, hub: Hub, name: str):
+        hub.create_user(name)
+        self.hub, self.name = hub, name
+        self.http = requests.Session()
+        self.http.headers["Authorization"] = f"token {hub.user_token(name)}"
+
+    def call(self, method: str, path: str, **kwargs) -> requests.Response:
+        url = f"{self.hub.url}/services/queue/api/{path}"
+        return self.http.request(method, url, timeout=120, **kwargs)
+
+    def sessions(self) -> list[dict]:
+        response = self.call("GET", "sessions")
+        assert response.status_code == 200, response.text
+        return response.json()["sessions"]
+
+    def wait_for(self, predicate, timeout: float = 90) -> list[dict]:
+        """The user's sessions, once `predicate` holds for them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            sessions = self.sessions()
+            if predicate(sessions):
+                return sessions
+            time.sleep(0.3)
+        raise AssertionError(f"not reached in {timeout} s: {json.dumps(self.sessions(), indent=1)}")
 
 
 def _config_text(port: int, token: str, run_id: str, extra_config: str) -> str:

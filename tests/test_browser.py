@@ -7,48 +7,17 @@ container that is limited to that slice. Bad input is refused on the page and st
 from __future__ import annotations
 
 import re
-import secrets
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Response, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Response, expect
 
 from image_catalog import load_catalog
 
-from .harness import ROOT
+from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SCREENSHOTS = ROOT / "test-output" / "browser"
 GIB = 1024**3
-# Starting a container and JupyterLab's first load; the hub's own start_timeout is 120 s.
-SPAWN_TIMEOUT_MS = 150_000
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.is_file():
-        pytest.fail(
-            f"{CHROMIUM} is missing: install Debian's chromium package "
-            "(never download a browser with `playwright install`)",
-            pytrace=False,
-        )
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -60,20 +29,9 @@ def page(browser: Browser):
     context.close()
 
 
-def screenshot(page: Page, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")
-    return path
-
-
 def log_in_to_spawn_form(page: Page, hub, username: str) -> None:
     """Log in with the demo authenticator and land on the spawn form."""
-    page.goto(f"{hub.url}/hub/login")
-    page.fill("#username_input", username)
-    page.fill("#password_input", secrets.token_hex(4))
-    page.click("#login_submit")
+    log_in(page, hub, username)
     expect(page.locator("form#spawn_form")).to_be_visible()
     expect(page.locator("#fgpu-image")).to_be_visible()
 

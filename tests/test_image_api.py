@@ -12,29 +12,24 @@ import secrets
 import pytest
 import requests
 
-from .harness import containers_with
+from .harness import QueueUser, containers_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SKLEARN_14 = "fgpu/scikit-learn:1.4.2"
 SMALL = {"cpu": 0.5, "mem": "512M"}
 
 
-class Person:
-    """A hub user with a token of their own, calling the queue service through the proxy."""
+class Person(QueueUser):
+    """A new hub user, in `groups`, calling the queue service with a token of their own."""
 
     def __init__(self, hub, prefix: str, groups: tuple[str, ...] = (), admin: bool = False):
-        self.hub, self.name = hub, f"{prefix}-{secrets.token_hex(4)}"
-        response = hub.request("POST", f"users/{self.name}", json={"admin": admin})
+        name = f"{prefix}-{secrets.token_hex(4)}"
+        response = hub.request("POST", f"users/{name}", json={"admin": admin})
         assert response.status_code == 201, response.text
         for group in groups:
-            add_to_group(hub, group, self.name)
+            add_to_group(hub, group, name)
         # The token is made after joining the groups: it carries the scopes they grant.
-        self.http = requests.Session()
-        self.http.headers["Authorization"] = f"token {hub.user_token(self.name)}"
-
-    def call(self, method: str, path: str, **kwargs) -> requests.Response:
-        url = f"{self.hub.url}/services/queue/api/{path}"
-        return self.http.request(method, url, timeout=120, **kwargs)
+        super().__init__(hub, name)
 
     def image_names(self, query: str = "") -> list[str]:
         response = self.call("GET", f"images{query}")

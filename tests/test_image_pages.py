@@ -13,27 +13,11 @@ import secrets
 import pytest
 from playwright.sync_api import Page, expect
 
+from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
 from .harness import containers_with
-from .test_browser import browser, screenshot  # noqa: F401 (the module's Chromium fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 SKLEARN_14 = "fgpu/scikit-learn:1.4.2"
-SPAWN_TIMEOUT_MS = 150_000
-
-
-@pytest.fixture
-def pages(browser):  # noqa: F811
-    opened: list[Page] = []
-
-    def open_page() -> Page:
-        context = browser.new_context(viewport={"width": 1400, "height": 950})
-        context.set_default_timeout(60_000)
-        opened.append(context.new_page())
-        return opened[-1]
-
-    yield open_page
-    for page in opened:
-        page.context.close()
 
 
 def member_of(hub, group: str, prefix: str) -> str:
@@ -43,14 +27,6 @@ def member_of(hub, group: str, prefix: str) -> str:
     response = hub.request("POST", f"groups/{group}/users", json={"users": [name]})
     assert response.status_code == 200, response.text
     return name
-
-
-def log_in(page: Page, hub, name: str) -> None:
-    page.goto(f"{hub.url}/hub/login")
-    page.fill("#username_input", name)
-    page.fill("#password_input", secrets.token_hex(4))
-    page.click("#login_submit")
-    page.wait_for_load_state()
 
 
 def open_images(page: Page, hub) -> None:

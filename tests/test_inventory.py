@@ -52,7 +52,7 @@ def test_simulated_spec_sizes_are_binary_like_docker(spec, sizes):
         ("2x", "is not <count>x<size>"),
         ("x8G", "is not <count>x<size>"),
         ("2x-1G", "is not a size"),
-        ("2x0G", "more than 0"),
+        ("2x0G", "GPU memory must be greater than zero"),
         ("lots of GPUs", "is not <count>x<size>"),
         ("2x8GiB,", "is not <count>x<size>"),
         ("", "is empty"),

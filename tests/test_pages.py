@@ -14,12 +14,13 @@ import time
 
 import pytest
 import requests
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from queue_service.pages import JUPYTERHUB_TEMPLATES, page_namespace, template_environment
 
+from .browser import launch, log_in, rows, screenshot, submit_launch
+from .harness import QueueUser as Student
 from .harness import running_hub
-from .test_browser import browser, screenshot  # noqa: F401 (the module's Chromium fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -35,35 +36,6 @@ def gpu_hub(tmp_path_factory, docker_engine):
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
     with running_hub(tmp_path_factory.mktemp("pages-hub"), env=env) as hub:
         yield hub
-
-
-def new_page(browser: Browser) -> Page:  # noqa: F811
-    context = browser.new_context(viewport={"width": 1400, "height": 950})
-    context.set_default_timeout(30_000)
-    return context.new_page()
-
-
-@pytest.fixture
-def pages(browser):  # noqa: F811
-    """Browser pages, each in its own context (its own login); closed after the test."""
-    opened: list[Page] = []
-
-    def open_page() -> Page:
-        page = new_page(browser)
-        opened.append(page)
-        return page
-
-    yield open_page
-    for page in opened:
-        page.context.close()
-
-
-def log_in(page: Page, hub, name: str) -> None:
-    page.goto(f"{hub.url}/hub/login")
-    page.fill("#username_input", name)
-    page.fill("#password_input", secrets.token_hex(4))
-    page.click("#login_submit")
-    page.wait_for_load_state()
 
 
 def open_sessions(page: Page, hub) -> None:
@@ -100,46 +72,6 @@ def wait_for_indicator(scope, expected_used: dict, timeout: float = 30) -> dict:
         ):
             return figures
         time.sleep(0.3)
-
-
-def rows(page: Page, status: str | None = None):
-    selector = "#fgpu-sessions tbody tr" + (f'[data-status="{status}"]' if status else "")
-    return page.locator(selector)
-
-
-def launch(page: Page, image: str, cpu: float, mem_gib: float, fgpu: float, count: int) -> None:
-    page.click("#fgpu-start")
-    dialog = page.locator("#fgpu-launch")
-    expect(dialog).to_be_visible()
-    expect(page.locator(f'#fgpu-launch-image option[value="{image}"]')).to_be_attached()
-    page.select_option("#fgpu-launch-image", image)
-    page.fill("#fgpu-launch-cpu", str(cpu))
-    page.fill("#fgpu-launch-mem", str(mem_gib))
-    page.fill("#fgpu-launch-fgpu", str(fgpu))
-    page.fill("#fgpu-launch-count", str(count))
-
-
-def submit_launch(page: Page) -> None:
-    page.click("#fgpu-launch-submit")
-    expect(page.locator("#fgpu-launch")).to_be_hidden(timeout=START_TIMEOUT_MS)
-
-
-class Student:
-    """A user's REST view of the service, with their own token (for checks the page cannot make)."""
-
-    def __init__(self, hub, name: str):
-        hub.create_user(name)
-        self.hub, self.name = hub, name
-        self.http = requests.Session()
-        self.http.headers["Authorization"] = f"token {hub.user_token(name)}"
-
-    def get(self, path: str, **kwargs) -> requests.Response:
-        return self.http.get(f"{self.hub.url}{QUEUE}{path}", timeout=60, **kwargs)
-
-    def sessions(self) -> list[dict]:
-        response = self.get("api/sessions")
-        assert response.status_code == 200, response.text
-        return response.json()["sessions"]
 
 
 # -- the templates, rendered without a hub -----------------------------------------------------

@@ -8,6 +8,7 @@ import secrets
 import tarfile
 
 import pytest
+from playwright.sync_api import expect
 
 from image_catalog.catalog import is_valid_reference
 from queue_service.private_images import (
@@ -20,8 +21,17 @@ from queue_service.private_images import (
     user_component,
 )
 
+from .browser import (
+    SESSIONS_PAGE,
+    SPAWN_TIMEOUT_MS,
+    launch,
+    log_in,
+    rows,
+    screenshot,
+    submit_launch,
+)
 from .harness import TEST_LABEL, containers_with
-from .test_queue_service import Student
+from .harness import QueueUser as Student
 from .test_storage import TINY_PACKAGE, run_in, start_session, tiny_wheel
 
 # --- pure parts -------------------------------------------------------------------------------
@@ -260,3 +270,50 @@ def test_a_session_that_no_longer_runs_is_a_409(hub, username, docker_engine):
     assert response.status_code == 409, response.text
     assert "only a running one" in response.json()["message"]
     assert docker_engine.images.list(name=f"fgpu-private/{username}") == []
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+@pytest.mark.browser
+def test_acceptance_admin_saves_a_session_on_the_sessions_page_and_its_owner_starts_it(
+    hub, pages, docker_engine
+):
+    """The issue's walk-through on pages alone: the admin's "Save image" on a student's running
+    session, then the student's launch dialog offers the image and starts a session from it."""
+    owner = f"student-{secrets.token_hex(4)}"
+    install_into_system_site(start_session(hub, owner))
+    tag = f"page-{secrets.token_hex(3)}"
+    reference, name = f"fgpu-private/{owner}:{tag}", f"{owner}-{tag}"
+    try:
+        admin = pages()
+        log_in(admin, hub, "admin")
+        admin.goto(hub.url + SESSIONS_PAGE)
+        rows(admin, "RUNNING").filter(has_text=owner).locator(".fgpu-save-image").click()
+        expect(admin.locator("#fgpu-save-about")).to_contain_text(owner)
+        admin.fill("#fgpu-save-tag", tag)
+        admin.click("#fgpu-save-submit")
+        expect(admin.locator("#fgpu-notice")).to_contain_text(reference, timeout=SPAWN_TIMEOUT_MS)
+        expect(admin.locator("#fgpu-notice")).to_contain_text(name)
+        screenshot(admin, "private-image-saved")
+
+        student = pages()
+        log_in(student, hub, owner)
+        student.goto(hub.url + SESSIONS_PAGE)
+        launch(student, name, cpu=0.5, mem_gib=0.5, fgpu=0, count=1)
+        submit_launch(student)
+        expect(rows(student, "RUNNING").filter(has_text=name)).to_have_count(
+            1, timeout=SPAWN_TIMEOUT_MS
+        )
+        screenshot(student, "private-image-session")
+        (container,) = containers_with({"fgpu.user": owner, "fgpu.image": name})
+        assert container.attrs["Config"]["Image"] == reference
+        printed = run_in(
+            container, f"python -c 'import {TINY_PACKAGE}; print({TINY_PACKAGE}.VALUE)'"
+        )
+        assert printed == "tiny-ok"
+    finally:
+        for user, server in hub.active_servers():
+            if user == owner:
+                hub.stop_server(user, server)
+        for image in docker_engine.images.list(name=f"fgpu-private/{owner}"):
+            docker_engine.images.remove(image.id, force=True)

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from .harness import QueueUser as Student
 from .harness import containers_with, restart, running_hub
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -27,34 +28,6 @@ def gpu_hub(tmp_path_factory, docker_engine):
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
     with running_hub(tmp_path_factory.mktemp("gpu-hub"), env=env) as hub:
         yield hub
-
-
-class Student:
-    """A user talking to the queue service through the hub's proxy with their own token."""
-
-    def __init__(self, hub, name: str):
-        hub.create_user(name)
-        self.hub, self.name = hub, name
-        self.http = requests.Session()
-        self.http.headers["Authorization"] = f"token {hub.user_token(name)}"
-
-    def call(self, method: str, path: str, **kwargs) -> requests.Response:
-        url = f"{self.hub.url}/services/queue/api/{path}"
-        return self.http.request(method, url, timeout=60, **kwargs)
-
-    def sessions(self) -> list[dict]:
-        response = self.call("GET", "sessions")
-        assert response.status_code == 200, response.text
-        return response.json()["sessions"]
-
-    def wait_for(self, predicate, timeout: float = 90) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            sessions = self.sessions()
-            if predicate(sessions):
-                return sessions
-            time.sleep(0.3)
-        raise AssertionError(f"not reached in {timeout} s: {json.dumps(self.sessions(), indent=1)}")
 
 
 def by_status(sessions: list[dict], status: str) -> list[dict]:

@@ -1,8 +1,9 @@
 import math
+import re
 
 import pytest
 
-from image_catalog.units import format_size, parse_size
+from image_catalog.units import format_size, parse_positive_size, parse_size
 
 GIB = 1024**3
 
@@ -47,3 +48,14 @@ def test_parse_size_refuses_non_whole_byte_counts(bad):
 def test_format_size_round_trips(nbytes, text):
     assert format_size(nbytes) == text
     assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize("value", ["1G", 1, "0.5K"])
+def test_positive_sizes_pass(value):
+    assert parse_positive_size(value) == parse_size(value)
+
+
+@pytest.mark.parametrize("value", [0, "0", "0G", "0.0M"])
+def test_a_zero_size_is_refused_with_its_value(value):
+    with pytest.raises(ValueError, match=f"greater than zero, not {re.escape(repr(value))}"):
+        parse_positive_size(value)

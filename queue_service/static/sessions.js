@@ -70,6 +70,11 @@
       }));
       cell.appendChild(apps);
     }
+    if (config.admin && s.status === "RUNNING") {
+      var save = el("button", { type: "button", className: "btn btn-sm btn-outline-secondary fgpu-save-image", text: "Save image" });
+      save.addEventListener("click", function () { openSave(s); });
+      cell.appendChild(save);
+    }
     if (s.status === "PENDING") {
       var cancel = el("button", { type: "button", className: "btn btn-sm btn-outline-danger fgpu-cancel", text: "Cancel" });
       cancel.addEventListener("click", function () { end(s, cancel); });
@@ -260,4 +265,38 @@
     });
   });
   showValues();
+
+  // ---- admins: a running session → a private image of its owner (POST sessions/{id}/image) ---
+  var saveDialog = document.getElementById("fgpu-save");
+  var notice = document.getElementById("fgpu-notice");
+  var saving = null;
+
+  function openSave(session) {
+    saving = session;
+    document.getElementById("fgpu-save-about").textContent = "Commit " + session.user + "'s session " +
+      session.id.slice(0, 8) + " (" + session.image + ") to an image that only " + session.user + " can start.";
+    document.getElementById("fgpu-save-error").classList.add("d-none");
+    saveDialog.showModal();
+  }
+
+  function saved(result) {
+    saveDialog.close();
+    notice.textContent = "Saved " + result.user + "'s session as " + result.image + ". It is in the catalog as " +
+      result.catalog.name + ", which only " + result.user + " sees and can start.";
+    notice.classList.remove("d-none");
+  }
+
+  if (saveDialog) {
+    document.getElementById("fgpu-save-cancel").addEventListener("click", function () { saveDialog.close(); });
+    document.getElementById("fgpu-save-form").addEventListener("submit", function (event) {
+      event.preventDefault();
+      var submit = document.getElementById("fgpu-save-submit"), error = document.getElementById("fgpu-save-error");
+      submit.disabled = true;
+      submit.textContent = "Saving…";
+      fgpu.api("POST", "sessions/" + saving.id + "/image", { tag: document.getElementById("fgpu-save-tag").value }).then(
+        saved,
+        function (e) { error.textContent = e.message; error.classList.remove("d-none"); }
+      ).then(function () { submit.disabled = false; submit.textContent = "Save image"; });
+    });
+  }
 })();
