@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from urllib.parse import urlparse
 
 import docker
@@ -211,8 +212,20 @@ class QueueService(Application):
         self._stats_task = asyncio.create_task(self.stats.run())
         await self.reconciler.run(self.reconcile_interval)
 
+    async def serve_until_stopped(self) -> None:
+        """Serve until SIGINT or SIGTERM. The hub stops its services with SIGINT and escalates to
+        SIGTERM only after 10 s; a shell that starts the hub in the background leaves SIGINT
+        ignored, so both signals are handled here, and the hub's shutdown does not wait."""
+        loop, main = asyncio.get_running_loop(), asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, main.cancel)
+        try:
+            await self.serve()
+        except asyncio.CancelledError:
+            self.log.info("Queue service stopping on a signal")
+
     def start(self):
-        asyncio.run(self.serve())
+        asyncio.run(self.serve_until_stopped())
 
 
 main = QueueService.launch_instance

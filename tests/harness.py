@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -149,8 +150,13 @@ def _config_text(port: int, token: str, run_id: str, extra_config: str) -> str:
 
 
 @contextmanager
-def running_hub(workdir: Path, extra_config: str = "", env: dict | None = None):
-    """Start a hub in `workdir`; on exit stop its servers, the hub, and any container it left."""
+def running_hub(
+    workdir: Path, extra_config: str = "", env: dict | None = None, ignore_sigint: bool = False
+):
+    """Start a hub in `workdir`; on exit stop its servers, the hub, and any container it left.
+
+    `ignore_sigint` starts it as a shell's `cmd &` does (scripts/up in the background): with SIGINT
+    ignored, which its children inherit."""
     workdir.mkdir(parents=True, exist_ok=True)
     port, token, run_id = free_port(), secrets.token_hex(16), secrets.token_hex(6)
     (workdir / "test_config.py").write_text(_config_text(port, token, run_id, extra_config))
@@ -162,7 +168,7 @@ def running_hub(workdir: Path, extra_config: str = "", env: dict | None = None):
         **(env or {}),
     }
     hub_env["PATH"] = f"{VENV_BIN}:{hub_env['PATH']}"
-    hub = Hub(workdir, port, token, run_id, _start_process(workdir, hub_env))
+    hub = Hub(workdir, port, token, run_id, _start_process(workdir, hub_env, ignore_sigint))
     hub.env = hub_env
     try:
         _wait_for_hub(hub)
@@ -171,7 +177,7 @@ def running_hub(workdir: Path, extra_config: str = "", env: dict | None = None):
         _shut_down(hub)
 
 
-def _start_process(workdir: Path, env: dict) -> subprocess.Popen:
+def _start_process(workdir: Path, env: dict, ignore_sigint: bool = False) -> subprocess.Popen:
     with open(workdir / "hub.log", "ab") as log:
         return subprocess.Popen(
             [str(VENV_BIN / "jupyterhub"), "-f", "test_config.py"],
@@ -179,7 +185,12 @@ def _start_process(workdir: Path, env: dict) -> subprocess.Popen:
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=_ignore_sigint if ignore_sigint else None,
         )
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def restart(hub: Hub) -> None:

@@ -350,3 +350,15 @@ def test_a_pending_request_survives_a_hub_restart_and_starts_in_its_turn(gpu_hub
         lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")}, timeout=120
     )
     assert_nothing_leaked(student)
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_the_hub_stops_at_once_when_started_in_the_background(tmp_path, docker_engine):
+    """The hub stops its services with SIGINT and sends SIGTERM only 10 s later. A shell's `&`
+    (scripts/up in the background) leaves SIGINT ignored, and a service that relied on Python's
+    default handler held every hub shutdown up for about 30 s."""
+    with running_hub(tmp_path / "hub", ignore_sigint=True) as hub:
+        hub.process.terminate()
+        hub.process.wait(timeout=8)
+        assert "Cleaning up 1 services" in hub.log_text()
