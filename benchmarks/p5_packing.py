@@ -80,10 +80,15 @@ def measure(nodes: list[Node], seed: int, units: float, place) -> float:
         count *= 2
 
 
+def enough_requests(nodes: list[Node], units: float) -> int:
+    """A trace long enough to fill the cluster even if every request were the smallest, 0.1."""
+    return int(fgpu_capacity(nodes, units) / 0.1) + 1
+
+
 def sequential_share(nodes: list[Node], seed: int, units: float, placement: str) -> float:
     """The same figure the slow way, one pass per arrival: a check on the shortcut above."""
     held: list[Allocation] = []
-    for request in trace(seed, int(fgpu_capacity(nodes, units) / 0.1) + 1):
+    for request in trace(seed, enough_requests(nodes, units)):
         result = schedule(nodes, held, [request], units_per_gpu=units, placement=placement)
         if not result.placed:
             break
@@ -95,7 +100,7 @@ def fluid_share(nodes: list[Node], seed: int, units: float) -> float:
     """The bound no placement can pass: capacity as one pool, with no GPU or node edges, so a
     request waits only when the whole free amount is smaller than it."""
     capacity, used = fgpu_capacity(nodes, units), 0.0
-    for request in trace(seed, int(capacity / 0.1) + 1):
+    for request in trace(seed, enough_requests(nodes, units)):
         if used + request.slots.fgpu > capacity + 1e-9:
             break
         used += request.slots.fgpu

@@ -82,8 +82,7 @@ def servers_end_with_their_test(request):
     hub = request.getfixturevalue("hub")
     before = hub.active_servers()
     yield
-    for user, server in hub.active_servers() - before:
-        hub.stop_server(user, server)
+    hub.stop_servers(hub.active_servers() - before)
 
 
 @pytest.fixture

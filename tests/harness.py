@@ -102,6 +102,11 @@ class Hub:
         while self.server_model(user, server) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
 
+    def stop_servers(self, servers: set[tuple[str, str]]) -> None:
+        """Stop each (user, server name) and wait until the hub has let it go."""
+        for user, server in servers:
+            self.stop_server(user, server)
+
     def log_text(self) -> str:
         return (self.workdir / "hub.log").read_text(errors="replace")
 
@@ -217,10 +222,9 @@ def _wait_for_hub(hub: Hub, timeout: float = 60) -> None:
 
 def _shut_down(hub: Hub) -> None:
     try:
-        users = hub.request("GET", "users").json() if hub.process.poll() is None else []
-        for user in users:
-            for server in user.get("servers", {}):
-                hub.request("DELETE", f"users/{user['name']}/servers/{server}")
+        servers = hub.active_servers() if hub.process.poll() is None else set()
+        for user, server in servers:
+            hub.request("DELETE", f"users/{user}/servers/{server}")
     except requests.RequestException:
         pass
     hub.process.terminate()

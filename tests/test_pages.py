@@ -18,16 +18,20 @@ from playwright.sync_api import Page, expect
 
 from queue_service.pages import JUPYTERHUB_TEMPLATES, page_namespace, template_environment
 
-from .browser import launch, log_in, rows, screenshot, submit_launch
-from .harness import QueueUser as Student
-from .harness import running_hub
+from .browser import (
+    SESSIONS_PAGE,
+    SPAWN_TIMEOUT_MS,
+    launch,
+    log_in,
+    rows,
+    screenshot,
+    submit_launch,
+)
+from .harness import QueueUser, running_hub
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 GIB = 1024**3
-QUEUE = "/services/queue/"
-# A container's start and its server's first answer, on a busy 2-core machine.
-START_TIMEOUT_MS = 120_000
 SLOTS = ("cpu", "mem", "fgpu")
 
 
@@ -122,20 +126,20 @@ def test_error_page_is_the_hubs_error_page_and_escapes_the_message():
 
 
 def test_errors_are_json_for_api_clients_and_html_pages_for_browsers(gpu_hub, pages):
-    student = Student(gpu_hub, f"erin-{secrets.token_hex(3)}")
+    student = QueueUser(gpu_hub, f"erin-{secrets.token_hex(3)}")
     for path, status in [("api/no-such-thing", 404), ("api/sessions/0123abcd", 404)]:
         method = "DELETE" if "sessions/" in path else "GET"
-        response = student.http.request(method, f"{gpu_hub.url}{QUEUE}{path}", timeout=30)
+        response = student.http.request(method, f"{gpu_hub.url}{SESSIONS_PAGE}{path}", timeout=30)
         assert response.status_code == status, response.text
         assert response.headers["Content-Type"].startswith("application/json")
         assert response.json()["status"] == status and response.json()["message"]
-    anonymous = requests.get(f"{gpu_hub.url}{QUEUE}api/sessions", timeout=30)
+    anonymous = requests.get(f"{gpu_hub.url}{SESSIONS_PAGE}api/sessions", timeout=30)
     assert anonymous.status_code == 401
     assert anonymous.json()["message"] == "Log in to the hub first."
 
     page = pages()
     log_in(page, gpu_hub, student.name)
-    response = page.goto(f"{gpu_hub.url}{QUEUE}cluster")
+    response = page.goto(f"{gpu_hub.url}{SESSIONS_PAGE}cluster")
     assert response.status == 403
     assert response.headers["content-type"].startswith("text/html")
     expect(page.locator(".error h1")).to_have_text("403 : Forbidden")
@@ -145,10 +149,10 @@ def test_errors_are_json_for_api_clients_and_html_pages_for_browsers(gpu_hub, pa
     assert page.evaluate("getComputedStyle(document.body).fontFamily") != "Times New Roman"
     screenshot(page, "pages-error-403")
 
-    response = page.goto(f"{gpu_hub.url}{QUEUE}no-such-page")
+    response = page.goto(f"{gpu_hub.url}{SESSIONS_PAGE}no-such-page")
     assert response.status == 404
     expect(page.locator(".error h1")).to_have_text("404 : Not Found")
-    response = page.goto(f"{gpu_hub.url}{QUEUE}api/no-such-thing")
+    response = page.goto(f"{gpu_hub.url}{SESSIONS_PAGE}api/no-such-thing")
     assert response.status == 404
     assert response.headers["content-type"].startswith("application/json")
 
@@ -178,7 +182,7 @@ def test_walkthrough_a_indicator_rises_and_falls_by_exactly_the_session(gpu_hub,
     expect(page.locator("#fgpu-launch-free")).to_contain_text("2 fGPU")
     screenshot(page, "pages-walkthrough-a-dialog")
     submit_launch(page)
-    expect(rows(page, "RUNNING")).to_have_count(1, timeout=START_TIMEOUT_MS)
+    expect(rows(page, "RUNNING")).to_have_count(1, timeout=SPAWN_TIMEOUT_MS)
 
     amount = {"cpu": 1.0, "mem": float(GIB), "fgpu": 0.5}
     expected = {s: before[s]["upper"][0] + amount[s] for s in SLOTS}
@@ -220,7 +224,7 @@ def test_walkthrough_a_indicator_rises_and_falls_by_exactly_the_session(gpu_hub,
 
 @pytest.fixture(scope="module")
 def bob(gpu_hub):
-    return Student(gpu_hub, f"bob-{secrets.token_hex(3)}")
+    return QueueUser(gpu_hub, f"bob-{secrets.token_hex(3)}")
 
 
 def test_walkthrough_b_pending_row_turns_running_without_a_reload(gpu_hub, pages, bob):
@@ -237,7 +241,7 @@ def test_walkthrough_b_pending_row_turns_running_without_a_reload(gpu_hub, pages
     page.evaluate("window.fgpuNoReload = true")
     submit_launch(page)
 
-    expect(rows(page, "RUNNING")).to_have_count(2, timeout=START_TIMEOUT_MS)
+    expect(rows(page, "RUNNING")).to_have_count(2, timeout=SPAWN_TIMEOUT_MS)
     pending = rows(page, "PENDING")
     expect(pending).to_have_count(1)
     expect(pending.locator(".fgpu-position")).to_have_text("1st in line")
@@ -255,8 +259,8 @@ def test_walkthrough_b_pending_row_turns_running_without_a_reload(gpu_hub, pages
     spawn_page.context.close()
 
     rows(page, "RUNNING").first.locator(".fgpu-stop").click()
-    expect(rows(page, "PENDING")).to_have_count(0, timeout=START_TIMEOUT_MS)
-    expect(rows(page, "RUNNING")).to_have_count(2, timeout=START_TIMEOUT_MS)
+    expect(rows(page, "PENDING")).to_have_count(0, timeout=SPAWN_TIMEOUT_MS)
+    expect(rows(page, "RUNNING")).to_have_count(2, timeout=SPAWN_TIMEOUT_MS)
     assert page.evaluate("window.fgpuNoReload") is True
     screenshot(page, "pages-walkthrough-b-promoted")
 
@@ -285,7 +289,7 @@ def bob_running(gpu_hub, bob) -> list[dict]:
 def test_a_student_never_sees_anothers_session_and_an_admin_sees_all(
     gpu_hub, pages, bob, bob_running
 ):
-    carol = Student(gpu_hub, f"carol-{secrets.token_hex(3)}")
+    carol = QueueUser(gpu_hub, f"carol-{secrets.token_hex(3)}")
     assert [s for s in carol.sessions() if s["user"] == bob.name] == []
     page = pages()
     log_in(page, gpu_hub, carol.name)
@@ -337,7 +341,7 @@ def test_a_pending_request_is_in_the_admins_queue_and_its_owner_cancels_it(
 
     admin = pages()
     log_in(admin, gpu_hub, "admin")
-    admin.goto(f"{gpu_hub.url}{QUEUE}cluster")
+    admin.goto(f"{gpu_hub.url}{SESSIONS_PAGE}cluster")
     queued = admin.locator("#fgpu-queue tbody tr")
     expect(queued).to_have_count(1)
     expect(queued.first).to_contain_text(bob.name)
@@ -384,10 +388,10 @@ def test_app_launcher_opens_each_app_through_the_proxy(gpu_hub, pages, bob, bob_
         with page.context.expect_page() as opened:
             row.locator(f'.fgpu-app[data-app="{app}"]').click()
         tab = opened.value
-        tab.wait_for_load_state("domcontentloaded", timeout=START_TIMEOUT_MS)
+        tab.wait_for_load_state("domcontentloaded", timeout=SPAWN_TIMEOUT_MS)
         assert path in tab.url, (app, tab.url)
-        expect(tab.locator(selector).first).to_be_attached(timeout=START_TIMEOUT_MS)
-        answer = page.context.request.get(tab.url, timeout=START_TIMEOUT_MS)
+        expect(tab.locator(selector).first).to_be_attached(timeout=SPAWN_TIMEOUT_MS)
+        answer = page.context.request.get(tab.url, timeout=SPAWN_TIMEOUT_MS)
         assert answer.status == 200, (app, tab.url, answer.status)
         screenshot(tab, f"pages-app-{app.lower()}")
         tab.close()
@@ -396,7 +400,7 @@ def test_app_launcher_opens_each_app_through_the_proxy(gpu_hub, pages, bob, bob_
 def test_admin_stops_a_session_from_the_cluster_view(gpu_hub, pages, bob, bob_running):
     admin = pages()
     log_in(admin, gpu_hub, "admin")
-    admin.goto(f"{gpu_hub.url}{QUEUE}cluster")
+    admin.goto(f"{gpu_hub.url}{SESSIONS_PAGE}cluster")
     target = bob_running[0]["id"]
     admin.locator(f'#fgpu-running tr[data-session="{target}"] .fgpu-end').click()
     expect(admin.locator(f'#fgpu-running tr[data-session="{target}"]')).to_have_count(
@@ -409,7 +413,7 @@ def test_admin_stops_a_session_from_the_cluster_view(gpu_hub, pages, bob, bob_ru
 
 
 def test_launch_dialog_warns_before_a_request_that_can_never_start(gpu_hub, pages, docker_engine):
-    dave = Student(gpu_hub, f"dave-{secrets.token_hex(3)}")
+    dave = QueueUser(gpu_hub, f"dave-{secrets.token_hex(3)}")
     group = f"one-fgpu-{secrets.token_hex(3)}"
     assert gpu_hub.request("POST", f"groups/{group}").status_code == 201
     quota = {"fgpu_quota": {"fgpu": 1}}

@@ -30,8 +30,7 @@ from .browser import (
     screenshot,
     submit_launch,
 )
-from .harness import TEST_LABEL, containers_with
-from .harness import QueueUser as Student
+from .harness import TEST_LABEL, QueueUser, containers_with
 from .test_storage import TINY_PACKAGE, run_in, start_session, tiny_wheel
 
 # --- pure parts -------------------------------------------------------------------------------
@@ -166,7 +165,7 @@ def committed(hub, docker_engine):
     container = start_session(hub, owner)
     install_into_system_site(container)
     run_in(container, "echo personal > ~/in-home.txt")
-    admin = Student(hub, "admin")
+    admin = QueueUser(hub, "admin")
     tag = f"t{secrets.token_hex(3)}"
     session_id = container.labels["fgpu.session_id"]
     response = admin.call("POST", f"sessions/{session_id}/image", json={"tag": tag})
@@ -216,8 +215,8 @@ def test_private_image_keeps_system_packages_but_no_home_and_no_session_secrets(
 def test_the_owner_alone_sees_and_starts_the_private_image(hub, committed):
     entry = committed["catalog"]
     assert (entry["owner"], entry["image"]) == (committed["owner"], committed["image"])
-    owner = Student(hub, committed["owner"])
-    other = Student(hub, f"student-{secrets.token_hex(4)}")
+    owner = QueueUser(hub, committed["owner"])
+    other = QueueUser(hub, f"student-{secrets.token_hex(4)}")
     images = owner.call("GET", "images")
     assert images.status_code == 200, images.text
     assert entry["name"] in {image["name"] for image in images.json()["images"]}
@@ -242,7 +241,7 @@ def test_the_owner_alone_sees_and_starts_the_private_image(hub, committed):
 def test_commit_refusals(hub, committed):
     session_id = committed["container"].labels["fgpu.session_id"]
     admin, path = committed["admin"], f"sessions/{session_id}/image"
-    owner = Student(hub, committed["owner"])
+    owner = QueueUser(hub, committed["owner"])
     cases = [
         (owner, path, {"tag": "mine"}, 403, "Only admins"),
         (admin, "sessions/0123456789abcdef/image", {"tag": "x"}, 404, "No such session"),
@@ -263,7 +262,7 @@ def test_a_session_that_no_longer_runs_is_a_409(hub, username, docker_engine):
     container = start_session(hub, username)
     session_id = container.labels["fgpu.session_id"]
     hub.stop_server(username)
-    admin = Student(hub, "admin")
+    admin = QueueUser(hub, "admin")
     # The record ends a moment after the hub reports the server gone; wait for TERMINATED.
     admin.wait_for(lambda sessions: session_id not in {s["id"] for s in sessions})
     response = admin.call("POST", f"sessions/{session_id}/image", json={"tag": "late"})
@@ -312,8 +311,7 @@ def test_acceptance_admin_saves_a_session_on_the_sessions_page_and_its_owner_sta
         )
         assert printed == "tiny-ok"
     finally:
-        for user, server in hub.active_servers():
-            if user == owner:
-                hub.stop_server(user, server)
+        # An image cannot be removed while a container of it runs.
+        hub.stop_servers({(user, server) for user, server in hub.active_servers() if user == owner})
         for image in docker_engine.images.list(name=f"fgpu-private/{owner}"):
             docker_engine.images.remove(image.id, force=True)

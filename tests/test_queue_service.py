@@ -15,8 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from .harness import QueueUser as Student
-from .harness import containers_with, restart, running_hub
+from .harness import QueueUser, containers_with, restart, running_hub
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
@@ -34,7 +33,7 @@ def by_status(sessions: list[dict], status: str) -> list[dict]:
     return [s for s in sessions if s["status"] == status]
 
 
-def two_running_one_waiting(student: Student) -> list[dict]:
+def two_running_one_waiting(student: QueueUser) -> list[dict]:
     """The seed's launch: 3 sessions of 1 fGPU on 2 fGPU of capacity; two run and one waits."""
     response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 3})
     assert response.status_code == 201, response.text
@@ -43,7 +42,7 @@ def two_running_one_waiting(student: Student) -> list[dict]:
     )
 
 
-def assert_nothing_leaked(student: Student) -> list[dict]:
+def assert_nothing_leaked(student: QueueUser) -> list[dict]:
     """The records against the engine and the accounts: exactly the RUNNING sessions have
     containers, and the user's allocation is exactly what the sessions holding a slice ask for."""
     sessions = student.sessions()
@@ -61,12 +60,12 @@ def assert_nothing_leaked(student: Student) -> list[dict]:
 @pytest.fixture
 def student(gpu_hub):
     """A fresh student; whatever a test leaves behind is ended, so it cannot starve the next."""
-    student = Student(gpu_hub, f"student-{secrets.token_hex(4)}")
+    student = QueueUser(gpu_hub, f"student-{secrets.token_hex(4)}")
     yield student
     end_all(student, student.sessions())
 
 
-def end_all(caller: Student, sessions: list[dict]) -> None:
+def end_all(caller: QueueUser, sessions: list[dict]) -> None:
     # Pending ones first: ending a running one would otherwise hand its slice to a pending one.
     for session in sorted(sessions, key=lambda s: s["status"] == "RUNNING"):
         caller.call("DELETE", f"sessions/{session['id']}")
@@ -117,7 +116,7 @@ def test_grant_reaches_the_container_as_labels_and_env(gpu_hub, student):
 
 
 def test_students_see_and_stop_only_their_own_sessions(gpu_hub, student):
-    other = Student(gpu_hub, f"student-{secrets.token_hex(4)}")
+    other = QueueUser(gpu_hub, f"student-{secrets.token_hex(4)}")
     response = student.call("POST", "sessions", json={**SESSION, "count": 1})
     assert response.status_code == 201, response.text
     (session,) = student.wait_for(lambda s: len(by_status(s, "RUNNING")) == 1)
@@ -189,7 +188,7 @@ def crowd(gpu_hub):
     admin = f"admin-{secrets.token_hex(3)}"
     response = gpu_hub.request("POST", f"users/{admin}", json={"admin": True})
     assert response.status_code == 201, response.text
-    watcher = Student(gpu_hub, admin)
+    watcher = QueueUser(gpu_hub, admin)
     users = [f"crowd-{secrets.token_hex(3)}" for _ in range(4)]
     for user in users:
         gpu_hub.create_user(user)
@@ -303,7 +302,7 @@ def whole_gpu_hub(tmp_path_factory, docker_engine):
 
 
 def test_three_of_0_4_fgpu_on_one_unit_two_run_one_waits(whole_gpu_hub):
-    student = Student(whole_gpu_hub, f"student-{secrets.token_hex(4)}")
+    student = QueueUser(whole_gpu_hub, f"student-{secrets.token_hex(4)}")
     response = student.call("POST", "sessions", json={**SESSION, "fgpu": 0.4, "count": 3})
     assert response.status_code == 201, response.text
     sessions = student.wait_for(

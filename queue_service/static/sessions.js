@@ -137,7 +137,9 @@
   // ---- the launch dialog ---------------------------------------------------------------------
   var dialog = document.getElementById("fgpu-launch");
   var form = document.getElementById("fgpu-launch-form");
-  var field = function (name) { return document.getElementById("fgpu-launch-" + name); };
+  // A dialog's elements share an id prefix: fieldsOf("fgpu-launch-")("cpu") is #fgpu-launch-cpu.
+  function fieldsOf(prefix) { return function (name) { return document.getElementById(prefix + name); }; }
+  var field = fieldsOf("fgpu-launch-");
   var warning = field("warning"), launchError = field("error");
   var images = [];
 
@@ -267,15 +269,16 @@
   showValues();
 
   // ---- admins: a running session → a private image of its owner (POST sessions/{id}/image) ---
+  var saveField = fieldsOf("fgpu-save-");
   var saveDialog = document.getElementById("fgpu-save");
   var notice = document.getElementById("fgpu-notice");
   var saving = null;
 
   function openSave(session) {
     saving = session;
-    document.getElementById("fgpu-save-about").textContent = "Commit " + session.user + "'s session " +
+    saveField("about").textContent = "Commit " + session.user + "'s session " +
       session.id.slice(0, 8) + " (" + session.image + ") to an image that only " + session.user + " can start.";
-    document.getElementById("fgpu-save-error").classList.add("d-none");
+    saveField("error").classList.add("d-none");
     saveDialog.showModal();
   }
 
@@ -287,13 +290,13 @@
   }
 
   if (saveDialog) {
-    document.getElementById("fgpu-save-cancel").addEventListener("click", function () { saveDialog.close(); });
-    document.getElementById("fgpu-save-form").addEventListener("submit", function (event) {
+    saveField("cancel").addEventListener("click", function () { saveDialog.close(); });
+    saveField("form").addEventListener("submit", function (event) {
       event.preventDefault();
-      var submit = document.getElementById("fgpu-save-submit"), error = document.getElementById("fgpu-save-error");
+      var submit = saveField("submit"), error = saveField("error");
       submit.disabled = true;
       submit.textContent = "Saving…";
-      fgpu.api("POST", "sessions/" + saving.id + "/image", { tag: document.getElementById("fgpu-save-tag").value }).then(
+      fgpu.api("POST", "sessions/" + saving.id + "/image", { tag: saveField("tag").value }).then(
         saved,
         function (e) { error.textContent = e.message; error.classList.remove("d-none"); }
       ).then(function () { submit.disabled = false; submit.textContent = "Save image"; });
