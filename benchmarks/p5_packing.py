@@ -126,8 +126,9 @@ def main() -> None:
         "--units-per-gpu",
         type=float,
         nargs="+",
-        default=[1, 2],
-        help="1: a 2 fGPU request spans two GPUs; 2: every request fits on one GPU",
+        default=[1, 2, 5],
+        help="1: a 2 fGPU request spans two GPUs; 2: every request fits on one GPU; "
+        "5: DESIGN.md's other example, 1 fGPU = 0.2 GPU",
     )
     args = parser.parse_args()
     print(f"P5: requests of 0.1–2 fGPU until the first one waits, mean over {args.seeds} seeds")
@@ -138,7 +139,7 @@ def main() -> None:
         shortcut = measure(small, seed, 1, PLACERS["best_fit"])
         assert abs(shortcut - sequential_share(small, seed, 1, "best_fit")) < 1e-9, seed
 
-    worst_best_fit = 1.0
+    missed = []
     for node_count, gpus in args.sizes:
         nodes = make_nodes(node_count, gpus)
         for units in args.units_per_gpu:
@@ -156,9 +157,13 @@ def main() -> None:
                 )
             fluid = statistics.mean(fluid_share(nodes, seed, units) for seed in range(args.seeds))
             print(f"  {'bound':<9} {fluid:6.1%} in use if capacity were one pool (no GPU edges)")
-            worst_best_fit = min(worst_best_fit, statistics.mean(shares["best_fit"]))
-    verdict = "met" if worst_best_fit >= 0.95 else "NOT met on every size"
-    print(f"goal ≥ 95% for best_fit: {verdict} (lowest mean {worst_best_fit:.1%})")
+            if statistics.mean(shares["best_fit"]) < 0.95:
+                missed.append(f"{node_count}x{gpus} at units_per_gpu={units:g}")
+    if missed:
+        print(f"goal ≥ 95% for best_fit: missed on {', '.join(missed)}; met on the rest")
+        print("  (benchmarks.p5_lookahead estimates what any online placement reaches there)")
+    else:
+        print("goal ≥ 95% for best_fit: met on every size")
 
 
 if __name__ == "__main__":
