@@ -16,6 +16,7 @@ blanks every variable and label that the session added.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 
@@ -28,12 +29,12 @@ from image_catalog import CatalogError, CatalogImage, parse_image
 from .apihandlers import APIHandler
 from .images import CheckResult, ImageError
 from .models import Status, utcnow
+from .session_containers import running_session_containers
 
 PRIVATE_REPOSITORY = "fgpu-private"
 LABEL_OWNER = "fgpu.private-owner"
 LABEL_SOURCE_SESSION = "fgpu.private-from-session"
 LABEL_SOURCE_IMAGE = "fgpu.private-from-image"
-SESSION_LABEL = "fgpu.session_id"
 # Docker's tag grammar.
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # One path component of a repository name.
@@ -128,11 +129,12 @@ def commit_config(image_config: dict, container_config: dict, labels: dict[str, 
 
 def session_container(client, session_id: str):
     """The running container of a session, found by its label, or a 409."""
-    filters = {"label": f"{SESSION_LABEL}={session_id}", "status": "running"}
-    found = client.containers.list(filters=filters)
-    if not found:
-        raise CommitError(f"Session {session_id} has no running container to commit.", 409)
-    return found[0]
+    container = running_session_containers(client, session_id).get(session_id)
+    if container is not None:
+        with contextlib.suppress(docker.errors.NotFound):
+            container.reload()  # the listing is sparse; a commit needs the whole config
+            return container
+    raise CommitError(f"Session {session_id} has no running container to commit.", 409)
 
 
 def commit_session(client, session_id: str, user: str, tag: str) -> dict:

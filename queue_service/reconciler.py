@@ -29,8 +29,7 @@ import docker.errors
 
 from .hub_client import HubError
 from .models import Status, as_utc
-
-SESSION_LABEL = "fgpu.session_id"
+from .session_containers import running_session_containers
 
 
 class Reconciler:
@@ -51,16 +50,16 @@ class Reconciler:
         self.respawn_grace = respawn_grace
         self._respawning: set[str] = set()
 
-    def _running_sessions(self) -> dict:
-        """Running containers by their session id."""
-        containers = self.docker.containers.list(filters={"label": SESSION_LABEL})
-        return {c.labels[SESSION_LABEL]: c for c in containers if c.status == "running"}
-
     async def reconcile(self) -> None:
-        running = await asyncio.get_running_loop().run_in_executor(None, self._running_sessions)
+        # The records are read before the engine is asked: a session that turns RUNNING while the
+        # engine answers is still SCHEDULED here, within its grace, and not taken for one whose
+        # container is gone.
         active = self.manager.active_records()
+        running = await asyncio.get_running_loop().run_in_executor(
+            None, running_session_containers, self.docker
+        )
         await self._release_lost(active, running)
-        await self._stop_ungranted(active, running)
+        await self._stop_ungranted(running)
 
     async def _release_lost(self, active, running: dict) -> None:
         gone, never_started = [], []
@@ -81,12 +80,13 @@ class Reconciler:
                 never_started, Status.ERROR, f"no container started within {self.start_grace:g} s"
             )
 
-    async def _stop_ungranted(self, active, running: dict) -> None:
+    async def _stop_ungranted(self, running: dict) -> None:
         """Stop the containers of records that have ended: they run without a grant."""
         ended = self.manager.ended_among(set(running))
         if not ended:
             return
-        owned = {(r.user, r.server_name) for r in active}
+        # Read now, not before the listing: a newer session on the same server name must count.
+        owned = {(r.user, r.server_name) for r in self.manager.active_records()}
         for record in ended:
             container = running[record.id]
             self._say(
@@ -155,16 +155,19 @@ class Reconciler:
             self._respawning.discard(record.id)
 
     async def run(self, interval: float) -> None:
+        # Each step is tried on its own: an engine that is restarting must not hold up the respawns
+        # or the pending timeouts, which are checked in a pass (a quiet queue has none otherwise).
+        steps = [self.reconcile, self.manager.schedule]
+        if self.hub is not None:
+            steps.insert(1, self.respawn_abandoned)
         while True:
             await asyncio.sleep(interval)
-            try:
-                await self.reconcile()
-                if self.hub is not None:
-                    await self.respawn_abandoned()
-                # Pending timeouts are checked in a pass; a quiet queue has none otherwise.
-                await self.manager.schedule()
-            except Exception as e:  # the engine may be restarting; try again next round
-                self._say("reconcile failed: %s", e)
+            for step in steps:
+                try:
+                    await step()
+                except Exception:  # tried again next round
+                    if self.log:
+                        self.log.exception("reconciler: %s failed", step.__name__)
 
     def _say(self, message: str, *args) -> None:
         if self.log:

@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-SESSION_LABEL = "fgpu.session_id"
+from .session_containers import running_session_containers
+
 #: How many stats calls may be in flight at once: the engine answers each in a few ms.
 MAX_CONCURRENT_CALLS = 4
 
@@ -209,8 +210,7 @@ class StatsSampler:
             return
         loop = asyncio.get_running_loop()
         containers = await loop.run_in_executor(None, self._list)
-        mine = {c.labels[SESSION_LABEL]: c.id for c in containers} if containers else {}
-        mine = {sid: cid for sid, cid in mine.items() if sid in wanted}
+        mine = {sid: c.id for sid, c in containers.items() if sid in wanted}
         limit = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
 
         async def one(container_id: str):
@@ -241,9 +241,9 @@ class StatsSampler:
             )
         self._usage, self._cpu = usage, cpu
 
-    def _list(self) -> list:
+    def _list(self) -> dict:
         self.engine_calls += 1
-        return self.docker.containers.list(filters={"label": SESSION_LABEL})
+        return running_session_containers(self.docker)
 
     def _stats(self, container_id: str) -> dict | None:
         self.engine_calls += 1

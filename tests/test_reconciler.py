@@ -7,6 +7,7 @@ end in test_queue_service.py.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 
 import pytest
@@ -16,7 +17,8 @@ from queue_service.db import open_database
 from queue_service.models import Status
 from queue_service.queue import QueueManager, SchedulerSettings
 from queue_service.quotas import QuotaBook
-from queue_service.reconciler import SESSION_LABEL, Reconciler
+from queue_service.reconciler import Reconciler
+from queue_service.session_containers import SESSION_LABEL
 
 from .harness import TEST_LABEL, containers_with, remove_containers
 
@@ -105,3 +107,37 @@ async def test_a_container_lost_outside_the_hub_frees_its_slice(
     assert ended["status"] == Status.TERMINATED and ended["reason"] == "the container stopped"
     assert manager.get(second["id"])["status"] == Status.SCHEDULED
     assert manager.get(third["id"])["status"] == Status.SCHEDULED
+
+
+class EngineThatAnswersLate:
+    """The real engine, whose container list reaches the caller only after `meanwhile` has run
+    on the event loop: what happens when a session starts while the engine is answering."""
+
+    def __init__(self, engine, meanwhile):
+        self.engine, self.meanwhile = engine, meanwhile
+        self.loop = asyncio.get_running_loop()
+
+    @property
+    def containers(self):
+        return self
+
+    def list(self, **kwargs):
+        answer = self.engine.containers.list(**kwargs)
+        asyncio.run_coroutine_threadsafe(self.meanwhile(), self.loop).result(timeout=60)
+        return answer
+
+
+async def test_a_session_that_starts_while_the_engine_lists_is_not_taken_for_lost(
+    manager, docker_engine, run_id
+):
+    request = {"user": "alice", "server_name": "s1", "image": "python-3.11"}
+    session = await manager.submit({**request, "cpu": 0.5, "mem": GIB, "fgpu": 1}, groups=())
+    assert session["status"] == Status.SCHEDULED
+
+    async def the_session_starts():
+        session_container(docker_engine, run_id, session["id"])
+        await manager.mark_running(session["id"])
+
+    await Reconciler(manager, EngineThatAnswersLate(docker_engine, the_session_starts)).reconcile()
+    assert manager.get(session["id"])["status"] == Status.RUNNING
+    assert len(containers_with({SESSION_LABEL: session["id"]})) == 1
