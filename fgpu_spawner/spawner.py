@@ -430,13 +430,35 @@ class FGPUSpawner(DockerSpawner):
             self.grant = await self.acquire_grant(self.resource_request)
             ip, port = await super().start()
             await self.wait_until_ready(ip, port)
-            if self.queue is not None:
-                await self.queue.mark_running(self.session_id)
+            await self._confirm_running()
         except BaseException:
-            # Cancelled or failed: the slice goes back to the queue now, not when someone notices.
-            await asyncio.shield(self.release_grant())
+            # Cancelled or failed: the slice goes back to the queue now, not when someone notices,
+            # and only once the container that held it is gone.
+            await asyncio.shield(self._abandon_start())
             raise
         return ip, port
+
+    async def _confirm_running(self) -> None:
+        """Tell the queue the server is up. Fail closed: if the grant ended meanwhile (released,
+        reclaimed), the queue refuses, and this spawn fails rather than run without a grant."""
+        if self.queue is None:
+            return
+        try:
+            await self.queue.mark_running(self.session_id)
+        except QueueError as e:
+            raise spawn_error(e.message, reason="no_grant", status_code=e.status) from None
+
+    async def _abandon_start(self) -> None:
+        if self.object_id:
+            try:
+                await self.docker("remove_container", self.object_id, v=True, force=True)
+            except docker.errors.NotFound:
+                pass  # gone already
+            except Exception:
+                # Still there: the reconciler stops it, since its grant ends just below.
+                self.log.exception("Could not remove the container of a failed spawn")
+            self.object_id = ""
+        await self.release_grant()
 
     async def stop(self, now=False):
         try:
@@ -538,11 +560,9 @@ class FGPUSpawner(DockerSpawner):
         while asyncio.get_running_loop().time() < deadline:
             state = (await self.docker("inspect_container", self.container_id))["State"]
             if not state["Running"]:
-                error = await self._early_exit_error(state["ExitCode"])
-                # The hub sees an exited server as stopped and never calls stop(): clean up here.
-                await self.remove_object()
-                self.object_id = ""
-                raise error
+                # start() removes the container: the hub sees an exited server as stopped and
+                # never calls stop().
+                raise await self._early_exit_error(state["ExitCode"])
             if await _answers(url):
                 return
             await asyncio.sleep(self.ready_poll_interval)

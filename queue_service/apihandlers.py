@@ -136,6 +136,8 @@ class GrantHandler(APIHandler):
             return await awaitable
         except KeyError:
             raise web.HTTPError(404, "No such session.") from None
+        except Refused as e:
+            raise web.HTTPError(e.status, e.message) from None
 
 
 class SessionsHandler(APIHandler):
@@ -185,16 +187,28 @@ class SessionHandler(APIHandler):
         if record["user"] != person["name"] and not person.get("admin"):
             # The same answer as for a missing session: others' session ids are not revealed.
             raise web.HTTPError(404, "No such session.")
-        # A pending one is cancelled here; its waiting spawn then fails by itself. A running one is
-        # stopped through the hub, whose spawner releases the grant; releasing again is harmless.
+        # A granted session is stopped through the hub: its spawner removes the container and
+        # only then gives the slice back, so the next grant never meets a container still holding
+        # it. Releasing here afterwards ends what the spawner left (a server the hub had already
+        # stopped), and is a no-op otherwise. A pending one is cancelled here; its waiting spawn
+        # then fails by itself.
+        granted = ("SCHEDULED", "RUNNING")
+        if record["status"] in granted and await self._hub_stops(record) == 202:
+            self.write_json(self.manager.get(session_id))  # still stopping; the spawner releases
+            return
         released = await self.manager.release(session_id)
-        if record["status"] != "PENDING":
-            try:
-                await self.hub.stop_server(record["user"], record["server_name"])
-            except HubError as e:
-                if e.status != 404:
-                    raise web.HTTPError(502, e.message) from None
+        if released["released_from"] in granted and record["status"] not in granted:
+            await self._hub_stops(record)  # granted since it was read: interrupt that spawn
         self.write_json(released)
+
+    async def _hub_stops(self, record: dict) -> int | None:
+        """Stop the session's server through the hub; its status, or None if the hub has none."""
+        try:
+            return await self.hub.stop_server(record["user"], record["server_name"])
+        except HubError as e:
+            if e.status != 404:
+                raise web.HTTPError(502, e.message) from None
+            return None
 
 
 class ResourcesHandler(APIHandler):

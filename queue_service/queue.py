@@ -102,26 +102,36 @@ class QueueManager:
                     return self.get(session_id)
 
     async def mark_running(self, session_id: str) -> dict:
+        """Record that the granted session's server is up. Fail closed: a session whose grant has
+        ended (released, reclaimed, cancelled) or never came is refused with 409, so that its
+        spawn fails instead of running a container without a grant."""
         async with self._lock:
             with self.db.begin() as db:
                 record = self._load(db, session_id)
+                if record.status not in ALLOCATED:
+                    why = f": {record.reason}" if record.reason else ""
+                    raise Refused(f"The session has no grant; it is {record.status}{why}.", 409)
                 if record.status == Status.SCHEDULED:
                     record.status, record.started = Status.RUNNING, utcnow()
         await self._notify()
         return self.get(session_id)
 
     async def release(self, session_id: str) -> dict:
-        """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting."""
+        """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting.
+
+        The answer is the ended record, with `released_from`: the status this call ended, or None
+        when it had ended already (a repeated release changes nothing)."""
         async with self._lock:
             with self.db.begin() as db:
                 record = self._load(db, session_id)
-                if record.status not in FINAL:
+                released_from = None if record.status in FINAL else str(record.status)
+                if released_from is not None:
                     _finish(
                         record,
                         Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED,
                     )
             await self._schedule_locked()
-        return self.get(session_id)
+        return {**self.get(session_id), "released_from": released_from}
 
     async def release_where(
         self, ids: list[str], status: Status, reason: str, schedule: bool = True

@@ -225,11 +225,12 @@ async def test_release_is_idempotent(manager):
 
     twice = await manager.release(first["id"])
 
-    assert twice == once
+    assert (once["released_from"], twice["released_from"]) == (Status.SCHEDULED, None)
+    assert twice == {**once, "released_from": None}
     assert manager.get(third["id"]) == promoted
     cancelled = await manager.release(third["id"])
     assert cancelled["status"] == Status.TERMINATED
-    assert (await manager.release(third["id"])) == cancelled
+    assert (await manager.release(third["id"])) == {**cancelled, "released_from": None}
 
 
 async def test_release_of_an_unknown_session_is_a_key_error(manager):
@@ -469,11 +470,34 @@ async def test_mark_running_records_the_start(manager):
     assert started.tzinfo is not None
     assert abs(time.time() - started.timestamp()) < 60
     assert running["grant"] == first["grant"]
-    # Only a granted session can start running; a waiting one stays waiting.
-    assert (await manager.mark_running(third["id"]))["status"] == Status.PENDING
     # A running session still holds its slice, and ends as TERMINATED.
     assert (await manager.release(first["id"]))["status"] == Status.TERMINATED
     assert manager.get(third["id"])["status"] == Status.SCHEDULED
+
+
+async def test_only_a_granted_session_can_start_running(manager):
+    first, _, third = await submit_three(manager)
+    with pytest.raises(Refused) as waiting:
+        await manager.mark_running(third["id"])
+    assert waiting.value.status == 409 and "PENDING" in waiting.value.message
+    assert manager.get(third["id"])["status"] == Status.PENDING
+    # Fail closed: a grant that ended while its container was starting is not revived.
+    await manager.release_where([first["id"]], Status.ERROR, "no container started within 180 s")
+    with pytest.raises(Refused) as ended:
+        await manager.mark_running(first["id"])
+    assert ended.value.status == 409
+    assert "ERROR: no container started within 180 s" in ended.value.message
+    assert manager.get(first["id"])["status"] == Status.ERROR
+    # Running already: confirming again changes nothing.
+    assert (await manager.mark_running(third["id"]))["status"] == Status.RUNNING
+    assert (await manager.mark_running(third["id"]))["status"] == Status.RUNNING
+
+
+async def test_a_release_says_what_it_ended(manager):
+    first, _, third = await submit_three(manager)
+    assert (await manager.release(third["id"]))["released_from"] == Status.PENDING
+    assert (await manager.release(first["id"]))["released_from"] == Status.SCHEDULED
+    assert (await manager.release(first["id"]))["released_from"] is None
 
 
 async def test_resources_rise_and_fall_by_exactly_the_session(manager):
@@ -575,7 +599,7 @@ async def test_a_zero_quota_leaves_nothing_allocatable(open_manager):
 
 
 #: A Docker client with no session containers: `containers.list` is the reconciler's only call.
-NO_CONTAINERS = SimpleNamespace(containers=SimpleNamespace(list=lambda filters=None: []))
+NO_CONTAINERS = SimpleNamespace(containers=SimpleNamespace(list=lambda **filters: []))
 
 
 async def test_a_fresh_grant_is_not_reclaimed_in_a_timezone_east_of_utc(

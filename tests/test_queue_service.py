@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import pytest
 import requests
@@ -299,6 +300,68 @@ def whole_gpu_hub(tmp_path_factory, docker_engine):
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "1"}
     with running_hub(tmp_path_factory.mktemp("whole-gpu-hub"), env=env) as hub:
         yield hub
+
+
+def ended_at(hub, session_id: str) -> float:
+    """When the service ended the record, which is when its slice went back to the queue."""
+    with sqlite3.connect(hub.workdir / "fgpu_queue.sqlite") as db:
+        (text,) = db.execute("SELECT ended FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    ended = datetime.fromisoformat(text)
+    return ended.replace(tzinfo=ended.tzinfo or UTC).timestamp()
+
+
+def destroyed_at(engine, container_id: str, since: float) -> float:
+    """When the engine removed the container, from its own event log."""
+    events = engine.events(
+        since=int(since),
+        until=int(time.time()) + 1,
+        filters={"container": container_id, "event": "destroy"},
+        decode=True,
+    )
+    (event,) = list(events)
+    return event["timeNano"] / 1e9
+
+
+def test_a_stopped_session_frees_its_slice_only_once_its_container_is_gone(
+    gpu_hub, student, docker_engine
+):
+    since = time.time()
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 1})
+    assert response.status_code == 201, response.text
+    (session,) = student.wait_for(lambda s: len(by_status(s, "RUNNING")) == 1)
+    (container,) = containers_with({"fgpu.session_id": session["id"]})
+    assert student.call("DELETE", f"sessions/{session['id']}").status_code == 200
+    student.wait_for(lambda s: s == [])
+    # Otherwise the next grant of that GPU slice can start while this container still holds it.
+    assert destroyed_at(docker_engine, container.id, since) <= ended_at(gpu_hub, session["id"])
+
+
+def test_a_spawn_stopped_while_starting_frees_its_slice_only_once_its_container_is_gone(
+    gpu_hub, student, docker_engine
+):
+    since = time.time()
+    starts = docker_engine.events(
+        filters={"label": f"fgpu.user={student.name}", "event": "start"}, decode=True
+    )
+
+    def pause_at_start():
+        # Hold the server back from ever answering, so its spawn is still starting when ended.
+        container = docker_engine.containers.get(next(starts)["id"])
+        container.pause()
+        return container
+
+    with ThreadPoolExecutor(1) as pool:
+        paused = pool.submit(pause_at_start)
+        response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 1})
+        assert response.status_code == 201, response.text
+        container = paused.result(timeout=60)
+    starts.close()
+    (session,) = student.sessions()
+    assert session["status"] == "SCHEDULED"
+    assert student.call("DELETE", f"sessions/{session['id']}").status_code == 200
+    student.wait_for(lambda s: s == [])
+    assert destroyed_at(docker_engine, container.id, since) <= ended_at(gpu_hub, session["id"])
+    assert not (gpu_hub.server_model(student.name, session["server_name"]) or {}).get("ready")
 
 
 def test_three_of_0_4_fgpu_on_one_unit_two_run_one_waits(whole_gpu_hub):
