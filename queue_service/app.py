@@ -37,6 +37,9 @@ from .quotas import QuotaBook
 from .reconciler import Reconciler
 from .stats import StatsSampler
 
+#: How long the engine may take to commit a session to a private image.
+COMMIT_TIMEOUT_SECONDS = 600
+
 
 def scheduler_node(node: inventory.NodeInfo) -> scheduler.Node:
     """The scheduler's view of a node; GPUs in NVML order, the order the container sees them in."""
@@ -198,6 +201,8 @@ class QueueService(Application):
             quotas=self.quotas,
             images=self.images,
             docker=docker_client,
+            # Committing a session copies its whole writable layer: minutes, not seconds.
+            docker_commits=docker.from_env(timeout=COMMIT_TIMEOUT_SECONDS),
             spawner_service=self.spawner_service,
             cookie_secret=os.urandom(32),
         )
@@ -208,6 +213,7 @@ class QueueService(Application):
         app.listen(url.port or 80, url.hostname)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         await self.reconciler.reconcile()
+        await self.quotas.refresh_users((r.user for r in self.manager.active_records()), self.hub)
         await self.manager.schedule()
         self._stats_task = asyncio.create_task(self.stats.run())
         await self.reconciler.run(self.reconcile_interval)

@@ -222,7 +222,7 @@ class SessionImageHandler(APIHandler):
 
     @property
     def docker(self):
-        return self.settings.get("docker_client") or docker.from_env(timeout=120)
+        return self.settings["docker_commits"]
 
 
 def routes(prefix: str) -> list:

@@ -16,7 +16,7 @@ import math
 from image_catalog.units import parse_size
 
 from . import scheduler
-from .hub_client import HubClient
+from .hub_client import HubClient, HubError
 
 QUOTA_PROPERTY = "fgpu_quota"
 _KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups"}
@@ -95,6 +95,16 @@ class QuotaBook:
                 if self.log:
                     self.log.error("Ignoring a malformed quota: %s", e)
                 self._group_quotas[group] = None
+
+    async def refresh_users(self, names, hub: HubClient) -> None:
+        """Refresh these users (say, everyone with an active session after a restart, when the
+        book is empty and their group quotas would otherwise go unchecked in the first pass)."""
+        for name in sorted(set(names)):
+            try:
+                await self.refresh(await hub.user(name), hub)
+            except HubError as e:
+                if self.log:
+                    self.log.error("Cannot read the groups of %s from the hub: %s", name, e.message)
 
     def groups_of(self, user: str) -> tuple[str, ...]:
         return self._groups.get(user, ())

@@ -161,16 +161,22 @@ def queue_service_pid(hub) -> int:
     return int(found.stdout.split()[0])
 
 
-def test_killing_the_service_loses_no_pending_request(gpu_hub, student):
-    before = two_running_one_waiting(student)
-    old_pid = queue_service_pid(gpu_hub)
+def kill_queue_service(hub, caller: QueueUser) -> None:
+    """SIGKILL the service, and return once the hub has started it again and it answers."""
+    old_pid = queue_service_pid(hub)
     os.kill(old_pid, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(requests.RequestException, subprocess.CalledProcessError):
-            if queue_service_pid(gpu_hub) != old_pid and student.call("GET", "sessions").ok:
-                break
+            if queue_service_pid(hub) != old_pid and caller.call("GET", "sessions").ok:
+                return
         time.sleep(0.5)
+    raise AssertionError("the queue service did not come back within 60 s")
+
+
+def test_killing_the_service_loses_no_pending_request(gpu_hub, student):
+    before = two_running_one_waiting(student)
+    kill_queue_service(gpu_hub, student)
     after = assert_nothing_leaked(student)
     assert {(s["id"], s["status"]) for s in after} == {(s["id"], s["status"]) for s in before}
     # The waiting spawn reconnected: a release still starts it by itself.
@@ -234,13 +240,33 @@ def test_200_concurrent_spawns_never_over_allocate(gpu_hub, crowd):
     }
 
 
-def test_a_group_quota_cannot_be_exceeded_by_racing(gpu_hub, student):
+def join_group_with_quota(hub, user: str, quota: dict) -> str:
     group = f"course-{secrets.token_hex(3)}"
-    assert gpu_hub.request("POST", f"groups/{group}").status_code == 201
-    quota = {"fgpu_quota": {"fgpu": 1}}
-    assert gpu_hub.request("PUT", f"groups/{group}/properties", json=quota).status_code == 200
-    members = {"users": [student.name]}
-    assert gpu_hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
+    assert hub.request("POST", f"groups/{group}").status_code == 201
+    properties = {"fgpu_quota": quota}
+    assert hub.request("PUT", f"groups/{group}/properties", json=properties).status_code == 200
+    members = {"users": [user]}
+    assert hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
+    return group
+
+
+def test_a_group_quota_holds_across_a_service_restart(gpu_hub, student):
+    join_group_with_quota(gpu_hub, student.name, {"fgpu": 1})
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 1, "count": 2})
+    assert response.status_code == 201, response.text
+    before = student.wait_for(
+        lambda s: len(by_status(s, "RUNNING")) == 1 and len(by_status(s, "PENDING")) == 1
+    )
+    kill_queue_service(gpu_hub, student)
+    # The first pass after the restart must already know the group's quota: there is room on
+    # the GPU, so only the quota keeps the second session waiting.
+    after = student.sessions()
+    assert {(s["id"], s["status"]) for s in after} == {(s["id"], s["status"]) for s in before}
+    assert "quota" in by_status(after, "PENDING")[0]["reason"]
+
+
+def test_a_group_quota_cannot_be_exceeded_by_racing(gpu_hub, student):
+    join_group_with_quota(gpu_hub, student.name, {"fgpu": 1})
     body = {**SESSION, "mem": "256M", "fgpu": 1}
 
     def spawn(server):
