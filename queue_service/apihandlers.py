@@ -8,6 +8,7 @@ and the right 4xx code.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
@@ -76,7 +77,18 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(401, "Log in to the hub first.")
         if identity.get("kind") != "user":
             raise web.HTTPError(403, "Only users have sessions.")
-        return await self.hub.user(identity["name"])
+        return await self.from_hub(self.hub.user(identity["name"]))
+
+    async def from_hub(self, awaitable):
+        """Await a call to the hub; its refusal keeps its 4xx, and a hub that fails or is away
+        answers 502, with the hub's message either way."""
+        try:
+            return await awaitable
+        except HubError as e:
+            raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None
+
+    async def refresh_quotas(self, user: dict) -> None:
+        await self.from_hub(self.settings["quotas"].refresh(user, self.hub))
 
     def require_spawner(self) -> None:
         identity = self.get_current_user()
@@ -96,13 +108,13 @@ class GrantsHandler(APIHandler):
     async def post(self):
         self.require_spawner()
         data = self.body()
+        if not isinstance(data.get("user"), str) or not data["user"]:
+            raise web.HTTPError(400, "Malformed grant request: no user.")
+        user = await self.from_hub(self.hub.user(data["user"]))
+        await self.refresh_quotas(user)
         try:
-            user = await self.hub.user(str(data.get("user", "")))
-            await self.settings["quotas"].refresh(user, self.hub)
             image = self.settings["images"].admit_options(user, data)
             record = await self.manager.submit(data, groups=tuple(user.get("groups", [])))
-        except HubError as e:
-            raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None
         except (ImageError, Refused) as e:
             raise web.HTTPError(e.status, e.message) from None
         # The reference comes from the catalog, so a private or re-pointed image starts as listed.
@@ -115,7 +127,12 @@ class GrantHandler(APIHandler):
     @web.authenticated
     async def get(self, session_id):
         self.require_spawner()
-        wait = min(float(self.get_argument("wait", "0") or 0), 60.0)
+        try:
+            wait = float(self.get_argument("wait", "0") or 0)
+        except ValueError:
+            wait = math.nan
+        if not 0 <= wait <= 60:  # also false for nan
+            raise web.HTTPError(400, "wait must be a number of seconds from 0 to 60.")
         seen = self.get_argument("version", "")
         self.write_json(await self._or_404(self.manager.wait(session_id, seen, wait)))
 
@@ -165,11 +182,8 @@ class SessionsHandler(APIHandler):
         servers = []
         for _ in range(count):
             name = f"s-{secrets.token_hex(3)}"
-            try:
-                status = await self.hub.start_server(person["name"], name, data)
-            except HubError as e:
-                # The hub's own validation message (FGPUSpawner's), with its status code.
-                raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None
+            # A refusal carries the hub's own validation message (FGPUSpawner's).
+            status = await self.from_hub(self.hub.start_server(person["name"], name, data))
             servers.append({"server_name": name, "status": status})
         self.write_json({"servers": servers}, 201)
 
@@ -228,7 +242,7 @@ class ResourcesHandler(APIHandler):
     async def get(self):
         person = await self.person()
         groups = tuple(person.get("groups", []))
-        await self.settings["quotas"].refresh(person, self.hub)
+        await self.refresh_quotas(person)
         self.write_json(
             await self.manager.resources(person["name"], groups, admin=bool(person.get("admin")))
         )

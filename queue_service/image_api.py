@@ -21,7 +21,6 @@ from image_catalog import CatalogError, parse_image
 from image_catalog.labels import LabelError, entry_fields_from_labels
 
 from .apihandlers import APIHandler
-from .hub_client import HubError
 from .image_check import check_singleuser, image_labels
 from .images import CheckResult, ImageError, ImageStore, entry_of
 from .models import utcnow
@@ -77,10 +76,7 @@ class ImageAPIHandler(APIHandler):
             return person
         if not manages and name != person["name"]:
             raise web.HTTPError(403, "Only instructors and admins may look up another user.")
-        try:
-            return await self.hub.user(name)
-        except HubError as e:
-            raise web.HTTPError(404 if e.status == 404 else 502, e.message) from None
+        return await self.from_hub(self.hub.user(name))
 
     async def checked(self, reference: str, body: dict) -> tuple:
         """The image's own labels under `body`, validated, and its check: or a 400 that says why."""

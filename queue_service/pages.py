@@ -193,8 +193,7 @@ class ClusterQuotas(APIHandler):
             raise web.HTTPError(403, "The cluster view is for admins.")
         quotas = self.settings["quotas"]
         users = sorted({s["user"] for s in self.manager.sessions()})
-        for name in users:
-            await quotas.refresh(await self.hub.user(name), self.hub)
+        await quotas.refresh_users(users, self.hub)
         groups = sorted({g for name in users for g in quotas.groups_of(name)})
         self.write_json(
             {

@@ -520,5 +520,5 @@ def _parse(data: dict) -> dict:
             "fgpu": float(data.get("fgpu") or 0),
             "resource_group": data.get("resource_group") or None,
         }
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise Refused(f"Malformed grant request: {e}") from None

@@ -140,10 +140,14 @@ class QueueUser:
         raise AssertionError(f"not reached in {timeout} s: {json.dumps(self.sessions(), indent=1)}")
 
 
-def _config_text(port: int, token: str, run_id: str, extra_config: str) -> str:
+def _config_text(port: int, token: str, run_id: str, spawner_token: str, extra_config: str) -> str:
     return textwrap.dedent(
         f"""
         load_subconfig({str(ROOT / "jupyterhub_config.py")!r})
+        for service in c.JupyterHub.services:
+            if service["name"] == "fgpu-spawner":
+                service["api_token"] = {spawner_token!r}
+        c.FGPUSpawner.queue_token = {spawner_token!r}
         c.JupyterHub.hub_port = {free_port()}
         c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{free_port()}"
         c.JupyterHub.services.append({{"name": "test-admin", "api_token": {token!r}}})
@@ -164,7 +168,10 @@ def running_hub(
     ignored, which its children inherit."""
     workdir.mkdir(parents=True, exist_ok=True)
     port, token, run_id = free_port(), secrets.token_hex(16), secrets.token_hex(6)
-    (workdir / "test_config.py").write_text(_config_text(port, token, run_id, extra_config))
+    # The spawner's own token is known to the tests, so they can call the grants API as it does.
+    spawner_token = secrets.token_hex(16)
+    config = _config_text(port, token, run_id, spawner_token, extra_config)
+    (workdir / "test_config.py").write_text(config)
     hub_env = {
         **os.environ,
         "FGPU_HUB_PORT": str(port),
@@ -175,6 +182,7 @@ def running_hub(
     hub_env["PATH"] = f"{VENV_BIN}:{hub_env['PATH']}"
     hub = Hub(workdir, port, token, run_id, _start_process(workdir, hub_env, ignore_sigint))
     hub.env = hub_env
+    hub.spawner_token = spawner_token
     try:
         _wait_for_hub(hub)
         yield hub

@@ -151,6 +151,48 @@ def test_service_api_needs_a_login(gpu_hub):
     assert response.headers["Content-Type"].startswith("application/json")
 
 
+def as_spawner(hub, method: str, path: str, **kwargs) -> requests.Response:
+    """A call to the grants API with the spawner's own token, as FGPUSpawner makes it."""
+    headers = {"Authorization": f"token {hub.spawner_token}"}
+    url = f"{hub.url}/services/queue/api/{path}"
+    return requests.request(method, url, headers=headers, timeout=30, **kwargs)
+
+
+BAD_GRANT_CALLS = [
+    ("GET", "grants/{id}?wait=abc", None, "wait must be"),
+    ("GET", "grants/{id}?wait=nan", None, "wait must be"),
+    ("GET", "grants/{id}?wait=-1", None, "wait must be"),
+    ("POST", "grants", {"image": "python-3.11", "cpu": 1, "mem": 2**30}, "no user"),
+    ("POST", "grants", {"user": "", "image": "python-3.11"}, "no user"),
+    ("POST", "grants/{id}/running", None, "no grant"),
+]
+
+
+def test_bad_grant_calls_get_a_4xx_and_change_nothing(gpu_hub, student):
+    # One running and one pending session to leave untouched: set up once for every call.
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 2, "count": 2})
+    assert response.status_code == 201, response.text
+    sessions = student.wait_for(
+        lambda s: len(by_status(s, "RUNNING")) == 1 and len(by_status(s, "PENDING")) == 1
+    )
+    (pending,) = by_status(sessions, "PENDING")
+    for method, path, body, message in BAD_GRANT_CALLS:
+        answer = as_spawner(gpu_hub, method, path.format(id=pending["id"]), json=body)
+        assert 400 <= answer.status_code < 500, (path, answer.text)
+        assert message in answer.json()["message"], path
+    assert {(s["id"], s["status"]) for s in student.sessions()} == {
+        (s["id"], s["status"]) for s in sessions
+    }
+    assert_nothing_leaked(student)
+
+
+def test_a_grant_request_with_an_infinite_amount_is_refused(gpu_hub, student):
+    body = {"user": student.name, "image": "python-3.11", "cpu": 1, "mem": float("inf")}
+    answer = as_spawner(gpu_hub, "POST", "grants", data=json.dumps(body))
+    assert answer.status_code == 400, answer.text
+    assert student.sessions() == []
+
+
 def queue_service_pid(hub) -> int:
     found = subprocess.run(
         ["pgrep", "-P", str(hub.process.pid), "-f", "queue_service"],
