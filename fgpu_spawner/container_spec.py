@@ -2,13 +2,18 @@
 
 Like kubespawner's `objects.py`, this module builds the whole object; the spawner gathers the inputs
 (environment, command) and hands the result to the engine. Settings that keep a session inside its
-slice are applied last, so that no admin `extra_host_config` can loosen them by accident.
+slice are applied last, so that no admin `extra_host_config` can loosen them by accident: the
+cgroup limits, and the GPU settings of the grant. An admin's binds and mounts are added to the
+session's (HAMi-core's library and cache stay mounted), and GPUs come only from the grant, so an
+admin's `device_requests` is dropped.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+
+from docker.utils import convert_volume_binds
 
 from .gpu_sharing import GpuPaths, build_gpu_settings
 from .grant import Grant
@@ -113,14 +118,19 @@ def build_container_spec(
         "labels": labels,
         "user": ctx.run_as,
     }
+    extra = ctx.extra_host_config
     host_config = {
         "network_mode": ctx.network,
         "auto_remove": ctx.auto_remove,
-        "binds": {**ctx.binds, **gpu.binds},
-        "mounts": ctx.mounts,
-        **({"device_requests": gpu.device_requests} if gpu.device_requests else {}),
         **({"port_bindings": {ctx.port: (ctx.publish_to,)}} if ctx.publish_to else {}),
-        **ctx.extra_host_config,
+        **{key: value for key, value in extra.items() if key != "device_requests"},
+        "binds": [
+            *convert_volume_binds(ctx.binds),
+            *convert_volume_binds(extra.get("binds", [])),
+            *convert_volume_binds(gpu.binds),
+        ],
+        "mounts": [*ctx.mounts, *extra.get("mounts", [])],
+        **({"device_requests": gpu.device_requests} if gpu.device_requests else {}),
         **resource_limits(request, ctx.pids_limit),
         "privileged": False,
     }

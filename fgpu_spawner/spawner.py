@@ -29,6 +29,7 @@ from image_catalog.catalog import API_KEYS
 
 from . import form
 from .container_spec import ContainerContext, build_container_spec
+from .gpu_sharing import GpuPaths
 from .grant import Grant
 from .queue_client import QueueClient, QueueError
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
@@ -135,6 +136,39 @@ class FGPUSpawner(DockerSpawner):
         help="""
         How a GPU grant reaches the container: `hami` (HAMi-core limits), `mps` (CUDA MPS),
         `none` (whole devices, accounting only) or `simulated` (no device; for hosts without GPUs).
+        """,
+    )
+    hami_library_path = Unicode(
+        GpuPaths.hami_library_path,
+        config=True,
+        help="""
+        Host path of HAMi-core's `libvgpu.so`, which the admin installs on every GPU host. It is
+        mounted read-only into `hami` sessions and preloaded, so that CUDA sees only the granted
+        memory and SM share.
+        """,
+    )
+    hami_cache_base = Unicode(
+        GpuPaths.hami_cache_base,
+        config=True,
+        help="""
+        Host folder under which every `hami` session gets a cache folder of its own, named by its
+        session id, for HAMi-core's shared usage file.
+        """,
+    )
+    hami_lock_dir = Unicode(
+        GpuPaths.hami_lock_dir,
+        config=True,
+        help="""
+        Host folder for HAMi-core's locks, shared by every `hami` session on the host (HAMi's
+        device plugin uses the same one).
+        """,
+    )
+    mps_pipe_dir = Unicode(
+        GpuPaths.mps_pipe_dir,
+        config=True,
+        help="""
+        Host folder of the CUDA MPS control daemon's pipes (its CUDA_MPS_PIPE_DIRECTORY), mounted
+        into `mps` sessions.
         """,
     )
     resource_groups = List(
@@ -538,6 +572,16 @@ class FGPUSpawner(DockerSpawner):
             gpu_sharing=self.gpu_sharing,
             gpu_memory=self.gpu_memory,
             gpu_order=tuple(self.gpu_order),
+            gpu_paths=self.gpu_paths,
+        )
+
+    @property
+    def gpu_paths(self) -> GpuPaths:
+        return GpuPaths(
+            hami_library_path=self.hami_library_path,
+            hami_cache_base=self.hami_cache_base,
+            hami_lock_dir=self.hami_lock_dir,
+            mps_pipe_dir=self.mps_pipe_dir,
         )
 
     async def create_object(self):

@@ -59,6 +59,31 @@ def test_admin_extras_cannot_loosen_the_slice():
     assert host["privileged"] is False
 
 
+def test_admin_binds_add_to_the_gpu_binds_and_gpus_come_only_from_the_grant():
+    grant = Grant("sess-4", "node-a", {"GPU-a": 0.25})
+    request = ResourceRequest("sk", "fgpu/sk:1.5", cpu=1, mem=GIB, fgpu=1.0)
+    extra = {
+        "binds": ["/srv/datasets:/data:ro"],
+        "device_requests": [{"Driver": "nvidia", "Count": -1, "Capabilities": [["gpu"]]}],
+        "shm_size": "1g",
+    }
+    ctx = context(
+        gpu_sharing="hami",
+        gpu_memory={"GPU-a": 16 * GIB},
+        gpu_order=("GPU-a",),
+        binds={"home-alice": {"bind": "/home/jovyan", "mode": "rw"}},
+        extra_host_config=extra,
+    )
+    host = build_container_spec(request, grant, ctx).host_config
+    assert "home-alice:/home/jovyan:rw" in host["binds"]
+    assert "/srv/datasets:/data:ro" in host["binds"]
+    # HAMi-core's library is still preloaded from its bind: the limits hold.
+    assert any(bind.endswith("libvgpu.so:ro") for bind in host["binds"]), host["binds"]
+    (device,) = host["device_requests"]
+    assert device["device_ids"] == ["GPU-a"]
+    assert host["shm_size"] == "1g"
+
+
 def test_admin_labels_are_kept_but_cannot_forge_session_labels():
     extra = {"labels": {"course": "ml101", "fgpu.user": "mallory"}}
     labels = build_container_spec(REQUEST, GRANT, context(extra_create_kwargs=extra)).create_kwargs[

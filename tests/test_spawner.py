@@ -8,6 +8,11 @@ import secrets
 import pytest
 import requests
 import websocket
+from traitlets.config import Config
+
+from fgpu_spawner.gpu_sharing import build_gpu_settings
+from fgpu_spawner.grant import Grant
+from fgpu_spawner.spawner import FGPUSpawner
 
 from .harness import containers_with, free_port, running_hub
 
@@ -189,3 +194,16 @@ def test_an_unreachable_catalog_fails_the_spawn_clearly(tmp_path, docker_engine,
         assert "The image catalog is not available" in response.json()["message"]
         assert lonely.server_model(username) is None
         assert containers_with({"fgpu.user": username}) == []
+
+
+def test_the_host_gpu_paths_are_config_and_reach_the_gpu_settings():
+    config = Config()
+    config.FGPUSpawner.hami_library_path = "/opt/hami/libvgpu.so"
+    config.FGPUSpawner.hami_cache_base = "/srv/vgpu-cache"
+    config.FGPUSpawner.mps_pipe_dir = "/run/mps"
+    paths = FGPUSpawner(config=config).gpu_paths
+    grant = Grant("sess-9", "node-a", {"GPU-a": 0.5})
+    binds = build_gpu_settings(grant, {"GPU-a": 2**34}, "hami", paths).binds
+    assert binds["/opt/hami/libvgpu.so"]["mode"] == "ro"
+    assert "/srv/vgpu-cache/sess-9" in binds
+    assert "/run/mps" in build_gpu_settings(grant, {"GPU-a": 2**34}, "mps", paths).binds
