@@ -43,7 +43,6 @@ class RequestLimits:
     cpu: Range
     mem: Range
     fgpu: Range
-    resource_groups: tuple[str, ...] = ("default",)
     default_image: str | None = None
 
 
@@ -56,7 +55,8 @@ class ResourceRequest:
     cpu: float
     mem: int
     fgpu: float = 0.0
-    resource_group: str = "default"
+    #: None lets the queue place the session in any resource group the user may use.
+    resource_group: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -85,7 +85,7 @@ def parse_request(options: dict, limits: RequestLimits, catalog: Catalog) -> Res
     shortfall = image.resources.shortfall(cpu, mem, fgpu)
     if shortfall:
         raise InvalidRequest(f"Image {image.name!r} {shortfall}.")
-    group = _parse_resource_group(options.get("resource_group"), limits.resource_groups)
+    group = _parse_resource_group(options.get("resource_group"))
     return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group)
 
 
@@ -149,9 +149,11 @@ def _check_fgpu(fgpu: float, allowed: Range) -> None:
         allowed.check("fGPU", fgpu)
 
 
-def _parse_resource_group(value: object, groups: tuple[str, ...]) -> str:
+def _parse_resource_group(value: object) -> str | None:
+    """A name, checked by the queue service, which knows the resource groups and who may use
+    which; blank means any the user may use."""
     if _is_blank(value):
-        return groups[0]
-    if value not in groups:
-        raise InvalidRequest(f"Unknown resource group {value!r}. Available: {', '.join(groups)}.")
-    return value
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequest("resource_group must be the name of a resource group.")
+    return value.strip()

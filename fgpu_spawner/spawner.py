@@ -171,13 +171,6 @@ class FGPUSpawner(DockerSpawner):
         into `mps` sessions.
         """,
     )
-    resource_groups = List(
-        Unicode(),
-        default_value=["default"],
-        minlen=1,
-        config=True,
-        help="""Resource groups (Backend.AI's scaling groups) a request may name; the first is the default.""",
-    )
     pids_limit = Integer(
         1024,
         config=True,
@@ -350,7 +343,6 @@ class FGPUSpawner(DockerSpawner):
             cpu=Range(self.cpu_min, self.cpu_max, self.cpu_default),
             mem=Range(self.mem_min, self.mem_max, self.mem_default),
             fgpu=Range(0.0, self.fgpu_max, self.fgpu_default),
-            resource_groups=tuple(self.resource_groups),
             default_image=self.default_image_name or None,
         )
 

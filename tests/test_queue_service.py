@@ -135,6 +135,7 @@ def test_students_see_and_stop_only_their_own_sessions(gpu_hub, student):
         ({**SESSION, "count": 0}, "count"),
         ({**SESSION, "count": "3"}, "count"),
         ({**SESSION, "cpu": -1}, "greater than zero"),
+        ({**SESSION, "resource_group": "mars"}, "There is no resource group 'mars'"),
     ],
 )
 def test_requests_that_can_never_fit_are_refused_at_once(gpu_hub, student, body, message):

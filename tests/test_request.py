@@ -19,16 +19,15 @@ CATALOG = parse_catalog(
 LIMITS = RequestLimits(
     cpu=Range(0.5, 4, 1), mem=Range(256 * 1024**2, 8 * GIB, 2 * GIB), fgpu=Range(0, 0, 0)
 )
-GPU_LIMITS = RequestLimits(
-    cpu=LIMITS.cpu, mem=LIMITS.mem, fgpu=Range(0, 2, 0), resource_groups=("default", "a100")
-)
+GPU_LIMITS = RequestLimits(cpu=LIMITS.cpu, mem=LIMITS.mem, fgpu=Range(0, 2, 0))
 
 
 def test_empty_options_give_the_defaults():
     request = parse_request({}, LIMITS, CATALOG)
     assert (request.image_name, request.image) == ("base", "fgpu/base:1")
     assert (request.cpu, request.mem, request.fgpu) == (1.0, 2 * GIB, 0.0)
-    assert request.resource_group == "default"
+    # No resource group named: the queue places it in any the user may use.
+    assert request.resource_group is None
 
 
 def test_form_strings_and_rest_numbers_mean_the_same():
@@ -72,7 +71,7 @@ def test_configured_default_image_is_used():
         ({"image": "secret"}, "not offered"),
         ({"image": 3}, "catalog name"),
         ({"gpus": 1}, "Unknown option(s): gpus"),
-        ({"resource_group": "mars"}, "Unknown resource group"),
+        ({"resource_group": 7}, "resource_group must be the name"),
     ],
 )
 def test_bad_input_is_refused_with_a_message(options, fragment):
