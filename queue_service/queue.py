@@ -235,11 +235,13 @@ class QueueManager:
         mine = [r for r in allocated if r.user == user]
         headroom = self._quota_headroom(user, groups, allocated)
         allowed = self.quotas.snapshot().allowed_resource_groups(user, groups)
-        by_group = {}
+        by_group, usable_nodes = {}, set()
         for name, nodes in self._nodes_by_group.items():
             on_group = [r for r in allocated if r.node in nodes]
             capacity = self._capacity_totals(nodes)
             may_use = allowed is None or name in allowed
+            if may_use:
+                usable_nodes |= nodes
             by_group[name] = {
                 "allocated": _sum_slots([r for r in on_group if r.user == user]),
                 "allocatable": _allocatable(capacity, _sum_slots(on_group), headroom, may_use),
@@ -251,7 +253,13 @@ class QueueManager:
             "user": user,
             "units_per_gpu": self.settings.units_per_gpu,
             "allocated": _sum_slots(mine),
-            "allocatable": _allocatable(totals, _sum_slots(allocated), headroom, True),
+            # Only what this user may use: the free part of their resource groups, within quota.
+            "allocatable": _allocatable(
+                self._capacity_totals(usable_nodes),
+                _sum_slots([r for r in allocated if r.node in usable_nodes]),
+                headroom,
+                True,
+            ),
             "capacity": totals,
             "sessions": len(mine),
             "resource_groups": by_group,
@@ -264,12 +272,16 @@ class QueueManager:
         """Per slot, what every quota that applies still leaves (None: no quota limits it). Each
         quota counts its own holder: the user's own use, or all of a group's members' use."""
         snapshot = self.quotas.snapshot()
-        scopes = [(snapshot.for_user(user).max_slots, [r for r in allocated if r.user == user])]
+        quota = snapshot.for_user(user)
+        scopes = [(quota.max_slots, [r for r in allocated if r.user == user], quota.max_sessions)]
         for group in groups:
             members = [r for r in allocated if group in self.quotas.groups_of(r.user)]
-            scopes.append((snapshot.for_group(group).max_slots, members))
+            quota = snapshot.for_group(group)
+            scopes.append((quota.max_slots, members, quota.max_sessions))
         headroom: dict = {"cpu": None, "mem": None, "fgpu": None}
-        for limit, holders in scopes:
+        for limit, holders, max_sessions in scopes:
+            if max_sessions is not None and len(holders) >= max_sessions:
+                return {"cpu": 0, "mem": 0, "fgpu": 0}  # no further session may start at all
             usage = _sum_slots(holders)
             for key in headroom:
                 if getattr(limit, key) is not None:

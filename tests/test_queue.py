@@ -571,6 +571,24 @@ async def test_a_resource_group_the_user_may_not_use_offers_nothing(open_manager
     assert groups["default"]["allocatable"]["fgpu"] == 2
 
 
+async def test_the_total_allocatable_counts_only_the_groups_the_user_may_use(open_manager):
+    manager = open_manager(
+        quotas=QuotaBook(user_default={"resource_groups": ["lab"]}), nodes=(NODE, LAB_NODE)
+    )
+    shown = await manager.resources("alice", (), admin=False)
+    assert shown["allocatable"] == shown["resource_groups"]["lab"]["allocatable"]
+    assert shown["allocatable"] == {"cpu": 2.0, "mem": 4 * GIB, "fgpu": 2}
+
+
+async def test_a_used_up_session_quota_leaves_nothing_allocatable(open_manager):
+    manager = open_manager(quotas=QuotaBook(user_default={"sessions": 1}))
+    await manager.submit(ask(fgpu=0.5), groups=())
+    shown = await manager.resources("alice", (), admin=False)
+    assert shown["allocatable"] == {"cpu": 0, "mem": 0, "fgpu": 0}
+    assert shown["resource_groups"]["default"]["allocatable"] == shown["allocatable"]
+    assert (await manager.resources("bob", (), admin=False))["allocatable"]["fgpu"] == 1.5
+
+
 async def test_admins_see_which_session_holds_which_slice(manager):
     first, second, third = await submit_three(manager)
     resources = await manager.resources("admin", (), admin=True)
