@@ -425,10 +425,12 @@ class FGPUSpawner(DockerSpawner):
         """Queue position and reason while PENDING, for the hub's spawn-pending page."""
         shown = None
         while self.grant is None and self._spawn_pending:
+            # Cleared before reading, so that a message set while the hub takes this one is
+            # shown at once, not after the timeout.
+            self._progress_changed.clear()
             if self._pending_message and self._pending_message != shown:
                 shown = self._pending_message
                 yield {"progress": 10, "message": shown}
-            self._progress_changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._progress_changed.wait(), timeout=5)
         if self.grant is not None:

@@ -7,6 +7,7 @@ and the right 4xx code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import secrets
@@ -180,11 +181,19 @@ class SessionsHandler(APIHandler):
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 20:
             raise web.HTTPError(400, "count must be a whole number from 1 to 20.")
         servers = []
-        for _ in range(count):
-            name = f"s-{secrets.token_hex(3)}"
-            # A refusal carries the hub's own validation message (FGPUSpawner's).
-            status = await self.from_hub(self.hub.start_server(person["name"], name, data))
-            servers.append({"server_name": name, "status": status})
+        try:
+            for _ in range(count):
+                name = f"s-{secrets.token_hex(3)}"
+                # A refusal carries the hub's own validation message (FGPUSpawner's).
+                status = await self.from_hub(self.hub.start_server(person["name"], name, data))
+                servers.append({"server_name": name, "status": status})
+        except web.HTTPError:
+            # All or nothing: a launch refused part-way (a pending quota, say) stops what it
+            # started, so that the refusal leaves nothing behind.
+            for server in servers:
+                with contextlib.suppress(HubError):
+                    await self.hub.stop_server(person["name"], server["server_name"])
+            raise
         self.write_json({"servers": servers}, 201)
 
 

@@ -24,6 +24,7 @@ from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, utcnow
 
 #: Seconds a snapshot of the active records may serve reads while nothing in this process wrote.
 SNAPSHOT_MAX_AGE = 2.0
+_FINAL_VALUES = [status.value for status in FINAL]
 
 
 class Refused(Exception):
@@ -185,7 +186,7 @@ class QueueManager:
             with self.db() as db:
                 query = (
                     select(SessionRecord)
-                    .where(SessionRecord.status.not_in([s.value for s in FINAL]))
+                    .where(SessionRecord.status.not_in(_FINAL_VALUES))
                     .order_by(SessionRecord.seq)
                 )
                 records = list(db.scalars(query))
@@ -201,9 +202,7 @@ class QueueManager:
 
     def active_records(self) -> list[SessionRecord]:
         with self.db() as db:
-            query = select(SessionRecord).where(
-                SessionRecord.status.not_in([s.value for s in FINAL])
-            )
+            query = select(SessionRecord).where(SessionRecord.status.not_in(_FINAL_VALUES))
             return list(db.scalars(query))
 
     def running_ids(self) -> set[str]:
@@ -215,7 +214,7 @@ class QueueManager:
             return []
         with self.db() as db:
             query = select(SessionRecord).where(
-                SessionRecord.id.in_(ids), SessionRecord.status.in_([s.value for s in FINAL])
+                SessionRecord.id.in_(ids), SessionRecord.status.in_(_FINAL_VALUES)
             )
             return list(db.scalars(query))
 
@@ -394,7 +393,7 @@ class QueueManager:
         query = select(SessionRecord).where(
             SessionRecord.user == request["user"],
             SessionRecord.server_name == request["server_name"],
-            SessionRecord.status.not_in([s.value for s in FINAL]),
+            SessionRecord.status.not_in(_FINAL_VALUES),
         )
         adopted = None
         for record in db.scalars(query):

@@ -49,6 +49,8 @@ class Reconciler:
         self.hub = hub
         self.respawn_grace = respawn_grace
         self._respawning: set[str] = set()
+        # The event loop keeps only weak references to tasks: hold them until they are done.
+        self._tasks: set[asyncio.Task] = set()
 
     async def reconcile(self) -> None:
         # The records are read before the engine is asked: a session that turns RUNNING while the
@@ -136,7 +138,9 @@ class Reconciler:
             for record in (r for r in waiting if r.user == user):
                 if (servers.get(record.server_name) or {}).get("pending") != "spawn":
                     self._respawning.add(record.id)
-                    asyncio.create_task(self._respawn(record))
+                    task = asyncio.create_task(self._respawn(record))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
 
     async def _respawn(self, record) -> None:
         options = {
@@ -146,8 +150,11 @@ class Reconciler:
             "fgpu": record.fgpu,
             "resource_group": record.resource_group,
         }
-        self._say("spawn of %s/%s was lost; issuing it again", record.user, record.server_name)
         try:
+            # Read again: the user may have cancelled while the hub was asked about the server.
+            if self.manager.get(record.id)["status"] not in (Status.PENDING, Status.SCHEDULED):
+                return
+            self._say("spawn of %s/%s was lost; issuing it again", record.user, record.server_name)
             await self.hub.start_server(record.user, record.server_name, options)
         except HubError as e:
             self._say("could not issue %s/%s again: %s", record.user, record.server_name, e.message)

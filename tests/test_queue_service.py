@@ -308,6 +308,16 @@ def test_a_group_quota_holds_across_a_service_restart(gpu_hub, student):
     assert "quota" in by_status(after, "PENDING")[0]["reason"]
 
 
+def test_a_launch_refused_part_way_leaves_nothing_behind(gpu_hub, student):
+    join_group_with_quota(gpu_hub, student.name, {"sessions": 1, "pending": 1})
+    response = student.call("POST", "sessions", json={**SESSION, "fgpu": 0.5, "count": 3})
+    # The first runs and the second waits; the third is one pending request too many.
+    assert response.status_code == 403, response.text
+    assert "pending" in response.json()["message"]
+    student.wait_for(lambda s: s == [], timeout=60)
+    assert containers_with({"fgpu.user": student.name}) == []
+
+
 def test_a_group_quota_cannot_be_exceeded_by_racing(gpu_hub, student):
     join_group_with_quota(gpu_hub, student.name, {"fgpu": 1})
     body = {**SESSION, "mem": "256M", "fgpu": 1}
