@@ -179,7 +179,7 @@ def _hami(grant: Grant, slices: list[_Slice], paths: GpuPaths, labels: dict) -> 
     }
     binds = {
         paths.hami_library_path: {"bind": HAMI_LIBRARY_IN_CONTAINER, "mode": "ro"},
-        _session_cache_dir(paths, grant.session_id): {
+        session_cache_dir(paths, grant.session_id): {
             "bind": HAMI_CACHE_DIR_IN_CONTAINER,
             "mode": "rw",
         },
@@ -188,7 +188,7 @@ def _hami(grant: Grant, slices: list[_Slice], paths: GpuPaths, labels: dict) -> 
     return GpuSettings(env, [_device_request(slices)], binds, labels)
 
 
-def _session_cache_dir(paths: GpuPaths, session_id: str) -> str:
+def session_cache_dir(paths: GpuPaths, session_id: str) -> str:
     """The host directory for one session's HAMi-core cache; the id must not climb out of the base."""
     if not _SAFE_SESSION_ID.match(session_id) or session_id in {".", ".."}:
         raise ValueError(f"Session id {session_id!r} cannot name a cache directory")

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shutil
 import uuid
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +30,7 @@ from image_catalog.catalog import API_KEYS
 
 from . import form
 from .container_spec import ContainerContext, build_container_spec
-from .gpu_sharing import GpuPaths
+from .gpu_sharing import GpuPaths, session_cache_dir
 from .grant import Grant
 from .queue_client import QueueClient, QueueError
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
@@ -489,10 +490,18 @@ class FGPUSpawner(DockerSpawner):
         await self.release_grant()
 
     async def stop(self, now=False):
+        session_id = self.session_id
         try:
             await super().stop(now=now)
         finally:
             await self.release_grant()
+        if self.gpu_sharing == "hami" and session_id:
+            await asyncio.to_thread(self.remove_hami_cache, session_id)
+
+    def remove_hami_cache(self, session_id: str) -> None:
+        """Remove the session's HAMi-core cache folder once its container is gone, or a term's
+        sessions leave thousands behind. On a Swarm node other than the hub's there is none here."""
+        shutil.rmtree(session_cache_dir(self.gpu_paths, session_id), ignore_errors=True)
 
     def get_state(self):
         state = super().get_state()

@@ -119,6 +119,23 @@ class QueueService(Application):
     reconcile_interval = Float(
         5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
     )
+    start_grace = Float(
+        180.0,
+        config=True,
+        help="""
+        Seconds a grant may wait for its container to appear before the reconciler reclaims it
+        (the spawn died with the hub, say). Keep it above the time the largest image takes to
+        start, or slow starts lose their grant.
+        """,
+    )
+    respawn_grace = Float(
+        20.0,
+        config=True,
+        help="""
+        Seconds after a request was made before the reconciler may issue its spawn again when no
+        spawner waits for it (after a hub restart), so that a spawn just being set up is left be.
+        """,
+    )
     stats_interval = Float(
         5.0,
         config=True,
@@ -170,7 +187,14 @@ class QueueService(Application):
         self.images = ImageStore(db)
         seeded = self.images.seed(load_catalog(self.catalog_path or None))
         self.log.info("Image catalog seeded: %s", seeded)
-        self.reconciler = Reconciler(self.manager, docker_client, log=self.log, hub=self.hub)
+        self.reconciler = Reconciler(
+            self.manager,
+            docker_client,
+            log=self.log,
+            start_grace=self.start_grace,
+            hub=self.hub,
+            respawn_grace=self.respawn_grace,
+        )
         self.stats = StatsSampler(
             docker_client,
             self.manager.running_ids,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 
 import pytest
@@ -207,3 +208,20 @@ def test_the_host_gpu_paths_are_config_and_reach_the_gpu_settings():
     assert binds["/opt/hami/libvgpu.so"]["mode"] == "ro"
     assert "/srv/vgpu-cache/sess-9" in binds
     assert "/run/mps" in build_gpu_settings(grant, {"GPU-a": 2**34}, "mps", paths).binds
+
+
+def test_a_stopped_hami_session_leaves_no_cache_folder(tmp_path):
+    config = Config()
+    config.FGPUSpawner.hami_cache_base = str(tmp_path)
+    spawner = FGPUSpawner(config=config)
+    grant = Grant("sess-10", "node-a", {"GPU-a": 0.5})
+    (cache,) = [
+        path
+        for path in build_gpu_settings(grant, {"GPU-a": 2**34}, "hami", spawner.gpu_paths).binds
+        if path.startswith(str(tmp_path))
+    ]
+    os.makedirs(cache)
+    (tmp_path / "sess-10" / "cudevshr.cache").write_bytes(b"usage")
+    spawner.remove_hami_cache("sess-10")
+    assert not os.path.exists(cache)
+    assert tmp_path.exists()
