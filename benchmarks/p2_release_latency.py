@@ -2,8 +2,11 @@
 
 The real QueueManager on a real SQLite file: one GPU of 1 fGPU is held, one request waits for it. A
 waiter long-polls the pending record (as the spawner does); the clock runs from the release call to
-the waiter seeing SCHEDULED. Baseline, in the same run: the same manager driven by a scheduler that
-polls once a second instead of running a pass on every release.
+the waiter seeing SCHEDULED. It is measured alone, and again beside a crowd of `--crowd` other
+pending requests (200 by default, as in the 200-spawn test), each long-polled by a waiter of its own
+that reads its record again on every change, as the spawner does. They wait in a resource group
+whose one GPU stays held, so every pass wakes them all. Baseline, in the same run: the same manager
+driven by a scheduler that polls once a second instead of running a pass on every release.
 """
 
 from __future__ import annotations
@@ -23,12 +26,30 @@ from queue_service.quotas import QuotaBook
 NODE = scheduler.Node(
     "bench", "default", 64.0, 256 * 1024**3, (scheduler.Gpu("GPU-0", 8 * 1024**3),)
 )
-REQUEST = {"image": "python-3.11", "cpu": 1, "mem": 1024**3, "fgpu": 1}
+REQUEST = {"image": "python-3.11", "cpu": 1, "mem": 1024**3, "fgpu": 1, "resource_group": "default"}
+
+
+BUSY_NODE = scheduler.Node(
+    "busy", "busy", 64.0, 256 * 1024**3, (scheduler.Gpu("GPU-busy", 8 * 1024**3),)
+)
 
 
 def manager(path: Path) -> QueueManager:
     db = open_database(f"sqlite:///{path}")
-    return QueueManager(db, [NODE], SchedulerSettings(units_per_gpu=1), QuotaBook())
+    return QueueManager(db, [NODE, BUSY_NODE], SchedulerSettings(units_per_gpu=1), QuotaBook())
+
+
+async def crowd(queue: QueueManager, count: int) -> list[asyncio.Task]:
+    """`count` requests that wait behind a held GPU, each long-polled as a spawner would."""
+    busy = {**REQUEST, "server_name": "", "resource_group": "busy"}
+    await queue.submit({**busy, "user": "holder"}, groups=())
+
+    async def follow(record: dict) -> None:
+        while True:
+            record = await queue.wait(record["id"], record["version"], 25)
+
+    waiting = [await queue.submit({**busy, "user": f"c{n}"}, groups=()) for n in range(count)]
+    return [asyncio.create_task(follow(record)) for record in waiting]
 
 
 async def submit(queue: QueueManager, n: int) -> dict:
@@ -87,15 +108,24 @@ def report(name: str, latencies: list[float]) -> float:
     return p99
 
 
-async def main_async(rounds: int, baseline_rounds: int, interval: float) -> None:
+async def main_async(rounds: int, baseline_rounds: int, interval: float, crowd_size: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fast = await event_driven(manager(Path(tmp) / "event.sqlite"), rounds)
+        crowded_queue = manager(Path(tmp) / "crowd.sqlite")
+        followers = await crowd(crowded_queue, crowd_size)
+        crowded = await event_driven(crowded_queue, rounds)
+        for follower in followers:
+            follower.cancel()
         slow = await polling(manager(Path(tmp) / "poll.sqlite"), baseline_rounds, interval)
     print("P2: release → next pending granted (QueueManager, SQLite)")
     p99 = report("event-driven (ours)", fast)
+    crowded_p99 = report(f"  with {crowd_size} waiting", crowded)
     baseline = report(f"polling every {interval:g} s", slow)
-    print(f"goal p99 < 100 ms: {'met' if p99 < 100 else 'MISSED'}")
-    print(f"ratio (ours / polling, p99): {p99 / baseline:.4f}")
+    worst = max(p99, crowded_p99)
+    print(f"goal p99 < 100 ms: {'met' if worst < 100 else 'MISSED'} (worst p99 {worst:.2f} ms)")
+    print(
+        f"ratio (ours / polling, p99): {p99 / baseline:.4f}, with the crowd {crowded_p99 / baseline:.4f}"
+    )
 
 
 def main() -> None:
@@ -103,8 +133,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--baseline-rounds", type=int, default=20)
     parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--crowd", type=int, default=200, help="other waiting requests")
     args = parser.parse_args()
-    asyncio.run(main_async(args.rounds, args.baseline_rounds, args.interval))
+    asyncio.run(main_async(args.rounds, args.baseline_rounds, args.interval, args.crowd))
 
 
 if __name__ == "__main__":

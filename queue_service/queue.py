@@ -153,6 +153,11 @@ class QueueManager:
     # -- reads -----------------------------------------------------------------------------------
 
     def get(self, session_id: str) -> dict:
+        """One session's view. An active one comes from the snapshot: a pass wakes every waiting
+        spawn at once, and each reads its own record."""
+        view = self._active_views_by_id().get(session_id)
+        if view is not None:
+            return self._with_usage(view)
         with self.db() as db:
             return self._view(self._load(db, session_id))
 
@@ -191,8 +196,13 @@ class QueueManager:
                 )
                 records = list(db.scalars(query))
             views = [self._base_view(record) for record in records]
-            snapshot = self._snapshot = (generation, now, records, views)
+            by_id = {view["id"]: view for view in views}
+            snapshot = self._snapshot = (generation, now, records, views, by_id)
         return snapshot[2], snapshot[3]
+
+    def _active_views_by_id(self) -> dict[str, dict]:
+        self._active_snapshot()
+        return self._snapshot[4]
 
     def _allocated_records(self) -> list[SessionRecord]:
         return [r for r in self._active_snapshot()[0] if r.status in ALLOCATED]
