@@ -24,6 +24,7 @@ from .apihandlers import APIHandler
 from .image_check import check_singleuser, image_labels
 from .images import CheckResult, ImageError, ImageStore, entry_of
 from .models import utcnow
+from .private_images import PRIVATE_REPOSITORY
 
 MANAGE_SCOPE = "custom:images:manage"
 
@@ -65,6 +66,20 @@ class ImageAPIHandler(APIHandler):
                 403, f"Changing the image catalog needs the {MANAGE_SCOPE} scope (instructors)."
             )
         return person
+
+    def refuse_private_changes(self, person: dict, body: dict, current: dict | None = None):
+        """Instructors curate the shared catalog; a private image is its owner's, and only admins
+        make, change or hand one over (from a session: POST sessions/{id}/image)."""
+        if person.get("admin"):
+            return
+        if current is not None and current.get("owner"):
+            raise web.HTTPError(
+                403, f"{current['name']} is a private image; only admins change it."
+            )
+        if body.get("owner"):
+            raise web.HTTPError(403, "Only admins give an image an owner.")
+        if str(body.get("image", "")).startswith(f"{PRIVATE_REPOSITORY}/"):
+            raise web.HTTPError(403, "Private images (fgpu-private/...) are listed by admins only.")
 
     async def subject(self) -> dict:
         """Whose permissions a read is about: `?user=` (managers, the spawner) or the caller."""
@@ -110,8 +125,9 @@ class ImagesHandler(ImageAPIHandler):
 
     @web.authenticated
     async def post(self):
-        await self.manager()
+        person = await self.manager()
         body = self.body()
+        self.refuse_private_changes(person, body)
         try:
             parse_image(body)
         except CatalogError as e:
@@ -133,9 +149,10 @@ class ImageHandler(ImageAPIHandler):
 
     @web.authenticated
     async def patch(self, name):
-        await self.manager()
+        person = await self.manager()
         current = self._or_fail(lambda: self.images.get(name))
         changes = self.body()
+        self.refuse_private_changes(person, changes, current)
         if changes.get("name", name) != name:
             raise web.HTTPError(400, "An image cannot be renamed; add it under the new name.")
         merged = {**entry_of(current).to_dict(), **changes, "name": name}
@@ -150,7 +167,8 @@ class ImageHandler(ImageAPIHandler):
 
     @web.authenticated
     async def delete(self, name):
-        await self.manager()
+        person = await self.manager()
+        self.refuse_private_changes(person, {}, self._or_fail(lambda: self.images.get(name)))
         self.write_json(self._or_fail(lambda: self.images.delete(name)))
 
     def _or_fail(self, action):

@@ -33,6 +33,8 @@ from .browser import (
 from .harness import TEST_LABEL, QueueUser, containers_with
 from .test_storage import TINY_PACKAGE, run_in, start_session, tiny_wheel
 
+SHARED_BASE = "fgpu/jupyter-base:py3.11"
+
 # --- pure parts -------------------------------------------------------------------------------
 
 
@@ -254,6 +256,41 @@ def test_commit_refusals(hub, committed):
         response = caller.call("POST", url, json=body)
         assert response.status_code == status, (body, response.text)
         assert message in response.json()["message"]
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_instructors_cannot_change_take_or_relist_a_students_private_image(hub, committed):
+    name = f"teacher-{secrets.token_hex(4)}"
+    hub.create_user(name)
+    response = hub.request("POST", "groups/instructors/users", json={"users": [name]})
+    assert response.status_code == 200, response.text
+    teacher = QueueUser(hub, name)  # its token carries the instructors' manage scope
+    private = committed["catalog"]["name"]
+    before = committed["admin"].call("GET", f"images/{private}?user={committed['owner']}").json()
+    attempts = [
+        ("PATCH", f"images/{private}", {"hidden": True}, "private image"),
+        ("PATCH", f"images/{private}", {"owner": name}, "private image"),
+        ("DELETE", f"images/{private}", None, "private image"),
+        (
+            "POST",
+            "images",
+            {"name": f"copy-{committed['tag']}", "image": committed["image"]},
+            "admins",
+        ),
+        ("POST", "images", {"name": "gift", "image": SHARED_BASE, "owner": name}, "admins"),
+    ]
+    for method, path, body, message in attempts:
+        answer = teacher.call(method, path, json=body)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert message in answer.json()["message"], answer.text
+    after = committed["admin"].call("GET", f"images/{private}?user={committed['owner']}").json()
+    assert after == before
+    assert not {f"copy-{committed['tag']}", "gift"} & {
+        image["name"] for image in teacher.call("GET", "images?all=1").json()["images"]
+    }
+    # The shared catalog stays theirs to curate.
+    assert teacher.call("GET", "images?all=1").status_code == 200
 
 
 @pytest.mark.docker
