@@ -67,11 +67,11 @@ def initial_values(previous: dict, limits: RequestLimits, image_names: list[str]
         "mem": format_size(int(limits.mem.default)),
         "mem_bytes": int(limits.mem.default),
     }
-    with contextlib.suppress(KeyError, TypeError, ValueError):
+    with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError):
         cpu = float(previous["cpu"])
         if limits.cpu.min <= cpu <= limits.cpu.max:
             values["cpu"] = cpu
-    with contextlib.suppress(KeyError, TypeError, ValueError):
+    with contextlib.suppress(KeyError, TypeError, ValueError, OverflowError):
         values["mem_bytes"] = min(max(parse_size(previous["mem"]), limits.mem.min), limits.mem.max)
     if isinstance(previous.get("mem"), str | int):
         values["mem"] = str(previous["mem"])

@@ -124,8 +124,8 @@ def _parse_number(name: str, value: object, default: float, zero_ok: bool = Fals
         raise InvalidRequest(f"{name} must be a number, not {value!r}.")
     try:
         number = float(value)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be a number, not {value!r}.") from None
+    except (ValueError, OverflowError):
+        raise InvalidRequest(f"{name} must be a number, not {str(value)[:20]!r}.") from None
     if not math.isfinite(number):
         raise InvalidRequest(f"{name} must be a finite number, not {value!r}.")
     if number < 0 or (number == 0 and not zero_ok):

@@ -99,7 +99,7 @@ def _number(where: str, value: object, zero_ok: bool = False) -> float | None:
         raise ResourceError(f"{where} must be a number, not {value!r}")
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ResourceError(f"{where} must be a number, not {value!r}") from None
     if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
         raise ResourceError(f"{where} must be a positive number, not {value!r}")

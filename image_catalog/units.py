@@ -17,7 +17,9 @@ def parse_size(value: int | float | str) -> int:
     """Return a size in bytes; raise ValueError with a readable message when it is not one."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a size")
-    if isinstance(value, int | float):
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
             raise ValueError(f"{value!r} is not a whole number of bytes")
         return int(value)
@@ -27,7 +29,10 @@ def parse_size(value: int | float | str) -> int:
     if not match:
         raise ValueError(f"{value!r} is not a size; write it like 512M, 2G or 1.5GiB")
     number, prefix, _ = match.groups()
-    return int(float(number) * 1024 ** _POWERS[prefix.lower()])
+    size = float(number) * 1024 ** _POWERS[prefix.lower()]
+    if not math.isfinite(size):
+        raise ValueError(f"{value[:20]!r}... is too large to be a size")
+    return int(size)
 
 
 def parse_positive_size(value: int | float | str) -> int:

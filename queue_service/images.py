@@ -201,7 +201,7 @@ class ImageStore:
 def _size_of(options: dict) -> tuple[float, int, float] | None:
     try:
         return float(options["cpu"]), parse_size(options["mem"]), float(options.get("fgpu") or 0)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
 
 

@@ -50,7 +50,7 @@ def parse_quota(data: dict | None, where: str) -> scheduler.Quota | None:
             max_pending=_count(data.get("pending")),
             resource_groups=tuple(groups) if groups is not None else None,
         )
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise QuotaError(f"{where}: {e}") from None
 
 

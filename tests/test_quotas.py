@@ -122,8 +122,10 @@ def test_resource_groups_as_one_string_is_not_split_into_letters():
         {"mem": -1},
         {"sessions": -1},
         {"pending": -2},
+        {"cpu": 10**400},
+        {"sessions": float("inf")},
     ],
-    ids=str,
+    ids=lambda data: str(data)[:40],
 )
 def test_a_limit_that_is_no_amount_is_malformed(data):
     with pytest.raises(QuotaError, match="group students"):

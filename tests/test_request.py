@@ -67,6 +67,8 @@ def test_configured_default_image_is_used():
         ({"fgpu": -0.5}, "greater than zero"),
         ({"fgpu": 1}, "offers no fGPU"),
         ({"fgpu": "NaN"}, "finite"),
+        ({"cpu": 10**400}, "must be a number"),
+        ({"mem": "9" * 400 + "G"}, "too large"),
         ({"image": "nope"}, "Unknown image 'nope'"),
         ({"image": "secret"}, "not offered"),
         ({"image": 3}, "catalog name"),

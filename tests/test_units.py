@@ -30,7 +30,9 @@ def test_parse_size_follows_docker_binary_suffixes(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "G", "1X", "-1G", "1.2.3G", "one", "1 G B", None, True, [1]])
+@pytest.mark.parametrize(
+    "bad", ["", "G", "1X", "-1G", "1.2.3G", "one", "1 G B", None, True, [1], "9" * 400 + "G"]
+)
 def test_parse_size_refuses_what_is_not_a_size(bad):
     with pytest.raises(ValueError):
         parse_size(bad)
