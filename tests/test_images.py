@@ -6,12 +6,15 @@ from datetime import UTC, datetime
 
 import pytest
 from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 from image_catalog import load_catalog, parse_image
 from image_catalog.catalog import parse_catalog
 from queue_service.db import alembic_config, open_database
 from queue_service.images import CheckResult, ImageError, ImageStore
+from queue_service.models import Base
 
 PASSED = CheckResult(True, "jupyterhub-singleuser 5.3.0", datetime(2026, 11, 22, tzinfo=UTC))
 
@@ -168,3 +171,14 @@ def test_migration_0002_upgrades_a_0001_database_keeping_its_queue(db_url):
     finally:
         db.kw["bind"].dispose()
         engine.dispose()
+
+
+def test_the_migrated_schema_is_the_models_schema(db_url):
+    """Every column as the models declare it, on SQLite and PostgreSQL alike."""
+    db = open_database(db_url)
+    try:
+        with db.kw["bind"].connect() as connection:
+            context = MigrationContext.configure(connection)
+            assert compare_metadata(context, Base.metadata) == []
+    finally:
+        db.kw["bind"].dispose()
