@@ -162,6 +162,7 @@ var fgpu = (function () {
       clearTimeout(timer);
       return api("GET", path)
         .then(render, onError || function () {})
+        .catch(function (e) { console.error(e); })  // a failed render must not end the polling
         .then(function () {
           if (mine === round) timer = setTimeout(tick, document.hidden ? seconds * 5000 : seconds * 1000);
         });
