@@ -180,19 +180,19 @@ class SessionsHandler(APIHandler):
         count = data.pop("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 20:
             raise web.HTTPError(400, "count must be a whole number from 1 to 20.")
-        servers = []
+        servers, names = [], []
         try:
             for _ in range(count):
-                name = f"s-{secrets.token_hex(3)}"
+                names.append(f"s-{secrets.token_hex(3)}")
                 # A refusal carries the hub's own validation message (FGPUSpawner's).
-                status = await self.from_hub(self.hub.start_server(person["name"], name, data))
-                servers.append({"server_name": name, "status": status})
+                status = await self.from_hub(self.hub.start_server(person["name"], names[-1], data))
+                servers.append({"server_name": names[-1], "status": status})
         except web.HTTPError:
-            # All or nothing: a launch refused part-way (a pending quota, say) stops what it
-            # started, so that the refusal leaves nothing behind.
-            for server in servers:
+            # All or nothing: a launch refused part-way (a pending quota, say) stops and removes
+            # what it started, and the refused server's entry too, so nothing is left behind.
+            for name in names:
                 with contextlib.suppress(HubError):
-                    await self.hub.stop_server(person["name"], server["server_name"])
+                    await self.hub.stop_server(person["name"], name, remove=True)
             raise
         self.write_json({"servers": servers}, 201)
 

@@ -44,9 +44,10 @@ class HubClient:
         path = f"/users/{quote(user)}/servers/{quote(server_name)}"
         return (await self._call("POST", path, options))[0]
 
-    async def stop_server(self, user: str, server_name: str) -> int:
+    async def stop_server(self, user: str, server_name: str, remove: bool = False) -> int:
+        """Stop a server; `remove` also deletes the named server from the hub's list."""
         path = f"/users/{quote(user)}/servers/{quote(server_name)}"
-        return (await self._call("DELETE", path))[0]
+        return (await self._call("DELETE", path, {"remove": True} if remove else None))[0]
 
     async def _cached(self, path: str) -> dict:
         hit = self._cache.get(path)

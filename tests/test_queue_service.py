@@ -317,6 +317,16 @@ def test_a_launch_refused_part_way_leaves_nothing_behind(gpu_hub, student):
     student.wait_for(lambda s: s == [], timeout=60)
     assert containers_with({"fgpu.user": student.name}) == []
 
+    # Not even the named servers' entries stay in the hub (the default server's always does).
+    def named_servers() -> list[str]:
+        path = f"users/{student.name}?include_stopped_servers=1"
+        return [name for name in gpu_hub.request("GET", path).json()["servers"] if name]
+
+    deadline = time.monotonic() + 30
+    while named_servers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert named_servers() == []
+
 
 def test_a_group_quota_cannot_be_exceeded_by_racing(gpu_hub, student):
     join_group_with_quota(gpu_hub, student.name, {"fgpu": 1})
