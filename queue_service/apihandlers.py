@@ -135,21 +135,22 @@ class GrantHandler(APIHandler):
         if not 0 <= wait <= 60:  # also false for nan
             raise web.HTTPError(400, "wait must be a number of seconds from 0 to 60.")
         seen = self.get_argument("version", "")
-        self.write_json(await self._or_404(self.manager.wait(session_id, seen, wait)))
+        self.write_json(await self._queue_answer(self.manager.wait(session_id, seen, wait)))
 
     @web.authenticated
     async def delete(self, session_id):
         self.require_spawner()
-        self.write_json(await self._or_404(self.manager.release(session_id)))
+        self.write_json(await self._queue_answer(self.manager.release(session_id)))
 
     @web.authenticated
     async def post(self, session_id, action):
         self.require_spawner()
         if action != "running":
             raise web.HTTPError(404, f"No action {action!r}.")
-        self.write_json(await self._or_404(self.manager.mark_running(session_id)))
+        self.write_json(await self._queue_answer(self.manager.mark_running(session_id)))
 
-    async def _or_404(self, awaitable):
+    async def _queue_answer(self, awaitable):
+        """The queue's answer; an unknown session is a 404, and a refusal keeps its own code."""
         try:
             return await awaitable
         except KeyError:
