@@ -72,8 +72,9 @@ c.JupyterHub.services = [
             f"--QueueService.simulated_gpus={simulated_gpus}",
             f"--QueueService.catalog_path={catalog_path}",
         ],
-        # The service sees this scope on the tokens of users who hold it (instructors).
-        "oauth_client_allowed_scopes": ["custom:images:manage"],
+        # The service sees these scopes on the login of users who hold them: instructors curate
+        # the catalog; admin:servers (hub admins) is the service's admin power.
+        "oauth_client_allowed_scopes": ["custom:images:manage", "admin:servers"],
     },
     {"name": "fgpu-spawner", "api_token": spawner_token},
 ]

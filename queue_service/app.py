@@ -13,7 +13,6 @@ import signal
 from urllib.parse import urlparse
 
 import docker
-from jupyterhub.services.auth import HubOAuthCallbackHandler
 from jupyterhub.traitlets import ByteSpecification
 from tornado import web
 from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
@@ -21,14 +20,7 @@ from traitlets.config import Application
 
 from image_catalog import load_catalog
 
-from . import image_api, image_pages, inventory, metrics, pages, private_images, scheduler
-from .apihandlers import (
-    GrantHandler,
-    GrantsHandler,
-    ResourcesHandler,
-    SessionHandler,
-    SessionsHandler,
-)
+from . import handlers, inventory, scheduler
 from .db import open_database
 from .hub_client import HubClient
 from .images import ImageStore
@@ -37,6 +29,8 @@ from .quotas import QuotaBook
 from .reconciler import Reconciler
 from .stats import StatsSampler
 
+#: Largest body the server reads at all (the handlers refuse more than 64 KiB with a message).
+MAX_BODY_BACKSTOP = 1 << 20
 #: How long the engine may take to commit a session to a private image.
 COMMIT_TIMEOUT_SECONDS = 600
 
@@ -51,6 +45,22 @@ def scheduler_node(node: inventory.NodeInfo) -> scheduler.Node:
         node.mem,
         tuple(scheduler.Gpu(gpu.uuid, gpu.memory_bytes, gpu.sm_count) for gpu in gpus),
     )
+
+
+def read_or_create_secret(path: str) -> bytes:
+    """The secret in `path`, made (32 random bytes, readable by the service's user alone) if
+    the file does not exist; a file others may read is refused rather than trusted."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if os.stat(path).st_mode & 0o077:
+            raise SystemExit(f"{path} is readable by others: chmod 600 {path}") from None
+        with open(path, "rb") as file:
+            return bytes.fromhex(file.read().decode().strip())
+    secret = os.urandom(32)
+    with os.fdopen(fd, "w") as file:
+        file.write(secret.hex())
+    return secret
 
 
 class QueueService(Application):
@@ -144,6 +154,15 @@ class QueueService(Application):
         and NVML on GPU hosts). Pages and /metrics read the last round and never reach the engine.
         """,
     )
+    cookie_secret_file = Unicode(
+        "fgpu_queue_cookie_secret",
+        config=True,
+        help="""
+        File holding the secret that signs the service's login and XSRF cookies, created (mode
+        0600) when missing. Relative paths are in the state directory (where the hub starts), so
+        that open pages stay logged in across a service restart.
+        """,
+    )
     service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
     service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
 
@@ -205,21 +224,8 @@ class QueueService(Application):
         self.manager.usage_of = self.stats.usage
         prefix = self.service_prefix
         return web.Application(
-            [
-                (prefix + r"api/grants", GrantsHandler),
-                (prefix + r"api/grants/([0-9a-f]+)", GrantHandler),
-                (prefix + r"api/grants/([0-9a-f]+)/(\w+)", GrantHandler),
-                (prefix + r"api/sessions", SessionsHandler),
-                (prefix + r"api/sessions/([0-9a-f]+)", SessionHandler),
-                (prefix + r"api/resources", ResourcesHandler),
-                *private_images.routes(prefix),
-                (prefix + r"oauth_callback", HubOAuthCallbackHandler),
-                *image_api.routes(prefix),
-                *image_pages.routes(prefix),
-                *metrics.routes(prefix),
-                *pages.routes(prefix),
-            ],
-            **pages.settings(prefix, simulated=bool(self.simulated_gpus)),
+            handlers.routes(prefix),
+            **handlers.pages.settings(prefix, simulated=bool(self.simulated_gpus)),
             manager=self.manager,
             hub_client=self.hub,
             quotas=self.quotas,
@@ -228,13 +234,14 @@ class QueueService(Application):
             # Committing a session copies its whole writable layer: minutes, not seconds.
             docker_commits=docker.from_env(timeout=COMMIT_TIMEOUT_SECONDS),
             spawner_service=self.spawner_service,
-            cookie_secret=os.urandom(32),
+            cookie_secret=read_or_create_secret(self.cookie_secret_file),
         )
 
     async def serve(self) -> None:
         app = self.build()
         url = urlparse(self.service_url)
-        app.listen(url.port or 80, url.hostname)
+        # The handlers cap bodies themselves, with a 413; this is the backstop for the rest.
+        app.listen(url.port or 80, url.hostname, max_body_size=MAX_BODY_BACKSTOP)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         await self.reconciler.reconcile()
         await self.quotas.refresh_users((r.user for r in self.manager.active_records()), self.hub)

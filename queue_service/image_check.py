@@ -27,10 +27,12 @@ def image_labels(client: docker.DockerClient, reference: str) -> dict[str, str]:
         raise ImageError(
             f"Image {reference} is not on this host's Docker engine. Build it first "
             "(python -m image_catalog build NAME), or load it with docker load.",
-            400,
+            "invalid",
         ) from None
     except docker.errors.APIError as e:
-        raise ImageError(f"The Docker engine could not inspect {reference}: {e}", 502) from None
+        raise ImageError(
+            f"The Docker engine could not inspect {reference}: {e}", "engine"
+        ) from None
     return image.labels or {}
 
 

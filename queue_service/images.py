@@ -21,19 +21,15 @@ from sqlalchemy.orm import sessionmaker
 from image_catalog import Catalog, CatalogError, CatalogImage, parse_image
 from image_catalog.units import parse_size
 
+from .errors import Refusal
 from .models import ImageRecord, ImageSeed, as_utc, utcnow
 
 #: Entry fields kept in columns of the same name.
 _PLAIN_FIELDS = ("display_name", "image", "framework", "version", "description", "gpu", "hidden")
 
 
-class ImageError(Exception):
-    """A catalog request that cannot be done: the message says why, `status` is its HTTP code."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.message = message
-        self.status = status
+class ImageError(Refusal):
+    """A catalog request that cannot be done: the message says why, `cause` what kind of refusal."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +76,13 @@ class ImageStore:
         with self.db() as db:
             return _view(self._load(db, name))
 
+    def find(self, name: str) -> dict | None:
+        """The entry named `name`, or None."""
+        try:
+            return self.get(name)
+        except ImageError:
+            return None
+
     def visible_to(self, user: str, groups: tuple[str, ...], admin: bool = False) -> list[dict]:
         """The images this user may start, as the spawn form offers them."""
         return [e for e in self.all() if refusal(e, user, groups, admin) is None]
@@ -105,14 +108,14 @@ class ImageStore:
         try:
             entry = self.get(name)
         except ImageError:
-            raise ImageError(f"Unknown image {name!r}.", 400) from None
+            raise ImageError(f"Unknown image {name!r}.", "invalid") from None
         reason = refusal(entry, user, groups, admin)
         if reason:
-            raise ImageError(reason, 403)
+            raise ImageError(reason, "forbidden")
         if size is not None:
             shortfall = entry_of(entry).resources.shortfall(*size)
             if shortfall:
-                raise ImageError(f"Image {name!r} {shortfall}.", 400)
+                raise ImageError(f"Image {name!r} {shortfall}.", "invalid")
         return entry
 
     def admit_options(self, person: dict, options: dict) -> dict | None:
@@ -143,7 +146,7 @@ class ImageStore:
                 db.add(record)
         except IntegrityError:
             raise ImageError(
-                f"An image named {image.name!r} is already in the catalog.", 409
+                f"An image named {image.name!r} is already in the catalog.", "conflict"
             ) from None
         return self.get(image.name)
 
@@ -194,7 +197,7 @@ class ImageStore:
     def _load(self, db, name: str) -> ImageRecord:
         record = db.scalar(select(ImageRecord).where(ImageRecord.name == name))
         if record is None:
-            raise ImageError(f"No image named {name!r} in the catalog.", 404)
+            raise ImageError(f"No image named {name!r} in the catalog.", "not_found")
         return record
 
 

@@ -9,16 +9,13 @@ service at all). A Prometheus scraper gets such a token as a hub service, for ex
         "scopes": ["read:metrics", "access:services!service=queue"]})
 
 The page is built from what the service already holds (its DB and the stats sampler's last
-round), so a scrape never reaches the Docker engine. `render` is pure.
+round), so a scrape never reaches the Docker engine. `render` is pure; the handler is in
+`handlers/resources.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-
-from tornado import web
-
-from .apihandlers import APIHandler
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Statuses counted in the queue-length gauge: the ones a record can still leave.
@@ -109,25 +106,3 @@ def render(sessions: list[dict], nodes: list[dict], units_per_gpu: float) -> str
         [({"status": status}, count) for status, count in counts.items()],
     )
     return "\n".join(lines) + "\n"
-
-
-class MetricsHandler(APIHandler):
-    """GET the metrics page (admins, or tokens with read:metrics; see the module docstring)."""
-
-    @web.authenticated
-    async def get(self):
-        identity = self.get_current_user()
-        if "read:metrics" not in identity.get("scopes", []):
-            admin = identity.get("kind") == "user" and (await self.person()).get("admin")
-            if not admin:
-                raise web.HTTPError(
-                    403, "Metrics are for admins and tokens with the read:metrics scope."
-                )
-        manager = self.manager
-        page = render(manager.sessions(), manager.cluster_view(), manager.settings.units_per_gpu)
-        self.set_header("Content-Type", CONTENT_TYPE)
-        self.finish(page)
-
-
-def routes(prefix: str) -> list:
-    return [(prefix + r"metrics", MetricsHandler)]

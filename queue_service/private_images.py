@@ -1,4 +1,4 @@
-"""Session → private image: `POST api/sessions/{id}/image` (admins only; DESIGN.md contract 4).
+"""Session → private image (DESIGN.md contract 4): the commit; `handlers/sessions.py` serves it.
 
 The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`. The session
 keeps running (the engine pauses it for the moment of the commit). The image then enters the catalog
@@ -15,20 +15,16 @@ blanks every variable and label that the session added.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import re
 
 import docker
 import docker.errors
-from tornado import web
 
 from image_catalog import CatalogError, CatalogImage, parse_image
 
-from .apihandlers import APIHandler
-from .images import CheckResult, ImageError
-from .models import Status, utcnow
+from .errors import Refusal
 from .session_containers import running_session_containers
 
 PRIVATE_REPOSITORY = "fgpu-private"
@@ -41,13 +37,8 @@ _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 
 
-class CommitError(Exception):
-    """The commit cannot be done: `message` says why, `status` is its HTTP code."""
-
-    def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.message = message
-        self.status = status
+class CommitError(Refusal):
+    """The commit cannot be done: `message` says why, `cause` what kind of refusal."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,7 +50,7 @@ def check_tag(tag: object) -> str:
     if not isinstance(tag, str) or not _TAG_RE.match(tag):
         raise CommitError(
             "tag must be 1 to 128 letters, digits, '_', '.' or '-', not starting with '.' or '-'.",
-            400,
+            "invalid",
         )
     return tag
 
@@ -101,7 +92,7 @@ def private_entry(user: str, tag: str, reference: str, source: dict | None) -> C
             }
         )
     except CatalogError as e:
-        raise CommitError(f"The image cannot be registered as {name!r}: {e}", 400) from None
+        raise CommitError(f"The image cannot be registered as {name!r}: {e}", "invalid") from None
 
 
 def commit_config(image_config: dict, container_config: dict, labels: dict[str, str]) -> dict:
@@ -134,7 +125,7 @@ def session_container(client, session_id: str):
         with contextlib.suppress(docker.errors.NotFound):
             container.reload()  # the listing is sparse; a commit needs the whole config
             return container
-    raise CommitError(f"Session {session_id} has no running container to commit.", 409)
+    raise CommitError(f"Session {session_id} has no running container to commit.", "conflict")
 
 
 def commit_session(client, session_id: str, user: str, tag: str) -> dict:
@@ -143,7 +134,7 @@ def commit_session(client, session_id: str, user: str, tag: str) -> dict:
     container = session_container(client, session_id)
     try:
         client.images.get(reference)
-        raise CommitError(f"{reference} already exists; choose another tag.", 409)
+        raise CommitError(f"{reference} already exists; choose another tag.", "conflict")
     except docker.errors.ImageNotFound:
         pass
     source = client.images.get(container.attrs["Image"])
@@ -163,67 +154,3 @@ def commit_session(client, session_id: str, user: str, tag: str) -> dict:
         conf=conf,
     )
     return {"image": reference, "id": result["Id"], "source_image": labels[LABEL_SOURCE_IMAGE]}
-
-
-# ---------------------------------------------------------------------------------------------
-# API.
-# ---------------------------------------------------------------------------------------------
-
-
-class SessionImageHandler(APIHandler):
-    """POST api/sessions/{id}/image with {"tag": ...}: commit a running session (admins) and
-    register the image as private to the session's owner."""
-
-    @web.authenticated
-    async def post(self, session_id):
-        person = await self.person()
-        if not person.get("admin"):
-            raise web.HTTPError(403, "Only admins may turn a session into an image.")
-        try:
-            record = self.manager.get(session_id)
-        except KeyError:
-            raise web.HTTPError(404, "No such session.") from None
-        if record["status"] != Status.RUNNING:
-            raise web.HTTPError(
-                409,
-                f"Session {session_id} is {record['status']}; only a running one can be committed.",
-            )
-        user = record["user"]
-        try:
-            tag = check_tag(self.body().get("tag"))
-            entry = private_entry(user, tag, private_reference(user, tag), self._source(record))
-            if self._catalog_has(entry.name):
-                raise CommitError(f"The catalog already has an image named {entry.name!r}.", 409)
-            committed = await asyncio.to_thread(commit_session, self.docker, session_id, user, tag)
-        except CommitError as e:
-            raise web.HTTPError(e.status, e.message) from None
-        check = CheckResult(True, f"committed from running session {session_id}", utcnow())
-        try:
-            registered = self.settings["images"].add(entry, source="private", check=check)
-        except ImageError as e:
-            await asyncio.to_thread(self.docker.images.remove, committed["id"], force=True)
-            raise web.HTTPError(e.status, e.message) from None
-        self.write_json(
-            {"session": session_id, "user": user, **committed, "catalog": registered}, 201
-        )
-
-    def _source(self, record: dict) -> dict | None:
-        try:
-            return self.settings["images"].get(record["image"])
-        except ImageError:
-            return None
-
-    def _catalog_has(self, name: str) -> bool:
-        try:
-            self.settings["images"].get(name)
-        except ImageError:
-            return False
-        return True
-
-    @property
-    def docker(self):
-        return self.settings["docker_commits"]
-
-
-def routes(prefix: str) -> list:
-    return [(prefix + r"api/sessions/([0-9a-f]+)/image", SessionImageHandler)]

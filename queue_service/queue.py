@@ -8,6 +8,7 @@ of each pass: a release reaches the next pending spawn at once, with no polling 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import time
@@ -20,6 +21,7 @@ from sqlalchemy import event, func, select
 from sqlalchemy.orm import sessionmaker
 
 from . import scheduler
+from .errors import Refusal
 from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, utcnow
 
 #: Seconds a snapshot of the active records may serve reads while nothing in this process wrote.
@@ -27,13 +29,8 @@ SNAPSHOT_MAX_AGE = 2.0
 _FINAL_VALUES = [status.value for status in FINAL]
 
 
-class Refused(Exception):
+class Refused(Refusal):
     """A request that must not wait: it can never fit, or it breaks a quota outright."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.message = message
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -77,9 +74,9 @@ class QueueManager:
                 waiting = self._end_previous(db, request)
                 if waiting is not None:
                     return self._view(waiting)
-                error = self._admission_error(db, request, groups)
-                if error:
-                    raise Refused(error, 403 if "quota" in error or "may not" in error else 400)
+                refusal = self._admission_refusal(db, request, groups)
+                if refusal is not None:
+                    raise Refused(refusal.message, refusal.cause)
                 seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
                 record = SessionRecord(
                     id=uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
@@ -111,7 +108,9 @@ class QueueManager:
                 record = self._load(db, session_id)
                 if record.status not in ALLOCATED:
                     why = f": {record.reason}" if record.reason else ""
-                    raise Refused(f"The session has no grant; it is {record.status}{why}.", 409)
+                    raise Refused(
+                        f"The session has no grant; it is {record.status}{why}.", "conflict"
+                    )
                 if record.status == Status.SCHEDULED:
                     record.status, record.started = Status.RUNNING, utcnow()
         await self._notify()
@@ -174,6 +173,22 @@ class QueueManager:
             query = query.where(SessionRecord.user == user)
         with self.db() as db:
             return [self._view(record) for record in db.scalars(query)]
+
+    def records_of(self, user: str, server_names: list[str]) -> dict[str, dict]:
+        """The active records of these servers of `user`, by server name (a launch's progress)."""
+        wanted = set(server_names)
+        records, views = self._active_snapshot()
+        return {
+            record.server_name: view
+            for record, view in zip(records, views, strict=True)
+            if record.user == user and record.server_name in wanted
+        }
+
+    async def wait_for_change(self, timeout: float) -> None:
+        """Return after the next pass, or after `timeout` seconds."""
+        async with self._changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout)
 
     def _active_snapshot(self) -> tuple[list[SessionRecord], list[dict]]:
         """The records that have not ended, and their views without usage, read from the DB once
@@ -376,7 +391,7 @@ class QueueManager:
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _admission_error(self, db, request: dict, groups: tuple[str, ...]) -> str | None:
+    def _admission_refusal(self, db, request: dict, groups: tuple[str, ...]):
         pending = db.scalars(select(SessionRecord).where(SessionRecord.status == Status.PENDING))
         candidate = scheduler.Request(
             id="new",
@@ -385,7 +400,7 @@ class QueueManager:
             slots=scheduler.Slots(request["cpu"], request["mem"], request["fgpu"]),
             resource_group=request["resource_group"],
         )
-        return scheduler.admission_error(
+        return scheduler.admission_refusal(
             candidate,
             self.nodes,
             self.quotas.snapshot(),

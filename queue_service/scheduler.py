@@ -45,6 +45,16 @@ Placement = Literal["best_fit", "fill", "spread"]
 POLICIES: tuple[Policy, ...] = ("fifo", "drf")
 PLACEMENTS: tuple[Placement, ...] = ("best_fit", "fill", "spread")
 Cause = Literal["capacity", "quota", "order"]
+#: Why a request is refused at once (the service's `errors.Cause` names the same kinds).
+RefusalCause = Literal["invalid", "capacity", "forbidden", "quota"]
+
+
+@dataclass(frozen=True)
+class AdmissionRefusal:
+    """A request that must not join the queue: what kind of refusal, and the sentence to show."""
+
+    cause: RefusalCause
+    message: str
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,23 +385,29 @@ def _groups_phrase(groups: Sequence[str]) -> str:
 
 def _candidate_groups(
     request: Request, inventory: _Inventory, quotas: Quotas
-) -> tuple[str, ...] | str:
-    """The resource groups a request may be placed in, or a sentence saying why there are none."""
+) -> tuple[str, ...] | AdmissionRefusal:
+    """The resource groups a request may be placed in, or why there are none."""
     allowed = quotas.allowed_resource_groups(request.user, request.groups)
     wanted = request.resource_group
     if wanted is not None:
         if wanted not in inventory.groups:
             known = ", ".join(f"'{g}'" for g in inventory.groups) or "none"
-            return f"There is no resource group '{wanted}'. The resource groups are: {known}."
+            return AdmissionRefusal(
+                "invalid",
+                f"There is no resource group '{wanted}'. The resource groups are: {known}.",
+            )
         if allowed is not None and wanted not in allowed:
-            return (
+            return AdmissionRefusal(
+                "forbidden",
                 f"You may not use resource group '{wanted}'. "
-                f"You may use: {', '.join(sorted(allowed)) or 'none'}."
+                f"You may use: {', '.join(sorted(allowed)) or 'none'}.",
             )
         return (wanted,)
     usable = tuple(g for g in inventory.groups if allowed is None or g in allowed)
     if not usable:
-        return "None of the resource groups you may use has any nodes."
+        return AdmissionRefusal(
+            "capacity", "None of the resource groups you may use has any nodes."
+        )
     return usable
 
 
@@ -459,18 +475,38 @@ def _too_many_pending(request: Request, quotas: Quotas, pending: Iterable[Reques
 
 def _never_fits(
     request: Request, need: _Need, inventory: _Inventory, quotas: Quotas
-) -> tuple[tuple[str, ...] | None, str | None]:
+) -> tuple[tuple[str, ...] | None, AdmissionRefusal | None]:
     """(candidate resource groups, None) for a request that could start some day, else (None, why)."""
     if why := _invalid_slots(request.slots):
-        return None, why
+        return None, AdmissionRefusal("invalid", why)
     candidates = _candidate_groups(request, inventory, quotas)
-    if isinstance(candidates, str):
+    if isinstance(candidates, AdmissionRefusal):
         return None, candidates
     if why := _above_quota_max(request, quotas):
-        return None, why
+        return None, AdmissionRefusal("quota", why)
     if why := inventory.too_big(need, request.slots, candidates):
-        return None, why
+        return None, AdmissionRefusal("capacity", why)
     return candidates, None
+
+
+def admission_refusal(
+    request: Request,
+    nodes: Sequence[Node],
+    quotas: Quotas = NO_QUOTAS,
+    units_per_gpu: float = 1,
+    pending: Iterable[Request] = (),
+) -> AdmissionRefusal | None:
+    """Why `request` must be refused at once, or None if it may join the queue.
+
+    Refused: a request no node of its resource groups could ever hold, one above a quota's whole
+    allowance, one for an unknown or forbidden resource group, and one beyond the pending-count
+    quota given the requests already `pending`. Anything else may wait: it will fit some day.
+    """
+    inventory = _Inventory(nodes, units_per_gpu)
+    _, refusal = _never_fits(request, _Need(request.slots, units_per_gpu), inventory, quotas)
+    if refusal is None and (why := _too_many_pending(request, quotas, pending)):
+        refusal = AdmissionRefusal("quota", why)
+    return refusal
 
 
 def admission_error(
@@ -480,15 +516,9 @@ def admission_error(
     units_per_gpu: float = 1,
     pending: Iterable[Request] = (),
 ) -> str | None:
-    """A sentence saying why `request` must be refused at once, or None if it may join the queue.
-
-    Refused: a request no node of its resource groups could ever hold, one above a quota's whole
-    allowance, one for an unknown or forbidden resource group, and one beyond the pending-count
-    quota given the requests already `pending`. Anything else may wait: it will fit some day.
-    """
-    inventory = _Inventory(nodes, units_per_gpu)
-    _, why = _never_fits(request, _Need(request.slots, units_per_gpu), inventory, quotas)
-    return why or _too_many_pending(request, quotas, pending)
+    """The sentence of `admission_refusal`, or None."""
+    refusal = admission_refusal(request, nodes, quotas, units_per_gpu, pending)
+    return refusal.message if refusal else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -974,9 +1004,9 @@ class _Pass:
     def consider(self, request: Request) -> None:
         self.considered.append(request)
         need = self.needs[request.id]
-        candidates, why = _never_fits(request, need, self.inventory, self.quotas)
-        if why:
-            self.refused[request.id] = why
+        candidates, refusal = _never_fits(request, need, self.inventory, self.quotas)
+        if refusal:
+            self.refused[request.id] = refusal.message
             return
         if why := self.quota_block(request, need):
             self.outcome[request.id] = ("quota", why, candidates)

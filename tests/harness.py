@@ -140,6 +140,19 @@ class QueueUser:
         raise AssertionError(f"not reached in {timeout} s: {json.dumps(self.sessions(), indent=1)}")
 
 
+def logged_in(hub, name: str) -> requests.Session:
+    """A browser-like session: the hub's pages take the login cookie, not API tokens."""
+    browser = requests.Session()
+    browser.get(f"{hub.url}/hub/login", timeout=60)
+    response = browser.post(
+        f"{hub.url}/hub/login",
+        data={"username": name, "password": "", "_xsrf": browser.cookies.get("_xsrf")},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    return browser
+
+
 def _config_text(port: int, token: str, run_id: str, spawner_token: str, extra_config: str) -> str:
     return textwrap.dedent(
         f"""

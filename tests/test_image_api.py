@@ -12,7 +12,7 @@ import secrets
 import pytest
 import requests
 
-from .harness import QueueUser, containers_with
+from .harness import QueueUser, containers_with, logged_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SKLEARN_14 = "fgpu/scikit-learn:1.4.2"
@@ -38,19 +38,6 @@ class Person(QueueUser):
 
     def start(self, options: dict, server: str = "") -> requests.Response:
         return self.hub.request("POST", f"users/{self.name}/servers/{server}", json=options)
-
-
-def logged_in(hub, name: str) -> requests.Session:
-    """A browser-like session: the hub's pages take the login cookie, not API tokens."""
-    browser = requests.Session()
-    browser.get(f"{hub.url}/hub/login", timeout=60)
-    response = browser.post(
-        f"{hub.url}/hub/login",
-        data={"username": name, "password": "", "_xsrf": browser.cookies.get("_xsrf")},
-        timeout=60,
-    )
-    assert response.status_code == 200, response.text
-    return browser
 
 
 def add_to_group(hub, group: str, user: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
-from queue_service.pages import JUPYTERHUB_TEMPLATES, page_namespace, template_environment
+from queue_service.handlers.pages import JUPYTERHUB_TEMPLATES, page_namespace, template_environment
 
 from .browser import (
     SESSIONS_PAGE,

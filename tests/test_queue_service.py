@@ -154,7 +154,7 @@ def test_service_api_needs_a_login(gpu_hub):
 
 def as_spawner(hub, method: str, path: str, **kwargs) -> requests.Response:
     """A call to the grants API with the spawner's own token, as FGPUSpawner makes it."""
-    headers = {"Authorization": f"token {hub.spawner_token}"}
+    headers = {"Authorization": f"token {hub.spawner_token}", **kwargs.pop("headers", {})}
     url = f"{hub.url}/services/queue/api/{path}"
     return requests.request(method, url, headers=headers, timeout=30, **kwargs)
 
@@ -189,7 +189,8 @@ def test_bad_grant_calls_get_a_4xx_and_change_nothing(gpu_hub, student):
 
 def test_a_grant_request_with_an_infinite_amount_is_refused(gpu_hub, student):
     body = {"user": student.name, "image": "python-3.11", "cpu": 1, "mem": float("inf")}
-    answer = as_spawner(gpu_hub, "POST", "grants", data=json.dumps(body))
+    headers = {"Content-Type": "application/json"}  # json= refuses infinity, as JSON does
+    answer = as_spawner(gpu_hub, "POST", "grants", data=json.dumps(body), headers=headers)
     assert answer.status_code == 400, answer.text
     assert student.sessions() == []
 

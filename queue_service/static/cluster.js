@@ -167,7 +167,7 @@
     function (e) { showError(e.message); });
   var resourcesPoll = fgpu.poll("resources", 2, function (data) { state.resources = data; render(); });
   function loadQuotas() {
-    fetch(fgpu.config.quotas, { credentials: "same-origin" })
+    fetch(fgpu.config.quotas, { credentials: "same-origin", headers: fgpu.headers() })
       .then(function (r) { return r.ok ? r.json() : state.quotas; })
       .then(function (q) { state.quotas = q; render(); }, function () {});
   }

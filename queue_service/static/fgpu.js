@@ -41,9 +41,15 @@ var fgpu = (function () {
     return iso ? new Date(iso).toLocaleString() : "—";
   }
 
+  // What every call to the service sends: the XSRF token proves the call comes from our own page
+  // (the service refuses a cookie without it), as JupyterHub's own pages do.
+  function headers() {
+    return { Accept: "application/json", "X-XSRFToken": config.xsrf || "" };
+  }
+
   // One call to the service's API; the promise rejects with the service's own message.
   function api(method, path, body) {
-    var options = { method: method, credentials: "same-origin", headers: { Accept: "application/json" } };
+    var options = { method: method, credentials: "same-origin", headers: headers() };
     if (body !== undefined) {
       options.body = JSON.stringify(body);
       options.headers["Content-Type"] = "application/json";
@@ -174,6 +180,7 @@ var fgpu = (function () {
   return {
     config: config,
     api: api,
+    headers: headers,
     size: size,
     trim: trim,
     cores: cores,

@@ -1,4 +1,4 @@
-"""The queue service's pages: Sessions, the resource indicator and the admin's cluster view.
+"""The queue service's pages: Sessions, Images, the resource indicator and the admin's cluster view.
 
 They extend JupyterHub's own `page.html`, so they look like the hub and carry its navigation bar:
 the Jinja loader searches the repository's templates first and JupyterHub's templates after, and
@@ -6,7 +6,7 @@ the Jinja loader searches the repository's templates first and JupyterHub's temp
 The pages are thin: each renders once, and a small script under `static/` polls the REST API
 (`api/sessions`, `api/resources`) to keep itself current without a reload.
 
-Errors: a browser gets the hub's HTML error page; anything under `api/` gets JSON (apihandlers).
+Errors: a browser gets the hub's HTML error page; anything under `api/` gets JSON (handlers.base).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from pathlib import Path
 
 import jinja2
 from jupyterhub._data import DATA_FILES_PATH
-from jupyterhub.services.auth import HubOAuthenticated
 from tornado import web
 
 from templates import TEMPLATES_DIR
 
-from .apihandlers import APIHandler
+from .base import ADMIN_SCOPE, BaseHandler, scope_holds
+from .images import has_manage_scope
 
-STATIC_DIR = Path(__file__).parent / "static"
+STATIC_DIR = Path(__file__).parent.parent / "static"
 #: JupyterHub's own templates (share/jupyterhub/templates), where the hub itself looks for them.
 JUPYTERHUB_TEMPLATES = Path(DATA_FILES_PATH) / "templates"
 
@@ -80,34 +80,34 @@ def page_namespace(person: dict | None, prefix: str, service_prefix: str) -> dic
     }
 
 
-class PageHandler(HubOAuthenticated, web.RequestHandler):
+class PageHandler(BaseHandler):
     """A page of the service; errors are the hub's HTML error page."""
 
-    @property
-    def hub(self):
-        return self.settings["hub_client"]
+    json_errors = False
 
     @property
     def env(self) -> jinja2.Environment:
         return self.settings["page_templates"]
 
-    async def person(self) -> dict:
-        identity = self.get_current_user()
-        if identity.get("kind") != "user":
-            raise web.HTTPError(403, "These pages are for users.")
-        return await self.hub.user(identity["name"])
-
     def namespace(self, person: dict | None) -> dict:
         prefix = os.environ.get("JUPYTERHUB_BASE_URL", "/")
-        return page_namespace(person, prefix, self.settings["page_prefix"])
+        namespace = page_namespace(person, prefix, self.settings["page_prefix"])
+        # The pages' scripts send it back as X-XSRFToken: without it, no cookie changes anything.
+        return {**namespace, "xsrf_token": self.xsrf_text}
+
+    @property
+    def xsrf_text(self) -> str:
+        token = self.xsrf_token
+        return token.decode("ascii") if isinstance(token, bytes) else token
 
     def page_config(self, person: dict) -> dict:
         """What every page's script needs to know, as JSON in the page."""
         return {
             "api": self.settings["page_prefix"] + "api/",
             "user": person["name"],
-            "admin": bool(person.get("admin")),
+            "admin": person["admin"],
             "simulated": self.settings["page_simulated_gpus"],
+            "xsrf": self.xsrf_text,
         }
 
     def render_page(self, name: str, person: dict | None, **extra) -> None:
@@ -115,14 +115,12 @@ class PageHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(html)
 
-    def write_error(self, status_code, **kwargs):
-        exc = kwargs.get("exc_info", (None, None))[1]
-        message = self._reason
-        if isinstance(exc, web.HTTPError) and exc.log_message:
-            message = exc.log_message % exc.args if exc.args else exc.log_message
+    def write_error_page(self, status_code: int, message: str) -> None:
         # The nav bar needs a user; an error before we know who it is shows the page without one.
         identity = getattr(self, "_hub_auth_user_cache", None)
         person = identity if isinstance(identity, dict) and "name" in identity else None
+        if person is not None:
+            person = {**person, "admin": scope_holds(person.get("scopes", []), ADMIN_SCOPE)}
         self.render_page(
             "error.html",
             person,
@@ -139,7 +137,7 @@ class SessionsPage(PageHandler):
     async def get(self):
         person = await self.person()
         quotas = self.settings["quotas"]
-        await quotas.refresh(person, self.hub)
+        await self.refresh_quotas(person)
         config = {
             **self.page_config(person),
             # The tightest quota totals, so the launch dialog can say what can never start.
@@ -172,9 +170,8 @@ class ClusterPage(PageHandler):
 
     @web.authenticated
     async def get(self):
+        self.require_admin("The cluster view")
         person = await self.person()
-        if not person.get("admin"):
-            raise web.HTTPError(403, "The cluster view is for admins.")
         config = {
             **self.page_config(person),
             "quotas": self.settings["page_prefix"] + "cluster/quotas",
@@ -182,48 +179,30 @@ class ClusterPage(PageHandler):
         self.render_page("cluster.html", person, page_config=config)
 
 
-class ClusterQuotas(APIHandler):
-    """The cluster page's quota table: every user with a live session, their groups, and the
-    limits that apply to them and to those groups (use is summed on the page from sessions)."""
+class ImagesPage(PageHandler):
+    """The Images page: instructors curate the catalog, students see theirs. The page renders
+    once; `static/images.js` does the rest through `api/images`, so the page and the API can never
+    disagree about who may change what."""
 
     @web.authenticated
     async def get(self):
         person = await self.person()
-        if not person.get("admin"):
-            raise web.HTTPError(403, "The cluster view is for admins.")
-        quotas = self.settings["quotas"]
-        users = sorted({s["user"] for s in self.manager.sessions()})
-        await quotas.refresh_users(users, self.hub)
-        groups = sorted({g for name in users for g in quotas.groups_of(name)})
-        self.write_json(
-            {
-                "users": {
-                    name: {
-                        "groups": list(quotas.groups_of(name)),
-                        "limit": quotas.user_limit(name, ()),
-                    }
-                    for name in users
-                },
-                "groups": {name: quota_limits(quotas, name) for name in groups},
-            }
-        )
-
-
-def quota_limits(quotas, group: str) -> dict:
-    limits = quotas.snapshot().for_group(group).max_slots
-    return {"cpu": limits.cpu, "mem": limits.mem, "fgpu": limits.fgpu}
+        manager = person["admin"] or has_manage_scope(self.identity())
+        config = {**self.page_config(person), "manager": manager}
+        self.render_page("images.html", person, page_config=config)
 
 
 class NotFound(PageHandler):
     """Anything unknown: JSON under api/, the hub's HTML 404 page elsewhere."""
 
-    def prepare(self):
+    async def admit(self):
+        self.json_errors = self.request.path.startswith(self.settings["page_prefix"] + "api/")
         raise web.HTTPError(404, f"There is no page at {self.request.path}.")
 
-    def write_error(self, status_code, **kwargs):
-        if self.request.path.startswith(self.settings["page_prefix"] + "api/"):
-            return APIHandler.write_error(self, status_code, **kwargs)
-        return super().write_error(status_code, **kwargs)
+    async def get(self, *args):
+        """Never reached: `admit` answers 404 for every method."""
+
+    head = post = put = patch = delete = get
 
 
 def routes(prefix: str) -> list:
@@ -232,7 +211,7 @@ def routes(prefix: str) -> list:
         (prefix + "sessions", SessionsPage),
         (prefix + "indicator", IndicatorPage),
         (prefix + "cluster", ClusterPage),
-        (prefix + "cluster/quotas", ClusterQuotas),
+        (prefix + "images", ImagesPage),
         (prefix + r"static/(.*)", web.StaticFileHandler, {"path": str(STATIC_DIR)}),
     ]
 

@@ -1,4 +1,4 @@
-"""`api/images`: the catalog's REST API (DESIGN.md, contract 4).
+"""`api/images`: the catalog's REST API (DESIGN.md, contract 4), and the Images page's rights.
 
 - `GET api/images`: the images the caller may start. Managers add `?all=1` for everything they
   manage; managers and the spawner add `?user=NAME` for what NAME may start.
@@ -20,11 +20,11 @@ from tornado import web
 from image_catalog import CatalogError, parse_image
 from image_catalog.labels import LabelError, entry_fields_from_labels
 
-from .apihandlers import APIHandler
-from .image_check import check_singleuser, image_labels
-from .images import CheckResult, ImageError, ImageStore, entry_of
-from .models import utcnow
-from .private_images import PRIVATE_REPOSITORY
+from ..image_check import check_singleuser, image_labels
+from ..images import CheckResult, ImageError, ImageStore, entry_of
+from ..models import utcnow
+from ..private_images import PRIVATE_REPOSITORY
+from .base import BaseHandler, filtered_grant, scope_holds
 
 MANAGE_SCOPE = "custom:images:manage"
 
@@ -38,28 +38,41 @@ def routes(prefix: str) -> list:
 
 
 def has_manage_scope(identity: dict) -> bool:
-    # A filtered grant (custom:images:manage!group=x) still names the scope.
-    return any(scope.split("!", 1)[0] == MANAGE_SCOPE for scope in identity.get("scopes", []))
+    """Whether the caller curates the catalog. Only the scope itself counts: a filtered grant
+    (`custom:images:manage!group=x`) is refused with a message (`refuse_filtered_grant`), never
+    taken as the whole catalog."""
+    return scope_holds(identity.get("scopes", []), MANAGE_SCOPE)
 
 
-class ImageAPIHandler(APIHandler):
+def refuse_filtered_grant(identity: dict) -> None:
+    scopes = identity.get("scopes", [])
+    partial = filtered_grant(scopes, MANAGE_SCOPE)
+    if partial and not scope_holds(scopes, MANAGE_SCOPE):
+        raise web.HTTPError(
+            403,
+            f"This token holds {partial}: catalog rights limited to a group are not supported. "
+            f"Ask an admin for the {MANAGE_SCOPE} role itself (the instructors group).",
+        )
+
+
+class ImageAPIHandler(BaseHandler):
     @property
     def images(self) -> ImageStore:
         return self.settings["images"]
 
     async def caller(self) -> tuple[dict | None, bool]:
         """(the calling person or None for the spawner, whether the caller manages images)."""
-        identity = self.get_current_user()
-        if not identity:
-            raise web.HTTPError(401, "Log in to the hub first.")
+        identity = self.identity()
         if identity.get("kind") == "service":
             if identity.get("name") != self.settings["spawner_service"]:
                 raise web.HTTPError(403, "Only users and the hub's spawner read the catalog.")
             return None, True
+        refuse_filtered_grant(identity)
         person = await self.person()
-        return person, bool(person.get("admin")) or has_manage_scope(identity)
+        return person, person["admin"] or has_manage_scope(identity)
 
-    async def manager(self) -> dict:
+    async def curator(self) -> dict:
+        """The calling person, if they curate the catalog; else 403."""
         person, manages = await self.caller()
         if person is None or not manages:
             raise web.HTTPError(
@@ -96,26 +109,23 @@ class ImageAPIHandler(APIHandler):
     async def checked(self, reference: str, body: dict) -> tuple:
         """The image's own labels under `body`, validated, and its check: or a 400 that says why."""
         client = self.settings["docker"]
+        labels = await asyncio.to_thread(image_labels, client, reference)
         try:
-            labels = await asyncio.to_thread(image_labels, client, reference)
             image = parse_image({**entry_fields_from_labels(labels), **body})
-        except (ImageError, CatalogError, LabelError) as e:
-            raise web.HTTPError(getattr(e, "status", 400), str(e)) from None
+        except (CatalogError, LabelError) as e:
+            raise web.HTTPError(400, str(e)) from None
         check = await asyncio.to_thread(check_singleuser, client, reference)
         if not check.ok:
             raise web.HTTPError(400, f"Image {reference}: {check.message}")
         return image, check
-
-    def fail(self, error: ImageError):
-        raise web.HTTPError(error.status, error.message) from None
 
 
 class ImagesHandler(ImageAPIHandler):
     @web.authenticated
     async def get(self):
         if self.get_argument("all", "0") == "1":
-            person = await self.manager()
-            images = self.images.manageable_by(person["name"], bool(person.get("admin")))
+            person = await self.curator()
+            images = self.images.manageable_by(person["name"], person["admin"])
         else:
             user = await self.subject()
             images = self.images.visible_to(
@@ -125,7 +135,7 @@ class ImagesHandler(ImageAPIHandler):
 
     @web.authenticated
     async def post(self):
-        person = await self.manager()
+        person = await self.curator()
         body = self.body()
         self.refuse_private_changes(person, body)
         try:
@@ -135,22 +145,19 @@ class ImagesHandler(ImageAPIHandler):
         if any(e["name"] == body["name"] for e in self.images.all()):
             raise web.HTTPError(409, f"An image named {body['name']!r} is already in the catalog.")
         image, check = await self.checked(body["image"], body)
-        try:
-            self.write_json(self.images.add(image, check=check), 201)
-        except ImageError as e:
-            self.fail(e)
+        self.write_json(self.images.add(image, check=check), 201)
 
 
 class ImageHandler(ImageAPIHandler):
     @web.authenticated
     async def get(self, name):
         user = await self.subject()
-        self.write_json(self._or_fail(lambda: self.images.admit_options(user, {"image": name})))
+        self.write_json(self.images.admit_options(user, {"image": name}))
 
     @web.authenticated
     async def patch(self, name):
-        person = await self.manager()
-        current = self._or_fail(lambda: self.images.get(name))
+        person = await self.curator()
+        current = self.images.get(name)
         changes = self.body()
         self.refuse_private_changes(person, changes, current)
         if changes.get("name", name) != name:
@@ -163,19 +170,13 @@ class ImageHandler(ImageAPIHandler):
         check = None
         if image.image != current["image"]:
             _, check = await self.checked(image.image, merged)
-        self.write_json(self._or_fail(lambda: self.images.update(image, check=check)))
+        self.write_json(self.images.update(image, check=check))
 
     @web.authenticated
     async def delete(self, name):
-        person = await self.manager()
-        self.refuse_private_changes(person, {}, self._or_fail(lambda: self.images.get(name)))
-        self.write_json(self._or_fail(lambda: self.images.delete(name)))
-
-    def _or_fail(self, action):
-        try:
-            return action()
-        except ImageError as e:
-            self.fail(e)
+        person = await self.curator()
+        self.refuse_private_changes(person, {}, self.images.get(name))
+        self.write_json(self.images.delete(name))
 
 
 class ImageCheckHandler(ImageAPIHandler):
@@ -183,11 +184,8 @@ class ImageCheckHandler(ImageAPIHandler):
 
     @web.authenticated
     async def post(self, name):
-        await self.manager()
-        try:
-            reference = self.images.get(name)["image"]
-        except ImageError as e:
-            self.fail(e)
+        await self.curator()
+        reference = self.images.get(name)["image"]
         client = self.settings["docker"]
         try:
             await asyncio.to_thread(image_labels, client, reference)

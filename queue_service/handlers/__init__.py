@@ -1,0 +1,32 @@
+"""The service's web layer: every handler, API and page, on one base (`base.BaseHandler`).
+
+Each module serves one part and lists its own routes, as JupyterHub's `apihandlers/` does:
+- `base`: authentication, XSRF, the body cap, scopes and the refusal → status table;
+- `grants`: the spawner's `api/grants`;
+- `sessions`: people's `api/sessions` (launch, stop, save as an image);
+- `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
+- `images`: the catalog's `api/images`;
+- `pages`: the HTML pages and their static files (and the 404 for anything else).
+
+Handlers only translate HTTP to the domain (`queue`, `quotas`, `images`, `private_images`,
+`launches`) and back; the scheduling core (`scheduler`) is pure and knows nothing of either.
+"""
+
+from __future__ import annotations
+
+from jupyterhub.services.auth import HubOAuthCallbackHandler
+
+from . import grants, images, pages, resources, sessions
+
+
+def routes(prefix: str) -> list:
+    """Every route of the service under `prefix` ("/services/queue/"); the pages' catch-all is
+    the application's default handler (`pages.settings`)."""
+    return [
+        *grants.routes(prefix),
+        *sessions.routes(prefix),
+        *resources.routes(prefix),
+        *images.routes(prefix),
+        (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+        *pages.routes(prefix),
+    ]

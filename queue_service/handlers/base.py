@@ -1,0 +1,263 @@
+"""The one door every request of the service goes through: `BaseHandler`.
+
+In the order a request meets them:
+1. **Body cap.** A body larger than `MAX_BODY_BYTES` is refused with 413 before anything else, the
+   caller's identity included: the body is streamed in and counted, never buffered whole, so a
+   flood of huge anonymous bodies costs the service nothing. Everything below runs once the
+   (small) body is in, before the handler's method (`admit`).
+2. **Authentication**, on the event loop (HubOAuth: the hub's cookie, or a token). A cookie alone
+   never changes anything: a cookie-authenticated request that needs JupyterHub's XSRF check
+   (every state change, and scripted reads) must carry the `_xsrf` token, as the hub's own pages
+   do, or it is refused with 403. Token-authenticated calls need no XSRF token: a token cannot be
+   forged by another site.
+3. **Content type.** A body that is sent must be JSON and say so (415 otherwise), so a plain HTML
+   form on another site (`enctype=text/plain`) can never pass for an API call.
+4. **Scopes.** Who may do what comes from the scopes the request's token really holds
+   (`is_admin`, `holds`), never from the user's admin flag alone.
+5. **Errors.** Every refusal (`errors.Refusal`, with its cause), every `HTTPError` and every hub
+   failure ends as one JSON shape `{"status", "message"}` for the API, or as the hub's HTML error
+   page for pages; `STATUS_OF_CAUSE` is the only place a refusal's cause becomes a status.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+
+from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
+from tornado import web
+
+from ..errors import Refusal
+from ..hub_client import HubError
+
+#: Largest request body any handler takes. The biggest real one, a catalog entry, is a few KiB.
+MAX_BODY_BYTES = 64 * 1024
+
+#: Admin powers in the service. The hub's `admin` role holds it (its scopes are fixed, so no
+#: custom scope can be added to it); it is what the service's admin actions are: acting on other
+#: users' servers. A token an admin made with fewer scopes does not hold it.
+ADMIN_SCOPE = "admin:servers"
+
+#: The one table from a refusal's cause to its HTTP status.
+STATUS_OF_CAUSE = {
+    "invalid": 400,
+    "capacity": 400,
+    "forbidden": 403,
+    "quota": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "engine": 502,
+    "unavailable": 503,
+}
+
+_BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+_HTTP_METHODS = ("get", "head", "post", "put", "patch", "delete")
+
+
+def _admitted(method):
+    """`method`, run only once `BaseHandler.admit` let the request in."""
+
+    @functools.wraps(method)
+    async def run(self, *args, **kwargs):
+        if self._finished:
+            return  # answered while the body came in (too large)
+        await self.admit()
+        result = method(self, *args, **kwargs)
+        if inspect.isawaitable(result):
+            await result
+
+    run.admitted = True
+    return run
+
+
+def scope_holds(scopes, scope: str) -> bool:
+    """Whether `scopes` hold `scope` itself, not only a filtered part of it (`scope!group=x`)."""
+    return scope in scopes
+
+
+def filtered_grant(scopes, scope: str) -> str | None:
+    """A filtered form of `scope` among `scopes` (e.g. `custom:images:manage!group=a`), if any."""
+    return next((s for s in scopes if s.startswith(scope + "!")), None)
+
+
+@web.stream_request_body
+class BaseHandler(HubOAuthenticated, web.RequestHandler):
+    """Authentication, XSRF, the body cap, scopes and error mapping for every handler."""
+
+    #: API handlers answer errors in JSON; pages show the hub's error page.
+    json_errors = True
+
+    @property
+    def manager(self):
+        return self.settings["manager"]
+
+    @property
+    def hub(self):
+        return self.settings["hub_client"]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in _HTTP_METHODS:
+            method = cls.__dict__.get(name)
+            if method is not None and not hasattr(method, "admitted"):
+                setattr(cls, name, _admitted(method))
+
+    async def prepare(self):
+        # Only the size is checked before the body: anything else refused this early would leave
+        # the body unread, and the engine would reset the proxy's kept-alive connection to us.
+        self._chunks: list[bytes] = []
+        self._received = 0
+        self._refuse_large_body()
+
+    async def admit(self) -> None:
+        """Everything checked once the body is in (each handler method runs after it)."""
+        await self._authenticate()
+        self._refuse_non_json_body()
+
+    def data_received(self, chunk: bytes) -> None:
+        """Keep the body while it is small; past the cap (a chunked body has no length to check
+        first) answer 413 at once and let the rest go by unkept."""
+        self._received += len(chunk)
+        if self._received <= MAX_BODY_BYTES:
+            self._chunks.append(chunk)
+        elif not self._finished:
+            self._chunks.clear()
+            too_large = _too_large()
+            self.send_error(413, exc_info=(type(too_large), too_large, None))
+
+    def _refuse_large_body(self) -> None:
+        length = self.request.headers.get("Content-Length", "0")
+        if not length.isdigit():
+            raise web.HTTPError(400, "Content-Length is not a number.")
+        if int(length) > MAX_BODY_BYTES:
+            raise _too_large()
+
+    def _refuse_non_json_body(self) -> None:
+        headers = self.request.headers
+        has_body = headers.get("Content-Length", "0") != "0" or "Transfer-Encoding" in headers
+        if self.request.method in _BODY_METHODS and has_body:
+            kind = headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+            if kind != "application/json":
+                raise web.HTTPError(415, "Send the request body as JSON (application/json).")
+
+    async def _authenticate(self) -> None:
+        """Identify the caller on the event loop. HubAuth's synchronous path (tornado's
+        get_current_user) hands every lookup to a helper thread and blocks on it, even when its
+        cache answers: under polling that hand-off cost a tenth of the service's time (P4)."""
+        self._refuse_cookie_without_xsrf()
+        try:
+            model = await self.hub_auth.get_user(self, sync=False)
+            self._hub_auth_user_cache = self.check_hub_user(model) if model else None
+        except UserNotAllowed as e:
+            self._hub_auth_user_cache = None
+            kind, name = e.model.get("kind", "user"), e.model.get("name")
+            raise web.HTTPError(403, f"The {kind} {name} may not use this service.") from None
+
+    def _refuse_cookie_without_xsrf(self) -> None:
+        """A request that only a cookie could authenticate, and that JupyterHub's rules say must
+        prove it comes from our own pages, is refused outright. (HubOAuth alone would quietly
+        treat it as logged out, which reads as 401 and hides the attack from the logs.)"""
+        if self.hub_auth.get_token(self, in_cookie=False) or not self.hub_auth._get_token_cookie(
+            self
+        ):
+            return
+        # Raises 403 when the token is missing or wrong, and passes requests that need none.
+        self.check_xsrf_cookie()
+
+    def get_login_url(self):
+        if self.json_errors:
+            raise web.HTTPError(401, "Log in to the hub first.")
+        return super().get_login_url()
+
+    # -- the caller ---------------------------------------------------------------------------
+
+    def identity(self) -> dict:
+        """Who the hub says is calling (a user or a service), with the scopes its token holds."""
+        identity = self.get_current_user()
+        if not identity:
+            raise web.HTTPError(401, "Log in to the hub first.")
+        return identity
+
+    def holds(self, scope: str) -> bool:
+        return scope_holds(self.identity().get("scopes", []), scope)
+
+    def is_admin(self) -> bool:
+        """Admin powers come from the token's scopes: see `ADMIN_SCOPE`."""
+        return self.holds(ADMIN_SCOPE)
+
+    def require_admin(self, what: str) -> None:
+        if not self.is_admin():
+            raise web.HTTPError(403, f"{what} needs the {ADMIN_SCOPE} scope (hub admins).")
+
+    async def person(self) -> dict:
+        """The calling user as the hub has them (groups included); `admin` says whether this
+        request holds admin powers, whatever the account's flag."""
+        identity = self.identity()
+        if identity.get("kind") != "user":
+            raise web.HTTPError(403, "Only users have sessions.")
+        model = await self.from_hub(self.hub.user(identity["name"]))
+        return {**model, "admin": self.is_admin()}
+
+    async def from_hub(self, awaitable):
+        """Await a call to the hub; its refusal keeps its 4xx, and a hub that fails or is away
+        answers 502, with the hub's message either way."""
+        try:
+            return await awaitable
+        except HubError as e:
+            raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None
+
+    async def refresh_quotas(self, user: dict) -> None:
+        await self.from_hub(self.settings["quotas"].refresh(user, self.hub))
+
+    # -- input and output -----------------------------------------------------------------------
+
+    def body(self) -> dict:
+        try:
+            data = json.loads(b"".join(self._chunks) or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "The request body is not valid JSON.") from None
+        if not isinstance(data, dict):
+            raise web.HTTPError(400, "The request body must be a JSON object.")
+        return data
+
+    def write_json(self, data, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data, default=str))
+
+    def log_exception(self, typ, value, tb):
+        if isinstance(value, Refusal):
+            return  # an answer, not a fault
+        super().log_exception(typ, value, tb)
+
+    def send_error(self, status_code: int = 500, **kwargs) -> None:
+        exc = kwargs.get("exc_info", (None, None))[1]
+        if isinstance(exc, Refusal):
+            status_code = STATUS_OF_CAUSE[exc.cause]
+            kwargs["reason"] = None
+        super().send_error(status_code, **kwargs)
+
+    def write_error(self, status_code, **kwargs):
+        message = error_message(self._reason, kwargs.get("exc_info", (None, None))[1])
+        if self.json_errors:
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"status": status_code, "message": message}))
+        else:
+            self.write_error_page(status_code, message)
+
+    def write_error_page(self, status_code: int, message: str) -> None:
+        raise NotImplementedError  # pages (handlers/pages.py) draw the hub's error page
+
+
+def _too_large() -> web.HTTPError:
+    return web.HTTPError(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
+
+
+def error_message(reason: str, exc) -> str:
+    """The message a person sees for an error: the refusal's or HTTPError's own, else the reason."""
+    if isinstance(exc, Refusal):
+        return exc.message
+    if isinstance(exc, web.HTTPError) and exc.log_message:
+        return exc.log_message % exc.args if exc.args else exc.log_message
+    return reason

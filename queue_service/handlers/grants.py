@@ -1,0 +1,87 @@
+"""`api/grants`: the spawner's own endpoints, for its identity alone.
+
+- `POST api/grants`: a slice for one server (the record, PENDING or SCHEDULED);
+- `GET api/grants/{id}?wait=&version=`: the record once it changes (long-poll);
+- `DELETE api/grants/{id}`: release; `POST api/grants/{id}/running`: the server is up.
+
+Only the hub service whose token the spawner holds (`spawner_service`) may call them: a student's
+token, even one with access to the service, gets 403.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tornado import web
+
+from .base import BaseHandler
+
+
+class SpawnerHandler(BaseHandler):
+    def prepare_spawner(self) -> None:
+        identity = self.identity()
+        if (
+            identity.get("kind") != "service"
+            or identity.get("name") != self.settings["spawner_service"]
+        ):
+            raise web.HTTPError(403, "Only the hub's spawner may ask for grants.")
+
+    async def session_answer(self, awaitable):
+        """The queue's answer; an unknown session is a 404 (refusals map themselves)."""
+        try:
+            return await awaitable
+        except KeyError:
+            raise web.HTTPError(404, "No such session.") from None
+
+
+class GrantsHandler(SpawnerHandler):
+    """POST api/grants: the spawner asks for a slice for one server."""
+
+    @web.authenticated
+    async def post(self):
+        self.prepare_spawner()
+        data = self.body()
+        if not isinstance(data.get("user"), str) or not data["user"]:
+            raise web.HTTPError(400, "Malformed grant request: no user.")
+        user = await self.from_hub(self.hub.user(data["user"]))
+        await self.refresh_quotas(user)
+        image = self.settings["images"].admit_options(user, data)
+        record = await self.manager.submit(data, groups=tuple(user.get("groups", [])))
+        # The reference comes from the catalog, so a private or re-pointed image starts as listed.
+        self.write_json({**record, "image_ref": image["image"] if image else None}, 201)
+
+
+class GrantHandler(SpawnerHandler):
+    """GET waits for a change (long-poll); DELETE releases; POST .../running confirms the start."""
+
+    @web.authenticated
+    async def get(self, session_id):
+        self.prepare_spawner()
+        try:
+            wait = float(self.get_argument("wait", "0") or 0)
+        except ValueError:
+            wait = math.nan
+        if not 0 <= wait <= 60:  # also false for nan
+            raise web.HTTPError(400, "wait must be a number of seconds from 0 to 60.")
+        seen = self.get_argument("version", "")
+        self.write_json(await self.session_answer(self.manager.wait(session_id, seen, wait)))
+
+    @web.authenticated
+    async def delete(self, session_id):
+        self.prepare_spawner()
+        self.write_json(await self.session_answer(self.manager.release(session_id)))
+
+    @web.authenticated
+    async def post(self, session_id, action):
+        self.prepare_spawner()
+        if action != "running":
+            raise web.HTTPError(404, f"No action {action!r}.")
+        self.write_json(await self.session_answer(self.manager.mark_running(session_id)))
+
+
+def routes(prefix: str) -> list:
+    return [
+        (prefix + r"api/grants", GrantsHandler),
+        (prefix + r"api/grants/([0-9a-f]+)", GrantHandler),
+        (prefix + r"api/grants/([0-9a-f]+)/(\w+)", GrantHandler),
+    ]

@@ -1,0 +1,142 @@
+"""`api/sessions` (DESIGN.md, contract 4): people's sessions.
+
+- `GET api/sessions`: your own; everyone's for admins (`?all=0`: an admin's own only);
+- `POST api/sessions` with `{image, cpu, mem, fgpu, count}`: launch `count` named servers; the
+  answer comes as soon as each has its queue record (`launches.py`);
+- `DELETE api/sessions/{id}`: stop a running session or cancel a pending one;
+- `POST api/sessions/{id}/image` with `{tag}`: admins turn a running session into a private image
+  of its owner (`private_images.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from tornado import web
+
+from .. import launches
+from ..hub_client import HubError
+from ..images import CheckResult
+from ..models import Status, utcnow
+from ..private_images import (
+    CommitError,
+    check_tag,
+    commit_session,
+    private_entry,
+    private_reference,
+)
+from .base import BaseHandler
+
+MAX_LAUNCH = 20
+
+
+class SessionsHandler(BaseHandler):
+    """GET your sessions (everyone's for admins); POST launches `count` named servers."""
+
+    @web.authenticated
+    async def get(self):
+        person = await self.person()
+        everyone = person["admin"] and self.get_argument("all", "1") != "0"
+        self.write_json(
+            {"sessions": self.manager.sessions(user=None if everyone else person["name"])}
+        )
+
+    @web.authenticated
+    async def post(self):
+        person = await self.person()
+        data = self.body()
+        count = data.pop("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_LAUNCH:
+            raise web.HTTPError(400, f"count must be a whole number from 1 to {MAX_LAUNCH}.")
+        self.settings["images"].admit_options(person, data)
+        names = launches.server_names(count)
+        # A refusal carries the hub's own validation message (FGPUSpawner's).
+        servers = await self.from_hub(
+            launches.launch(self.hub, self.manager, person["name"], names, data)
+        )
+        self.write_json({"servers": servers}, 201)
+
+
+class SessionHandler(BaseHandler):
+    """DELETE stops a running session or cancels a pending one."""
+
+    @web.authenticated
+    async def delete(self, session_id):
+        record = await self.own_session(session_id)
+        # A granted session is stopped through the hub: its spawner removes the container and
+        # only then gives the slice back, so the next grant never meets a container still holding
+        # it. Releasing here afterwards ends what the spawner left (a server the hub had already
+        # stopped), and is a no-op otherwise. A pending one is cancelled here; its waiting spawn
+        # then fails by itself.
+        granted = ("SCHEDULED", "RUNNING")
+        if record["status"] in granted and await self._hub_stops(record) == 202:
+            self.write_json(self.manager.get(session_id))  # still stopping; the spawner releases
+            return
+        released = await self.manager.release(session_id)
+        if released["released_from"] in granted and record["status"] not in granted:
+            await self._hub_stops(record)  # granted since it was read: interrupt that spawn
+        self.write_json(released)
+
+    async def own_session(self, session_id: str) -> dict:
+        """The session, if it is the caller's or the caller is an admin; else 404."""
+        person = await self.person()
+        try:
+            record = self.manager.get(session_id)
+        except KeyError:
+            record = None
+        if record is None or (record["user"] != person["name"] and not person["admin"]):
+            # The same answer as for a missing session: others' session ids are not revealed.
+            raise web.HTTPError(404, "No such session.")
+        return record
+
+    async def _hub_stops(self, record: dict) -> int | None:
+        """Stop the session's server through the hub; its status, or None if the hub has none.
+        A 404 here means "no such server", not a failure, so it does not go through from_hub."""
+        try:
+            return await self.hub.stop_server(record["user"], record["server_name"])
+        except HubError as e:
+            if e.status != 404:
+                raise web.HTTPError(502, e.message) from None
+            return None
+
+
+class SessionImageHandler(BaseHandler):
+    """POST api/sessions/{id}/image with {"tag": ...}: commit a running session (admins) and
+    register the image as private to the session's owner."""
+
+    @web.authenticated
+    async def post(self, session_id):
+        self.require_admin("Turning a session into an image")
+        try:
+            record = self.manager.get(session_id)
+        except KeyError:
+            raise web.HTTPError(404, "No such session.") from None
+        if record["status"] != Status.RUNNING:
+            raise web.HTTPError(
+                409,
+                f"Session {session_id} is {record['status']}; only a running one can be committed.",
+            )
+        user, images = record["user"], self.settings["images"]
+        tag = check_tag(self.body().get("tag"))
+        entry = private_entry(user, tag, private_reference(user, tag), images.find(record["image"]))
+        if images.find(entry.name) is not None:
+            raise CommitError(f"The catalog already has an image named {entry.name!r}.", "conflict")
+        engine = self.settings["docker_commits"]
+        committed = await asyncio.to_thread(commit_session, engine, session_id, user, tag)
+        check = CheckResult(True, f"committed from running session {session_id}", utcnow())
+        try:
+            registered = images.add(entry, source="private", check=check)
+        except Exception:
+            await asyncio.to_thread(engine.images.remove, committed["id"], force=True)
+            raise
+        self.write_json(
+            {"session": session_id, "user": user, **committed, "catalog": registered}, 201
+        )
+
+
+def routes(prefix: str) -> list:
+    return [
+        (prefix + r"api/sessions", SessionsHandler),
+        (prefix + r"api/sessions/([0-9a-f]+)", SessionHandler),
+        (prefix + r"api/sessions/([0-9a-f]+)/image", SessionImageHandler),
+    ]

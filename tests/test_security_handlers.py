@@ -1,0 +1,248 @@
+"""The service's one door (handlers/base.py), tried as an attacker would: cross-site requests, narrow
+tokens, filtered scopes, huge bodies and wrong content types, against the real hub and service.
+
+Issue 11, items 1 (cross-site requests), 4 (admin powers follow the token's scopes), 8 (bounded work
+per request, the cookie secret) and 11 (one handler layer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import socket
+import stat
+import time
+
+import pytest
+import requests
+
+from .harness import QueueUser, containers_with, logged_in
+from .test_image_api import Person
+from .test_queue_service import kill_queue_service
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub]
+SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
+EVIL = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+
+
+class Browser:
+    """A logged-in browser's cookies for the service, as the hub's OAuth dance leaves them, and
+    the XSRF token its pages carry."""
+
+    def __init__(self, hub, name: str):
+        self.hub, self.name = hub, name
+        self.http = logged_in(hub, name)
+        page = self.http.get(f"{hub.url}/services/queue/sessions", timeout=60)
+        assert page.status_code == 200, page.text
+        config = re.search(r'id="fgpu-page-config">(.*?)</script>', page.text, re.S)
+        self.xsrf = json.loads(config.group(1))["xsrf"]
+
+    def call(self, method: str, path: str, headers=None, **kwargs) -> requests.Response:
+        url = f"{self.hub.url}/services/queue/api/{path}"
+        return self.http.request(method, url, headers=headers or {}, timeout=120, **kwargs)
+
+    def own_page_call(self, method: str, path: str, **kwargs) -> requests.Response:
+        """As the service's own pages call: same origin, the token in X-XSRFToken."""
+        headers = {
+            "X-XSRFToken": self.xsrf,
+            "Sec-Fetch-Site": "same-origin",
+            "Sec-Fetch-Mode": "cors",
+        }
+        return self.call(method, path, headers=headers, **kwargs)
+
+
+@pytest.fixture
+def victim(hub, username):
+    return Browser(hub, username)
+
+
+def assert_nothing_started(hub, name: str) -> None:
+    admin = QueueUser(hub, "admin")
+    assert [s for s in admin.sessions() if s["user"] == name] == []
+    assert containers_with({"fgpu.user": name}) == []
+
+
+# -- 1. Cross-site requests ------------------------------------------------------------------
+
+
+def test_a_cross_site_form_cannot_launch_sessions_with_the_victims_cookie(hub, victim):
+    # What a plain HTML form on another site sends (Firefox and Safari add the cookie).
+    form = {**EVIL, "Sec-Fetch-Mode": "navigate", "Content-Type": "text/plain"}
+    body = json.dumps({**SESSION, "count": 20})
+    response = victim.call("POST", "sessions", headers=form, data=body)
+    assert response.status_code == 403, response.text
+    assert "xsrf" in response.json()["message"].lower()
+    # A script on another site cannot read the token either; a JSON body does not help it.
+    response = victim.call(
+        "POST", "sessions", headers={**EVIL, "Sec-Fetch-Mode": "cors"}, json=SESSION
+    )
+    assert response.status_code == 403, response.text
+    # Nor does a forged token.
+    forged = {**EVIL, "X-XSRFToken": "forged"}
+    assert victim.call("POST", "sessions", headers=forged, json=SESSION).status_code == 403
+    time.sleep(1)  # a start the service had let through would have its record by now
+    assert_nothing_started(hub, victim.name)
+
+
+def test_the_services_own_pages_still_change_things_with_the_token(hub, victim):
+    response = victim.own_page_call("POST", "sessions", json={**SESSION, "count": 1})
+    assert response.status_code == 201, response.text
+    (server,) = response.json()["servers"]
+    session_id = server["session"]["id"]
+    response = victim.own_page_call("DELETE", f"sessions/{session_id}")
+    assert response.status_code == 200, response.text
+
+
+def test_a_cross_site_request_cannot_stop_a_session_or_edit_the_catalog(hub, username):
+    owner = QueueUser(hub, username)
+    response = owner.call("POST", "sessions", json={**SESSION, "count": 1})
+    assert response.status_code == 201, response.text
+    session_id = response.json()["servers"][0]["session"]["id"]
+    browser = Browser(hub, username)
+    assert browser.call("DELETE", f"sessions/{session_id}", headers=EVIL).status_code == 403
+    assert session_id in {s["id"] for s in owner.sessions()}
+
+    teacher = Person(hub, f"teacher-{secrets.token_hex(3)}", groups=("instructors",))
+    teacher_browser = Browser(hub, teacher.name)
+    change = {**EVIL, "Content-Type": "text/plain"}
+    response = teacher_browser.call(
+        "PATCH", "images/python-3.11", headers=change, data='{"hidden": true}'
+    )
+    assert response.status_code == 403, response.text
+    assert owner.call("GET", "images/python-3.11").json()["hidden"] is False
+
+
+def test_a_json_body_must_say_it_is_json(hub, username):
+    student = QueueUser(hub, username)
+    response = student.call(
+        "POST", "sessions", data=json.dumps(SESSION), headers={"Content-Type": "text/plain"}
+    )
+    assert response.status_code == 415, response.text
+    assert "application/json" in response.json()["message"]
+    assert_nothing_started(hub, username)
+
+
+# -- 4. Admin powers follow the token's scopes ----------------------------------------------
+
+
+def narrow_admin_token(hub, scopes: list[str]) -> requests.Session:
+    hub.create_user("admin")
+    response = hub.request("POST", "users/admin/tokens", json={"scopes": scopes, "note": "narrow"})
+    assert response.status_code == 201, response.text
+    http = requests.Session()
+    http.headers["Authorization"] = f"token {response.json()['token']}"
+    return http
+
+
+def test_an_admins_narrow_token_has_no_admin_powers(hub, username):
+    student = QueueUser(hub, username)
+    response = student.call("POST", "sessions", json={**SESSION, "count": 1})
+    assert response.status_code == 201, response.text
+    session_id = response.json()["servers"][0]["session"]["id"]
+    api = f"{hub.url}/services/queue/api"
+
+    # The admin's full token sees the student's session: the narrow one below could.
+    full = QueueUser(hub, "admin")
+    assert session_id in {s["id"] for s in full.sessions()}
+
+    for scopes in (
+        ["access:services!service=queue"],
+        ["access:services!service=queue", "admin:servers!user=nobody"],
+    ):
+        narrow = narrow_admin_token(hub, scopes)
+        sessions = narrow.get(f"{api}/sessions", timeout=60).json()["sessions"]
+        assert session_id not in {s["id"] for s in sessions}
+        assert narrow.delete(f"{api}/sessions/{session_id}", timeout=60).status_code == 404
+        image = narrow.post(f"{api}/sessions/{session_id}/image", json={"tag": "t1"}, timeout=60)
+        assert image.status_code == 403, image.text
+        assert "nodes" not in narrow.get(f"{api}/resources", timeout=60).json()
+        for path in ("cluster", "cluster/quotas", "metrics"):
+            response = narrow.get(f"{hub.url}/services/queue/{path}", timeout=60)
+            assert response.status_code == 403, (path, response.text)
+    assert session_id in {s["id"] for s in student.sessions()}
+
+
+def test_a_filtered_catalog_grant_is_refused_not_taken_as_global(hub):
+    teacher = Person(hub, f"teacher-{secrets.token_hex(3)}", groups=("instructors",))
+    response = hub.request(
+        "POST",
+        f"users/{teacher.name}/tokens",
+        json={"scopes": ["access:services!service=queue", "custom:images:manage!group=course-a"]},
+    )
+    assert response.status_code == 201, response.text
+    http = requests.Session()
+    http.headers["Authorization"] = f"token {response.json()['token']}"
+    url = f"{hub.url}/services/queue/api/images/python-3.11"
+    response = http.patch(url, json={"description": "changed"}, timeout=60)
+    assert response.status_code == 403, response.text
+    assert "group" in response.json()["message"]
+    assert teacher.call("GET", "images/python-3.11").json()["description"] != "changed"
+
+
+# -- 8. Bounded work per request ------------------------------------------------------------
+
+
+def raw_post(host: str, port: int, path: str, head: str, body_chunks) -> tuple[int, bytes]:
+    """Send a POST by hand (no auth), one body chunk at a time, and read the status line."""
+    with socket.create_connection((host, port), timeout=60) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{head}\r\n".encode())
+        try:
+            for chunk in body_chunks:
+                sock.sendall(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the service hung up on the body: what a cap does
+        answer = sock.recv(65536)
+    return int(answer.split()[1]), answer
+
+
+def service_address(hub) -> tuple[str, int]:
+    return "127.0.0.1", int(hub.env["FGPU_QUEUE_PORT"])
+
+
+def test_a_huge_body_is_refused_before_authentication(hub):
+    host, port = service_address(hub)
+    megabyte = b"x" * (1 << 20)
+    path = "/services/queue/api/sessions"
+    status, answer = raw_post(
+        host,
+        port,
+        path,
+        f"Content-Length: {95 << 20}\r\nContent-Type: application/json\r\n",
+        [megabyte],
+    )
+    assert status == 413, answer
+    assert b"larger than" in answer
+    # Chunked, with no length to look at: counted as it comes.
+    piece = b"x" * (100 << 10)
+    chunks = (b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(40))
+    status, answer = raw_post(
+        host, port, path, "Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n", chunks
+    )
+    assert status == 413, answer
+
+
+def test_the_cookie_secret_is_kept_private_and_pages_survive_a_service_restart(hub, username):
+    secret = hub.workdir / "fgpu_queue_cookie_secret"
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+    browser = Browser(hub, username)
+    kill_queue_service(hub, QueueUser(hub, username))
+    response = browser.own_page_call("GET", "sessions", allow_redirects=False)
+    assert response.status_code == 200, response.text
+
+
+# -- 10. A launch answers at once -----------------------------------------------------------
+
+
+def test_a_launch_answers_with_the_queue_records(hub, username):
+    student = QueueUser(hub, username)
+    response = student.call("POST", "sessions", json={**SESSION, "count": 2})
+    assert response.status_code == 201, response.text
+    servers = response.json()["servers"]
+    assert len(servers) == 2
+    for server in servers:
+        assert server["session"]["server_name"] == server["server_name"]
+        assert server["session"]["status"] in ("PENDING", "SCHEDULED", "RUNNING")
+    ids = {server["session"]["id"] for server in servers}
+    student.wait_for(lambda s: {x["id"] for x in s if x["status"] == "RUNNING"} == ids, timeout=120)
