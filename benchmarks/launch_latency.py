@@ -77,22 +77,24 @@ def main() -> None:
     args = parser.parse_args()
     baseline_counts = {int(n) for n in args.baseline_counts.split(",") if n}
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    with tempfile.TemporaryDirectory() as workdir:
-        with running_hub(Path(workdir), env=env, extra_config=EXTRA_CONFIG) as hub:
-            user = "launch-bench"
-            hub.create_user(user)
-            token = hub.user_token(user)
-            print(f"{'count':>5} {'POST sessions (s)':>22} {'one by one (s)':>18} {'ratio':>7}")
-            for count in (1, 5, 20):
-                result = measure(
-                    hub, token, user, count, args.rounds, baseline=count in baseline_counts
-                )
-                ours = statistics.median(result["ours"])
-                line = f"{count:>5} {ours:>22.3f}"
-                if result["baseline"]:
-                    theirs = statistics.median(result["baseline"])
-                    line += f" {theirs:>18.3f} {theirs / ours:>6.1f}x"
-                print(line + f"   (median of {args.rounds}; max {max(result['ours']):.3f} s)")
+    with (
+        tempfile.TemporaryDirectory() as workdir,
+        running_hub(Path(workdir), env=env, extra_config=EXTRA_CONFIG) as hub,
+    ):
+        user = "launch-bench"
+        hub.create_user(user)
+        token = hub.user_token(user)
+        print(f"{'count':>5} {'POST sessions (s)':>22} {'one by one (s)':>18} {'ratio':>7}")
+        for count in (1, 5, 20):
+            result = measure(
+                hub, token, user, count, args.rounds, baseline=count in baseline_counts
+            )
+            ours = statistics.median(result["ours"])
+            line = f"{count:>5} {ours:>22.3f}"
+            if result["baseline"]:
+                theirs = statistics.median(result["baseline"])
+                line += f" {theirs:>18.3f} {theirs / ours:>6.1f}x"
+            print(line + f"   (median of {args.rounds}; max {max(result['ours']):.3f} s)")
 
 
 if __name__ == "__main__":
