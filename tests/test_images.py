@@ -53,14 +53,14 @@ def test_add_get_update_delete_round_trip(store):
     assert store.all() == []
     with pytest.raises(ImageError) as missing:
         store.get("torch-2")
-    assert missing.value.status == 404
+    assert missing.value.cause == "not_found"
 
 
 def test_a_duplicate_name_is_409_and_leaves_the_first(store):
     store.add(image(description="first"))
     with pytest.raises(ImageError) as duplicate:
         store.add(image(description="second"))
-    assert duplicate.value.status == 409 and "already in the catalog" in duplicate.value.message
+    assert duplicate.value.cause == "conflict" and "already in the catalog" in duplicate.value.message
     assert [e["description"] for e in store.all()] == ["first"]
 
 
@@ -83,23 +83,23 @@ def test_visibility_follows_groups_hidden_and_owner(store):
     assert len(store.manageable_by("root", admin=True)) == 4
 
 
-def test_admit_refuses_with_the_right_code_and_reason(store):
+def test_admit_refuses_with_the_right_cause_and_reason(store):
     store.add(image("big", groups=["course-a"], resources={"min": {"cpu": 2}, "max": {"fgpu": 1}}))
     store.add(image("hidden", hidden=True))
     store.add(image("mine", owner="ann"))
     assert store.admit("big", "ann", ("course-a",), size=(2, 1024**3, 1))["image"] == "fgpu/big:1"
     cases = [
-        (("nope", "ann", ("course-a",)), None, 400, "Unknown image 'nope'"),
-        (("big", "bob", ("course-b",)), None, 403, "only for the group(s) course-a"),
-        (("hidden", "ann", ()), None, 403, "hidden"),
-        (("mine", "bob", ()), None, 403, "private to another user"),
-        (("big", "ann", ("course-a",)), (1, 1024**3, 0), 400, "needs at least 2 CPU cores"),
-        (("big", "ann", ("course-a",)), (2, 1024**3, 2), 400, "allows at most 1 fGPU"),
+        (("nope", "ann", ("course-a",)), None, "invalid", "Unknown image 'nope'"),
+        (("big", "bob", ("course-b",)), None, "forbidden", "only for the group(s) course-a"),
+        (("hidden", "ann", ()), None, "forbidden", "hidden"),
+        (("mine", "bob", ()), None, "forbidden", "private to another user"),
+        (("big", "ann", ("course-a",)), (1, 1024**3, 0), "invalid", "needs at least 2 CPU cores"),
+        (("big", "ann", ("course-a",)), (2, 1024**3, 2), "invalid", "allows at most 1 fGPU"),
     ]
-    for args, size, status, fragment in cases:
+    for args, size, cause, fragment in cases:
         with pytest.raises(ImageError) as refused:
             store.admit(*args, size=size)
-        assert (refused.value.status, fragment in refused.value.message) == (status, True), args
+        assert (refused.value.cause, fragment in refused.value.message) == (cause, True), args
 
 
 def catalog(**first_fields):

@@ -180,7 +180,7 @@ async def test_a_request_bigger_than_any_node_is_refused_and_not_recorded(manage
     with pytest.raises(Refused) as refused:
         await manager.submit(ask(**asked), groups=())
 
-    assert refused.value.status == 400
+    assert refused.value.cause == "capacity"
     for word in words:
         assert word in refused.value.message, refused.value.message
     assert manager.sessions(include_ended=True) == []
@@ -365,7 +365,7 @@ async def test_a_request_above_the_whole_user_quota_is_refused(open_manager):
     with pytest.raises(Refused) as refused:
         await manager.submit(ask(fgpu=2.0), groups=())
 
-    assert refused.value.status == 403
+    assert refused.value.cause == "quota"
     assert "quota" in refused.value.message
     assert "never start" in refused.value.message
     assert manager.sessions(include_ended=True) == []
@@ -380,7 +380,7 @@ async def test_a_pending_count_quota_refuses_one_more_waiting_request(open_manag
     with pytest.raises(Refused) as refused:
         await manager.submit(ask(server="b"), groups=())
 
-    assert refused.value.status == 403
+    assert refused.value.cause == "quota"
     assert "quota allows 1 pending request" in refused.value.message
     assert len(manager.sessions(user="alice")) == 1
 
@@ -417,7 +417,7 @@ async def test_a_group_quota_is_shared_by_the_group(open_manager):
 
     with pytest.raises(Refused) as refused:
         await manager.submit(ask(user="dave", server="big", cpu=3.0), groups=("students",))
-    assert refused.value.status == 403
+    assert refused.value.cause == "quota"
     assert "group 'students' quota" in refused.value.message
 
     await manager.release(carol["id"])
@@ -479,13 +479,13 @@ async def test_only_a_granted_session_can_start_running(manager):
     first, _, third = await submit_three(manager)
     with pytest.raises(Refused) as waiting:
         await manager.mark_running(third["id"])
-    assert waiting.value.status == 409 and "PENDING" in waiting.value.message
+    assert waiting.value.cause == "conflict" and "PENDING" in waiting.value.message
     assert manager.get(third["id"])["status"] == Status.PENDING
     # Fail closed: a grant that ended while its container was starting is not revived.
     await manager.release_where([first["id"]], Status.ERROR, "no container started within 180 s")
     with pytest.raises(Refused) as ended:
         await manager.mark_running(first["id"])
-    assert ended.value.status == 409
+    assert ended.value.cause == "conflict"
     assert "ERROR: no container started within 180 s" in ended.value.message
     assert manager.get(first["id"])["status"] == Status.ERROR
     # Running already: confirming again changes nothing.
