@@ -60,7 +60,9 @@ def test_a_duplicate_name_is_409_and_leaves_the_first(store):
     store.add(image(description="first"))
     with pytest.raises(ImageError) as duplicate:
         store.add(image(description="second"))
-    assert duplicate.value.cause == "conflict" and "already in the catalog" in duplicate.value.message
+    assert (
+        duplicate.value.cause == "conflict" and "already in the catalog" in duplicate.value.message
+    )
     assert [e["description"] for e in store.all()] == ["first"]
 
 
