@@ -143,7 +143,7 @@ def test_errors_are_json_for_api_clients_and_html_pages_for_browsers(gpu_hub, pa
     assert response.status == 403
     assert response.headers["content-type"].startswith("text/html")
     expect(page.locator(".error h1")).to_have_text("403 : Forbidden")
-    expect(page.locator(".error")).to_contain_text("The cluster view is for admins.")
+    expect(page.locator(".error")).to_contain_text("The cluster view needs the admin:servers scope")
     # The hub's own page: its stylesheet, its nav bar, and our Sessions link in it.
     expect(page.locator("#fgpu-nav-sessions")).to_be_visible()
     assert page.evaluate("getComputedStyle(document.body).fontFamily") != "Times New Roman"
