@@ -4,7 +4,7 @@ Like kubespawner's `objects.py`, this module builds the whole object; the spawne
 (environment, command) and hands the result to the engine. Settings that keep a session inside its
 slice are applied last, so that no admin `extra_host_config` can loosen them by accident: the
 cgroup limits, and the GPU settings of the grant. An admin's binds and mounts are added to the
-session's (HAMi-core's library and cache stay mounted), and GPUs come only from the grant, so an
+session's (HAMi-core's library, preload file and cache stay mounted), and GPUs come only from the grant, so an
 admin's `device_requests` is dropped.
 """
 
@@ -129,7 +129,7 @@ def build_container_spec(
             *convert_volume_binds(extra.get("binds", [])),
             *convert_volume_binds(gpu.binds),
         ],
-        "mounts": [*ctx.mounts, *extra.get("mounts", [])],
+        "mounts": [*ctx.mounts, *extra.get("mounts", []), *gpu.mounts],
         **({"device_requests": gpu.device_requests} if gpu.device_requests else {}),
         **resource_limits(request, ctx.pids_limit),
         "privileged": False,

@@ -30,7 +30,7 @@ from image_catalog.catalog import API_KEYS
 
 from . import form
 from .container_spec import ContainerContext, build_container_spec
-from .gpu_sharing import GpuPaths, session_cache_dir
+from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
 from .grant import Grant
 from .queue_client import QueueClient, QueueError
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
@@ -162,6 +162,16 @@ class FGPUSpawner(DockerSpawner):
         help="""
         Host folder for HAMi-core's locks, shared by every `hami` session on the host (HAMi's
         device plugin uses the same one).
+        """,
+    )
+    hami_preload_path = Unicode(
+        GpuPaths.hami_preload_path,
+        config=True,
+        help="""
+        Host file that the spawner writes (the path of HAMi-core's library inside the container)
+        and mounts read-only at `/etc/ld.so.preload` in `hami` sessions, as HAMi's device plugin
+        does: the dynamic loader then loads HAMi-core into every process, whatever its
+        environment, so unsetting `LD_PRELOAD` does not lift the GPU limits.
         """,
     )
     mps_pipe_dir = Unicode(
@@ -552,6 +562,19 @@ class FGPUSpawner(DockerSpawner):
         self.prepare_group_folders(groups)
         return session_mounts(self.storage_settings, self.user.name, groups)
 
+    def write_hami_preload_file(self) -> None:
+        """The host file bound at /etc/ld.so.preload in `hami` sessions, written only when its
+        text differs (running sessions keep the copy they have)."""
+        path = Path(self.hami_preload_path)
+        text = hami_preload_text()
+        if path.is_file() and path.read_text() == text:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        partial.write_text(text)
+        partial.chmod(0o644)
+        os.replace(partial, path)
+
     async def container_context(self) -> ContainerContext:
         return ContainerContext(
             name=self.container_name,
@@ -584,10 +607,17 @@ class FGPUSpawner(DockerSpawner):
             hami_library_path=self.hami_library_path,
             hami_cache_base=self.hami_cache_base,
             hami_lock_dir=self.hami_lock_dir,
+            hami_preload_path=self.hami_preload_path,
             mps_pipe_dir=self.mps_pipe_dir,
         )
 
     async def create_object(self):
+        if self.gpu_sharing == "hami" and self.grant.gpus:
+            try:
+                await asyncio.to_thread(self.write_hami_preload_file)
+            except OSError as e:
+                message = f"Cannot write HAMi-core's preload file {self.hami_preload_path}: {e}"
+                raise spawn_error(message, reason="config", status_code=500) from None
         try:
             spec = build_container_spec(
                 self.resource_request, self.grant, await self.container_context()
