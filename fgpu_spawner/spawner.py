@@ -32,6 +32,7 @@ from . import form
 from .container_spec import ContainerContext, build_container_spec
 from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
 from .grant import Grant
+from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
 from .queue_client import QueueClient, QueueError
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
 from .storage import StorageSettings, data_groups, session_mounts
@@ -186,6 +187,18 @@ class FGPUSpawner(DockerSpawner):
         1024,
         config=True,
         help="""Most processes and threads a session may run, so a fork bomb stays in its slice.""",
+    )
+    network_name = Unicode(
+        SESSION_NETWORK,
+        config=True,
+        help="""
+        Docker network of the sessions: a bridge with inter-container traffic off
+        (`com.docker.network.bridge.enable_icc=false`), so that sessions cannot reach one another
+        while the proxy and the hub still reach them. Created by the hub when missing (the
+        shipped config does it at start-up and makes the hub's API listen on its gateway); an
+        existing network of this name that lets containers talk is refused. A site that changes
+        it sets `JupyterHub.hub_ip` to the new network's gateway.
+        """,
     )
     run_as = Unicode(
         "1000:100",
@@ -562,6 +575,15 @@ class FGPUSpawner(DockerSpawner):
         self.prepare_group_folders(groups)
         return session_mounts(self.storage_settings, self.user.name, groups)
 
+    async def session_network(self) -> SessionNetwork:
+        """The isolated session network, created again if someone removed it since start-up."""
+        try:
+            return await asyncio.to_thread(ensure_session_network, self.client, self.network_name)
+        except (NetworkError, docker.errors.APIError) as e:
+            raise spawn_error(
+                f"No session network: {e}", reason="config", status_code=500
+            ) from None
+
     def write_hami_preload_file(self) -> None:
         """The host file bound at /etc/ld.so.preload in `hami` sessions, written only when its
         text differs (running sessions keep the copy they have)."""
@@ -583,7 +605,8 @@ class FGPUSpawner(DockerSpawner):
             command=await self.get_command(),
             env=self.get_env(),
             port=self.port,
-            network=self.network_name,
+            # By id: never ambiguous, even if two networks ever carried the name.
+            network=(await self.session_network()).id,
             run_as=self.run_as,
             pids_limit=self.pids_limit,
             # Kept after exit so that an early exit can be reported with its code and output;
