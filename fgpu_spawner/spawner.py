@@ -17,6 +17,7 @@ import shutil
 import uuid
 from functools import lru_cache
 from pathlib import Path
+from typing import ClassVar
 
 import docker.errors
 from dockerspawner import DockerSpawner
@@ -29,7 +30,13 @@ from image_catalog import Catalog, CatalogError, load_catalog, parse_image
 from image_catalog.catalog import API_KEYS
 
 from . import form
-from .container_spec import ContainerContext, build_container_spec
+from .container_spec import (
+    ContainerContext,
+    LayerLimitSupport,
+    build_container_spec,
+    mount_options_of,
+    writable_layer_support,
+)
 from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
 from .grant import Grant
 from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
@@ -200,6 +207,16 @@ class FGPUSpawner(DockerSpawner):
         it sets `JupyterHub.hub_ip` to the new network's gateway.
         """,
     )
+    writable_layer_size = ByteSpecification(
+        "10G",
+        config=True,
+        help="""
+        Most a session may write outside its home folder and mounts (its container's writable
+        layer: /tmp, /var/tmp...), e.g. 10G; 0 for no limit. Applied where the storage
+        driver supports a size (overlay2 on xfs mounted with pquota, btrfs, zfs); elsewhere the
+        hub logs a warning at the first spawn and sessions write without limit.
+        """,
+    )
     run_as = Unicode(
         "1000:100",
         config=True,
@@ -274,6 +291,9 @@ class FGPUSpawner(DockerSpawner):
         config=True,
         help="""Seconds a waiting spawn keeps reconnecting to a restarting queue service.""",
     )
+
+    # What the engine's storage driver can bound: checked once per hub process.
+    _layer_limit_support: ClassVar[LayerLimitSupport | None] = None
 
     # Per-spawn state, set by apply_user_options and start().
     resource_request: ResourceRequest | None = None
@@ -584,6 +604,33 @@ class FGPUSpawner(DockerSpawner):
                 f"No session network: {e}", reason="config", status_code=500
             ) from None
 
+    async def writable_layer_limit(self) -> int:
+        """`writable_layer_size` where the storage driver can apply it, else 0 (and a warning)."""
+        if not self.writable_layer_size:
+            return 0
+        cls = type(self)
+        if cls._layer_limit_support is None:
+            cls._layer_limit_support = await asyncio.to_thread(self._check_layer_limit)
+            if not cls._layer_limit_support.supported:
+                self.log.warning(
+                    "Session containers' writable layers are NOT limited to %s bytes: %s. A "
+                    "session can fill the engine's disk; see README, 'Session containers'.",
+                    self.writable_layer_size,
+                    cls._layer_limit_support.reason,
+                )
+        return self.writable_layer_size if cls._layer_limit_support.supported else 0
+
+    def _check_layer_limit(self) -> LayerLimitSupport:
+        info = self.client.info()
+        try:
+            proc_mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            proc_mounts = ""
+        options = mount_options_of(info.get("DockerRootDir", "/var/lib/docker"), proc_mounts)
+        return writable_layer_support(
+            info.get("Driver", ""), info.get("DriverStatus") or [], options
+        )
+
     def write_hami_preload_file(self) -> None:
         """The host file bound at /etc/ld.so.preload in `hami` sessions, written only when its
         text differs (running sessions keep the copy they have)."""
@@ -622,6 +669,7 @@ class FGPUSpawner(DockerSpawner):
             gpu_memory=self.gpu_memory,
             gpu_order=tuple(self.gpu_order),
             gpu_paths=self.gpu_paths,
+            writable_layer_size=await self.writable_layer_limit(),
         )
 
     @property
@@ -648,7 +696,30 @@ class FGPUSpawner(DockerSpawner):
         except ValueError as e:
             raise spawn_error(str(e), reason="config", status_code=500) from None
         host_config = self.client.create_host_config(**spec.host_config)
-        return await self.docker("create_container", **spec.create_kwargs, host_config=host_config)
+        try:
+            return await self.docker(
+                "create_container", **spec.create_kwargs, host_config=host_config
+            )
+        except docker.errors.APIError as e:
+            raise self._engine_refused("create", e) from None
+
+    async def start_object(self):
+        try:
+            await super().start_object()
+        except docker.errors.APIError as e:
+            raise self._engine_refused("start", e) from None
+
+    def _engine_refused(self, action: str, error: docker.errors.APIError) -> SpawnException:
+        """The engine's own words (a full disk, a bad setting) for the user and the admin's log,
+        rather than a bare 500."""
+        detail = error.explanation or str(error)
+        self.log.error("The engine could not %s %s: %s", action, self.container_name, detail)
+        return spawn_error(
+            f"The Docker engine could not {action} the session container: {detail}. "
+            "Please tell the hub's admin.",
+            reason="engine",
+            status_code=500,
+        )
 
     async def wait_until_ready(self, ip: str, port: int) -> None:
         """Return once the server answers; raise a clear error if the container exits first.
