@@ -20,15 +20,18 @@ import sys
 
 import docker
 
+from fgpu_spawner.network import SESSION_NETWORK, ensure_session_network
+
 c = get_config()  # noqa: F821 (injected by traitlets when JupyterHub loads this file)
 
 
-def docker_bridge_gateway(default: str = "172.17.0.1") -> str:
-    """The engine's bridge gateway: where session containers reach the hub."""
+def session_network_gateway(name: str, default: str = "172.17.0.1") -> str:
+    """The gateway of the session network (created here when missing): where sessions reach the
+    hub. Without an engine, the default bridge's usual gateway, which they reach through the host."""
     try:
-        bridge = docker.from_env(timeout=5).networks.get("bridge")
-        return bridge.attrs["IPAM"]["Config"][0]["Gateway"]
-    except Exception:
+        return ensure_session_network(docker.from_env(timeout=5).api, name).gateway
+    except Exception as e:
+        print(f"WARNING: no session network {name!r} ({e}); hub API on {default}", file=sys.stderr)
         return default
 
 
@@ -36,8 +39,10 @@ def docker_bridge_gateway(default: str = "172.17.0.1") -> str:
 c.JupyterHub.bind_url = (
     f"http://{os.environ.get('FGPU_HUB_IP', '127.0.0.1')}:{os.environ.get('FGPU_HUB_PORT', '8000')}"
 )
-# The hub's API listens on the bridge, so containers can call it and nothing outside can.
-c.JupyterHub.hub_ip = docker_bridge_gateway()
+# Sessions run on their own bridge, where they cannot reach one another; the hub's API listens on
+# its gateway, so sessions can call it and nothing outside can.
+c.FGPUSpawner.network_name = SESSION_NETWORK
+c.JupyterHub.hub_ip = session_network_gateway(SESSION_NETWORK)
 c.JupyterHub.allow_named_servers = True
 # Sessions outlive a hub restart; the queue service's reconciler owns their clean-up.
 c.JupyterHub.cleanup_servers = False

@@ -3,9 +3,18 @@
 Like kubespawner's `objects.py`, this module builds the whole object; the spawner gathers the inputs
 (environment, command) and hands the result to the engine. Settings that keep a session inside its
 slice are applied last, so that no admin `extra_host_config` can loosen them by accident: the
-cgroup limits, and the GPU settings of the grant. An admin's binds and mounts are added to the
-session's (HAMi-core's library and cache stay mounted), and GPUs come only from the grant, so an
-admin's `device_requests` is dropped.
+cgroup limits, the GPU settings of the grant, and the hardening (every capability dropped, none
+added back, `no-new-privileges`, not privileged, the writable layer's size). An admin's binds and
+mounts are added to the session's (HAMi-core's library, preload file and cache stay mounted), an
+admin's `security_opt` entries are kept unless they loosen confinement, and GPUs come only from the
+grant, so an admin's `device_requests` is dropped.
+
+The session needs no capability: jupyterhub-singleuser, its terminals and TensorBoard run as the
+unprivileged `run_as` user, which holds none anyway; dropping them all also empties the bounding
+set, so nothing started in the container (`docker exec -u root` included) gets any back.
+
+`writable_layer_support` decides, from what the engine reports, whether the storage driver can
+bound the container's writable layer (`storage_opt` size); the spawner asks only when it can.
 """
 
 from __future__ import annotations
@@ -22,6 +31,11 @@ from .request import ResourceRequest
 CPU_PERIOD_US = 100_000
 LABEL_PREFIX = "fgpu."
 DOCKER_SOCKET = "docker.sock"
+NO_NEW_PRIVILEGES = "no-new-privileges"
+# security_opt entries that would undo the engine's confinement of a session.
+# An admin's extra_host_config may not set these: GPUs come from the grant, capabilities from nobody.
+_NOT_FROM_ADMINS = ("device_requests", "cap_add")
+_LOOSENING_OPTS = ("unconfined", "label=disable", "label:disable", NO_NEW_PRIVILEGES)
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class ContainerContext:
     gpu_memory: dict = field(default_factory=dict)
     gpu_order: tuple = ()
     gpu_paths: GpuPaths = field(default_factory=GpuPaths)
+    writable_layer_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -123,18 +138,88 @@ def build_container_spec(
         "network_mode": ctx.network,
         "auto_remove": ctx.auto_remove,
         **({"port_bindings": {ctx.port: (ctx.publish_to,)}} if ctx.publish_to else {}),
-        **{key: value for key, value in extra.items() if key != "device_requests"},
+        **{key: value for key, value in extra.items() if key not in _NOT_FROM_ADMINS},
         "binds": [
             *convert_volume_binds(ctx.binds),
             *convert_volume_binds(extra.get("binds", [])),
             *convert_volume_binds(gpu.binds),
         ],
-        "mounts": [*ctx.mounts, *extra.get("mounts", [])],
+        "mounts": [*ctx.mounts, *extra.get("mounts", []), *gpu.mounts],
         **({"device_requests": gpu.device_requests} if gpu.device_requests else {}),
         **resource_limits(request, ctx.pids_limit),
-        "privileged": False,
+        **hardening(extra, ctx.writable_layer_size),
     }
     return ContainerSpec(create_kwargs, host_config)
+
+
+def hardening(extra_host_config: dict, writable_layer_size: int = 0) -> dict:
+    """No capabilities, no privilege gain through setuid files, and a bounded writable layer."""
+    admin_opts = extra_host_config.get("security_opt") or []
+    kept = [opt for opt in admin_opts if not any(loose in opt for loose in _LOOSENING_OPTS)]
+    settings = {
+        "cap_drop": ["ALL"],
+        "security_opt": [*kept, NO_NEW_PRIVILEGES],
+        "privileged": False,
+    }
+    if writable_layer_size:
+        storage = extra_host_config.get("storage_opt") or {}
+        settings["storage_opt"] = {**storage, "size": str(writable_layer_size)}
+    return settings
+
+
+@dataclass(frozen=True)
+class LayerLimitSupport:
+    """Whether the engine can bound a container's writable layer, and if not, why."""
+
+    supported: bool
+    reason: str
+
+
+# Drivers whose `storage_opt` size works on any backing filesystem (Docker's `--storage-opt` docs).
+_SIZED_DRIVERS = ("btrfs", "zfs", "devicemapper", "windowsfilter")
+_PROJECT_QUOTA_OPTIONS = {"pquota", "prjquota"}
+
+
+def writable_layer_support(
+    driver: str, driver_status: list, mount_options: set[str] | None
+) -> LayerLimitSupport:
+    """Can `storage_opt={"size": ...}` be used? From `docker info`'s `Driver` and `DriverStatus`
+    and the mount options of the filesystem under the engine's root dir (None: unknown).
+
+    overlay2 sizes a layer only on xfs mounted with project quotas (pquota); the engine refuses
+    to create a container with a size on anything else, so the limit is asked for only when this
+    says yes."""
+    if driver in _SIZED_DRIVERS:
+        return LayerLimitSupport(True, f"the {driver} storage driver limits the layer's size")
+    if driver not in ("overlay2", "overlay"):
+        return LayerLimitSupport(False, f"the {driver} storage driver has no size limit")
+    backing = dict((pair[0], pair[1]) for pair in driver_status if len(pair) == 2).get(
+        "Backing Filesystem", "unknown"
+    )
+    if backing != "xfs":
+        return LayerLimitSupport(
+            False, f"{driver} on {backing} has no size limit (it needs xfs mounted with pquota)"
+        )
+    if mount_options is None:
+        return LayerLimitSupport(False, f"{driver} on xfs, but its mount options are unknown")
+    if not mount_options & _PROJECT_QUOTA_OPTIONS:
+        return LayerLimitSupport(False, f"{driver} on xfs mounted without pquota")
+    return LayerLimitSupport(True, f"{driver} on xfs with project quotas limits the layer's size")
+
+
+def mount_options_of(path: str, proc_mounts: str) -> set[str] | None:
+    """The options of the mount that holds `path`, from the text of /proc/mounts (the longest
+    mount point that contains it); None when no line matches."""
+    best, options = "", None
+    for line in proc_mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, options = point, set(fields[3].split(","))
+    return options
 
 
 def _refuse_docker_socket(ctx: ContainerContext) -> None:

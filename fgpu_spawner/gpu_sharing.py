@@ -3,7 +3,12 @@
 Modes:
 
 - `hami`: the granted GPUs as a device request, HAMi-core's `libvgpu.so` bound read-only and loaded
-  through `LD_PRELOAD`, and per-device limits. HAMi-core reads `CUDA_DEVICE_MEMORY_LIMIT_<i>` with
+  through the container's `/etc/ld.so.preload` (a read-only bind of a host file that names the
+  library, as HAMi's device plugin does), and per-device limits. The dynamic loader reads that file
+  for every process whatever its environment, so `env -u LD_PRELOAD` or a clean `execve` does not
+  shed the limits, and the session user (no capabilities) cannot change or unmount it. Library and
+  preload file are bind *mounts*, which the engine refuses when their host file is missing: a
+  `-v` bind would create an empty folder there instead and start the session without limits. HAMi-core reads `CUDA_DEVICE_MEMORY_LIMIT_<i>` with
   an optional binary k/m/g suffix (we write whole MiB, "<n>m", as HAMi's device plugin does) and
   `CUDA_DEVICE_SM_LIMIT_<i>` as a percentage. Zero means "no limit" to HAMi-core, so every limit is
   at least 1. Whole GPUs get limits too (all their memory, 100%, which HAMi-core does not throttle):
@@ -39,6 +44,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from docker.types import Mount
+
 from .grant import Grant
 
 MODES = ("hami", "mps", "none", "simulated")
@@ -50,6 +57,7 @@ MIB = 1024**2
 HAMI_LIBRARY_IN_CONTAINER = "/usr/local/vgpu/libvgpu.so"
 HAMI_CACHE_DIR_IN_CONTAINER = "/usr/local/vgpu/cache"
 HAMI_CACHE_FILE_IN_CONTAINER = f"{HAMI_CACHE_DIR_IN_CONTAINER}/cudevshr.cache"
+PRELOAD_FILE_IN_CONTAINER = "/etc/ld.so.preload"
 
 _SAFE_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -61,18 +69,21 @@ class GpuPaths:
     hami_library_path: str = "/usr/local/lib/libvgpu.so"
     hami_cache_base: str = "/var/lib/fgpu-hub/vgpu"
     hami_lock_dir: str = "/tmp/vgpulock"
+    hami_preload_path: str = "/var/lib/fgpu-hub/ld.so.preload"
     mps_pipe_dir: str = "/tmp/nvidia-mps"
 
 
 @dataclass(frozen=True)
 class GpuSettings:
     """Plain data for the container: `env` and `labels` for create, `device_requests` (docker-py
-    `DeviceRequest` kwargs) and `binds` (docker-py's dict form) for host_config."""
+    `DeviceRequest` kwargs), `binds` (docker-py's dict form; the engine creates missing host
+    folders) and `mounts` (read-only binds whose host file must exist) for host_config."""
 
     env: dict[str, str] = field(default_factory=dict)
     device_requests: list[dict] = field(default_factory=list)
     binds: dict[str, dict[str, str]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    mounts: list[Mount] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -170,22 +181,33 @@ def _hami_limits(slices: list[_Slice]) -> dict[str, str]:
     return env
 
 
+def hami_preload_text() -> str:
+    """What the host's preload file holds: the library's path inside the container, one a line."""
+    return f"{HAMI_LIBRARY_IN_CONTAINER}\n"
+
+
 def _hami(grant: Grant, slices: list[_Slice], paths: GpuPaths, labels: dict) -> GpuSettings:
     env = {
         **_visible(slices, by_index=True),
         **_hami_limits(slices),
-        "LD_PRELOAD": HAMI_LIBRARY_IN_CONTAINER,
         "CUDA_DEVICE_MEMORY_SHARED_CACHE": HAMI_CACHE_FILE_IN_CONTAINER,
     }
     binds = {
-        paths.hami_library_path: {"bind": HAMI_LIBRARY_IN_CONTAINER, "mode": "ro"},
         session_cache_dir(paths, grant.session_id): {
             "bind": HAMI_CACHE_DIR_IN_CONTAINER,
             "mode": "rw",
         },
         paths.hami_lock_dir: {"bind": paths.hami_lock_dir, "mode": "rw"},
     }
-    return GpuSettings(env, [_device_request(slices)], binds, labels)
+    mounts = [
+        _read_only_file(paths.hami_library_path, HAMI_LIBRARY_IN_CONTAINER),
+        _read_only_file(paths.hami_preload_path, PRELOAD_FILE_IN_CONTAINER),
+    ]
+    return GpuSettings(env, [_device_request(slices)], binds, labels, mounts)
+
+
+def _read_only_file(source: str, target: str) -> Mount:
+    return Mount(target=target, source=source, type="bind", read_only=True)
 
 
 def session_cache_dir(paths: GpuPaths, session_id: str) -> str:

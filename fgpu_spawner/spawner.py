@@ -17,6 +17,7 @@ import shutil
 import uuid
 from functools import lru_cache
 from pathlib import Path
+from typing import ClassVar
 
 import docker.errors
 from dockerspawner import DockerSpawner
@@ -29,9 +30,16 @@ from image_catalog import Catalog, CatalogError, load_catalog, parse_image
 from image_catalog.catalog import API_KEYS
 
 from . import form
-from .container_spec import ContainerContext, build_container_spec
-from .gpu_sharing import GpuPaths, session_cache_dir
+from .container_spec import (
+    ContainerContext,
+    LayerLimitSupport,
+    build_container_spec,
+    mount_options_of,
+    writable_layer_support,
+)
+from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
 from .grant import Grant
+from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
 from .queue_client import QueueClient, QueueError
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
 from .storage import StorageSettings, data_groups, session_mounts
@@ -164,6 +172,16 @@ class FGPUSpawner(DockerSpawner):
         device plugin uses the same one).
         """,
     )
+    hami_preload_path = Unicode(
+        GpuPaths.hami_preload_path,
+        config=True,
+        help="""
+        Host file that the spawner writes (the path of HAMi-core's library inside the container)
+        and mounts read-only at `/etc/ld.so.preload` in `hami` sessions, as HAMi's device plugin
+        does: the dynamic loader then loads HAMi-core into every process, whatever its
+        environment, so unsetting `LD_PRELOAD` does not lift the GPU limits.
+        """,
+    )
     mps_pipe_dir = Unicode(
         GpuPaths.mps_pipe_dir,
         config=True,
@@ -176,6 +194,28 @@ class FGPUSpawner(DockerSpawner):
         1024,
         config=True,
         help="""Most processes and threads a session may run, so a fork bomb stays in its slice.""",
+    )
+    network_name = Unicode(
+        SESSION_NETWORK,
+        config=True,
+        help="""
+        Docker network of the sessions: a bridge with inter-container traffic off
+        (`com.docker.network.bridge.enable_icc=false`), so that sessions cannot reach one another
+        while the proxy and the hub still reach them. Created by the hub when missing (the
+        shipped config does it at start-up and makes the hub's API listen on its gateway); an
+        existing network of this name that lets containers talk is refused. A site that changes
+        it sets `JupyterHub.hub_ip` to the new network's gateway.
+        """,
+    )
+    writable_layer_size = ByteSpecification(
+        "10G",
+        config=True,
+        help="""
+        Most a session may write outside its home folder and mounts (its container's writable
+        layer: /tmp, /var/tmp...), e.g. 10G; 0 for no limit. Applied where the storage
+        driver supports a size (overlay2 on xfs mounted with pquota, btrfs, zfs); elsewhere the
+        hub logs a warning at the first spawn and sessions write without limit.
+        """,
     )
     run_as = Unicode(
         "1000:100",
@@ -251,6 +291,9 @@ class FGPUSpawner(DockerSpawner):
         config=True,
         help="""Seconds a waiting spawn keeps reconnecting to a restarting queue service.""",
     )
+
+    # What the engine's storage driver can bound: checked once per hub process.
+    _layer_limit_support: ClassVar[LayerLimitSupport | None] = None
 
     # Per-spawn state, set by apply_user_options and start().
     resource_request: ResourceRequest | None = None
@@ -552,6 +595,55 @@ class FGPUSpawner(DockerSpawner):
         self.prepare_group_folders(groups)
         return session_mounts(self.storage_settings, self.user.name, groups)
 
+    async def session_network(self) -> SessionNetwork:
+        """The isolated session network, created again if someone removed it since start-up."""
+        try:
+            return await asyncio.to_thread(ensure_session_network, self.client, self.network_name)
+        except (NetworkError, docker.errors.APIError) as e:
+            raise spawn_error(
+                f"No session network: {e}", reason="config", status_code=500
+            ) from None
+
+    async def writable_layer_limit(self) -> int:
+        """`writable_layer_size` where the storage driver can apply it, else 0 (and a warning)."""
+        if not self.writable_layer_size:
+            return 0
+        cls = type(self)
+        if cls._layer_limit_support is None:
+            cls._layer_limit_support = await asyncio.to_thread(self._check_layer_limit)
+            if not cls._layer_limit_support.supported:
+                self.log.warning(
+                    "Session containers' writable layers are NOT limited to %s bytes: %s. A "
+                    "session can fill the engine's disk; see README, 'Session containers'.",
+                    self.writable_layer_size,
+                    cls._layer_limit_support.reason,
+                )
+        return self.writable_layer_size if cls._layer_limit_support.supported else 0
+
+    def _check_layer_limit(self) -> LayerLimitSupport:
+        info = self.client.info()
+        try:
+            proc_mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            proc_mounts = ""
+        options = mount_options_of(info.get("DockerRootDir", "/var/lib/docker"), proc_mounts)
+        return writable_layer_support(
+            info.get("Driver", ""), info.get("DriverStatus") or [], options
+        )
+
+    def write_hami_preload_file(self) -> None:
+        """The host file bound at /etc/ld.so.preload in `hami` sessions, written only when its
+        text differs (running sessions keep the copy they have)."""
+        path = Path(self.hami_preload_path)
+        text = hami_preload_text()
+        if path.is_file() and path.read_text() == text:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        partial.write_text(text)
+        partial.chmod(0o644)
+        os.replace(partial, path)
+
     async def container_context(self) -> ContainerContext:
         return ContainerContext(
             name=self.container_name,
@@ -560,7 +652,8 @@ class FGPUSpawner(DockerSpawner):
             command=await self.get_command(),
             env=self.get_env(),
             port=self.port,
-            network=self.network_name,
+            # By id: never ambiguous, even if two networks ever carried the name.
+            network=(await self.session_network()).id,
             run_as=self.run_as,
             pids_limit=self.pids_limit,
             # Kept after exit so that an early exit can be reported with its code and output;
@@ -576,6 +669,7 @@ class FGPUSpawner(DockerSpawner):
             gpu_memory=self.gpu_memory,
             gpu_order=tuple(self.gpu_order),
             gpu_paths=self.gpu_paths,
+            writable_layer_size=await self.writable_layer_limit(),
         )
 
     @property
@@ -584,10 +678,17 @@ class FGPUSpawner(DockerSpawner):
             hami_library_path=self.hami_library_path,
             hami_cache_base=self.hami_cache_base,
             hami_lock_dir=self.hami_lock_dir,
+            hami_preload_path=self.hami_preload_path,
             mps_pipe_dir=self.mps_pipe_dir,
         )
 
     async def create_object(self):
+        if self.gpu_sharing == "hami" and self.grant.gpus:
+            try:
+                await asyncio.to_thread(self.write_hami_preload_file)
+            except OSError as e:
+                message = f"Cannot write HAMi-core's preload file {self.hami_preload_path}: {e}"
+                raise spawn_error(message, reason="config", status_code=500) from None
         try:
             spec = build_container_spec(
                 self.resource_request, self.grant, await self.container_context()
@@ -595,7 +696,30 @@ class FGPUSpawner(DockerSpawner):
         except ValueError as e:
             raise spawn_error(str(e), reason="config", status_code=500) from None
         host_config = self.client.create_host_config(**spec.host_config)
-        return await self.docker("create_container", **spec.create_kwargs, host_config=host_config)
+        try:
+            return await self.docker(
+                "create_container", **spec.create_kwargs, host_config=host_config
+            )
+        except docker.errors.APIError as e:
+            raise self._engine_refused("create", e) from None
+
+    async def start_object(self):
+        try:
+            await super().start_object()
+        except docker.errors.APIError as e:
+            raise self._engine_refused("start", e) from None
+
+    def _engine_refused(self, action: str, error: docker.errors.APIError) -> SpawnException:
+        """The engine's own words (a full disk, a bad setting) for the user and the admin's log,
+        rather than a bare 500."""
+        detail = error.explanation or str(error)
+        self.log.error("The engine could not %s %s: %s", action, self.container_name, detail)
+        return spawn_error(
+            f"The Docker engine could not {action} the session container: {detail}. "
+            "Please tell the hub's admin.",
+            reason="engine",
+            status_code=500,
+        )
 
     async def wait_until_ready(self, ip: str, port: int) -> None:
         """Return once the server answers; raise a clear error if the container exits first.

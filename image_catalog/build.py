@@ -50,7 +50,6 @@ ROOTFS_PACKAGES = (
     "less",
     "vim-tiny",
     "curl",
-    "sudo",
 )
 # Removed from the root filesystem before it is tar'd: apt's downloaded .debs and package lists
 # (about 100 MB that `apt-get update` recreates), manuals and message translations.

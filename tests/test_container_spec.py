@@ -1,8 +1,14 @@
 import json
 
+import docker
 import pytest
 
-from fgpu_spawner.container_spec import ContainerContext, build_container_spec
+from fgpu_spawner.container_spec import (
+    ContainerContext,
+    build_container_spec,
+    mount_options_of,
+    writable_layer_support,
+)
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 
@@ -77,8 +83,9 @@ def test_admin_binds_add_to_the_gpu_binds_and_gpus_come_only_from_the_grant():
     host = build_container_spec(request, grant, ctx).host_config
     assert "home-alice:/home/jovyan:rw" in host["binds"]
     assert "/srv/datasets:/data:ro" in host["binds"]
-    # HAMi-core's library is still preloaded from its bind: the limits hold.
-    assert any(bind.endswith("libvgpu.so:ro") for bind in host["binds"]), host["binds"]
+    # HAMi-core's library and preload file stay mounted next to the admin's: the limits hold.
+    targets = {mount["Target"] for mount in host["mounts"]}
+    assert {"/usr/local/vgpu/libvgpu.so", "/etc/ld.so.preload"} <= targets
     (device,) = host["device_requests"]
     assert device["device_ids"] == ["GPU-a"]
     assert host["shm_size"] == "1g"
@@ -130,3 +137,102 @@ def test_simulated_grants_get_no_device():
     spec = build_container_spec(request, grant, ctx)
     assert "device_requests" not in spec.host_config
     assert spec.create_kwargs["environment"]["FGPU_SIMULATED"] == "1"
+
+
+# --- hardening ------------------------------------------------------------------------------------
+
+
+def test_sessions_hold_no_capability_and_cannot_gain_privileges():
+    host = build_container_spec(REQUEST, GRANT, context()).host_config
+    assert host["cap_drop"] == ["ALL"]
+    assert "cap_add" not in host
+    assert host["security_opt"] == ["no-new-privileges"]
+    assert host["privileged"] is False
+
+
+def test_admin_extras_cannot_add_capabilities_or_lift_confinement():
+    extra = {
+        "cap_add": ["SYS_ADMIN"],
+        "cap_drop": [],
+        "security_opt": [
+            "seccomp=unconfined",
+            "apparmor=unconfined",
+            "no-new-privileges=false",
+            "label=disable",
+            "label=level:s0:c100",
+        ],
+    }
+    host = build_container_spec(REQUEST, GRANT, context(extra_host_config=extra)).host_config
+    assert "cap_add" not in host
+    assert host["cap_drop"] == ["ALL"]
+    assert host["security_opt"] == ["label=level:s0:c100", "no-new-privileges"]
+
+
+def test_the_writable_layer_is_bounded_when_a_size_is_given():
+    unbounded = build_container_spec(REQUEST, GRANT, context()).host_config
+    assert "storage_opt" not in unbounded
+    extra = {"storage_opt": {"size": "500G", "dm.fs": "xfs"}}
+    ctx = context(writable_layer_size=10 * GIB, extra_host_config=extra)
+    bounded = build_container_spec(REQUEST, GRANT, ctx).host_config
+    assert bounded["storage_opt"] == {"size": str(10 * GIB), "dm.fs": "xfs"}
+
+
+def test_the_host_config_is_one_the_engine_api_takes():
+    """docker-py checks names and types of every setting against the engine's API version."""
+    grant = Grant("sess-5", "node-a", {"GPU-a": 0.5})
+    request = ResourceRequest("sk", "fgpu/sk:1.5", cpu=1, mem=GIB, fgpu=1.0)
+    ctx = context(gpu_sharing="hami", gpu_memory={"GPU-a": 16 * GIB}, writable_layer_size=GIB)
+    spec = build_container_spec(request, grant, ctx)
+    host = docker.APIClient(version="1.41").create_host_config(**spec.host_config)
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["StorageOpt"] == {"size": str(GIB)}
+    preload = next(m for m in host["Mounts"] if m["Target"] == "/etc/ld.so.preload")
+    assert (preload["Type"], preload["ReadOnly"]) == ("bind", True)
+
+
+# --- what the storage driver can bound ------------------------------------------------------------
+
+OVERLAY_ON_EXT4 = [["Backing Filesystem", "extfs"], ["Supports d_type", "true"]]
+OVERLAY_ON_XFS = [["Backing Filesystem", "xfs"], ["Supports d_type", "true"]]
+
+
+def test_overlay2_on_ext4_cannot_bound_the_layer_and_says_why():
+    support = writable_layer_support("overlay2", OVERLAY_ON_EXT4, {"rw", "relatime"})
+    assert support.supported is False
+    assert "overlay2 on extfs" in support.reason and "pquota" in support.reason
+
+
+@pytest.mark.parametrize(
+    "options, supported",
+    [
+        ({"rw", "pquota"}, True),
+        ({"rw", "prjquota"}, True),
+        ({"rw", "uquota"}, False),
+        (None, False),
+    ],
+)
+def test_overlay2_on_xfs_needs_project_quotas(options, supported):
+    assert writable_layer_support("overlay2", OVERLAY_ON_XFS, options).supported is supported
+
+
+@pytest.mark.parametrize("driver, supported", [("btrfs", True), ("zfs", True), ("vfs", False)])
+def test_other_drivers(driver, supported):
+    assert writable_layer_support(driver, [], None).supported is supported
+
+
+PROC_MOUNTS = """\
+/dev/vda1 / ext4 rw,relatime 0 0
+proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0
+/dev/vdb /var/lib/docker xfs rw,relatime,attr2,inode64,prjquota 0 0
+/dev/vdc /var/lib/docker-old xfs rw,relatime 0 0
+/dev/vdd /srv/my\\040disk ext4 rw 0 0
+"""
+
+
+def test_mount_options_come_from_the_mount_that_holds_the_path():
+    assert "prjquota" in mount_options_of("/var/lib/docker", PROC_MOUNTS)
+    assert "prjquota" not in mount_options_of("/var/lib/docker-old/x", PROC_MOUNTS)
+    assert mount_options_of("/home/user", PROC_MOUNTS) == {"rw", "relatime"}
+    assert mount_options_of("/srv/my disk/docker", PROC_MOUNTS) == {"rw"}
+    assert mount_options_of("/anything", "") is None

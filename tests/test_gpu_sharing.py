@@ -1,7 +1,14 @@
 import docker
 import pytest
+from docker.types import Mount
 
-from fgpu_spawner.gpu_sharing import MODES, GpuPaths, GpuSettings, build_gpu_settings
+from fgpu_spawner.gpu_sharing import (
+    MODES,
+    GpuPaths,
+    GpuSettings,
+    build_gpu_settings,
+    hami_preload_text,
+)
 from fgpu_spawner.grant import Grant
 
 GIB = 1024**3
@@ -10,10 +17,14 @@ ONE_AND_A_HALF = Grant("sess-1", "node1", {"GPU-a": 1.0, "GPU-b": 0.5})
 QUARTER = Grant("sess-2", "node1", {"GPU-a": 0.25})
 
 HAMI_BINDS_SESS_2 = {
-    "/usr/local/lib/libvgpu.so": {"bind": "/usr/local/vgpu/libvgpu.so", "mode": "ro"},
     "/var/lib/fgpu-hub/vgpu/sess-2": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
     "/tmp/vgpulock": {"bind": "/tmp/vgpulock", "mode": "rw"},
 }
+# Read-only bind mounts, which the engine refuses when the host file is missing (fail closed).
+HAMI_MOUNTS = [
+    Mount("/usr/local/vgpu/libvgpu.so", "/usr/local/lib/libvgpu.so", "bind", read_only=True),
+    Mount("/etc/ld.so.preload", "/var/lib/fgpu-hub/ld.so.preload", "bind", read_only=True),
+]
 
 
 def request_for(*uuids):
@@ -34,17 +45,31 @@ def test_hami_one_and_a_half_gpus():
             "CUDA_DEVICE_SM_LIMIT_0": "100",
             "CUDA_DEVICE_MEMORY_LIMIT_1": "8192m",
             "CUDA_DEVICE_SM_LIMIT_1": "50",
-            "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so",
             "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/cache/cudevshr.cache",
         },
         device_requests=request_for("GPU-a", "GPU-b"),
         binds={
-            "/usr/local/lib/libvgpu.so": {"bind": "/usr/local/vgpu/libvgpu.so", "mode": "ro"},
             "/var/lib/fgpu-hub/vgpu/sess-1": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
             "/tmp/vgpulock": {"bind": "/tmp/vgpulock", "mode": "rw"},
         },
         labels={"fgpu.gpu_sharing": "hami"},
+        mounts=HAMI_MOUNTS,
     )
+
+
+def test_hami_core_is_preloaded_by_the_loader_not_by_the_environment():
+    """/etc/ld.so.preload, a read-only bind of a host file naming the library: no variable to
+    unset, nothing the session user can rewrite."""
+    settings = build_gpu_settings(QUARTER, MEMORY, "hami")
+    preload = next(m for m in settings.mounts if m["Target"] == "/etc/ld.so.preload")
+    assert preload["Source"] == "/var/lib/fgpu-hub/ld.so.preload"
+    assert (preload["Type"], preload["ReadOnly"]) == ("bind", True)
+    library = next(m for m in settings.mounts if m["Source"] == "/usr/local/lib/libvgpu.so")
+    assert hami_preload_text() == f"{library['Target']}\n"
+    assert library["ReadOnly"] is True
+    assert not any(name.startswith("LD_") for name in settings.env)
+    # Not a -v bind: for a missing host path that would make an empty folder and start unlimited.
+    assert not any("libvgpu" in path or "preload" in path for path in settings.binds)
 
 
 def test_hami_quarter_gpu():
@@ -55,11 +80,11 @@ def test_hami_quarter_gpu():
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
         "CUDA_DEVICE_SM_LIMIT_0": "25",
-        "LD_PRELOAD": "/usr/local/vgpu/libvgpu.so",
         "CUDA_DEVICE_MEMORY_SHARED_CACHE": "/usr/local/vgpu/cache/cudevshr.cache",
     }
     assert settings.device_requests == request_for("GPU-a")
     assert settings.binds == HAMI_BINDS_SESS_2
+    assert settings.mounts == HAMI_MOUNTS
 
 
 def test_hami_limits_follow_the_container_device_order_not_the_grant_order():
@@ -87,12 +112,16 @@ def test_hami_uses_the_configured_host_paths():
         hami_library_path="/opt/hami/libvgpu.so",
         hami_cache_base="/srv/vgpu/",
         hami_lock_dir="/run/vgpulock",
+        hami_preload_path="/etc/fgpu/ld.so.preload",
     )
-    binds = build_gpu_settings(QUARTER, MEMORY, "hami", paths=paths).binds
-    assert binds == {
-        "/opt/hami/libvgpu.so": {"bind": "/usr/local/vgpu/libvgpu.so", "mode": "ro"},
+    settings = build_gpu_settings(QUARTER, MEMORY, "hami", paths=paths)
+    assert settings.binds == {
         "/srv/vgpu/sess-2": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
         "/run/vgpulock": {"bind": "/run/vgpulock", "mode": "rw"},
+    }
+    assert {m["Source"]: m["Target"] for m in settings.mounts} == {
+        "/opt/hami/libvgpu.so": "/usr/local/vgpu/libvgpu.so",
+        "/etc/fgpu/ld.so.preload": "/etc/ld.so.preload",
     }
 
 
@@ -161,6 +190,7 @@ def test_simulated_requests_no_device_but_shows_the_limits_and_the_grant():
     settings = build_gpu_settings(ONE_AND_A_HALF, MEMORY, "simulated")
     assert settings.device_requests == []
     assert settings.binds == {}
+    assert settings.mounts == []
     assert settings.labels == {"fgpu.gpu_sharing": "simulated"}
     assert settings.env == {
         "NVIDIA_VISIBLE_DEVICES": "void",

@@ -3,6 +3,7 @@
 from traitlets.config.loader import PyFileConfigLoader
 
 from fgpu_spawner import FGPUSpawner
+from fgpu_spawner.network import ICC_OPTION
 
 from .harness import ROOT
 
@@ -36,3 +37,11 @@ def test_every_spawner_setting_explains_itself():
     assert own, "FGPUSpawner declares its settings"
     undocumented = [name for name, trait in own.items() if len((trait.help or "").strip()) < 10]
     assert undocumented == []
+
+
+def test_the_hub_api_listens_on_the_isolated_session_networks_gateway(docker_engine):
+    """Sessions reach the hub's API on their network's gateway and cannot reach one another."""
+    config = load_shipped_config()
+    network = docker_engine.api.inspect_network(config.FGPUSpawner.network_name)
+    assert network["Options"][ICC_OPTION] == "false"
+    assert config.JupyterHub.hub_ip == network["IPAM"]["Config"][0]["Gateway"]

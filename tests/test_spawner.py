@@ -202,11 +202,13 @@ def test_the_host_gpu_paths_are_config_and_reach_the_gpu_settings():
     config.FGPUSpawner.hami_library_path = "/opt/hami/libvgpu.so"
     config.FGPUSpawner.hami_cache_base = "/srv/vgpu-cache"
     config.FGPUSpawner.mps_pipe_dir = "/run/mps"
+    config.FGPUSpawner.hami_preload_path = "/etc/fgpu/ld.so.preload"
     paths = FGPUSpawner(config=config).gpu_paths
     grant = Grant("sess-9", "node-a", {"GPU-a": 0.5})
-    binds = build_gpu_settings(grant, {"GPU-a": 2**34}, "hami", paths).binds
-    assert binds["/opt/hami/libvgpu.so"]["mode"] == "ro"
-    assert "/srv/vgpu-cache/sess-9" in binds
+    hami = build_gpu_settings(grant, {"GPU-a": 2**34}, "hami", paths)
+    sources = {mount["Source"]: mount["ReadOnly"] for mount in hami.mounts}
+    assert sources == {"/opt/hami/libvgpu.so": True, "/etc/fgpu/ld.so.preload": True}
+    assert "/srv/vgpu-cache/sess-9" in hami.binds
     assert "/run/mps" in build_gpu_settings(grant, {"GPU-a": 2**34}, "mps", paths).binds
 
 
@@ -225,3 +227,20 @@ def test_a_stopped_hami_session_leaves_no_cache_folder(tmp_path):
     spawner.remove_hami_cache("sess-10")
     assert not os.path.exists(cache)
     assert tmp_path.exists()
+
+
+def test_the_preload_file_names_the_library_and_is_rewritten_only_when_wrong(tmp_path):
+    config = Config()
+    config.FGPUSpawner.hami_preload_path = str(tmp_path / "vgpu" / "ld.so.preload")
+    spawner = FGPUSpawner(config=config)
+    spawner.write_hami_preload_file()
+    preload = tmp_path / "vgpu" / "ld.so.preload"
+    assert preload.read_text() == "/usr/local/vgpu/libvgpu.so\n"
+    assert oct(preload.stat().st_mode & 0o777) == "0o644"
+    inode = preload.stat().st_ino
+    spawner.write_hami_preload_file()
+    assert preload.stat().st_ino == inode
+    preload.write_text("/tmp/evil.so\n")
+    spawner.write_hami_preload_file()
+    assert preload.read_text() == "/usr/local/vgpu/libvgpu.so\n"
+    assert sorted(p.name for p in preload.parent.iterdir()) == ["ld.so.preload"]
