@@ -1,11 +1,12 @@
 """Session → private image: `POST api/sessions/{id}/image` (admins only; DESIGN.md contract 4).
 
 The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`. The session
-keeps running (the engine pauses it for the moment of the commit). The image then enters the catalog
-(`ImageStore`) as `<user>-<tag>`, private to the session's owner: only they see it on the form and
-may start it. A commit that cannot be registered is removed again, so nothing half-made remains. What was installed into the
-system site is kept; the home folder is a volume (fgpu_spawner/storage.py), and a commit leaves
-volumes out, so no notebook or `~/.local` package is baked in.
+keeps running (the engine pauses it for the time of the commit; see `commit_session`). The image
+then enters the catalog (`ImageStore`) as `<user>-<tag>`, private to the session's owner: only they
+see it on the form and may start it. A commit that cannot be registered is removed again, so
+nothing half-made remains. What was installed into the system site is kept; the home folder is a
+volume (fgpu_spawner/storage.py), and a commit leaves volumes out, so no notebook or `~/.local`
+package is baked in.
 
 A commit would also copy the container's configuration into the image, the session's environment
 (its hub API token among them) and labels included, and the engine offers no way to drop a key.
@@ -138,7 +139,19 @@ def session_container(client, session_id: str):
 
 
 def commit_session(client, session_id: str, user: str, tag: str) -> dict:
-    """Commit the session's container to the user's private image; its reference and id."""
+    """Commit the session's container to the user's private image; its reference and id.
+
+    The engine pauses the container for the commit (`pause=True`, kept on purpose): consistency
+    over availability. An image outlives the session and is started again later, so it must be
+    one moment's state: committed while processes write (a `pip install` half-way, a growing
+    file), the layer can hold torn files, or the engine's tar fails on a file that changed size.
+    A pause loses nothing: the processes are frozen, not stopped, for the time the engine needs to
+    copy the writable layer (seconds per GB), and the daemon resumes them even if this call is cut
+    off. The reconciler takes a paused container for a live one (session_containers.ALIVE), so
+    the session keeps its record and slots meanwhile. This blocks for as long as the commit
+    takes: the service runs it on an executor of its own, so that the reconciler and other engine
+    calls on the default executor go on.
+    """
     reference = private_reference(user, tag)
     container = session_container(client, session_id)
     try:
@@ -161,6 +174,7 @@ def commit_session(client, session_id: str, user: str, tag: str) -> dict:
         message=f"fGPU hub: session {session_id} of {user}",
         author="fgpu-hub",
         conf=conf,
+        pause=True,
     )
     return {"image": reference, "id": result["Id"], "source_image": labels[LABEL_SOURCE_IMAGE]}
 
@@ -194,7 +208,9 @@ class SessionImageHandler(APIHandler):
             entry = private_entry(user, tag, private_reference(user, tag), self._source(record))
             if self._catalog_has(entry.name):
                 raise CommitError(f"The catalog already has an image named {entry.name!r}.", 409)
-            committed = await asyncio.to_thread(commit_session, self.docker, session_id, user, tag)
+            committed = await asyncio.get_running_loop().run_in_executor(
+                self.settings["commit_executor"], commit_session, self.docker, session_id, user, tag
+            )
         except CommitError as e:
             raise web.HTTPError(e.status, e.message) from None
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
