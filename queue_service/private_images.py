@@ -40,6 +40,8 @@ LABEL_SOURCE_IMAGE = "fgpu.private-from-image"
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # One path component of a repository name.
 _COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+# Registries the engine puts in front of a name that has none.
+_DEFAULT_REGISTRIES = ("docker.io/", "index.docker.io/")
 
 
 class CommitError(Exception):
@@ -54,6 +56,22 @@ class CommitError(Exception):
 # ---------------------------------------------------------------------------------------------
 # Pure helpers.
 # ---------------------------------------------------------------------------------------------
+
+
+def repository_of(reference: str) -> str:
+    """The repository a reference names, as the engine reads it: without tag or digest, and
+    without Docker Hub's implicit registry (`docker.io/x/y` and `x/y` are one repository)."""
+    name = reference.split("@", 1)[0]
+    if name.rfind(":") > name.rfind("/"):
+        name = name[: name.rfind(":")]
+    for registry in _DEFAULT_REGISTRIES:
+        if name.startswith(registry):
+            return name[len(registry) :]
+    return name
+
+
+def in_private_repository(reference: str) -> bool:
+    return repository_of(reference).startswith(f"{PRIVATE_REPOSITORY}/")
 
 
 def check_tag(tag: object) -> str:
@@ -136,6 +154,39 @@ def session_container(client, session_id: str):
             container.reload()  # the listing is sparse; a commit needs the whole config
             return container
     raise CommitError(f"Session {session_id} has no running container to commit.", 409)
+
+
+def private_image_of(client, reference: str) -> str | None:
+    """What makes `reference` a private image, checked on what the engine resolves it to (a tag of
+    any spelling, an id, a short id): its owner label or a tag in the private repository. None
+    for any other image, and for one the engine does not have (the catalog's check refuses that).
+    """
+    if in_private_repository(reference):
+        return f"in the private repository {PRIVATE_REPOSITORY}/"
+    try:
+        image = client.images.get(reference)
+    except docker.errors.APIError as e:
+        if e.is_client_error():  # not there, or not a reference at all
+            return None
+        raise ImageError(f"The Docker engine could not inspect {reference}: {e}", 502) from None
+    owner = (image.labels or {}).get(LABEL_OWNER)
+    if owner:
+        return f"the private image of {owner}"
+    tags = [tag for tag in image.tags if in_private_repository(tag)]
+    return f"the private image {tags[0]}" if tags else None
+
+
+def refuse_private_image(client, reference: object) -> None:
+    """A 403 `ImageError` when `reference` is a private image, however it is spelled."""
+    if not isinstance(reference, str) or not reference:
+        return  # not a reference: the catalog says why
+    what = private_image_of(client, reference)
+    if what:
+        raise ImageError(
+            f"{reference} is {what}; only admins list or change private images "
+            f"({PRIVATE_REPOSITORY}/...).",
+            403,
+        )
 
 
 def commit_session(client, session_id: str, user: str, tag: str) -> dict:
