@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
 import docker
@@ -33,6 +34,8 @@ from .stats import StatsSampler
 MAX_BODY_BACKSTOP = 1 << 20
 #: How long the engine may take to commit a session to a private image.
 COMMIT_TIMEOUT_SECONDS = 600
+#: Commits that may wait on the engine at once; more wait their turn in the commit executor.
+COMMIT_WORKERS = 2
 
 
 def scheduler_node(node: inventory.NodeInfo) -> scheduler.Node:
@@ -233,6 +236,9 @@ class QueueService(Application):
             docker=docker_client,
             # Committing a session copies its whole writable layer: minutes, not seconds.
             docker_commits=docker.from_env(timeout=COMMIT_TIMEOUT_SECONDS),
+            # Their own threads: minutes-long commits must not hold the default executor, which
+            # the reconciler and every other engine call use.
+            commit_executor=ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="fgpu-commit"),
             spawner_service=self.spawner_service,
             cookie_secret=read_or_create_secret(self.cookie_secret_file),
         )

@@ -1,11 +1,12 @@
 """Session → private image (DESIGN.md contract 4): the commit; `handlers/sessions.py` serves it.
 
 The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`. The session
-keeps running (the engine pauses it for the moment of the commit). The image then enters the catalog
-(`ImageStore`) as `<user>-<tag>`, private to the session's owner: only they see it on the form and
-may start it. A commit that cannot be registered is removed again, so nothing half-made remains. What was installed into the
-system site is kept; the home folder is a volume (fgpu_spawner/storage.py), and a commit leaves
-volumes out, so no notebook or `~/.local` package is baked in.
+keeps running (the engine pauses it for the time of the commit; see `commit_session`). The image
+then enters the catalog (`ImageStore`) as `<user>-<tag>`, private to the session's owner: only they
+see it on the form and may start it. A commit that cannot be registered is removed again, so
+nothing half-made remains. What was installed into the system site is kept; the home folder is a
+volume (fgpu_spawner/storage.py), and a commit leaves volumes out, so no notebook or `~/.local`
+package is baked in.
 
 A commit would also copy the container's configuration into the image, the session's environment
 (its hub API token among them) and labels included, and the engine offers no way to drop a key.
@@ -25,6 +26,7 @@ import docker.errors
 from image_catalog import CatalogError, CatalogImage, parse_image
 
 from .errors import Refusal
+from .images import ImageError
 from .session_containers import running_session_containers
 
 PRIVATE_REPOSITORY = "fgpu-private"
@@ -35,6 +37,8 @@ LABEL_SOURCE_IMAGE = "fgpu.private-from-image"
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 # One path component of a repository name.
 _COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+# Registries the engine puts in front of a name that has none.
+_DEFAULT_REGISTRIES = ("docker.io/", "index.docker.io/")
 
 
 class CommitError(Refusal):
@@ -44,6 +48,22 @@ class CommitError(Refusal):
 # ---------------------------------------------------------------------------------------------
 # Pure helpers.
 # ---------------------------------------------------------------------------------------------
+
+
+def repository_of(reference: str) -> str:
+    """The repository a reference names, as the engine reads it: without tag or digest, and
+    without Docker Hub's implicit registry (`docker.io/x/y` and `x/y` are one repository)."""
+    name = reference.split("@", 1)[0]
+    if name.rfind(":") > name.rfind("/"):
+        name = name[: name.rfind(":")]
+    for registry in _DEFAULT_REGISTRIES:
+        if name.startswith(registry):
+            return name[len(registry) :]
+    return name
+
+
+def in_private_repository(reference: str) -> bool:
+    return repository_of(reference).startswith(f"{PRIVATE_REPOSITORY}/")
 
 
 def check_tag(tag: object) -> str:
@@ -128,8 +148,55 @@ def session_container(client, session_id: str):
     raise CommitError(f"Session {session_id} has no running container to commit.", "conflict")
 
 
+def private_image_of(client, reference: str) -> str | None:
+    """What makes `reference` a private image, checked on what the engine resolves it to (a tag of
+    any spelling, an id, a short id): its owner label or a tag in the private repository. None
+    for any other image, and for one the engine does not have (the catalog's check refuses that).
+    """
+    if in_private_repository(reference):
+        return f"in the private repository {PRIVATE_REPOSITORY}/"
+    try:
+        image = client.images.get(reference)
+    except docker.errors.APIError as e:
+        if e.is_client_error():  # not there, or not a reference at all
+            return None
+        raise ImageError(
+            f"The Docker engine could not inspect {reference}: {e}", "engine"
+        ) from None
+    owner = (image.labels or {}).get(LABEL_OWNER)
+    if owner:
+        return f"the private image of {owner}"
+    tags = [tag for tag in image.tags if in_private_repository(tag)]
+    return f"the private image {tags[0]}" if tags else None
+
+
+def refuse_private_image(client, reference: object) -> None:
+    """A forbidding `ImageError` when `reference` is a private image, however it is spelled."""
+    if not isinstance(reference, str) or not reference:
+        return  # not a reference: the catalog says why
+    what = private_image_of(client, reference)
+    if what:
+        raise ImageError(
+            f"{reference} is {what}; only admins list or change private images "
+            f"({PRIVATE_REPOSITORY}/...).",
+            "forbidden",
+        )
+
+
 def commit_session(client, session_id: str, user: str, tag: str) -> dict:
-    """Commit the session's container to the user's private image; its reference and id."""
+    """Commit the session's container to the user's private image; its reference and id.
+
+    The engine pauses the container for the commit (`pause=True`, kept on purpose): consistency
+    over availability. An image outlives the session and is started again later, so it must be
+    one moment's state: committed while processes write (a `pip install` half-way, a growing
+    file), the layer can hold torn files, or the engine's tar fails on a file that changed size.
+    A pause loses nothing: the processes are frozen, not stopped, for the time the engine needs to
+    copy the writable layer (seconds per GB), and the daemon resumes them even if this call is cut
+    off. The reconciler takes a paused container for a live one (session_containers.ALIVE), so
+    the session keeps its record and slots meanwhile. This blocks for as long as the commit
+    takes: the service runs it on an executor of its own, so that the reconciler and other engine
+    calls on the default executor go on.
+    """
     reference = private_reference(user, tag)
     container = session_container(client, session_id)
     try:
@@ -152,5 +219,6 @@ def commit_session(client, session_id: str, user: str, tag: str) -> dict:
         message=f"fGPU hub: session {session_id} of {user}",
         author="fgpu-hub",
         conf=conf,
+        pause=True,
     )
     return {"image": reference, "id": result["Id"], "source_image": labels[LABEL_SOURCE_IMAGE]}

@@ -6,7 +6,8 @@ record, so the request keeps its place in line, or its grant.
 
 A slice is held by a record in SCHEDULED or RUNNING. It is given back when:
 - the session's container (found by its `fgpu.session_id` label) died or was removed outside the
-  hub: the record ends as TERMINATED;
+  hub: the record ends as TERMINATED (a paused container, one being committed to an image, is
+  alive: its session goes on once the commit is done);
 - a grant's container never appeared within `start_grace` seconds (the spawn died with the hub,
   say): the record ends as ERROR.
 
@@ -29,7 +30,7 @@ import docker.errors
 
 from .hub_client import HubError
 from .models import Status, as_utc
-from .session_containers import running_session_containers
+from .session_containers import alive_session_containers
 
 
 class Reconciler:
@@ -58,7 +59,7 @@ class Reconciler:
         # container is gone.
         active = self.manager.active_records()
         running = await asyncio.get_running_loop().run_in_executor(
-            None, running_session_containers, self.docker
+            None, alive_session_containers, self.docker
         )
         await self._release_lost(active, running)
         await self._stop_ungranted(running)

@@ -16,6 +16,7 @@ from queue_service.private_images import (
     CommitError,
     check_tag,
     commit_config,
+    in_private_repository,
     private_entry,
     private_reference,
     user_component,
@@ -53,6 +54,28 @@ def test_bad_tags_are_400s(tag):
 def test_repository_names_follow_the_user():
     assert private_reference("alice", "v1") == "fgpu-private/alice:v1"
     assert user_component("student-1a2b") == "student-1a2b"
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "fgpu-private/alice:t1",
+        "fgpu-private/alice",
+        "docker.io/fgpu-private/alice:t1",
+        "index.docker.io/fgpu-private/alice:t1",
+        "fgpu-private/alice@sha256:" + "0" * 64,
+    ],
+)
+def test_private_repository_spellings(reference):
+    assert in_private_repository(reference)
+
+
+@pytest.mark.parametrize(
+    "reference",
+    ["fgpu/jupyter-base:py3.11", "course/fgpu-private:x", "fgpu-private:t1", "sha256:" + "0" * 64],
+)
+def test_other_repositories(reference):
+    assert not in_private_repository(reference)
 
 
 ODD_NAMES = ["a@b.org", "Alice", "-x", "a--b_", "ünï", "u_x", "a..b"]

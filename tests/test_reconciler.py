@@ -84,6 +84,16 @@ async def test_the_containers_of_active_and_foreign_sessions_are_left_alone(
     assert manager.get(session["id"])["status"] == Status.RUNNING
 
 
+async def test_a_paused_container_is_alive(manager, docker_engine, run_id):
+    """The engine pauses a container while it commits it to an image ("Save image")."""
+    session, container = await running_session(manager, docker_engine, run_id)
+    container.pause()
+    await Reconciler(manager, docker_engine).reconcile()
+    assert manager.get(session["id"])["status"] == Status.RUNNING
+    container.reload()
+    assert container.status == "paused"
+
+
 @pytest.mark.parametrize("fate", ["died", "removed"])
 async def test_a_container_lost_outside_the_hub_frees_its_slice(
     manager, docker_engine, run_id, fate

@@ -23,7 +23,7 @@ from image_catalog.labels import LabelError, entry_fields_from_labels
 from ..image_check import check_singleuser, image_labels
 from ..images import CheckResult, ImageError, ImageStore, entry_of
 from ..models import utcnow
-from ..private_images import PRIVATE_REPOSITORY
+from ..private_images import refuse_private_image
 from .base import BaseHandler, filtered_grant, scope_holds
 
 MANAGE_SCOPE = "custom:images:manage"
@@ -80,9 +80,10 @@ class ImageAPIHandler(BaseHandler):
             )
         return person
 
-    def refuse_private_changes(self, person: dict, body: dict, current: dict | None = None):
+    async def refuse_private_changes(self, person: dict, body: dict, current: dict | None = None):
         """Instructors curate the shared catalog; a private image is its owner's, and only admins
-        make, change or hand one over (from a session: POST sessions/{id}/image)."""
+        make, change or hand one over (from a session: POST sessions/{id}/image). An image is
+        known as private by what the engine resolves its reference to, not by its spelling."""
         if person.get("admin"):
             return
         if current is not None and current.get("owner"):
@@ -91,8 +92,7 @@ class ImageAPIHandler(BaseHandler):
             )
         if body.get("owner"):
             raise web.HTTPError(403, "Only admins give an image an owner.")
-        if str(body.get("image", "")).startswith(f"{PRIVATE_REPOSITORY}/"):
-            raise web.HTTPError(403, "Private images (fgpu-private/...) are listed by admins only.")
+        await asyncio.to_thread(refuse_private_image, self.settings["docker"], body.get("image"))
 
     async def subject(self) -> dict:
         """Whose permissions a read is about: `?user=` (managers, the spawner) or the caller."""
@@ -137,7 +137,7 @@ class ImagesHandler(ImageAPIHandler):
     async def post(self):
         person = await self.curator()
         body = self.body()
-        self.refuse_private_changes(person, body)
+        await self.refuse_private_changes(person, body)
         try:
             parse_image(body)
         except CatalogError as e:
@@ -159,7 +159,7 @@ class ImageHandler(ImageAPIHandler):
         person = await self.curator()
         current = self.images.get(name)
         changes = self.body()
-        self.refuse_private_changes(person, changes, current)
+        await self.refuse_private_changes(person, changes, current)
         if changes.get("name", name) != name:
             raise web.HTTPError(400, "An image cannot be renamed; add it under the new name.")
         merged = {**entry_of(current).to_dict(), **changes, "name": name}
@@ -175,7 +175,7 @@ class ImageHandler(ImageAPIHandler):
     @web.authenticated
     async def delete(self, name):
         person = await self.curator()
-        self.refuse_private_changes(person, {}, self.images.get(name))
+        await self.refuse_private_changes(person, {}, self.images.get(name))
         self.write_json(self.images.delete(name))
 
 

@@ -122,7 +122,9 @@ class SessionImageHandler(BaseHandler):
         if images.find(entry.name) is not None:
             raise CommitError(f"The catalog already has an image named {entry.name!r}.", "conflict")
         engine = self.settings["docker_commits"]
-        committed = await asyncio.to_thread(commit_session, engine, session_id, user, tag)
+        committed = await asyncio.get_running_loop().run_in_executor(
+            self.settings["commit_executor"], commit_session, engine, session_id, user, tag
+        )
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
         try:
             registered = images.add(entry, source="private", check=check)
