@@ -111,7 +111,8 @@ class GrantsHandler(APIHandler):
         data = self.body()
         if not isinstance(data.get("user"), str) or not data["user"]:
             raise web.HTTPError(400, "Malformed grant request: no user.")
-        user = await self.from_hub(self.hub.user(data["user"]))
+        # Read now, not from the cache: the account decides which private images are its own.
+        user = await self.from_hub(self.hub.user_now(data["user"]))
         await self.refresh_quotas(user)
         try:
             image = self.settings["images"].admit_options(user, data)

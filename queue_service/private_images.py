@@ -189,6 +189,7 @@ class SessionImageHandler(APIHandler):
                 f"Session {session_id} is {record['status']}; only a running one can be committed.",
             )
         user = record["user"]
+        owner_created = await self.from_hub(self.hub.account_created(user))
         try:
             tag = check_tag(self.body().get("tag"))
             entry = private_entry(user, tag, private_reference(user, tag), self._source(record))
@@ -199,7 +200,9 @@ class SessionImageHandler(APIHandler):
             raise web.HTTPError(e.status, e.message) from None
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
         try:
-            registered = self.settings["images"].add(entry, source="private", check=check)
+            registered = self.settings["images"].add(
+                entry, source="private", check=check, owner_created=owner_created
+            )
         except ImageError as e:
             await asyncio.to_thread(self.docker.images.remove, committed["id"], force=True)
             raise web.HTTPError(e.status, e.message) from None
