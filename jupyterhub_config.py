@@ -10,6 +10,7 @@ Environment variables:
   FGPU_SIMULATED_GPUS  simulated GPUs for hosts without any, e.g. "2x8GiB"
   FGPU_UNITS_PER_GPU   fGPU units in one physical GPU (default 1)
   FGPU_DUMMY_PASSWORD  shared password for the demo login (default: none asked)
+  FGPU_DEMO_LOGIN_ON_NETWORK  1: let the demo login run on a non-loopback FGPU_HUB_IP
   FGPU_QUEUE_PORT      port of the queue service on 127.0.0.1 (default 10101)
   FGPU_CATALOG_PATH    catalog.yaml that seeds the image catalog (default: the shipped one)
 """
@@ -47,13 +48,15 @@ c.JupyterHub.allow_named_servers = True
 # Sessions outlive a hub restart; the queue service's reconciler owns their clean-up.
 c.JupyterHub.cleanup_servers = False
 
-# A demo login: any user name; `admin` is an admin. A real site sets its own authenticator in a
-# config file that loads this one.
-c.JupyterHub.authenticator_class = "dummy"
-c.Authenticator.allow_all = True
-c.Authenticator.admin_users = {"admin"}
+# A demo login: any user name; `admin` is an admin. It refuses to start on an address other than
+# a loopback one unless FGPU_DEMO_LOGIN_ON_NETWORK=1. Its settings are the demo class's own, so a
+# site that loads this file and sets a real authenticator inherits none of them.
+c.JupyterHub.authenticator_class = "fgpu_spawner.demo_login.DemoAuthenticator"
+c.DemoAuthenticator.allow_all = True
+c.DemoAuthenticator.admin_users = {"admin"}
+c.DemoAuthenticator.allow_non_loopback = os.environ.get("FGPU_DEMO_LOGIN_ON_NETWORK") == "1"
 if os.environ.get("FGPU_DUMMY_PASSWORD"):
-    c.DummyAuthenticator.password = os.environ["FGPU_DUMMY_PASSWORD"]
+    c.DemoAuthenticator.password = os.environ["FGPU_DUMMY_PASSWORD"]
 
 # The queue service owns every allocation. The spawner talks to it with a token of its own,
 # whose only scope is access to that service.

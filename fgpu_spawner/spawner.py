@@ -42,7 +42,14 @@ from .grant import Grant
 from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
 from .queue_client import QueueClient, QueueError
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
-from .storage import StorageSettings, data_groups, session_mounts
+from .storage import (
+    StorageSettings,
+    account_tag,
+    data_groups,
+    home_volume_name,
+    pick_home_volume,
+    session_mounts,
+)
 
 LOCAL_NODE = "local"
 
@@ -590,10 +597,29 @@ class FGPUSpawner(DockerSpawner):
             except (OSError, ValueError) as e:
                 self.log.warning("Group folder %s stays owned by the hub's user: %s", path, e)
 
-    def storage_mounts(self) -> list:
+    def storage_mounts(self, home_volume: str = "") -> list:
         groups = [group.name for group in self.user.groups]
         self.prepare_group_folders(groups)
-        return session_mounts(self.storage_settings, self.user.name, groups)
+        account = account_tag(self.user.created)
+        return session_mounts(self.storage_settings, self.user.name, groups, home_volume, account)
+
+    async def home_volume_of_account(self) -> str:
+        """This account's home volume. A volume left by a deleted user of the same name stays as
+        it is and out of reach: the new account gets one of its own (fgpu_spawner/storage.py)."""
+        if not self.home_volume:
+            return ""
+        names = {
+            home_volume_name(self.home_volume, self.user.name, tag)
+            for tag in ("", account_tag(self.user.created))
+        }
+        volumes = {name: await self._inspect_volume(name) for name in names}
+        return pick_home_volume(self.home_volume, self.user.name, self.user.created, volumes)
+
+    async def _inspect_volume(self, name: str) -> dict | None:
+        try:
+            return await self.docker("inspect_volume", name)
+        except docker.errors.NotFound:
+            return None
 
     async def session_network(self) -> SessionNetwork:
         """The isolated session network, created again if someone removed it since start-up."""
@@ -662,7 +688,7 @@ class FGPUSpawner(DockerSpawner):
             publish_to=None if self.use_internal_ip else self.host_ip,
             binds=self.volume_binds,
             volumes=self.volume_mount_points,
-            mounts=[*self.mount_binds, *self.storage_mounts()],
+            mounts=[*self.mount_binds, *self.storage_mounts(await self.home_volume_of_account())],
             extra_create_kwargs=self._render_templates(self.extra_create_kwargs),
             extra_host_config=self._render_templates(self.extra_host_config),
             gpu_sharing=self.gpu_sharing,

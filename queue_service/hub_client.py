@@ -37,6 +37,16 @@ class HubClient:
         """The user as the hub has it this moment (servers and their pending state included)."""
         return (await self._call("GET", f"/users/{quote(name)}"))[1]
 
+    async def account_created(self, name: str) -> str | None:
+        """When the hub account now named `name` was created (ISO text, never cached: a user
+        deleted and created again is another account), or None if there is no such user."""
+        try:
+            return (await self.user_now(name)).get("created")
+        except HubError as e:
+            if e.status == 404:
+                return None
+            raise
+
     async def group(self, name: str) -> dict:
         return await self._cached(f"/groups/{quote(name)}")
 

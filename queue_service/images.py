@@ -6,6 +6,11 @@ changes only where nobody edited it since, and an image an instructor deleted st
 
 `admit` is the one place that decides whether a user may start an image at a given size; the spawn
 path (api/grants) and `POST api/sessions` both ask it.
+
+A private image belongs to its owner's hub account, told apart by the account's creation time
+(`owner_created`): a user deleted and created again under the same name is a new account, and the
+old account's images are not offered to it. Admins still see them and can hand them over (PATCH
+`owner`) or delete them.
 """
 
 from __future__ import annotations
@@ -42,13 +47,34 @@ class CheckResult:
     checked_at: datetime
 
 
-def refusal(entry: dict, user: str, groups: tuple[str, ...], admin: bool) -> str | None:
-    """Why `user` may not start this image, or None. Pure; `entry` is a store view."""
+def account_time(value: datetime | str | None) -> datetime | None:
+    """A hub account's creation time, from the hub's user model (ISO text) or the store."""
+    if not value:
+        return None
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return as_utc(moment)
+
+
+def refusal(
+    entry: dict,
+    user: str,
+    groups: tuple[str, ...],
+    admin: bool,
+    created: datetime | str | None = None,
+) -> str | None:
+    """Why `user` (the account made at `created`) may not start this image, or None. Pure;
+    `entry` is a store view."""
     name = entry["name"]
     if entry["hidden"]:
         return f"Image {name!r} is hidden by the instructors."
     if entry["owner"] and entry["owner"] != user:
         return f"Image {name!r} is private to another user."
+    owner_created = account_time(entry.get("owner_created"))
+    if owner_created and owner_created != account_time(created):
+        return (
+            f"Image {name!r} belongs to an earlier account named {user}; an admin can hand it "
+            "over to you."
+        )
     if entry["groups"] and not admin and not set(entry["groups"]) & set(groups):
         return f"Image {name!r} is only for the group(s) {', '.join(entry['groups'])}."
     return None
@@ -83,9 +109,16 @@ class ImageStore:
         except ImageError:
             return None
 
-    def visible_to(self, user: str, groups: tuple[str, ...], admin: bool = False) -> list[dict]:
-        """The images this user may start, as the spawn form offers them."""
-        return [e for e in self.all() if refusal(e, user, groups, admin) is None]
+    def visible_to(
+        self,
+        user: str,
+        groups: tuple[str, ...],
+        admin: bool = False,
+        created: datetime | str | None = None,
+    ) -> list[dict]:
+        """The images this user (the account made at `created`) may start, as the spawn form
+        offers them."""
+        return [e for e in self.all() if refusal(e, user, groups, admin, created) is None]
 
     def manageable_by(self, user: str, admin: bool) -> list[dict]:
         """What the Images page lists for a manager: everything but others' private images,
@@ -99,8 +132,10 @@ class ImageStore:
         groups: tuple[str, ...],
         admin: bool = False,
         size: tuple[float, int, float] | None = None,
+        created: datetime | str | None = None,
     ) -> dict:
-        """The image `user` asks for, if they may start it at `size` (cpu, mem, fgpu).
+        """The image `user` (the account made at `created`) asks for, if they may start it at
+        `size` (cpu, mem, fgpu).
 
         Unknown images and sizes outside the image's bounds are 400s; images the user may not
         use are 403s.
@@ -109,7 +144,7 @@ class ImageStore:
             entry = self.get(name)
         except ImageError:
             raise ImageError(f"Unknown image {name!r}.", "invalid") from None
-        reason = refusal(entry, user, groups, admin)
+        reason = refusal(entry, user, groups, admin, created)
         if reason:
             raise ImageError(reason, "forbidden")
         if size is not None:
@@ -133,13 +168,23 @@ class ImageStore:
             tuple(person.get("groups", [])),
             admin=bool(person.get("admin")),
             size=_size_of(options),
+            created=person.get("created"),
         )
 
     # -- changes ---------------------------------------------------------------------------------
 
-    def add(self, image: CatalogImage, source: str = "api", check: CheckResult | None = None):
+    def add(
+        self,
+        image: CatalogImage,
+        source: str = "api",
+        check: CheckResult | None = None,
+        owner_created: datetime | str | None = None,
+    ):
+        """Add an entry; a private one belongs to the owner's account made at `owner_created`
+        (None: to whoever has the owner's name)."""
         record = ImageRecord(name=image.name, source=source, created=utcnow())
         _fill(record, image)
+        _set_owner_account(record, image, account_time(owner_created))
         _record_check(record, check)
         try:
             with self.db.begin() as db:
@@ -150,10 +195,20 @@ class ImageStore:
             ) from None
         return self.get(image.name)
 
-    def update(self, image: CatalogImage, check: CheckResult | None = None) -> dict:
+    def update(
+        self,
+        image: CatalogImage,
+        check: CheckResult | None = None,
+        owner_created: datetime | str | None = None,
+    ) -> dict:
+        """Change an entry. `owner_created` hands a private image to that account of its owner;
+        without it, the owner's account stays as it was unless the owner changes."""
         with self.db.begin() as db:
             record = self._load(db, image.name)
+            owner_before = record.owner
             _fill(record, image)
+            if image.owner != owner_before or owner_created is not None:
+                _set_owner_account(record, image, account_time(owner_created))
             if check is not None:
                 _record_check(record, check)
         return self.get(image.name)
@@ -237,6 +292,10 @@ def _fill(record: ImageRecord, image: CatalogImage) -> None:
     record.updated = utcnow()
 
 
+def _set_owner_account(record: ImageRecord, image: CatalogImage, created: datetime | None) -> None:
+    record.owner_created = created if image.owner else None
+
+
 def _record_check(record: ImageRecord, check: CheckResult | None) -> None:
     if check is not None:
         record.check_ok, record.check_message = check.ok, check.message
@@ -262,6 +321,7 @@ def _view(record: ImageRecord) -> dict:
             "message": record.check_message,
             "checked_at": _iso(record.checked_at),
         },
+        "owner_created": _iso(record.owner_created),
         "created": _iso(record.created),
         "updated": _iso(record.updated),
     }

@@ -95,6 +95,9 @@ class ImageRecord(Base):
     groups_json: Mapped[str] = mapped_column(Text, nullable=False, default="[]")
     hidden: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     owner: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The owner's hub account (its creation time): a later user of the same name is not the owner.
+    # Empty for images given to a name alone (before this column, or to a user not yet created).
+    owner_created: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # Where it came from: "seed" (catalog.yaml), "api" (an instructor), "commit" (a session).
     source: Mapped[str] = mapped_column(String(20), nullable=False, default="api")
     check_ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)

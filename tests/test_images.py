@@ -104,6 +104,35 @@ def test_admit_refuses_with_the_right_cause_and_reason(store):
         assert (refused.value.cause, fragment in refused.value.message) == (cause, True), args
 
 
+ANN_FIRST = "2026-01-05T09:00:00.250000Z"  # as the hub's user model has `created`
+ANN_AGAIN = "2026-03-01T12:30:00.000007Z"  # ann deleted, and a new ann created
+
+
+def test_a_private_image_belongs_to_its_owners_account_not_to_the_name(store):
+    store.add(image("mine", owner="ann"), owner_created=ANN_FIRST)
+    store.add(image("named", owner="ann"))  # given to the name alone (as before accounts)
+    assert store.get("mine")["owner_created"] == "2026-01-05T09:00:00.250000+00:00"
+    names = lambda created, admin=False: [  # noqa: E731
+        e["name"] for e in store.visible_to("ann", (), admin, created=created)
+    ]
+    assert names(ANN_FIRST) == ["mine", "named"]
+    assert names(ANN_AGAIN) == ["named"]
+    assert names(None) == ["named"], "an unknown account is not the owner"
+    assert names(ANN_AGAIN, admin=True) == ["named"]
+    with pytest.raises(ImageError) as refused:
+        store.admit_options({"name": "ann", "created": ANN_AGAIN}, {"image": "mine"})
+    assert refused.value.status == 403 and "earlier account named ann" in refused.value.message
+    assert store.admit_options({"name": "ann", "created": ANN_FIRST}, {"image": "mine"})
+    # Admins still manage it, and hand it over to the new account.
+    assert "mine" in [e["name"] for e in store.manageable_by("root", admin=True)]
+    store.update(image("mine", owner="ann", description="kept"))
+    assert store.get("mine")["owner_created"].startswith("2026-01-05"), "an edit keeps the owner"
+    store.update(image("mine", owner="ann"), owner_created=ANN_AGAIN)
+    assert names(ANN_AGAIN) == ["mine", "named"]
+    store.update(image("mine"))
+    assert store.get("mine")["owner_created"] is None, "a shared image has no owner account"
+
+
 def catalog(**first_fields):
     return parse_catalog(
         {

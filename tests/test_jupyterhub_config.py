@@ -1,8 +1,12 @@
 """The shipped jupyterhub_config.py (DESIGN.md, contract 2), loaded as JupyterHub loads it."""
 
+import re
+
+from jupyterhub.auth import PAMAuthenticator
 from traitlets.config.loader import PyFileConfigLoader
 
 from fgpu_spawner import FGPUSpawner
+from fgpu_spawner.demo_login import DemoAuthenticator
 from fgpu_spawner.network import ICC_OPTION
 
 from .harness import ROOT
@@ -10,6 +14,19 @@ from .harness import ROOT
 
 def load_shipped_config():
     return PyFileConfigLoader("jupyterhub_config.py", path=str(ROOT)).load_config()
+
+
+def readme_site_recipe() -> str:
+    """The README's site file: the Python block that extends the shipped config."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    (recipe,) = [block for block in blocks if "load_subconfig" in block]
+    return recipe
+
+
+def load_site_config(tmp_path, text: str):
+    """A site file in its own folder that loads the shipped config, as JupyterHub loads it."""
+    (tmp_path / "site_config.py").write_text(text)
+    return PyFileConfigLoader("site_config.py", path=[str(tmp_path), str(ROOT)]).load_config()
 
 
 def test_environment_variables_set_port_and_fgpu_units(monkeypatch):
@@ -27,7 +44,7 @@ def test_defaults_are_a_local_hub_that_keeps_sessions_across_restarts(monkeypatc
     assert config.JupyterHub.bind_url == "http://127.0.0.1:8000"
     assert config.JupyterHub.spawner_class == "fgpu"
     assert config.JupyterHub.cleanup_servers is False
-    assert config.Authenticator.allow_all is True
+    assert config.JupyterHub.authenticator_class == "fgpu_spawner.demo_login.DemoAuthenticator"
     # State follows JupyterHub's convention: nothing moves the DB or cookie secret out of the cwd.
     assert "db_url" not in config.JupyterHub and "cookie_secret_file" not in config.JupyterHub
 
@@ -45,3 +62,35 @@ def test_the_hub_api_listens_on_the_isolated_session_networks_gateway(docker_eng
     network = docker_engine.api.inspect_network(config.FGPUSpawner.network_name)
     assert network["Options"][ICC_OPTION] == "false"
     assert config.JupyterHub.hub_ip == network["IPAM"]["Config"][0]["Gateway"]
+
+
+def test_the_demo_login_lets_anyone_in_and_admin_is_an_admin(monkeypatch):
+    monkeypatch.delenv("FGPU_DEMO_LOGIN_ON_NETWORK", raising=False)
+    demo = DemoAuthenticator(config=load_shipped_config())
+    assert demo.allow_all is True
+    assert demo.admin_users == {"admin"}
+    assert demo.allow_non_loopback is False
+
+
+def test_the_demo_settings_reach_no_other_authenticator(tmp_path):
+    site = load_site_config(
+        tmp_path,
+        'load_subconfig("jupyterhub_config.py")\nc.JupyterHub.authenticator_class = "pam"\n',
+    )
+    pam = PAMAuthenticator(config=site)
+    assert pam.allow_all is False
+    assert pam.admin_users == set()
+
+
+def test_the_readme_site_recipe_lets_in_only_its_own_users(tmp_path):
+    site = load_site_config(tmp_path, readme_site_recipe())
+    assert site.JupyterHub.authenticator_class == "pam"
+    pam = PAMAuthenticator(config=site)
+    assert pam.allow_all is False
+    assert "admin" not in pam.admin_users
+    assert pam.allowed_users and "admin" not in pam.allowed_users
+
+
+def test_an_explicit_setting_lets_the_demo_login_on_the_network(monkeypatch):
+    monkeypatch.setenv("FGPU_DEMO_LOGIN_ON_NETWORK", "1")
+    assert DemoAuthenticator(config=load_shipped_config()).allow_non_loopback is True

@@ -8,6 +8,7 @@ import io
 import secrets
 import zipfile
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 import requests
@@ -16,9 +17,13 @@ from fgpu_spawner.container_spec import ContainerContext, build_container_spec
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from fgpu_spawner.storage import (
+    LABEL_ACCOUNT,
     StorageSettings,
+    account_tag,
+    belongs_to_account,
     data_groups,
     home_volume_name,
+    pick_home_volume,
     session_mounts,
     volume_safe,
 )
@@ -54,6 +59,61 @@ def test_home_is_a_labelled_named_volume_at_the_home_folder():
         "fgpu.user": "alice",
         "fgpu.volume": "home",
     }
+
+
+FIRST = datetime(2026, 1, 5, 9, 0, 0, 250000)  # naive UTC, as the hub's database has it
+SECOND = datetime(2026, 3, 1, 12, 30, 0, 7)
+TEMPLATE = "fgpu-home-{username}"
+
+
+def volume(tag=None, created_at="2026-01-05T09:00:01Z") -> dict:
+    return {"Labels": {LABEL_ACCOUNT: tag} if tag else {}, "CreatedAt": created_at}
+
+
+def test_an_account_tag_is_its_creation_time_and_names_its_own_volume():
+    assert account_tag(FIRST) == "20260105T090000250000Z"
+    assert account_tag(FIRST.replace(tzinfo=UTC)) == account_tag(FIRST)
+    assert account_tag(None) == ""
+    own = home_volume_name(TEMPLATE, "alice", account_tag(SECOND))
+    assert own == "fgpu-home-alice_u20260301T123000000007Z"
+    # No user's plain name, escaped, gives the same volume name.
+    assert volume_safe("alice_u20260301T123000000007Z") != own.removeprefix("fgpu-home-")
+
+
+def test_the_first_account_keeps_the_plain_name():
+    assert pick_home_volume(TEMPLATE, "alice", FIRST, {"fgpu-home-alice": None}) == (
+        "fgpu-home-alice"
+    )
+    existing = {"fgpu-home-alice": volume(account_tag(FIRST))}
+    assert pick_home_volume(TEMPLATE, "alice", FIRST, existing) == "fgpu-home-alice"
+
+
+def test_a_new_account_of_the_same_name_never_gets_the_old_volume():
+    for old in (volume(account_tag(FIRST)), volume(created_at="2026-01-05T09:00:01Z")):
+        picked = pick_home_volume(TEMPLATE, "alice", SECOND, {"fgpu-home-alice": old})
+        assert picked == "fgpu-home-alice_u20260301T123000000007Z"
+
+
+def test_the_new_account_keeps_its_own_volume_even_once_the_old_one_is_removed():
+    own = home_volume_name(TEMPLATE, "alice", account_tag(SECOND))
+    volumes = {"fgpu-home-alice": None, own: volume(account_tag(SECOND))}
+    assert pick_home_volume(TEMPLATE, "alice", SECOND, volumes) == own
+
+
+def test_unlabelled_volumes_belong_to_the_account_they_were_made_after():
+    # Made in the account's first second: the engine's whole seconds must not hide it.
+    assert belongs_to_account(volume(created_at="2026-01-05T09:00:00Z"), FIRST)
+    assert not belongs_to_account(volume(created_at="2026-01-05T09:00:01Z"), SECOND)
+    assert not belongs_to_account({"Labels": None}, SECOND), "unknown age: not handed over"
+    assert belongs_to_account(volume(created_at="2026-01-05T09:00:01Z"), None)
+
+
+def test_a_new_volume_is_labelled_with_its_account():
+    tag = account_tag(SECOND)
+    own = home_volume_name(TEMPLATE, "alice", tag)
+    (mount,) = session_mounts(StorageSettings(), "alice", [], home_volume=own, account=tag)
+    assert mount["Source"] == own
+    assert mount["VolumeOptions"]["Labels"][LABEL_ACCOUNT] == tag
 
 
 def test_an_empty_home_volume_setting_turns_persistence_off():

@@ -43,7 +43,8 @@ class GrantsHandler(SpawnerHandler):
         data = self.body()
         if not isinstance(data.get("user"), str) or not data["user"]:
             raise web.HTTPError(400, "Malformed grant request: no user.")
-        user = await self.from_hub(self.hub.user(data["user"]))
+        # Read now, not from the cache: the account decides which private images are its own.
+        user = await self.from_hub(self.hub.user_now(data["user"]))
         await self.refresh_quotas(user)
         image = self.settings["images"].admit_options(user, data)
         record = await self.manager.submit(data, groups=tuple(user.get("groups", [])))

@@ -94,6 +94,13 @@ class ImageAPIHandler(BaseHandler):
             raise web.HTTPError(403, "Only admins give an image an owner.")
         await asyncio.to_thread(refuse_private_image, self.settings["docker"], body.get("image"))
 
+    async def owner_account(self, body: dict) -> str | None:
+        """The creation time of the account a private image is given to (admins name `owner`):
+        naming the owner again hands the image to the account that has that name now."""
+        if not body.get("owner"):
+            return None
+        return await self.from_hub(self.hub.account_created(body["owner"]))
+
     async def subject(self) -> dict:
         """Whose permissions a read is about: `?user=` (managers, the spawner) or the caller."""
         person, manages = await self.caller()
@@ -104,7 +111,8 @@ class ImageAPIHandler(BaseHandler):
             return person
         if not manages and name != person["name"]:
             raise web.HTTPError(403, "Only instructors and admins may look up another user.")
-        return await self.from_hub(self.hub.user(name))
+        # Read now: the spawn form must not offer an earlier account's private images.
+        return await self.from_hub(self.hub.user_now(name))
 
     async def checked(self, reference: str, body: dict) -> tuple:
         """The image's own labels under `body`, validated, and its check: or a 400 that says why."""
@@ -129,7 +137,10 @@ class ImagesHandler(ImageAPIHandler):
         else:
             user = await self.subject()
             images = self.images.visible_to(
-                user["name"], tuple(user.get("groups", [])), bool(user.get("admin"))
+                user["name"],
+                tuple(user.get("groups", [])),
+                bool(user.get("admin")),
+                created=user.get("created"),
             )
         self.write_json({"images": images})
 
@@ -145,7 +156,8 @@ class ImagesHandler(ImageAPIHandler):
         if any(e["name"] == body["name"] for e in self.images.all()):
             raise web.HTTPError(409, f"An image named {body['name']!r} is already in the catalog.")
         image, check = await self.checked(body["image"], body)
-        self.write_json(self.images.add(image, check=check), 201)
+        owner_created = await self.owner_account(body)
+        self.write_json(self.images.add(image, check=check, owner_created=owner_created), 201)
 
 
 class ImageHandler(ImageAPIHandler):
@@ -170,7 +182,8 @@ class ImageHandler(ImageAPIHandler):
         check = None
         if image.image != current["image"]:
             _, check = await self.checked(image.image, merged)
-        self.write_json(self.images.update(image, check=check))
+        owner_created = await self.owner_account(changes)
+        self.write_json(self.images.update(image, check=check, owner_created=owner_created))
 
     @web.authenticated
     async def delete(self, name):

@@ -145,7 +145,10 @@ class SessionsPage(PageHandler):
             "userPrefix": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "user/",
             # What this user may start (groups, hidden, private), as api/images answers it.
             "images": self.settings["images"].visible_to(
-                person["name"], tuple(person.get("groups", [])), bool(person.get("admin"))
+                person["name"],
+                tuple(person.get("groups", [])),
+                bool(person.get("admin")),
+                created=person.get("created"),
             ),
         }
         self.render_page("sessions.html", person, page_config=config)

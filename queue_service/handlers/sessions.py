@@ -117,6 +117,7 @@ class SessionImageHandler(BaseHandler):
                 f"Session {session_id} is {record['status']}; only a running one can be committed.",
             )
         user, images = record["user"], self.settings["images"]
+        owner_created = await self.from_hub(self.hub.account_created(user))
         tag = check_tag(self.body().get("tag"))
         entry = private_entry(user, tag, private_reference(user, tag), images.find(record["image"]))
         if images.find(entry.name) is not None:
@@ -127,7 +128,9 @@ class SessionImageHandler(BaseHandler):
         )
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
         try:
-            registered = images.add(entry, source="private", check=check)
+            registered = images.add(
+                entry, source="private", check=check, owner_created=owner_created
+            )
         except Exception:
             await asyncio.to_thread(engine.images.remove, committed["id"], force=True)
             raise
