@@ -13,8 +13,12 @@ Environment variables:
   FGPU_DEMO_LOGIN_ON_NETWORK  1: let the demo login run on a non-loopback FGPU_HUB_IP
   FGPU_QUEUE_PORT      port of the queue service on 127.0.0.1 (default 10101)
   FGPU_CATALOG_PATH    catalog.yaml that seeds the image catalog (default: the shipped one)
+  FGPU_USER_QUOTA      per-user quota as JSON, merged on the default {"sessions": 3, "pending": 2,
+                       "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
+  FGPU_CLASS_SIZE      students expected at once, to size the hub's spawn slots (default 200)
 """
 
+import json
 import os
 import secrets
 import sys
@@ -65,6 +69,16 @@ simulated_gpus = os.environ.get("FGPU_SIMULATED_GPUS", "")
 queue_url = f"http://127.0.0.1:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
 catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
+fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
+
+# One student cannot hold the hub: every user gets this quota from the queue service, and the hub
+# refuses a named server past it before the spawner runs (both answer 4xx with a message).
+from queue_service.quotas import DEFAULT_USER_QUOTA, active_session_limit, parse_quota  # noqa: E402
+
+user_quota = {**DEFAULT_USER_QUOTA, "fgpu": fgpu_max}
+user_quota.update(json.loads(os.environ.get("FGPU_USER_QUOTA") or "{}"))
+# A typo stops the hub here, with the key named.
+pending_per_user = parse_quota(user_quota, "FGPU_USER_QUOTA").max_pending
 c.JupyterHub.services = [
     {
         "name": "queue",
@@ -79,6 +93,8 @@ c.JupyterHub.services = [
             f"--QueueService.units_per_gpu={units_per_gpu}",
             f"--QueueService.simulated_gpus={simulated_gpus}",
             f"--QueueService.catalog_path={catalog_path}",
+            # A Python literal: traitlets reads a Dict from the command line with literal_eval.
+            f"--QueueService.user_quota={user_quota!r}",
         ],
         # The service sees these scopes on the login of users who hold them: instructors curate
         # the catalog; admin:servers (hub admins) is the service's admin power.
@@ -121,12 +137,23 @@ c.FGPUSpawner.queue_url = f"{queue_url}/services/queue/"
 c.FGPUSpawner.queue_token = spawner_token
 c.FGPUSpawner.catalog_path = catalog_path
 # Up to 4 fGPU per session by default; the queue refuses what no node could ever hold.
-c.FGPUSpawner.fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
+c.FGPUSpawner.fgpu_max = fgpu_max
 c.FGPUSpawner.gpu_sharing = "simulated" if simulated_gpus else "hami"
 c.Spawner.default_url = "/lab"
 # A spawn may wait in the queue; the queue's own pending timeout (an hour) ends it first.
 c.Spawner.start_timeout = 3600 + 120
-c.JupyterHub.concurrent_spawn_limit = 500
+# Per user, at most sessions + pending named servers (3 + 2) may run or wait at once; stopped ones
+# do not count. The queue's quota refuses the default server past the same numbers.
+from fgpu_spawner.named_servers import ActiveNamedServerLimit  # noqa: E402
+
+c.JupyterHub.named_server_limit_per_user = ActiveNamedServerLimit(active_session_limit(user_quota))
+# A spawn holds one of the hub's spawn slots from its start until its server answers, and so for
+# as long as it waits in the queue. The pending quota bounds those waiting spawns at `pending` per
+# student (2 × 200 students = 400 at worst), and the rest is room for spawns that are starting a
+# container (100), so that a full queue never turns everyone else's start into a 429.
+class_size = int(os.environ.get("FGPU_CLASS_SIZE", "200"))
+waiting_per_user = pending_per_user if pending_per_user is not None else 2
+c.JupyterHub.concurrent_spawn_limit = waiting_per_user * class_size + 100
 c.Spawner.http_timeout = 60
 
 # The hub's pages carry the queue's Sessions (and, for admins, Cluster) links, the resource

@@ -23,13 +23,8 @@ import requests
 from tests.harness import running_hub
 
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
-# Room for the largest launch: the shipped per-user limits would refuse 20 at once.
-EXTRA_CONFIG = """
-c.JupyterHub.named_server_limit_per_user = 0
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append('--QueueService.user_quota={"sessions": 100, "pending": 100}')
-"""
+# Room for the largest launch: the shipped per-user limits (3 running, 2 waiting) refuse 20 at once.
+UNLIMITED = '{"sessions": null, "pending": null, "fgpu": null}'
 
 
 def launch(hub, token: str, count: int) -> float:
@@ -76,10 +71,10 @@ def main() -> None:
     parser.add_argument("--baseline-counts", default="1,5", help="counts also run the old way")
     args = parser.parse_args()
     baseline_counts = {int(n) for n in args.baseline_counts.split(",") if n}
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
+    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2", "FGPU_USER_QUOTA": UNLIMITED}
     with (
         tempfile.TemporaryDirectory() as workdir,
-        running_hub(Path(workdir), env=env, extra_config=EXTRA_CONFIG) as hub,
+        running_hub(Path(workdir), env=env) as hub,
     ):
         user = "launch-bench"
         hub.create_user(user)

@@ -26,7 +26,7 @@ from .db import open_database
 from .hub_client import HubClient
 from .images import ImageStore
 from .queue import QueueManager, SchedulerSettings
-from .quotas import QuotaBook
+from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
 from .stats import StatsSampler
 
@@ -109,11 +109,16 @@ class QueueService(Application):
         help="""Seconds a request may wait before it ends as PENDING_TIMEOUT; 0 waits forever.""",
     )
     user_quota = Dict(
-        {},
+        DEFAULT_USER_QUOTA,
         config=True,
-        help="""
-        Quota of every user, e.g. {"fgpu": 2, "sessions": 3}. Group quotas come from the hub's
-        group property `fgpu_quota` (edited in the admin panel).
+        help=f"""
+        Quota of every user (keys as in a group's `fgpu_quota`): by default {DEFAULT_USER_QUOTA},
+        that is 3 sessions running, 2 more waiting and 4 fGPU in all, so that one student
+        cannot fill the queue or hold the cluster. A request past `pending` is refused at once
+        (403, with a message); past `sessions` or `fgpu` it waits. A key set to None lifts that
+        limit; {{}} lifts them all. Group quotas (the hub's group property `fgpu_quota`, edited in
+        the admin panel) apply as well. Keep the hub's `named_server_limit_per_user` at
+        sessions + pending (the shipped jupyterhub_config.py derives both from FGPU_USER_QUOTA).
         """,
     )
     spawner_service = Unicode(

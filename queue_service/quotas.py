@@ -5,8 +5,9 @@ Admins edit them in the hub's admin panel, as a group property named `fgpu_quota
     {"cpu": 8, "mem": "16G", "fgpu": 2, "sessions": 4, "pending": 4, "resource_groups": ["default"]}
 
 Every key is optional; a missing key means no limit from that group. Each user also has the
-configured per-user default. The scheduler needs these synchronously, so the book keeps what the
-hub last said, refreshed whenever a user asks for a session.
+configured per-user default (`DEFAULT_USER_QUOTA` unless the site sets its own), so that one student
+cannot hold the hub. The scheduler needs these synchronously, so the book keeps what the hub last
+said, refreshed whenever a user asks for a session.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ from .hub_client import HubClient, HubError
 
 QUOTA_PROPERTY = "fgpu_quota"
 _KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups"}
+
+
+#: What one user may hold unless the site says otherwise: enough for a class's work (a notebook, a
+#: second one to compare, a third for a long run; two more queued behind them), and no more, so
+#: that a student who fires a hundred requests holds five, and the rest get a refusal at once.
+#: `fgpu` is the shipped form's largest session (FGPU_MAX_PER_SESSION), so every session the form
+#: offers can start. A site raises any of them (jupyterhub_config.py: FGPU_USER_QUOTA).
+DEFAULT_USER_QUOTA = {"sessions": 3, "pending": 2, "fgpu": 4}
 
 
 class QuotaError(ValueError):
@@ -52,6 +61,16 @@ def parse_quota(data: dict | None, where: str) -> scheduler.Quota | None:
         )
     except (TypeError, ValueError, OverflowError) as e:
         raise QuotaError(f"{where}: {e}") from None
+
+
+def active_session_limit(quota: dict) -> int:
+    """How many sessions of one user may run or wait at once under this per-user quota: its
+    running `sessions` plus its `pending` ones; 0 (no limit) when either is unlimited. The hub's
+    named-server limit follows it, so that the hub never refuses what the queue would take."""
+    parsed = parse_quota(quota, "user quota")
+    if parsed.max_sessions is None or parsed.max_pending is None:
+        return 0
+    return parsed.max_sessions + parsed.max_pending
 
 
 def _number(value) -> float | None:

@@ -121,7 +121,9 @@ def test_a_private_image_belongs_to_its_owners_account_not_to_the_name(store):
     assert names(ANN_AGAIN, admin=True) == ["named"]
     with pytest.raises(ImageError) as refused:
         store.admit_options({"name": "ann", "created": ANN_AGAIN}, {"image": "mine"})
-    assert refused.value.cause == "forbidden" and "earlier account named ann" in refused.value.message
+    assert (
+        refused.value.cause == "forbidden" and "earlier account named ann" in refused.value.message
+    )
     assert store.admit_options({"name": "ann", "created": ANN_FIRST}, {"image": "mine"})
     # Admins still manage it, and hand it over to the new account.
     assert "mine" in [e["name"] for e in store.manageable_by("root", admin=True)]

@@ -1,13 +1,16 @@
 """The shipped jupyterhub_config.py (DESIGN.md, contract 2), loaded as JupyterHub loads it."""
 
+import ast
 import re
 
+import pytest
 from jupyterhub.auth import PAMAuthenticator
 from traitlets.config.loader import PyFileConfigLoader
 
 from fgpu_spawner import FGPUSpawner
 from fgpu_spawner.demo_login import DemoAuthenticator
 from fgpu_spawner.network import ICC_OPTION
+from queue_service.quotas import QuotaError
 
 from .harness import ROOT
 
@@ -94,3 +97,44 @@ def test_the_readme_site_recipe_lets_in_only_its_own_users(tmp_path):
 def test_an_explicit_setting_lets_the_demo_login_on_the_network(monkeypatch):
     monkeypatch.setenv("FGPU_DEMO_LOGIN_ON_NETWORK", "1")
     assert DemoAuthenticator(config=load_shipped_config()).allow_non_loopback is True
+
+
+def service_user_quota(config) -> dict:
+    """The per-user quota the shipped config hands the queue service on its command line."""
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    (flag,) = [arg for arg in queue["command"] if arg.startswith("--QueueService.user_quota=")]
+    return ast.literal_eval(flag.split("=", 1)[1])
+
+
+def test_one_student_cannot_hold_the_hub_by_default(monkeypatch):
+    for name in ("FGPU_USER_QUOTA", "FGPU_CLASS_SIZE", "FGPU_MAX_PER_SESSION"):
+        monkeypatch.delenv(name, raising=False)
+    config = load_shipped_config()
+    assert service_user_quota(config) == {"sessions": 3, "pending": 2, "fgpu": 4.0}
+    # In line with the quota: 3 running + 2 waiting named servers at once.
+    assert config.JupyterHub.named_server_limit_per_user.limit == 5
+    # 2 waiting spawns × 200 students, and 100 slots for spawns that are starting.
+    assert config.JupyterHub.concurrent_spawn_limit == 500
+
+
+def test_a_site_raises_the_per_user_limits(monkeypatch):
+    monkeypatch.setenv("FGPU_USER_QUOTA", '{"sessions": 6, "pending": 4}')
+    monkeypatch.setenv("FGPU_MAX_PER_SESSION", "8")
+    monkeypatch.setenv("FGPU_CLASS_SIZE", "50")
+    config = load_shipped_config()
+    assert service_user_quota(config) == {"sessions": 6, "pending": 4, "fgpu": 8.0}
+    assert config.JupyterHub.named_server_limit_per_user.limit == 10
+    assert config.JupyterHub.concurrent_spawn_limit == 4 * 50 + 100
+
+
+def test_a_site_lifts_a_per_user_limit_with_null(monkeypatch):
+    monkeypatch.setenv("FGPU_USER_QUOTA", '{"pending": null}')
+    config = load_shipped_config()
+    assert service_user_quota(config)["pending"] is None
+    assert config.JupyterHub.named_server_limit_per_user.limit == 0  # no limit
+
+
+def test_a_typo_in_the_per_user_quota_stops_the_hub_at_start(monkeypatch):
+    monkeypatch.setenv("FGPU_USER_QUOTA", '{"sesions": 6}')
+    with pytest.raises(QuotaError, match="FGPU_USER_QUOTA: unknown quota key.*sesions"):
+        load_shipped_config()

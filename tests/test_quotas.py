@@ -7,7 +7,15 @@ import logging
 import pytest
 
 from queue_service import scheduler
-from queue_service.quotas import QUOTA_PROPERTY, QuotaBook, QuotaError, parse_quota
+from queue_service.app import QueueService
+from queue_service.quotas import (
+    DEFAULT_USER_QUOTA,
+    QUOTA_PROPERTY,
+    QuotaBook,
+    QuotaError,
+    active_session_limit,
+    parse_quota,
+)
 
 GIB = 1024**3
 
@@ -244,3 +252,33 @@ async def test_a_quota_that_turns_malformed_no_longer_counts():
     hub.properties["students"] = {QUOTA_PROPERTY: {"fgpu": "1 GPU"}}
     await book.refresh({"name": "carol", "groups": ["students"]}, hub)
     assert "students" not in book.snapshot().groups
+
+
+# -- the default per-user quota ----------------------------------------------------------------
+
+
+def test_the_service_gives_every_user_a_quota_by_default():
+    assert (
+        QueueService().user_quota == DEFAULT_USER_QUOTA == {"sessions": 3, "pending": 2, "fgpu": 4}
+    )
+    default = QuotaBook(QueueService().user_quota).snapshot().for_user("anyone")
+    assert (default.max_sessions, default.max_pending, default.max_slots.fgpu) == (3, 2, 4.0)
+
+
+@pytest.mark.parametrize(
+    ("quota", "limit"),
+    [
+        ({"sessions": 3, "pending": 2}, 5),
+        ({"sessions": "4", "pending": 0, "fgpu": 2}, 4),
+        ({"sessions": None, "pending": 2}, 0),
+        ({"sessions": 3}, 0),
+        ({}, 0),
+    ],
+)
+def test_the_active_session_limit_is_running_plus_waiting(quota, limit):
+    assert active_session_limit(quota) == limit
+
+
+def test_the_active_session_limit_of_a_malformed_quota_is_a_clear_error():
+    with pytest.raises(QuotaError, match="user quota: .*'many'"):
+        active_session_limit({"sessions": 3, "pending": "many"})
