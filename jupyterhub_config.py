@@ -57,6 +57,12 @@ simulated_gpus = os.environ.get("FGPU_SIMULATED_GPUS", "")
 queue_url = f"http://127.0.0.1:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
 catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
+# Which hub a session container belongs to, kept in the state directory (outside the service's
+# DB): hubs sharing an engine then adopt or stop only their own sessions.
+from queue_service.deployment import deployment_id  # noqa: E402
+
+fgpu_deployment_id = deployment_id(os.getcwd())
+DOCKER_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 c.JupyterHub.services = [
     {
         "name": "queue",
@@ -71,7 +77,11 @@ c.JupyterHub.services = [
             f"--QueueService.units_per_gpu={units_per_gpu}",
             f"--QueueService.simulated_gpus={simulated_gpus}",
             f"--QueueService.catalog_path={catalog_path}",
+            f"--QueueService.deployment_id={fgpu_deployment_id}",
         ],
+        # The hub passes services only a few variables: the service must reach the same engine
+        # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
+        "environment": {key: os.environ[key] for key in DOCKER_ENV if key in os.environ},
         # The service sees this scope on the tokens of users who hold it (instructors).
         "oauth_client_allowed_scopes": ["custom:images:manage"],
     },
@@ -82,7 +92,7 @@ c.JupyterHub.load_roles = [
     {
         "name": "fgpu-queue",
         "description": "The queue service: reads users and groups, starts and stops servers",
-        "scopes": ["read:users", "read:groups", "servers", "access:servers"],
+        "scopes": ["list:users", "read:users", "read:groups", "servers", "access:servers"],
         "services": ["queue"],
     },
     {
@@ -111,6 +121,7 @@ c.FGPUSpawner.units_per_gpu = units_per_gpu
 c.FGPUSpawner.queue_url = f"{queue_url}/services/queue/"
 c.FGPUSpawner.queue_token = spawner_token
 c.FGPUSpawner.catalog_path = catalog_path
+c.FGPUSpawner.deployment_id = fgpu_deployment_id
 # Up to 4 fGPU per session by default; the queue refuses what no node could ever hold.
 c.FGPUSpawner.fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
 c.FGPUSpawner.gpu_sharing = "simulated" if simulated_gpus else "hami"
