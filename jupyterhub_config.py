@@ -79,6 +79,13 @@ user_quota = {**DEFAULT_USER_QUOTA, "fgpu": fgpu_max}
 user_quota.update(json.loads(os.environ.get("FGPU_USER_QUOTA") or "{}"))
 # A typo stops the hub here, with the key named.
 pending_per_user = parse_quota(user_quota, "FGPU_USER_QUOTA").max_pending
+
+# Which hub a session container belongs to, kept in the state directory (outside the service's
+# DB): hubs sharing an engine then adopt or stop only their own sessions.
+from queue_service.deployment import deployment_id  # noqa: E402
+
+fgpu_deployment_id = deployment_id(os.getcwd())
+DOCKER_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 c.JupyterHub.services = [
     {
         "name": "queue",
@@ -95,7 +102,11 @@ c.JupyterHub.services = [
             f"--QueueService.catalog_path={catalog_path}",
             # A Python literal: traitlets reads a Dict from the command line with literal_eval.
             f"--QueueService.user_quota={user_quota!r}",
+            f"--QueueService.deployment_id={fgpu_deployment_id}",
         ],
+        # The hub passes services only a few variables: the service must reach the same engine
+        # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
+        "environment": {key: os.environ[key] for key in DOCKER_ENV if key in os.environ},
         # The service sees these scopes on the login of users who hold them: instructors curate
         # the catalog; admin:servers (hub admins) is the service's admin power.
         "oauth_client_allowed_scopes": ["custom:images:manage", "admin:servers"],
@@ -107,7 +118,7 @@ c.JupyterHub.load_roles = [
     {
         "name": "fgpu-queue",
         "description": "The queue service: reads users and groups, starts and stops servers",
-        "scopes": ["read:users", "read:groups", "servers", "access:servers"],
+        "scopes": ["list:users", "read:users", "read:groups", "servers", "access:servers"],
         "services": ["queue"],
     },
     {
@@ -136,6 +147,7 @@ c.FGPUSpawner.units_per_gpu = units_per_gpu
 c.FGPUSpawner.queue_url = f"{queue_url}/services/queue/"
 c.FGPUSpawner.queue_token = spawner_token
 c.FGPUSpawner.catalog_path = catalog_path
+c.FGPUSpawner.deployment_id = fgpu_deployment_id
 # Up to 4 fGPU per session by default; the queue refuses what no node could ever hold.
 c.FGPUSpawner.fgpu_max = fgpu_max
 c.FGPUSpawner.gpu_sharing = "simulated" if simulated_gpus else "hami"

@@ -63,6 +63,7 @@ class ContainerContext:
     gpu_order: tuple = ()
     gpu_paths: GpuPaths = field(default_factory=GpuPaths)
     writable_layer_size: int = 0
+    deployment_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ def session_labels(request: ResourceRequest, grant: Grant, ctx: ContainerContext
             {"cpu": request.cpu, "mem": request.mem, "fgpu": request.fgpu}
         ),
         f"{LABEL_PREFIX}grant": grant.to_json(),
+        # Which hub made it: hubs sharing an engine adopt or stop only their own sessions.
+        **({f"{LABEL_PREFIX}deployment": ctx.deployment_id} if ctx.deployment_id else {}),
     }
 
 

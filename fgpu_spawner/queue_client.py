@@ -45,8 +45,14 @@ class QueueClient:
         self.token = token
         self.timeout = timeout
 
-    async def request_grant(self, user: str, server_name: str, request: ResourceRequest) -> dict:
+    async def request_grant(
+        self, user: str, server_name: str, request: ResourceRequest, key: str
+    ) -> dict:
+        """Ask for a slice. `key` (32 hex digits, chosen before asking) names the request: asking
+        again with it returns the same record, and releasing it ends the request even when its
+        answer never came."""
         body = {
+            "id": key,
             "user": user,
             "server_name": server_name,
             "image": request.image_name,

@@ -293,6 +293,17 @@ class FGPUSpawner(DockerSpawner):
         help="""API token the spawner presents to the queue service (a hub token of its own).""",
     )
 
+    deployment_id = Unicode(
+        "",
+        config=True,
+        help="""
+        Id of this hub's deployment, put on every session container as the `fgpu.deployment`
+        label, so that the queue service adopts or stops only this hub's containers when other
+        hubs share the engine. The shipped config reads it from `fgpu_deployment_id` in the
+        state directory (made on first start), where the service reads it too.
+        """,
+    )
+
     queue_reconnect_timeout = Float(
         120.0,
         config=True,
@@ -425,8 +436,14 @@ class FGPUSpawner(DockerSpawner):
             if request.fgpu > 0:
                 raise spawn_error("No fGPU can be granted on this hub.", reason="no_grant")
             return Grant(session_id=uuid.uuid4().hex, node=LOCAL_NODE)
+        # The key is chosen before asking: a request whose answer never comes (a timeout, a
+        # dropped connection) can still be released by it, so it never starts a server later.
+        self.session_id = uuid.uuid4().hex
         try:
-            record = await self.queue.request_grant(self.user.name, self.name, request)
+            record = await self.queue.request_grant(
+                self.user.name, self.name, request, key=self.session_id
+            )
+            # Another id when the queue adopted an earlier record of this same start.
             self.session_id = record["id"]
             self._use_catalog_reference(record.get("image_ref"))
             while record["status"] == "PENDING":
@@ -490,14 +507,18 @@ class FGPUSpawner(DockerSpawner):
                 "message": f"Granted on {self.grant.node}; starting the container",
             }
 
-    async def release_grant(self) -> None:
-        if self.queue is None or not self.session_id:
+    async def release_grant(self, session_id: str | None = None) -> None:
+        """Give back the grant of `session_id` (default: this spawn's)."""
+        session_id = session_id or self.session_id
+        if self.queue is None or not session_id:
             return
         try:
-            await self.queue.release(self.session_id)
+            await self.queue.release(session_id)
         except QueueError as e:
-            # The reconciler frees it later from the container's labels; say so and go on.
-            self.log.warning("Could not release grant %s: %s", self.session_id, e.message)
+            # 404: the request never reached the queue (the service now refuses it if it comes).
+            # Otherwise the reconciler ends it once it sees no container and no server.
+            if e.status != 404:
+                self.log.warning("Could not release grant %s: %s", session_id, e.message)
         self.session_id = ""
 
     async def start(self):
@@ -540,13 +561,30 @@ class FGPUSpawner(DockerSpawner):
         await self.release_grant()
 
     async def stop(self, now=False):
-        session_id = self.session_id
-        try:
-            await super().stop(now=now)
-        finally:
-            await self.release_grant()
+        """Stop and remove the container, then give the grant back: only once the container is
+        really gone. If the engine refuses, the grant is kept (its slice stays counted) and the
+        error raised; the hub forgets the server all the same, and the service's reconciler
+        stops the container of a session the hub no longer lists, and releases it then."""
+        # Read first: DockerSpawner.stop clears the state (and with it the session id).
+        session_id, container_id = self.session_id, self.object_id
+        await super().stop(now=now)
+        if container_id and await self._still_there(container_id):
+            raise RuntimeError(
+                f"Container {container_id[:12]} is still there after stop; its grant "
+                f"{session_id} is kept until the queue service removes it"
+            )
+        await self.release_grant(session_id)
         if self.gpu_sharing == "hami" and session_id:
             await asyncio.to_thread(self.remove_hami_cache, session_id)
+
+    async def _still_there(self, container_id: str) -> bool:
+        """True unless the engine says the container is gone (or, kept by `remove = False`,
+        no longer running)."""
+        try:
+            state = (await self.docker("inspect_container", container_id))["State"]
+        except docker.errors.NotFound:
+            return False
+        return self.remove or state.get("Running", False) or state.get("Paused", False)
 
     def remove_hami_cache(self, session_id: str) -> None:
         """Remove the session's HAMi-core cache folder once its container is gone, or a term's
@@ -696,6 +734,7 @@ class FGPUSpawner(DockerSpawner):
             gpu_order=tuple(self.gpu_order),
             gpu_paths=self.gpu_paths,
             writable_layer_size=await self.writable_layer_limit(),
+            deployment_id=self.deployment_id,
         )
 
     @property

@@ -8,12 +8,14 @@ environment; everything else is configured with `--QueueService.<trait>=<value>`
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import errno
 import os
 import signal
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
-import docker
 from jupyterhub.traitlets import ByteSpecification
 from tornado import web
 from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
@@ -23,6 +25,8 @@ from image_catalog import load_catalog
 
 from . import handlers, inventory, scheduler
 from .db import open_database
+from .deployment import deployment_id
+from .engine import Engine
 from .hub_client import HubClient
 from .images import ImageStore
 from .queue import QueueManager, SchedulerSettings
@@ -36,6 +40,16 @@ MAX_BODY_BACKSTOP = 1 << 20
 COMMIT_TIMEOUT_SECONDS = 600
 #: Commits that may wait on the engine at once; more wait their turn in the commit executor.
 COMMIT_WORKERS = 2
+#: What a spawn hears before the engine has answered once since the service started.
+ENGINE_NOT_YET = (
+    "The Docker engine has not answered yet, so no session can start now. Try again in a "
+    "minute; the hub recovers by itself once the engine is back."
+)
+#: How long a new service waits for the port its predecessor (ending with its hub) still holds.
+BIND_RETRY_SECONDS = 15.0
+#: Seconds between checks that the hub which started the service is still there.
+PARENT_CHECK_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1
 
 
 def scheduler_node(node: inventory.NodeInfo) -> scheduler.Node:
@@ -171,6 +185,15 @@ class QueueService(Application):
         that open pages stay logged in across a service restart.
         """,
     )
+    deployment_id = Unicode(
+        config=True,
+        help="""
+        Id of this hub's deployment: only session containers labelled with it (`fgpu.deployment`)
+        are adopted or stopped, so hubs sharing an engine never touch each other's sessions.
+        Default: read from `fgpu_deployment_id` in the working directory (the hub's state
+        directory), made there on first start; the spawner gets the same from the config.
+        """,
+    )
     service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
     service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
 
@@ -182,14 +205,23 @@ class QueueService(Application):
     def _default_service_prefix(self):
         return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/queue/")
 
-    def build(self) -> web.Application:
-        docker_client = docker.from_env(timeout=30)
-        node = inventory.discover_local_node(
-            docker_client,
-            resource_group=self.resource_group,
-            simulated_spec=self.simulated_gpus or None,
-            reserve_cpu=self.reserve_cpu,
-            reserve_mem=self.reserve_mem,
+    @default("deployment_id")
+    def _default_deployment_id(self):
+        return deployment_id(os.getcwd())
+
+    async def discover_node(self) -> None:
+        """Read the node from the engine, once: at start, or when the engine first answers."""
+        if self.manager.nodes:
+            return
+        node = await asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: inventory.discover_local_node(
+                self.docker,
+                resource_group=self.resource_group,
+                simulated_spec=self.simulated_gpus or None,
+                reserve_cpu=self.reserve_cpu,
+                reserve_mem=self.reserve_mem,
+            ),
         )
         self.log.info(
             "Node %s: %g CPU, %d bytes, %d GPU(s)%s",
@@ -199,6 +231,11 @@ class QueueService(Application):
             len(node.gpus),
             " (simulated)" if node.simulated else "",
         )
+        self.manager.set_nodes([scheduler_node(node)])
+
+    def build(self) -> web.Application:
+        # Connected on first use: the service starts, and answers, while the engine is down.
+        docker_client = self.docker = Engine(timeout=30)
         self.hub = HubClient()
         self.quotas = QuotaBook(self.user_quota, log=self.log)
         settings = SchedulerSettings(
@@ -208,9 +245,9 @@ class QueueService(Application):
             max_skips=self.max_skips,
             pending_timeout=self.pending_timeout,
         )
-        nodes = [scheduler_node(node)]
         db = open_database(self.db_url)
-        self.manager = QueueManager(db, nodes, settings, self.quotas)
+        self.manager = QueueManager(db, [], settings, self.quotas)
+        self.manager.engine_problem = ENGINE_NOT_YET
         self.images = ImageStore(db)
         seeded = self.images.seed(load_catalog(self.catalog_path or None))
         self.log.info("Image catalog seeded: %s", seeded)
@@ -221,12 +258,16 @@ class QueueService(Application):
             start_grace=self.start_grace,
             hub=self.hub,
             respawn_grace=self.respawn_grace,
+            deployment_id=self.deployment_id,
+            # Until the node is read and the containers counted, no slice is granted and a
+            # spawn is refused at once with 503: the engine's state is unknown.
+            prepare=self.discover_node,
         )
         self.stats = StatsSampler(
             docker_client,
             self.manager.running_ids,
             interval=self.stats_interval,
-            read_gpus=not node.simulated,
+            read_gpus=not self.simulated_gpus,
             log=self.log,
         )
         self.manager.usage_of = self.stats.usage
@@ -240,7 +281,7 @@ class QueueService(Application):
             images=self.images,
             docker=docker_client,
             # Committing a session copies its whole writable layer: minutes, not seconds.
-            docker_commits=docker.from_env(timeout=COMMIT_TIMEOUT_SECONDS),
+            docker_commits=Engine(timeout=COMMIT_TIMEOUT_SECONDS),
             # Their own threads: minutes-long commits must not hold the default executor, which
             # the reconciler and every other engine call use.
             commit_executor=ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="fgpu-commit"),
@@ -251,10 +292,12 @@ class QueueService(Application):
     async def serve(self) -> None:
         app = self.build()
         url = urlparse(self.service_url)
-        # The handlers cap bodies themselves, with a 413; this is the backstop for the rest.
-        app.listen(url.port or 80, url.hostname, max_body_size=MAX_BODY_BACKSTOP)
+        await listen_when_free(app, url.port or 80, url.hostname, self.log)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
-        await self.reconciler.reconcile()
+        try:
+            await self.reconciler.reconcile()
+        except Exception as e:  # the engine is down: the reconciler's rounds try again
+            self.log.warning("Queue service started without the Docker engine: %s", e)
         await self.quotas.refresh_users((r.user for r in self.manager.active_records()), self.hub)
         await self.manager.schedule()
         self._stats_task = asyncio.create_task(self.stats.run())
@@ -267,13 +310,53 @@ class QueueService(Application):
         loop, main = asyncio.get_running_loop(), asyncio.current_task()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, main.cancel)
+        watch = asyncio.create_task(end_with_parent(self._parent, main, self.log))
         try:
             await self.serve()
         except asyncio.CancelledError:
-            self.log.info("Queue service stopping on a signal")
+            self.log.info("Queue service stopping on a signal, or with its hub")
+        finally:
+            watch.cancel()
 
     def start(self):
+        self._parent = os.getppid()  # read before the death signal is set: the hub may be gone
+        die_with_parent()
         asyncio.run(self.serve_until_stopped())
+
+
+def die_with_parent() -> None:
+    """Have the kernel send SIGTERM when the hub that started the service dies, even by SIGKILL
+    (an OOM kill): an orphan would hold the port and serve the old settings."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+async def end_with_parent(parent: int, main: asyncio.Task, log) -> None:
+    """Cancel `main` once the parent is gone: the death signal follows the thread that started
+    the service, misses a parent that died before it was set, and does not exist off Linux, so
+    the parent's pid is watched as well (an orphan gets a new parent)."""
+    while True:
+        if os.getppid() != parent:
+            log.warning("The hub that started the queue service is gone; stopping")
+            main.cancel()
+            return
+        await asyncio.sleep(PARENT_CHECK_SECONDS)
+
+
+async def listen_when_free(app: web.Application, port: int, host: str | None, log) -> None:
+    """Listen, waiting up to BIND_RETRY_SECONDS while the port is still held: a service that
+    ends with its hub releases it a moment after the new hub starts the next one."""
+    deadline = asyncio.get_running_loop().time() + BIND_RETRY_SECONDS
+    while True:
+        try:
+            app.listen(port, host, max_body_size=MAX_BODY_BACKSTOP)
+            return
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("Port %s is still in use; trying again", port)
+            await asyncio.sleep(0.5)
 
 
 main = QueueService.launch_instance

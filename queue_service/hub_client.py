@@ -47,6 +47,17 @@ class HubClient:
                 return None
             raise
 
+    async def active_servers(self, page: int = 200) -> set[tuple[str, str]]:
+        """(user, server name) of every server the hub runs, starts or stops this moment."""
+        servers, offset = set(), 0
+        while True:
+            path = f"/users?state=active&offset={offset}&limit={page}"
+            users = (await self._call("GET", path))[1]
+            servers |= {(u["name"], name) for u in users for name in u.get("servers") or {}}
+            if len(users) < page:
+                return servers
+            offset += len(users)
+
     async def group(self, name: str) -> dict:
         return await self._cached(f"/groups/{quote(name)}")
 

@@ -192,7 +192,7 @@ def commit_session(client, session_id: str, user: str, tag: str) -> dict:
     file), the layer can hold torn files, or the engine's tar fails on a file that changed size.
     A pause loses nothing: the processes are frozen, not stopped, for the time the engine needs to
     copy the writable layer (seconds per GB), and the daemon resumes them even if this call is cut
-    off. The reconciler takes a paused container for a live one (session_containers.ALIVE), so
+    off. The reconciler takes a paused container for a live one (session_containers.LIVE_STATES), so
     the session keeps its record and slots meanwhile. This blocks for as long as the commit
     takes: the service runs it on an executor of its own, so that the reconciler and other engine
     calls on the default executor go on.

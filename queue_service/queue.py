@@ -11,8 +11,10 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import re
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +28,10 @@ from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, utcnow
 
 #: Seconds a snapshot of the active records may serve reads while nothing in this process wrote.
 SNAPSHOT_MAX_AGE = 2.0
+#: Request keys released before their request arrived, remembered so that a late request with one
+#: of them never queues. A spawn that gave up sends its release at once, so a few suffice.
+ABANDONED_KEYS_KEPT = 10_000
+_KEY_RE = re.compile(r"[0-9a-f]{32}")
 _FINAL_VALUES = [status.value for status in FINAL]
 
 
@@ -45,22 +51,29 @@ class SchedulerSettings:
 class QueueManager:
     def __init__(self, db: sessionmaker, nodes, settings: SchedulerSettings, quotas):
         self.db = db
-        self.nodes = list(nodes)
         self.settings = settings
         self.quotas = quotas
         self._lock = asyncio.Lock()
         self._changed = asyncio.Condition()
         self._positions: dict[str, int] = {}
-        # The inventory is fixed for the service's life; every view reads these.
-        self._gpu_memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
-        self._gpu_order = {n.name: [gpu.uuid for gpu in n.gpus] for n in self.nodes}
-        self._node_names = {n.name for n in self.nodes}
+        self._abandoned: OrderedDict[str, None] = OrderedDict()
+        # None while the engine's containers are counted (the reconciler says so), else why not:
+        # no slice is granted before every container that holds one is known.
+        self.engine_problem: str | None = None
+        self.set_nodes(nodes)
         # Reads on the request path come from a snapshot taken once per committed change.
         self._generation = 0
         self._snapshot = None
         event.listen(self.db, "after_commit", self._committed)
         # Live usage by session id; the service wires in its stats sampler (stats.py).
         self.usage_of: Callable[[str], dict | None] = lambda session_id: None
+
+    def set_nodes(self, nodes) -> None:
+        """The inventory, known at start or once the engine first answers; every view reads it."""
+        self.nodes = list(nodes)
+        self._gpu_memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
+        self._gpu_order = {n.name: [gpu.uuid for gpu in n.gpus] for n in self.nodes}
+        self._node_names = {n.name for n in self.nodes}
         self._nodes_by_group: dict[str, set[str]] = {}
         for n in self.nodes:
             self._nodes_by_group.setdefault(n.resource_group, set()).add(n.name)
@@ -68,9 +81,21 @@ class QueueManager:
     # -- requests from the spawner -------------------------------------------------------------
 
     async def submit(self, data: dict, groups: tuple[str, ...]) -> dict:
+        """Queue a request. Its key (`id`, chosen by the spawner before it asks) makes a repeated
+        submit return the same record, and one released before it arrived never queues."""
         request = _parse(data)
+        key = _key(data)
         async with self._lock:
+            if self.engine_problem is not None:
+                raise Refused(self.engine_problem, "unavailable")
             with self.db.begin() as db:
+                known = db.get(SessionRecord, key) if key else None
+                if known is not None:
+                    if (known.user, known.server_name) != (request["user"], request["server_name"]):
+                        raise Refused("That request key belongs to another server.", "conflict")
+                    return self._view(known)
+                if key in self._abandoned:
+                    raise Refused("This spawn was given up before its request arrived.", "conflict")
                 waiting = self._end_previous(db, request)
                 if waiting is not None:
                     return self._view(waiting)
@@ -79,7 +104,7 @@ class QueueManager:
                     raise Refused(refusal.message, refusal.cause)
                 seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
                 record = SessionRecord(
-                    id=uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
+                    id=key or uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
                 )
                 db.add(record)
             await self._schedule_locked()
@@ -123,7 +148,10 @@ class QueueManager:
         when it had ended already (a repeated release changes nothing)."""
         async with self._lock:
             with self.db.begin() as db:
-                record = self._load(db, session_id)
+                record = db.get(SessionRecord, session_id)
+                if record is None:
+                    self._remember_abandoned(session_id)
+                    raise KeyError(session_id)
                 released_from = None if record.status in FINAL else str(record.status)
                 if released_from is not None:
                     _finish(
@@ -148,6 +176,61 @@ class QueueManager:
     async def schedule(self) -> None:
         async with self._lock:
             await self._schedule_locked()
+
+    def _remember_abandoned(self, key: str) -> None:
+        """A release of a key with no record: its request may still be on its way (the spawn
+        timed out waiting for the answer), and must then end at once rather than queue."""
+        if _KEY_RE.fullmatch(key or ""):
+            self._abandoned[key] = None
+            while len(self._abandoned) > ABANDONED_KEYS_KEPT:
+                self._abandoned.popitem(last=False)
+
+    def unknown_among(self, ids: set[str]) -> set[str]:
+        """The ids among `ids` that no record has, active or ended (for the reconciler)."""
+        if not ids:
+            return set()
+        with self.db() as db:
+            known = set(db.scalars(select(SessionRecord.id).where(SessionRecord.id.in_(ids))))
+        return set(ids) - known
+
+    async def adopt(self, sessions, reason: str) -> list[str]:
+        """Record running sessions that have no record (the DB was lost or replaced by an older
+        copy) from their containers' labels, as RUNNING with their grants, so that their slices
+        count in the next pass. Returns the ids adopted."""
+        adopted = []
+        async with self._lock:
+            with self.db.begin() as db:
+                seq = db.scalar(select(func.max(SessionRecord.seq))) or 0
+                for session in sessions:
+                    if db.get(SessionRecord, session.id) is not None:
+                        continue
+                    seq += 1
+                    now = utcnow()
+                    db.add(
+                        SessionRecord(
+                            id=session.id,
+                            seq=seq,
+                            status=Status.RUNNING,
+                            user=session.user,
+                            server_name=session.server_name,
+                            image=session.image,
+                            cpu=session.cpu,
+                            mem=session.mem,
+                            fgpu=session.fgpu,
+                            resource_group=self._group_of(session.node),
+                            node=session.node,
+                            grant_json=session.grant_json,
+                            reason=reason,
+                            scheduled_at=now,
+                            started=now,
+                        )
+                    )
+                    adopted.append(session.id)
+            await self._schedule_locked()
+        return adopted
+
+    def _group_of(self, node: str) -> str | None:
+        return next((n.resource_group for n in self.nodes if n.name == node), None)
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -349,33 +432,38 @@ class QueueManager:
                 )
             )
             self._expire(pending)
-            pending = [r for r in pending if r.status == Status.PENDING]
-            outcome = scheduler.schedule(
-                self.nodes,
-                self._allocations(allocated),
-                [self._scheduler_request(r) for r in pending],
-                self.quotas.snapshot(),
-                policy=self.settings.policy,
-                placement=self.settings.placement,
-                units_per_gpu=self.settings.units_per_gpu,
-                max_skips=self.settings.max_skips,
-            )
-            by_id = {r.id: r for r in pending}
-            for grant in outcome.placed:
-                record = by_id[grant.request_id]
-                record.status, record.scheduled_at = Status.SCHEDULED, utcnow()
-                record.node, record.reason = grant.node, ""
-                record.grant_json = json.dumps(
-                    {"session_id": record.id, "node": grant.node, "gpus": dict(grant.gpus)}
-                )
-            for request_id, message in outcome.refused.items():
-                _finish(by_id[request_id], Status.ERROR, message)
-            self._positions = {}
-            for request_id, waiting in outcome.waiting.items():
-                record = by_id[request_id]
-                record.reason, record.skips = waiting.reason, waiting.skips
-                self._positions[request_id] = waiting.position
+            # Until the engine's containers are counted, one the DB does not know may hold any
+            # slice: nothing is placed (timeouts still run).
+            if self.engine_problem is None:
+                self._place(allocated, [r for r in pending if r.status == Status.PENDING])
         await self._notify()
+
+    def _place(self, allocated: list[SessionRecord], pending: list[SessionRecord]) -> None:
+        outcome = scheduler.schedule(
+            self.nodes,
+            self._allocations(allocated),
+            [self._scheduler_request(r) for r in pending],
+            self.quotas.snapshot(),
+            policy=self.settings.policy,
+            placement=self.settings.placement,
+            units_per_gpu=self.settings.units_per_gpu,
+            max_skips=self.settings.max_skips,
+        )
+        by_id = {r.id: r for r in pending}
+        for grant in outcome.placed:
+            record = by_id[grant.request_id]
+            record.status, record.scheduled_at = Status.SCHEDULED, utcnow()
+            record.node, record.reason = grant.node, ""
+            record.grant_json = json.dumps(
+                {"session_id": record.id, "node": grant.node, "gpus": dict(grant.gpus)}
+            )
+        for request_id, message in outcome.refused.items():
+            _finish(by_id[request_id], Status.ERROR, message)
+        self._positions = {}
+        for request_id, waiting in outcome.waiting.items():
+            record = by_id[request_id]
+            record.reason, record.skips = waiting.reason, waiting.skips
+            self._positions[request_id] = waiting.position
 
     def _expire(self, pending: list[SessionRecord]) -> None:
         timeout = self.settings.pending_timeout
@@ -542,6 +630,16 @@ def _finish(record: SessionRecord, status: Status, reason: str | None = None) ->
 
 def _iso(moment: datetime | None) -> str | None:
     return as_utc(moment).isoformat() if moment else None
+
+
+def _key(data: dict) -> str | None:
+    """The request key the spawner chose (32 hex digits, a uuid4's), or None for none given."""
+    key = data.get("id")
+    if key is None:
+        return None
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+        raise Refused("Malformed grant request: the key must be 32 hex digits.")
+    return key
 
 
 def _parse(data: dict) -> dict:

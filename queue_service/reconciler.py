@@ -18,6 +18,15 @@ stays right; otherwise directly on the engine (stopped and removed, as the spawn
 containers whose session id is one of this service's records are touched: other hubs may share
 the engine.
 
+Nothing runs unaccounted:
+- a live container of this deployment (its `fgpu.deployment` label) whose session has no record at
+  all (the DB was lost, or replaced by an older copy) is adopted from its labels as RUNNING, its
+  grant with it, before any slice is granted again (the queue grants nothing until the engine's
+  containers have been counted once);
+- a RUNNING session whose container lives on although the hub no longer lists its server (a stop
+  whose `docker stop` or remove failed: the spawner then keeps the grant) is stopped here, and its
+  grant given back once the container is gone. An adopted session the hub does not know ends so.
+
 This runs on a bounded timer, off the grant path: releases through the spawner stay event-driven.
 """
 
@@ -27,10 +36,15 @@ import asyncio
 import time
 
 import docker.errors
+import requests
 
 from .hub_client import HubError
 from .models import Status, as_utc
-from .session_containers import alive_session_containers
+from .session_containers import deployment_of, running_session_containers, session_from_labels
+
+#: Errors that mean the engine does not answer (down, restarting, or its socket gone).
+ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
+ADOPTED_REASON = "adopted from its container: the service had no record of it"
 
 
 class Reconciler:
@@ -42,6 +56,9 @@ class Reconciler:
         start_grace: float = 180.0,
         hub=None,
         respawn_grace: float = 20.0,
+        deployment_id: str = "",
+        unlisted_grace: float = 10.0,
+        prepare=None,
     ):
         self.manager = manager
         self.docker = docker_client
@@ -49,6 +66,11 @@ class Reconciler:
         self.start_grace = start_grace
         self.hub = hub
         self.respawn_grace = respawn_grace
+        # Empty: containers are not told apart by hub (tests of one hub; nothing is adopted).
+        self.deployment_id = deployment_id
+        self.unlisted_grace = unlisted_grace
+        # Awaited before each pass's engine reads (the service reads its node there, once).
+        self.prepare = prepare
         self._respawning: set[str] = set()
         # The event loop keeps only weak references to tasks: hold them until they are done.
         self._tasks: set[asyncio.Task] = set()
@@ -58,11 +80,81 @@ class Reconciler:
         # engine answers is still SCHEDULED here, within its grace, and not taken for one whose
         # container is gone.
         active = self.manager.active_records()
-        running = await asyncio.get_running_loop().run_in_executor(
-            None, alive_session_containers, self.docker
-        )
+        try:
+            if self.prepare is not None:
+                await self.prepare()
+            listed = await asyncio.get_running_loop().run_in_executor(
+                None, running_session_containers, self.docker
+            )
+        except ENGINE_ERRORS as e:
+            self.manager.engine_problem = (
+                f"The Docker engine is not answering ({_short(e)}), so no session can start "
+                "now. Try again in a minute; the hub recovers by itself once the engine is back."
+            )
+            raise
+        running = {
+            session_id: container
+            for session_id, container in listed.items()
+            if deployment_of(container) in (None, self.deployment_id) or not self.deployment_id
+        }
+        await self._adopt_orphans(running)
+        if self.manager.engine_problem is not None:
+            self._say("the engine answers; every session container is counted")
+            self.manager.engine_problem = None
         await self._release_lost(active, running)
         await self._stop_ungranted(running)
+        await self._stop_unlisted(active, running)
+
+    async def _adopt_orphans(self, running: dict) -> None:
+        """Record the sessions of this hub's containers that the DB does not know at all."""
+        if not self.deployment_id:
+            return
+        ours = {sid for sid, c in running.items() if deployment_of(c) == self.deployment_id}
+        orphans = [running[sid] for sid in self.manager.unknown_among(ours)]
+        sessions = [s for s in map(session_from_labels, orphans) if s is not None]
+        if sessions:
+            adopted = await self.manager.adopt(sessions, ADOPTED_REASON)
+            self._say("sessions with no record, adopted from their labels: %s", adopted)
+
+    async def _stop_unlisted(self, active, running: dict) -> None:
+        """Stop the containers of RUNNING sessions that the hub has stopped or never knew."""
+        if self.hub is None:
+            return
+        now = time.time()
+        candidates = [
+            r
+            for r in active
+            if r.status == Status.RUNNING
+            and r.id in running
+            and r.started is not None
+            and now - as_utc(r.started).timestamp() > self.unlisted_grace
+        ]
+        if not candidates:
+            return
+        try:
+            listed = await self.hub.active_servers()
+        except (HubError, OSError) as e:
+            self._say("cannot list the hub's servers (%s); checking again later", e)
+            return
+        for record in candidates:
+            if (record.user, record.server_name) in listed:
+                continue
+            # Read again: a release may have ended it while the hub was asked.
+            if self.manager.get(record.id)["status"] != Status.RUNNING:
+                continue
+            self._say(
+                "the hub does not list %s/%s, yet session %s runs; stopping its container",
+                record.user,
+                record.server_name,
+                record.id,
+            )
+            stopped = await asyncio.get_running_loop().run_in_executor(
+                None, _stop_and_remove, running[record.id], self.log
+            )
+            if stopped:
+                await self.manager.release_where(
+                    [record.id], Status.TERMINATED, "the hub had stopped its server"
+                )
 
     async def _release_lost(self, active, running: dict) -> None:
         gone, never_started = [], []
@@ -99,7 +191,9 @@ class Reconciler:
             )
             if (record.user, record.server_name) not in owned and await self._hub_stops(record):
                 continue
-            await asyncio.get_running_loop().run_in_executor(None, _stop_and_remove, container)
+            await asyncio.get_running_loop().run_in_executor(
+                None, _stop_and_remove, container, self.log
+            )
 
     async def _hub_stops(self, record) -> bool:
         """Ask the hub to stop the record's server, if the hub lists it; True if it did."""
@@ -173,6 +267,8 @@ class Reconciler:
             for step in steps:
                 try:
                     await step()
+                except ENGINE_ERRORS as e:  # the engine is away: say so briefly, each round
+                    self._say("%s: the engine does not answer (%s)", step.__name__, _short(e))
                 except Exception:  # tried again next round
                     if self.log:
                         self.log.exception("reconciler: %s failed", step.__name__)
@@ -182,9 +278,21 @@ class Reconciler:
             self.log.warning("reconciler: " + message, *args)
 
 
-def _stop_and_remove(container) -> None:
+def _stop_and_remove(container, log=None) -> bool:
+    """Stop and remove; True once the container is gone, False if the engine refused (the next
+    pass tries again)."""
     try:
         container.stop(timeout=5)
         container.remove(force=True)
     except docker.errors.NotFound:
         pass  # gone already: what was wanted
+    except ENGINE_ERRORS as e:
+        if log:
+            log.warning("reconciler: could not stop and remove %s: %s", container.id[:12], e)
+        return False
+    return True
+
+
+def _short(error: Exception) -> str:
+    text = str(error) or type(error).__name__
+    return text if len(text) <= 200 else text[:200] + "..."

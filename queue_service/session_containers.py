@@ -2,36 +2,75 @@
 
 The reconciler, the usage sampler and private images all look containers up by the
 `fgpu.session_id` label that the spawner puts on every session container (DESIGN.md, contract 5).
-Only running containers count: an exited one holds no slice and has no usage. A paused one is
-still alive (the engine pauses a container while it commits it to an image, and resumes it after):
-the reconciler takes it as running, so a session being saved is not taken for a lost one.
+Only live containers count: an exited one holds no slice and has no usage. A paused one (a commit
+pauses it) is alive: it still holds its slice and comes back as it was.
+
+`fgpu.deployment` names the hub that made the container (its id, kept in the hub's state
+directory): a container of another hub on the same engine is never adopted or stopped here.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 SESSION_LABEL = "fgpu.session_id"
+DEPLOYMENT_LABEL = "fgpu.deployment"
+LIVE_STATES = ["running", "paused"]
 
 
-#: Engine states of a container whose processes still exist (frozen, when paused).
-ALIVE = ("running", "paused")
-
-
-def running_session_containers(
-    client, session_id: str | None = None, statuses: tuple[str, ...] = ("running",)
-) -> dict:
-    """Running session containers by session id (one session's, when `session_id` is given);
-    `statuses=ALIVE` adds the paused ones.
+def running_session_containers(client, session_id: str | None = None) -> dict:
+    """Live session containers by session id (one session's, when `session_id` is given).
 
     Sparse listing reads only the engine's list answer, instead of inspecting every container in
     turn; a container removed while the engine answers is left out rather than failing the call.
     """
     label = SESSION_LABEL if session_id is None else f"{SESSION_LABEL}={session_id}"
     containers = client.containers.list(
-        filters={"label": label, "status": list(statuses)}, sparse=True, ignore_removed=True
+        filters={"label": label, "status": LIVE_STATES}, sparse=True, ignore_removed=True
     )
     return {c.attrs["Labels"][SESSION_LABEL]: c for c in containers}
 
 
-def alive_session_containers(client) -> dict:
-    """Session containers that run or are paused (being committed), by session id."""
-    return running_session_containers(client, statuses=ALIVE)
+def deployment_of(container) -> str | None:
+    """The id of the hub that made the container; None for containers made before ids existed."""
+    return (container.attrs.get("Labels") or {}).get(DEPLOYMENT_LABEL)
+
+
+@dataclass(frozen=True)
+class LabelledSession:
+    """What a session container says about itself: enough to account for it without the DB."""
+
+    id: str
+    user: str
+    server_name: str
+    image: str
+    cpu: float
+    mem: int
+    fgpu: float
+    node: str
+    grant_json: str
+
+
+def session_from_labels(container) -> LabelledSession | None:
+    """The session a container's labels describe, or None when they do not describe one whole
+    (a container made by hand with a session label, say)."""
+    labels = container.attrs.get("Labels") or {}
+    try:
+        request = json.loads(labels["fgpu.request"])
+        grant = json.loads(labels["fgpu.grant"])
+        return LabelledSession(
+            id=labels[SESSION_LABEL],
+            user=labels["fgpu.user"],
+            server_name=labels.get("fgpu.server_name", ""),
+            image=labels.get("fgpu.image", ""),
+            cpu=float(request["cpu"]),
+            mem=int(request["mem"]),
+            fgpu=float(request.get("fgpu") or 0),
+            node=str(grant["node"]),
+            grant_json=json.dumps(
+                {"session_id": labels[SESSION_LABEL], "node": grant["node"], "gpus": grant["gpus"]}
+            ),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -272,3 +272,10 @@ def remove_volumes(labels: dict[str, str]) -> None:
     filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
     for volume in docker_client().volumes.list(filters=filters):
         volume.remove(force=True)
+
+
+def relaunch(hub: Hub) -> None:
+    """Start the hub again on the same state and ports, after its process ended (killed, say)."""
+    hub.process.wait(30)
+    hub.process = _start_process(hub.workdir, hub.env)
+    _wait_for_hub(hub)

@@ -15,6 +15,13 @@ from queue_service.quotas import QuotaError
 from .harness import ROOT
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    """The config keeps state in the directory the hub starts from: here, a fresh one."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 def load_shipped_config():
     return PyFileConfigLoader("jupyterhub_config.py", path=str(ROOT)).load_config()
 
@@ -30,6 +37,16 @@ def load_site_config(tmp_path, text: str):
     """A site file in its own folder that loads the shipped config, as JupyterHub loads it."""
     (tmp_path / "site_config.py").write_text(text)
     return PyFileConfigLoader("site_config.py", path=[str(tmp_path), str(ROOT)]).load_config()
+
+
+def test_the_spawner_and_the_service_share_the_deployment_id_kept_in_the_state_dir(state_dir):
+    config = load_shipped_config()
+    kept = (state_dir / "fgpu_deployment_id").read_text().strip()
+    assert kept and config.FGPUSpawner.deployment_id == kept
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert f"--QueueService.deployment_id={kept}" in queue["command"]
+    # Read again at the next start, not made anew.
+    assert load_shipped_config().FGPUSpawner.deployment_id == kept
 
 
 def test_environment_variables_set_port_and_fgpu_units(monkeypatch):

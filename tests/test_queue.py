@@ -8,6 +8,7 @@ quota test.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from datetime import datetime
@@ -634,3 +635,84 @@ async def test_a_fresh_grant_is_not_reclaimed_in_a_timezone_east_of_utc(
         monkeypatch.undo()
         time.tzset()
     assert status == Status.SCHEDULED
+
+
+# -- issue 11 item 7: nothing leaks, nothing starts by itself ----------------------------------
+
+
+async def test_a_repeated_submit_with_the_same_key_returns_the_same_record(manager):
+    key = "a" * 32
+    first = await manager.submit(ask(id=key), groups=())
+    again = await manager.submit(ask(id=key), groups=())
+    assert first["id"] == again["id"] == key
+    assert [s["id"] for s in manager.sessions()] == [key]
+
+
+async def test_a_key_is_32_hex_digits_and_belongs_to_its_server(manager):
+    with pytest.raises(Refused, match="32 hex digits") as refused:
+        await manager.submit(ask(id="../etc"), groups=())
+    assert refused.value.cause == "invalid"
+    await manager.submit(ask(server="s1", id="b" * 32), groups=())
+    with pytest.raises(Refused, match="another server") as refused:
+        await manager.submit(ask(server="s2", id="b" * 32), groups=())
+    assert refused.value.cause == "conflict"
+
+
+async def test_a_request_released_before_it_arrives_never_queues(manager):
+    """The spawn timed out waiting for the answer and released its key; the request, still on its
+    way, must not then wait in line and start a server the user saw fail."""
+    key = "c" * 32
+    with pytest.raises(KeyError):
+        await manager.release(key)
+    with pytest.raises(Refused, match="given up") as refused:
+        await manager.submit(ask(id=key), groups=())
+    assert refused.value.cause == "conflict"
+    assert manager.sessions() == []
+
+
+def labelled(session_id: str, fgpu: float, gpus: dict) -> SimpleNamespace:
+    grant = {"session_id": session_id, "node": NODE.name, "gpus": gpus}
+    return SimpleNamespace(
+        id=session_id,
+        user="orphan",
+        server_name="lost",
+        image="python-3.11",
+        cpu=0.5,
+        mem=512 * MIB,
+        fgpu=fgpu,
+        node=NODE.name,
+        grant_json=json.dumps(grant),
+    )
+
+
+async def test_an_adopted_session_holds_its_slice_in_the_next_pass(manager):
+    adopted = await manager.adopt([labelled("d" * 32, 2.0, {GPU: 1.0})], "adopted")
+    assert adopted == ["d" * 32]
+    view = manager.get("d" * 32)
+    assert (view["status"], view["grant"]["gpus"], view["reason"]) == (
+        Status.RUNNING,
+        {GPU: 1.0},
+        "adopted",
+    )
+    # The whole GPU is the orphan's: a new fGPU request waits rather than get it a second time.
+    waiting = await manager.submit(ask(user="bob"), groups=())
+    assert waiting["status"] == Status.PENDING
+    # Adopting again changes nothing.
+    assert await manager.adopt([labelled("d" * 32, 2.0, {GPU: 1.0})], "adopted") == []
+
+
+async def test_nothing_is_granted_before_the_engine_has_been_counted(manager):
+    holder = await manager.submit(ask(server="s1", fgpu=2.0), groups=())
+    waiting = await manager.submit(ask(server="s2"), groups=())
+    assert (holder["status"], waiting["status"]) == (Status.SCHEDULED, Status.PENDING)
+    manager.engine_problem = "The Docker engine is not answering."
+    with pytest.raises(Refused, match="not answering") as refused:
+        await manager.submit(ask(server="s3"), groups=())
+    assert refused.value.cause == "unavailable"
+    # A container the engine has not listed yet may hold the freed slice: the waiting request
+    # is not placed on it until the engine's containers are counted.
+    await manager.release(holder["id"])
+    assert manager.get(waiting["id"])["status"] == Status.PENDING
+    manager.engine_problem = None
+    await manager.schedule()
+    assert manager.get(waiting["id"])["status"] == Status.SCHEDULED

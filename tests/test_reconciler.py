@@ -10,14 +10,18 @@ from __future__ import annotations
 import asyncio
 import secrets
 
+import docker
 import pytest
 
+from fgpu_spawner.container_spec import ContainerContext, session_labels
+from fgpu_spawner.grant import Grant
+from fgpu_spawner.request import ResourceRequest
 from queue_service import scheduler
 from queue_service.db import open_database
 from queue_service.models import Status
-from queue_service.queue import QueueManager, SchedulerSettings
+from queue_service.queue import QueueManager, Refused, SchedulerSettings
 from queue_service.quotas import QuotaBook
-from queue_service.reconciler import Reconciler
+from queue_service.reconciler import ENGINE_ERRORS, Reconciler
 from queue_service.session_containers import SESSION_LABEL
 
 from .harness import TEST_LABEL, containers_with, remove_containers
@@ -151,3 +155,111 @@ async def test_a_session_that_starts_while_the_engine_lists_is_not_taken_for_los
     await Reconciler(manager, EngineThatAnswersLate(docker_engine, the_session_starts)).reconcile()
     assert manager.get(session["id"])["status"] == Status.RUNNING
     assert len(containers_with({SESSION_LABEL: session["id"]})) == 1
+
+
+# -- issue 11 item 7: nothing leaks, nothing starts by itself ----------------------------------
+
+DEPLOYMENT = "this-hub"
+
+
+def labelled_container(docker_engine, run_id: str, session_id: str, deployment: str, gpus: dict):
+    """A container labelled as the spawner labels a session (container_spec.session_labels)."""
+    request = ResourceRequest("python-3.11", IMAGE, cpu=0.5, mem=GIB, fgpu=2.0)
+    context = ContainerContext(
+        name=f"orphan-{session_id[:8]}",
+        user="orphan",
+        server_name="lost",
+        command=[],
+        env={},
+        port=8888,
+        network="bridge",
+        deployment_id=deployment,
+    )
+    labels = session_labels(request, Grant(session_id, NODE.name, gpus), context)
+    return docker_engine.containers.run(
+        IMAGE, ["sleep", "300"], detach=True, labels={**labels, TEST_LABEL: run_id}
+    )
+
+
+async def test_a_container_of_this_hub_with_no_record_is_adopted_with_its_slice(
+    manager, docker_engine, run_id
+):
+    """The service's DB was lost: the session keeps running, and its GPU is not granted twice."""
+    orphan_id, foreign_id = secrets.token_hex(16), secrets.token_hex(16)
+    orphan = labelled_container(docker_engine, run_id, orphan_id, DEPLOYMENT, {"GPU-r-0": 1.0})
+    foreign = labelled_container(docker_engine, run_id, foreign_id, "other-hub", {"GPU-r-0": 1.0})
+    manager.engine_problem = "not counted yet"  # as the service starts
+    await Reconciler(manager, docker_engine, deployment_id=DEPLOYMENT).reconcile()
+    adopted = manager.get(orphan_id)
+    assert adopted["status"] == Status.RUNNING
+    assert adopted["grant"] == {
+        "session_id": orphan_id,
+        "node": NODE.name,
+        "gpus": {"GPU-r-0": 1.0},
+    }
+    assert (adopted["user"], adopted["server_name"], adopted["fgpu"]) == ("orphan", "lost", 2.0)
+    assert manager.engine_problem is None
+    # The whole (only) GPU is the orphan's: an fGPU request now waits.
+    request = {"user": "bob", "server_name": "", "image": "x", "cpu": 0.5, "mem": GIB, "fgpu": 1}
+    assert (await manager.submit(request, ()))["status"] == Status.PENDING
+    # Another hub's session on the same engine is neither adopted nor touched.
+    with pytest.raises(KeyError):
+        manager.get(foreign_id)
+    for kept in (orphan, foreign):
+        kept.reload()
+        assert kept.status == "running"
+
+
+async def test_a_paused_container_still_holds_its_slice(manager, docker_engine, run_id):
+    """A commit pauses the container; the session is not taken for lost meanwhile."""
+    session, container = await running_session(manager, docker_engine, run_id)
+    container.pause()
+    await Reconciler(manager, docker_engine).reconcile()
+    assert manager.get(session["id"])["status"] == Status.RUNNING
+
+
+async def test_an_engine_that_does_not_answer_stops_grants_until_it_does(
+    manager, docker_engine, tmp_path
+):
+    away = docker.DockerClient(base_url=f"unix://{tmp_path / 'nothing.sock'}", version="1.41")
+    reconciler = Reconciler(manager, away)
+    with pytest.raises(ENGINE_ERRORS):
+        await reconciler.reconcile()
+    assert "not answering" in manager.engine_problem
+    request = {"user": "bob", "server_name": "", "image": "x", "cpu": 0.5, "mem": GIB, "fgpu": 1}
+    with pytest.raises(Refused, match="Docker engine is not answering") as refused:
+        await manager.submit(request, ())
+    assert refused.value.cause == "unavailable"
+    reconciler.docker = docker_engine  # the engine is back
+    await reconciler.reconcile()
+    assert manager.engine_problem is None
+    assert (await manager.submit(request, ()))["status"] == Status.SCHEDULED
+
+
+class HubListing:
+    """Stands in for the hub's REST API: which servers the hub lists (HubClient.active_servers)."""
+
+    def __init__(self, servers: set):
+        self.servers = servers
+
+    async def active_servers(self) -> set:
+        return self.servers
+
+
+async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_released(
+    manager, docker_engine, run_id
+):
+    """The spawner's stop failed, so it kept the grant; the hub forgot the server regardless."""
+    session, container = await running_session(manager, docker_engine, run_id)
+    hub = HubListing({("alice", "s1")})
+    reconciler = Reconciler(manager, docker_engine, hub=hub, unlisted_grace=0)
+    await reconciler.reconcile()
+    assert manager.get(session["id"])["status"] == Status.RUNNING  # listed: left alone
+    hub.servers = set()
+    await reconciler.reconcile()
+    ended = manager.get(session["id"])
+    assert (ended["status"], ended["reason"]) == (
+        Status.TERMINATED,
+        "the hub had stopped its server",
+    )
+    assert containers_with({SESSION_LABEL: session["id"]}) == []
