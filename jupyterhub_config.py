@@ -146,7 +146,6 @@ c.JupyterHub.spawner_class = "fgpu"
 c.FGPUSpawner.units_per_gpu = units_per_gpu
 c.FGPUSpawner.queue_url = f"{queue_url}/services/queue/"
 c.FGPUSpawner.queue_token = spawner_token
-c.FGPUSpawner.catalog_path = catalog_path
 c.FGPUSpawner.deployment_id = fgpu_deployment_id
 # Up to 4 fGPU per session by default; the queue refuses what no node could ever hold.
 c.FGPUSpawner.fgpu_max = fgpu_max

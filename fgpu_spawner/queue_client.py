@@ -8,12 +8,15 @@ Errors become `QueueError` with the service's own message and status code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import weakref
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from .grant import Grant
 from .request import ResourceRequest
 
 #: Concurrent requests to the service from one hub. Every PENDING spawn holds one long-poll, and
@@ -39,6 +42,51 @@ class QueueError(Exception):
         self.status = status
 
 
+@dataclass(frozen=True)
+class QueueRecord:
+    """The service's record of one request, as the spawner reads it (api/grants answers).
+
+    `grant` is set once the request is SCHEDULED (or later); `version` changes whenever status,
+    place in line or reason does, and is what a long-poll waits to see change.
+    """
+
+    id: str
+    status: str
+    version: str = ""
+    cpu: float = 0.0
+    fgpu: float = 0.0
+    position: int | None = None
+    reason: str = ""
+    grant: Grant | None = None
+    gpu_memory: dict[str, int] = field(default_factory=dict)
+    gpu_order: tuple[str, ...] = ()
+    image_ref: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict) -> QueueRecord:
+        try:
+            grant = data.get("grant")
+            return cls(
+                id=str(data["id"]),
+                status=str(data["status"]),
+                version=str(data.get("version") or ""),
+                cpu=float(data.get("cpu") or 0),
+                fgpu=float(data.get("fgpu") or 0),
+                position=data.get("position"),
+                reason=str(data.get("reason") or ""),
+                grant=Grant(grant["session_id"], grant["node"], dict(grant.get("gpus") or {}))
+                if grant
+                else None,
+                gpu_memory=dict(data.get("gpu_memory") or {}),
+                gpu_order=tuple(data.get("gpu_order") or ()),
+                image_ref=data.get("image_ref"),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise QueueError(
+                f"The queue service sent a record that cannot be read: {e}", 502
+            ) from None
+
+
 class QueueClient:
     def __init__(self, url: str, token: str, timeout: float = 30):
         self.api = url.rstrip("/") + "/api"
@@ -47,7 +95,7 @@ class QueueClient:
 
     async def request_grant(
         self, user: str, server_name: str, request: ResourceRequest, key: str
-    ) -> dict:
+    ) -> QueueRecord:
         """Ask for a slice. `key` (32 hex digits, chosen before asking) names the request: asking
         again with it returns the same record, and releasing it ends the request even when its
         answer never came."""
@@ -61,16 +109,17 @@ class QueueClient:
             "fgpu": request.fgpu,
             "resource_group": request.resource_group,
         }
-        return await self._call("POST", "/grants", body)
+        return QueueRecord.from_json(await self._call("POST", "/grants", body))
 
-    async def wait(self, session_id: str, seen: dict, wait_seconds: float = 25) -> dict:
+    async def wait(self, seen: QueueRecord, wait_seconds: float = 25) -> QueueRecord:
         """The record once it differs from `seen` (status, position or reason), or after a while."""
-        version = quote(str(seen.get("version", "")))
-        path = f"/grants/{session_id}?wait={wait_seconds:g}&version={version}"
-        return await self._call("GET", path, timeout=wait_seconds + self.timeout)
+        path = f"/grants/{seen.id}?wait={wait_seconds:g}&version={quote(seen.version)}"
+        answer = await self._call("GET", path, timeout=wait_seconds + self.timeout)
+        # The long-poll does not repeat the catalog's reference: keep the one first given.
+        return dataclasses.replace(QueueRecord.from_json(answer), image_ref=seen.image_ref)
 
-    async def mark_running(self, session_id: str) -> dict:
-        return await self._call("POST", f"/grants/{session_id}/running", {})
+    async def mark_running(self, session_id: str) -> QueueRecord:
+        return QueueRecord.from_json(await self._call("POST", f"/grants/{session_id}/running", {}))
 
     async def release(self, session_id: str) -> dict:
         return await self._call("DELETE", f"/grants/{session_id}")

@@ -15,7 +15,6 @@ import dataclasses
 import os
 import shutil
 import uuid
-from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
@@ -26,7 +25,7 @@ from jupyterhub.traitlets import ByteSpecification
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default, validate
 
-from image_catalog import Catalog, CatalogError, load_catalog, parse_image
+from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
 
 from . import form
@@ -40,7 +39,7 @@ from .container_spec import (
 from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
 from .grant import Grant
 from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
-from .queue_client import QueueClient, QueueError
+from .queue_client import QueueClient, QueueError, QueueRecord
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
 from .storage import (
     StorageSettings,
@@ -50,8 +49,6 @@ from .storage import (
     pick_home_volume,
     session_mounts,
 )
-
-LOCAL_NODE = "local"
 
 
 def ordinal(n: int) -> str:
@@ -67,11 +64,6 @@ def spawn_error(message: str, reason: str, status_code: int = 400) -> SpawnExcep
     error = SpawnException(message, reason=reason, status_code=status_code)
     error.jupyterhub_message = message
     return error
-
-
-@lru_cache(maxsize=8)
-def _cached_catalog(path: str, mtime: float) -> Catalog:
-    return load_catalog(path or None)
 
 
 async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
@@ -101,13 +93,6 @@ def catalog_from_entries(entries: list[dict]) -> Catalog:
 class FGPUSpawner(DockerSpawner):
     """Spawn single-user servers in Docker containers limited to a CPU, memory and fGPU slice."""
 
-    catalog_path = Unicode(
-        "",
-        config=True,
-        help="""
-        Path of the image catalog YAML file. Empty means the catalog shipped in `image_catalog/`.
-        """,
-    )
     default_image_name = Unicode(
         "",
         config=True,
@@ -357,22 +342,8 @@ class FGPUSpawner(DockerSpawner):
     def _default_apply_user_options(self):
         return apply_resource_options
 
-    @property
-    def catalog(self) -> Catalog:
-        """The catalog file: used only by a spawner with no queue service."""
-        path = self.catalog_path
-        mtime = Path(path).stat().st_mtime if path else 0.0
-        return _cached_catalog(path, mtime)
-
     async def user_catalog(self) -> Catalog:
         """The images this user may start: from the queue service's catalog (its DB)."""
-        if self.queue is None:
-            try:
-                return self.catalog
-            except CatalogError as e:
-                raise spawn_error(
-                    f"The image catalog is broken: {e}", reason="config", status_code=500
-                ) from None
         try:
             entries = await self.queue.images_for(self.user.name)
         except QueueError as e:
@@ -386,14 +357,11 @@ class FGPUSpawner(DockerSpawner):
     async def refuse_image(self, name: str, catalog: Catalog) -> None:
         """Raise the right refusal for an image not offered to this user: 403 when it exists
         but is not theirs to use, 400 when there is no such image."""
-        if self.queue is not None:
-            try:
-                await self.queue.image_for(self.user.name, name)
-            except QueueError as e:
-                if e.status == 403:
-                    raise spawn_error(
-                        e.message, reason="image_not_allowed", status_code=403
-                    ) from None
+        try:
+            await self.queue.image_for(self.user.name, name)
+        except QueueError as e:
+            if e.status == 403:
+                raise spawn_error(e.message, reason="image_not_allowed", status_code=403) from None
         choices = ", ".join(image.name for image in catalog.visible()) or "none"
         raise spawn_error(
             f"Unknown image {name!r}. Available images: {choices}.", reason="invalid_options"
@@ -427,15 +395,19 @@ class FGPUSpawner(DockerSpawner):
             ) from None
 
     @property
-    def queue(self) -> QueueClient | None:
-        return QueueClient(self.queue_url, self.queue_token) if self.queue_url else None
+    def queue(self) -> QueueClient:
+        """The queue service: every grant comes from it (DESIGN.md, "fail closed")."""
+        if not self.queue_url:
+            raise spawn_error(
+                "No queue service is configured (c.FGPUSpawner.queue_url): no session can start "
+                "without a grant from it.",
+                reason="config",
+                status_code=500,
+            )
+        return QueueClient(self.queue_url, self.queue_token)
 
     async def acquire_grant(self, request: ResourceRequest) -> Grant:
         """The slice this session may use: from the queue service, waiting while PENDING."""
-        if self.queue is None:
-            if request.fgpu > 0:
-                raise spawn_error("No fGPU can be granted on this hub.", reason="no_grant")
-            return Grant(session_id=uuid.uuid4().hex, node=LOCAL_NODE)
         # The key is chosen before asking: a request whose answer never comes (a timeout, a
         # dropped connection) can still be released by it, so it never starts a server later.
         self.session_id = uuid.uuid4().hex
@@ -444,19 +416,19 @@ class FGPUSpawner(DockerSpawner):
                 self.user.name, self.name, request, key=self.session_id
             )
             # Another id when the queue adopted an earlier record of this same start.
-            self.session_id = record["id"]
-            self._use_catalog_reference(record.get("image_ref"))
-            while record["status"] == "PENDING":
+            self.session_id = record.id
+            self._use_catalog_reference(record.image_ref)
+            while record.status == "PENDING":
                 self._report_pending(record)
                 record = await self._wait_in_queue(record)
         except QueueError as e:
             raise spawn_error(e.message, reason="queue", status_code=e.status) from None
-        if record["status"] != "SCHEDULED":
-            reason = record.get("reason") or f"the request ended as {record['status']}"
-            raise spawn_error(f"No grant: {reason}", reason=record["status"].lower())
-        self.gpu_memory = record.get("gpu_memory") or {}
-        self.gpu_order = record.get("gpu_order") or []
-        return Grant(record["id"], record["grant"]["node"], record["grant"]["gpus"])
+        if record.status != "SCHEDULED" or record.grant is None:
+            reason = record.reason or f"the request ended as {record.status}"
+            raise spawn_error(f"No grant: {reason}", reason=record.status.lower())
+        self.gpu_memory = record.gpu_memory
+        self.gpu_order = list(record.gpu_order)
+        return record.grant
 
     def _use_catalog_reference(self, reference: str | None) -> None:
         """Start the image the catalog names now (a private image, or one re-pointed since)."""
@@ -464,13 +436,13 @@ class FGPUSpawner(DockerSpawner):
             self.resource_request = dataclasses.replace(self.resource_request, image=reference)
             self.image = reference
 
-    async def _wait_in_queue(self, record: dict) -> dict:
+    async def _wait_in_queue(self, record: QueueRecord) -> QueueRecord:
         """The next change to the record; rides out a restart of the service (the queue is in
         its DB), but not an outage longer than `queue_reconnect_timeout`."""
         deadline = asyncio.get_running_loop().time() + self.queue_reconnect_timeout
         while True:
             try:
-                return await self.queue.wait(self.session_id, record)
+                return await self.queue.wait(record)
             except QueueError as e:
                 # Any 5xx here is the service going away (a restart, or the hub shutting down
                 # and stopping it first): keep the place in line rather than give it up.
@@ -480,12 +452,12 @@ class FGPUSpawner(DockerSpawner):
                 self._progress_changed.set()
                 await asyncio.sleep(1)
 
-    def _report_pending(self, record: dict) -> None:
-        position = record.get("position")
+    def _report_pending(self, record: QueueRecord) -> None:
+        position = record.position
         where = f"{ordinal(position)} in line" if position else "waiting"
         # The queue's reason already says what the request waits for; without one, say it here.
-        slots = f"{record['fgpu']:g} fGPU" if record["fgpu"] else f"{record['cpu']:g} CPU"
-        detail = record.get("reason") or f"waiting for {slots}"
+        slots = f"{record.fgpu:g} fGPU" if record.fgpu else f"{record.cpu:g} CPU"
+        detail = record.reason or f"waiting for {slots}"
         self._pending_message = f"Pending: {where}; {detail}"
         self._progress_changed.set()
 
@@ -510,7 +482,7 @@ class FGPUSpawner(DockerSpawner):
     async def release_grant(self, session_id: str | None = None) -> None:
         """Give back the grant of `session_id` (default: this spawn's)."""
         session_id = session_id or self.session_id
-        if self.queue is None or not session_id:
+        if not session_id:
             return
         try:
             await self.queue.release(session_id)
@@ -541,8 +513,6 @@ class FGPUSpawner(DockerSpawner):
     async def _confirm_running(self) -> None:
         """Tell the queue the server is up. Fail closed: if the grant ended meanwhile (released,
         reclaimed), the queue refuses, and this spawn fails rather than run without a grant."""
-        if self.queue is None:
-            return
         try:
             await self.queue.mark_running(self.session_id)
         except QueueError as e:
