@@ -16,7 +16,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -55,10 +54,6 @@ class QueueManager:
         self.settings = settings
         self.quotas = quotas
         self._lock = asyncio.Lock()
-        # Every write and every pass runs here, one at a time, off the event loop: a pass over
-        # thousands of records, or a slow PostgreSQL round trip, never stalls the pages or the
-        # long-polls. Reads on the request path come from the snapshot (below).
-        self._db_thread = ThreadPoolExecutor(1, thread_name_prefix="fgpu-db")
         self._changed = asyncio.Condition()
         self._positions: dict[str, int] = {}
         self._abandoned: OrderedDict[str, None] = OrderedDict()
@@ -93,39 +88,27 @@ class QueueManager:
         async with self._lock:
             if self.engine_problem is not None:
                 raise Refused(self.engine_problem, "unavailable")
-            known, new_id = await self._in_db(self._record_request, request, key, groups)
-            if known is not None:
-                return known
+            with self.db.begin() as db:
+                known = db.get(SessionRecord, key) if key else None
+                if known is not None:
+                    if (known.user, known.server_name) != (request["user"], request["server_name"]):
+                        raise Refused("That request key belongs to another server.", "conflict")
+                    return self._view(known)
+                if key in self._abandoned:
+                    raise Refused("This spawn was given up before its request arrived.", "conflict")
+                waiting = self._end_previous(db, request)
+                if waiting is not None:
+                    return self._view(waiting)
+                refusal = self._admission_refusal(db, request, groups)
+                if refusal is not None:
+                    raise Refused(refusal.message, refusal.cause)
+                seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
+                record = SessionRecord(
+                    id=key or uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
+                )
+                db.add(record)
             await self._schedule_locked()
-        return self.get(new_id)
-
-    def _record_request(self, request: dict, key: str | None, groups) -> tuple[dict | None, str]:
-        """(the view of a record this request already has, None) or (None, the new record's id)."""
-        with self.db.begin() as db:
-            known = db.get(SessionRecord, key) if key else None
-            if known is not None:
-                if (known.user, known.server_name) != (request["user"], request["server_name"]):
-                    raise Refused("That request key belongs to another server.", "conflict")
-                return self._view(known), known.id
-            if key in self._abandoned:
-                raise Refused("This spawn was given up before its request arrived.", "conflict")
-            waiting = self._end_previous(db, request)
-            if waiting is not None:
-                return self._view(waiting), waiting.id
-            refusal = self._admission_refusal(db, request, groups)
-            if refusal is not None:
-                raise Refused(refusal.message, refusal.cause)
-            seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
-            record = SessionRecord(
-                id=key or uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
-            )
-            db.add(record)
-        return None, record.id
-
-    async def _in_db(self, work, *args):
-        """Run `work(*args)` on the DB thread and return what it returns (or raise what it
-        raises)."""
-        return await asyncio.get_running_loop().run_in_executor(self._db_thread, work, *args)
+        return self.get(record.id)
 
     async def wait(self, session_id: str, seen_version: str, timeout: float) -> dict:
         """The record once its version differs from `seen_version`, or at the timeout."""
@@ -146,18 +129,17 @@ class QueueManager:
         ended (released, reclaimed, cancelled) or never came is refused with 409, so that its
         spawn fails instead of running a container without a grant."""
         async with self._lock:
-            await self._in_db(self._mark_running, session_id)
+            with self.db.begin() as db:
+                record = self._load(db, session_id)
+                if record.status not in ALLOCATED:
+                    why = f": {record.reason}" if record.reason else ""
+                    raise Refused(
+                        f"The session has no grant; it is {record.status}{why}.", "conflict"
+                    )
+                if record.status == Status.SCHEDULED:
+                    record.status, record.started = Status.RUNNING, utcnow()
         await self._notify()
         return self.get(session_id)
-
-    def _mark_running(self, session_id: str) -> None:
-        with self.db.begin() as db:
-            record = self._load(db, session_id)
-            if record.status not in ALLOCATED:
-                why = f": {record.reason}" if record.reason else ""
-                raise Refused(f"The session has no grant; it is {record.status}{why}.", "conflict")
-            if record.status == Status.SCHEDULED:
-                record.status, record.started = Status.RUNNING, utcnow()
 
     async def release(self, session_id: str) -> dict:
         """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting.
@@ -165,38 +147,31 @@ class QueueManager:
         The answer is the ended record, with `released_from`: the status this call ended, or None
         when it had ended already (a repeated release changes nothing)."""
         async with self._lock:
-            released_from = await self._in_db(self._release, session_id)
+            with self.db.begin() as db:
+                record = db.get(SessionRecord, session_id)
+                if record is None:
+                    self._remember_abandoned(session_id)
+                    raise KeyError(session_id)
+                released_from = None if record.status in FINAL else str(record.status)
+                if released_from is not None:
+                    _finish(
+                        record,
+                        Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED,
+                    )
             await self._schedule_locked()
         return {**self.get(session_id), "released_from": released_from}
-
-    def _release(self, session_id: str) -> str | None:
-        with self.db.begin() as db:
-            record = db.get(SessionRecord, session_id)
-            if record is None:
-                self._remember_abandoned(session_id)
-                raise KeyError(session_id)
-            if record.status in FINAL:
-                return None
-            released_from = str(record.status)
-            _finish(
-                record, Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED
-            )
-        return released_from
 
     async def release_where(
         self, ids: list[str], status: Status, reason: str, schedule: bool = True
     ) -> None:
         """Used by the reconciler: end these sessions with a reason, then schedule."""
         async with self._lock:
-            await self._in_db(self._end_all, ids, status, reason)
+            with self.db.begin() as db:
+                for record in db.scalars(select(SessionRecord).where(SessionRecord.id.in_(ids))):
+                    if record.status not in FINAL:
+                        _finish(record, status, reason)
             if schedule:
                 await self._schedule_locked()
-
-    def _end_all(self, ids: list[str], status: Status, reason: str) -> None:
-        with self.db.begin() as db:
-            for record in db.scalars(select(SessionRecord).where(SessionRecord.id.in_(ids))):
-                if record.status not in FINAL:
-                    _finish(record, status, reason)
 
     async def schedule(self) -> None:
         async with self._lock:
@@ -222,40 +197,36 @@ class QueueManager:
         """Record running sessions that have no record (the DB was lost or replaced by an older
         copy) from their containers' labels, as RUNNING with their grants, so that their slices
         count in the next pass. Returns the ids adopted."""
-        async with self._lock:
-            adopted = await self._in_db(self._record_adopted, sessions, reason)
-            await self._schedule_locked()
-        return adopted
-
-    def _record_adopted(self, sessions, reason: str) -> list[str]:
         adopted = []
-        with self.db.begin() as db:
-            seq = db.scalar(select(func.max(SessionRecord.seq))) or 0
-            for session in sessions:
-                if db.get(SessionRecord, session.id) is not None:
-                    continue
-                seq += 1
-                now = utcnow()
-                db.add(
-                    SessionRecord(
-                        id=session.id,
-                        seq=seq,
-                        status=Status.RUNNING,
-                        user=session.user,
-                        server_name=session.server_name,
-                        image=session.image,
-                        cpu=session.cpu,
-                        mem=session.mem,
-                        fgpu=session.fgpu,
-                        resource_group=self._group_of(session.node),
-                        node=session.node,
-                        grant_json=session.grant_json,
-                        reason=reason,
-                        scheduled_at=now,
-                        started=now,
+        async with self._lock:
+            with self.db.begin() as db:
+                seq = db.scalar(select(func.max(SessionRecord.seq))) or 0
+                for session in sessions:
+                    if db.get(SessionRecord, session.id) is not None:
+                        continue
+                    seq += 1
+                    now = utcnow()
+                    db.add(
+                        SessionRecord(
+                            id=session.id,
+                            seq=seq,
+                            status=Status.RUNNING,
+                            user=session.user,
+                            server_name=session.server_name,
+                            image=session.image,
+                            cpu=session.cpu,
+                            mem=session.mem,
+                            fgpu=session.fgpu,
+                            resource_group=self._group_of(session.node),
+                            node=session.node,
+                            grant_json=session.grant_json,
+                            reason=reason,
+                            scheduled_at=now,
+                            started=now,
+                        )
                     )
-                )
-                adopted.append(session.id)
+                    adopted.append(session.id)
+            await self._schedule_locked()
         return adopted
 
     def _group_of(self, node: str) -> str | None:
@@ -451,10 +422,6 @@ class QueueManager:
     # -- the pass ---------------------------------------------------------------------------------
 
     async def _schedule_locked(self) -> None:
-        await self._in_db(self._pass)
-        await self._notify()
-
-    def _pass(self) -> None:
         with self.db.begin() as db:
             allocated = list(db.scalars(_allocated_query()))
             pending = list(
@@ -469,6 +436,7 @@ class QueueManager:
             # slice: nothing is placed (timeouts still run).
             if self.engine_problem is None:
                 self._place(allocated, [r for r in pending if r.status == Status.PENDING])
+        await self._notify()
 
     def _place(self, allocated: list[SessionRecord], pending: list[SessionRecord]) -> None:
         outcome = scheduler.schedule(
