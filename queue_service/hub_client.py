@@ -15,6 +15,10 @@ from urllib.parse import quote
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 CACHE_SECONDS = 10
+#: Calls to the hub in flight at once. A launch of 20 sends 20 starts together, and each may take
+#: the hub's slow-spawn timeout (10 s) to answer; tornado's shared client allows 10 at a time,
+#: which held the rest of a launch back for as long.
+MAX_CONCURRENT_CALLS = 64
 
 
 class HubError(Exception):
@@ -29,6 +33,7 @@ class HubClient:
         self.api_url = (api_url or os.environ["JUPYTERHUB_API_URL"]).rstrip("/")
         self.token = token or os.environ["JUPYTERHUB_API_TOKEN"]
         self._cache: dict[str, tuple[float, dict]] = {}
+        self._client: AsyncHTTPClient | None = None
 
     async def user(self, name: str) -> dict:
         return await self._cached(f"/users/{quote(name)}")
@@ -70,6 +75,13 @@ class HubClient:
         path = f"/users/{quote(user)}/servers/{quote(server_name)}"
         return (await self._call("DELETE", path, {"remove": True} if remove else None))[0]
 
+    def _http(self) -> AsyncHTTPClient:
+        """A client of our own (made in the event loop on first use), apart from tornado's
+        shared one."""
+        if self._client is None:
+            self._client = AsyncHTTPClient(force_instance=True, max_clients=MAX_CONCURRENT_CALLS)
+        return self._client
+
     async def _cached(self, path: str) -> dict:
         hit = self._cache.get(path)
         if hit and time.monotonic() - hit[0] < CACHE_SECONDS:
@@ -88,7 +100,7 @@ class HubClient:
             request_timeout=30,
         )
         try:
-            response = await AsyncHTTPClient().fetch(request)
+            response = await self._http().fetch(request)
         except HTTPClientError as e:
             raise HubError(_message_of(e), e.code) from None
         return response.code, json.loads(response.body) if response.body else {}
