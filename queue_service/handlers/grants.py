@@ -18,7 +18,10 @@ from .base import BaseHandler
 
 
 class SpawnerHandler(BaseHandler):
-    def prepare_spawner(self) -> None:
+    """Admits the spawner's identity alone, once for every method of its handlers."""
+
+    async def admit(self) -> None:
+        await super().admit()
         identity = self.identity()
         if (
             identity.get("kind") != "service"
@@ -39,7 +42,6 @@ class GrantsHandler(SpawnerHandler):
 
     @web.authenticated
     async def post(self):
-        self.prepare_spawner()
         data = self.body()
         if not isinstance(data.get("user"), str) or not data["user"]:
             raise web.HTTPError(400, "Malformed grant request: no user.")
@@ -57,7 +59,6 @@ class GrantHandler(SpawnerHandler):
 
     @web.authenticated
     async def get(self, session_id):
-        self.prepare_spawner()
         try:
             wait = float(self.get_argument("wait", "0") or 0)
         except ValueError:
@@ -69,12 +70,10 @@ class GrantHandler(SpawnerHandler):
 
     @web.authenticated
     async def delete(self, session_id):
-        self.prepare_spawner()
         self.write_json(await self.session_answer(self.manager.release(session_id)))
 
     @web.authenticated
     async def post(self, session_id, action):
-        self.prepare_spawner()
         if action != "running":
             raise web.HTTPError(404, f"No action {action!r}.")
         self.write_json(await self.session_answer(self.manager.mark_running(session_id)))

@@ -80,10 +80,7 @@ class SessionHandler(BaseHandler):
     async def own_session(self, session_id: str) -> dict:
         """The session, if it is the caller's or the caller is an admin; else 404."""
         person = await self.person()
-        try:
-            record = self.manager.get(session_id)
-        except KeyError:
-            record = None
+        record = session_or_none(self.manager, session_id)
         if record is None or (record["user"] != person["name"] and not person["admin"]):
             # The same answer as for a missing session: others' session ids are not revealed.
             raise web.HTTPError(404, "No such session.")
@@ -107,10 +104,9 @@ class SessionImageHandler(BaseHandler):
     @web.authenticated
     async def post(self, session_id):
         self.require_admin("Turning a session into an image")
-        try:
-            record = self.manager.get(session_id)
-        except KeyError:
-            raise web.HTTPError(404, "No such session.") from None
+        record = session_or_none(self.manager, session_id)
+        if record is None:
+            raise web.HTTPError(404, "No such session.")
         if record["status"] != Status.RUNNING:
             raise web.HTTPError(
                 409,
@@ -137,6 +133,13 @@ class SessionImageHandler(BaseHandler):
         self.write_json(
             {"session": session_id, "user": user, **committed, "catalog": registered}, 201
         )
+
+
+def session_or_none(manager, session_id: str) -> dict | None:
+    try:
+        return manager.get(session_id)
+    except KeyError:
+        return None
 
 
 def routes(prefix: str) -> list:
