@@ -5,7 +5,8 @@ waiter long-polls the pending record (as the spawner does); the clock runs from 
 the waiter seeing SCHEDULED. It is measured alone, and again beside a crowd of `--crowd` other
 pending requests (200 by default, as in the 200-spawn test), each long-polled by a waiter of its own
 that reads its record again on every change, as the spawner does. They wait in a resource group
-whose one GPU stays held, so every pass wakes them all. Baseline, in the same run: the same manager
+whose one GPU stays held: their records do not change, so a pass must not wake them (it woke them
+all before the queue woke only the waiters whose record changed). Baseline, in the same run: the same manager
 driven by a scheduler that polls once a second instead of running a pass on every release.
 """
 
@@ -86,7 +87,7 @@ async def polling(queue: QueueManager, rounds: int, interval: float) -> list[flo
         start = time.perf_counter()
         # A polling scheduler only marks the slice free; the next tick hands it on.
         await queue.release_where([held["id"]], "TERMINATED", "released", schedule=False)
-        while (record := queue.get(waiting["id"]))["status"] != "SCHEDULED":
+        while (record := await queue.get(waiting["id"]))["status"] != "SCHEDULED":
             await queue.wait(waiting["id"], record["version"], 5)
         latencies.append(time.perf_counter() - start)
         held = record

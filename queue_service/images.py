@@ -4,6 +4,11 @@ catalog.yaml seeds it at every start; from then on instructors own it (api/image
 page). Seeding is a three-way merge against what was seeded last time (`image_seeds`): a field
 changes only where nobody edited it since, and an image an instructor deleted stays deleted.
 
+Reads come from memory: the catalog is small and read on every spawn form and spawn, so the event
+loop never waits for the DB to answer one. Writes are rare (an instructor's edit) and take the DB;
+the handlers run them off the event loop (`asyncio.to_thread`), and each write reloads the copy in
+memory under one lock, so a read sees the catalog before a write or after it, never between.
+
 `admit` is the one place that decides whether a user may start an image at a given size; the spawn
 path (api/grants) and `POST api/sessions` both ask it.
 
@@ -15,7 +20,10 @@ old account's images are not offered to it. Admins still see them and can hand t
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -91,16 +99,20 @@ _ENTRY_KEYS = {*_PLAIN_FIELDS, "name", "groups", "resources", "owner"}
 class ImageStore:
     def __init__(self, db: sessionmaker):
         self.db = db
+        self._writing = threading.Lock()
+        self._views: dict[str, dict] = {}
+        self._reload()
 
-    # -- reads -----------------------------------------------------------------------------------
+    # -- reads (from memory) ---------------------------------------------------------------------
 
     def all(self) -> list[dict]:
-        with self.db() as db:
-            return [_view(r) for r in db.scalars(select(ImageRecord).order_by(ImageRecord.id))]
+        return [copy.deepcopy(view) for view in self._views.values()]
 
     def get(self, name: str) -> dict:
-        with self.db() as db:
-            return _view(self._load(db, name))
+        view = self._views.get(name)
+        if view is None:
+            raise ImageError(f"No image named {name!r} in the catalog.", "not_found")
+        return copy.deepcopy(view)
 
     def find(self, name: str) -> dict | None:
         """The entry named `name`, or None."""
@@ -187,7 +199,7 @@ class ImageStore:
         _set_owner_account(record, image, account_time(owner_created))
         _record_check(record, check)
         try:
-            with self.db.begin() as db:
+            with self._writing, self._reloading(), self.db.begin() as db:
                 db.add(record)
         except IntegrityError:
             raise ImageError(
@@ -203,7 +215,7 @@ class ImageStore:
     ) -> dict:
         """Change an entry. `owner_created` hands a private image to that account of its owner;
         without it, the owner's account stays as it was unless the owner changes."""
-        with self.db.begin() as db:
+        with self._writing, self._reloading(), self.db.begin() as db:
             record = self._load(db, image.name)
             owner_before = record.owner
             _fill(record, image)
@@ -214,12 +226,12 @@ class ImageStore:
         return self.get(image.name)
 
     def record_check(self, name: str, check: CheckResult) -> dict:
-        with self.db.begin() as db:
+        with self._writing, self._reloading(), self.db.begin() as db:
             _record_check(self._load(db, name), check)
         return self.get(name)
 
     def delete(self, name: str) -> dict:
-        with self.db.begin() as db:
+        with self._writing, self._reloading(), self.db.begin() as db:
             record = self._load(db, name)
             view = _view(record)
             db.delete(record)
@@ -228,7 +240,7 @@ class ImageStore:
     def seed(self, catalog: Catalog) -> dict[str, list[str]]:
         """Bring catalog.yaml's entries in without undoing an instructor's edit or deletion."""
         done: dict[str, list[str]] = {"added": [], "updated": []}
-        with self.db.begin() as db:
+        with self._writing, self._reloading(), self.db.begin() as db:
             for image in catalog.images:
                 new = image.to_dict()
                 seed = db.get(ImageSeed, image.name)
@@ -248,6 +260,20 @@ class ImageStore:
                     done["updated"].append(image.name)
                 seed.entry_json = json.dumps(new)
         return done
+
+    @contextlib.contextmanager
+    def _reloading(self):
+        """Reload the copy in memory after the write inside commits (or fails: nothing changed
+        then, and reloading is harmless)."""
+        try:
+            yield
+        finally:
+            self._reload()
+
+    def _reload(self) -> None:
+        with self.db() as db:
+            records = db.scalars(select(ImageRecord).order_by(ImageRecord.id))
+            self._views = {record.name: _view(record) for record in records}
 
     def _load(self, db, name: str) -> ImageRecord:
         record = db.scalar(select(ImageRecord).where(ImageRecord.name == name))

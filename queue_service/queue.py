@@ -1,8 +1,11 @@
 """The queue manager: the DB's session records joined to the pure scheduler.
 
-Every change (a new request, a release, a cancel, a timeout) runs one scheduling pass under one lock,
-so two spawns can never be granted the same slice. Waiters are woken by a condition at the end
-of each pass: a release reaches the next pending spawn at once, with no polling timer.
+Every change (a new request, a release, a cancel, a timeout) runs with one scheduling pass, in one
+transaction, under one lock, so two spawns can never be granted the same slice. The DB work runs on
+a thread of its own; the event loop only publishes the state each pass leaves (the active records,
+their views and queue positions, as one object), so reads never wait for the DB and never see half
+a pass. A long-poll is woken only when its own record changes: a release reaches the next pending
+spawn at once, with no polling timer, and leaves the other waiters asleep.
 """
 
 from __future__ import annotations
@@ -12,22 +15,22 @@ import contextlib
 import dataclasses
 import json
 import re
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
 from . import scheduler
 from .errors import Refusal
 from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, utcnow
 
-#: Seconds a snapshot of the active records may serve reads while nothing in this process wrote.
-SNAPSHOT_MAX_AGE = 2.0
+#: Views of ended records kept in memory, so a spawn that reads its ended record needs no DB call.
+ENDED_VIEWS_KEPT = 10_000
 #: Request keys released before their request arrived, remembered so that a late request with one
 #: of them never queues. A spawn that gave up sends its release at once, so a few suffice.
 ABANDONED_KEYS_KEPT = 10_000
@@ -37,6 +40,18 @@ _FINAL_VALUES = [status.value for status in FINAL]
 
 class Refused(Refusal):
     """A request that must not wait: it can never fit, or it breaks a quota outright."""
+
+
+@dataclass(frozen=True)
+class _State:
+    """What every read sees, replaced whole after each write: the active records (detached,
+    read only) by request order, their views by id, the waiting ones' positions, and the views
+    of the records this write ended."""
+
+    records: tuple[SessionRecord, ...] = ()
+    views: dict = dataclasses.field(default_factory=dict)
+    positions: dict = dataclasses.field(default_factory=dict)
+    ended: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,17 +69,22 @@ class QueueManager:
         self.settings = settings
         self.quotas = quotas
         self._lock = asyncio.Lock()
-        self._changed = asyncio.Condition()
-        self._positions: dict[str, int] = {}
+        # Every write and every pass runs here, one at a time, off the event loop: a pass over
+        # thousands of records or a slow PostgreSQL round trip never stalls the pages and the
+        # long-polls, which read the published state (`_State`) instead.
+        self._db_thread = ThreadPoolExecutor(1, thread_name_prefix="fgpu-queue-db")
         self._abandoned: OrderedDict[str, None] = OrderedDict()
+        # Long-polls by session id, woken only when their own record's version changes.
+        self._watchers: dict[str, set[asyncio.Future]] = {}
+        self._next_pass = asyncio.Event()
+        self._ended_views: OrderedDict[str, dict] = OrderedDict()
         # None while the engine's containers are counted (the reconciler says so), else why not:
         # no slice is granted before every container that holds one is known.
         self.engine_problem: str | None = None
         self.set_nodes(nodes)
-        # Reads on the request path come from a snapshot taken once per committed change.
-        self._generation = 0
-        self._snapshot = None
-        event.listen(self.db, "after_commit", self._committed)
+        # Read once, at start (before any request is served); from then on every write publishes.
+        self._state = _State()
+        self._state = self._read_state(self.quotas.snapshot())
         # Live usage by session id; the service wires in its stats sampler (stats.py).
         self.usage_of: Callable[[str], dict | None] = lambda session_id: None
 
@@ -85,97 +105,104 @@ class QueueManager:
         submit return the same record, and one released before it arrived never queues."""
         request = _parse(data)
         key = _key(data)
-        async with self._lock:
+
+        def record_request(db, quotas) -> str:
             if self.engine_problem is not None:
                 raise Refused(self.engine_problem, "unavailable")
-            with self.db.begin() as db:
-                known = db.get(SessionRecord, key) if key else None
-                if known is not None:
-                    if (known.user, known.server_name) != (request["user"], request["server_name"]):
-                        raise Refused("That request key belongs to another server.", "conflict")
-                    return self._view(known)
-                if key in self._abandoned:
-                    raise Refused("This spawn was given up before its request arrived.", "conflict")
-                waiting = self._end_previous(db, request)
-                if waiting is not None:
-                    return self._view(waiting)
-                refusal = self._admission_refusal(db, request, groups)
-                if refusal is not None:
-                    raise Refused(refusal.message, refusal.cause)
-                seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
-                record = SessionRecord(
-                    id=key or uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
-                )
-                db.add(record)
-            await self._schedule_locked()
-        return self.get(record.id)
+            known = db.get(SessionRecord, key) if key else None
+            if known is not None:
+                if (known.user, known.server_name) != (request["user"], request["server_name"]):
+                    raise Refused("That request key belongs to another server.", "conflict")
+                return known.id
+            if key in self._abandoned:
+                raise Refused("This spawn was given up before its request arrived.", "conflict")
+            waiting = self._end_previous(db, request)
+            if waiting is not None:
+                return waiting.id
+            refusal = self._admission_refusal(db, request, groups, quotas)
+            if refusal is not None:
+                raise Refused(refusal.message, refusal.cause)
+            seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
+            record = SessionRecord(
+                id=key or uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
+            )
+            db.add(record)
+            return record.id
+
+        return await self.get(await self._write(record_request))
 
     async def wait(self, session_id: str, seen_version: str, timeout: float) -> dict:
-        """The record once its version differs from `seen_version`, or at the timeout."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        async with self._changed:
-            while True:
-                view = self.get(session_id)
-                remaining = deadline - asyncio.get_running_loop().time()
-                if view["version"] != seen_version or remaining <= 0:
-                    return view
-                try:
-                    await asyncio.wait_for(self._changed.wait(), remaining)
-                except TimeoutError:
-                    return self.get(session_id)
+        """The record once its version differs from `seen_version`, or at the timeout. Only a
+        change of this record wakes the call: a pass that moves one spawn leaves the rest asleep."""
+        view = await self.get(session_id)
+        if view["version"] != seen_version:
+            return view
+        woken = asyncio.get_running_loop().create_future()
+        watchers = self._watchers.setdefault(session_id, set())
+        watchers.add(woken)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken, timeout)
+        finally:
+            watchers.discard(woken)
+            if not watchers:
+                self._watchers.pop(session_id, None)
+        return await self.get(session_id)
 
     async def mark_running(self, session_id: str) -> dict:
         """Record that the granted session's server is up. Fail closed: a session whose grant has
         ended (released, reclaimed, cancelled) or never came is refused with 409, so that its
         spawn fails instead of running a container without a grant."""
-        async with self._lock:
-            with self.db.begin() as db:
-                record = self._load(db, session_id)
-                if record.status not in ALLOCATED:
-                    why = f": {record.reason}" if record.reason else ""
-                    raise Refused(
-                        f"The session has no grant; it is {record.status}{why}.", "conflict"
-                    )
-                if record.status == Status.SCHEDULED:
-                    record.status, record.started = Status.RUNNING, utcnow()
-        await self._notify()
-        return self.get(session_id)
+
+        def mark(db, _quotas) -> None:
+            record = self._load(db, session_id)
+            if record.status not in ALLOCATED:
+                why = f": {record.reason}" if record.reason else ""
+                raise Refused(f"The session has no grant; it is {record.status}{why}.", "conflict")
+            if record.status == Status.SCHEDULED:
+                record.status, record.started = Status.RUNNING, utcnow()
+
+        await self._write(mark, place=False)
+        return await self.get(session_id)
 
     async def release(self, session_id: str) -> dict:
         """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting.
 
         The answer is the ended record, with `released_from`: the status this call ended, or None
         when it had ended already (a repeated release changes nothing)."""
-        async with self._lock:
-            with self.db.begin() as db:
-                record = db.get(SessionRecord, session_id)
-                if record is None:
-                    self._remember_abandoned(session_id)
-                    raise KeyError(session_id)
-                released_from = None if record.status in FINAL else str(record.status)
-                if released_from is not None:
-                    _finish(
-                        record,
-                        Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED,
-                    )
-            await self._schedule_locked()
-        return {**self.get(session_id), "released_from": released_from}
+
+        def end(db, _quotas) -> str | None:
+            record = db.get(SessionRecord, session_id)
+            if record is None:
+                self._remember_abandoned(session_id)
+                raise KeyError(session_id)
+            if record.status in FINAL:
+                return None
+            released_from = str(record.status)
+            ending = Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED
+            _finish(record, ending)
+            return released_from
+
+        released_from = await self._write(end)
+        return {**await self.get(session_id), "released_from": released_from}
 
     async def release_where(
         self, ids: list[str], status: Status, reason: str, schedule: bool = True
     ) -> None:
-        """Used by the reconciler: end these sessions with a reason, then schedule."""
-        async with self._lock:
-            with self.db.begin() as db:
-                for record in db.scalars(select(SessionRecord).where(SessionRecord.id.in_(ids))):
-                    if record.status not in FINAL:
-                        _finish(record, status, reason)
-            if schedule:
-                await self._schedule_locked()
+        """Used by the reconciler: end these sessions with a reason, then schedule (unless told
+        not to: the P2 benchmark's polling baseline)."""
+
+        def end(db, _quotas) -> None:
+            for record in db.scalars(select(SessionRecord).where(SessionRecord.id.in_(ids))):
+                if record.status not in FINAL:
+                    _finish(record, status, reason)
+
+        await self._write(end, place=schedule)
 
     async def schedule(self) -> None:
-        async with self._lock:
-            await self._schedule_locked()
+        """A pass with no other change: timeouts, and what a change outside this process freed
+        (the reconciler runs one every round, so an admin's SQL edit is seen within a round)."""
+        await self._write(lambda db, quotas: None)
 
     def _remember_abandoned(self, key: str) -> None:
         """A release of a key with no record: its request may still be on its way (the spawn
@@ -185,146 +212,115 @@ class QueueManager:
             while len(self._abandoned) > ABANDONED_KEYS_KEPT:
                 self._abandoned.popitem(last=False)
 
-    def unknown_among(self, ids: set[str]) -> set[str]:
+    async def unknown_among(self, ids: set[str]) -> set[str]:
         """The ids among `ids` that no record has, active or ended (for the reconciler)."""
         if not ids:
             return set()
-        with self.db() as db:
-            known = set(db.scalars(select(SessionRecord.id).where(SessionRecord.id.in_(ids))))
-        return set(ids) - known
+
+        def known(db) -> set[str]:
+            return set(db.scalars(select(SessionRecord.id).where(SessionRecord.id.in_(ids))))
+
+        return set(ids) - await self._read(known)
+
+    async def ended_among(self, ids: set[str]) -> list[SessionRecord]:
+        """The records among `ids` that have ended (for the reconciler: containers to stop)."""
+        if not ids:
+            return []
+        query = select(SessionRecord).where(
+            SessionRecord.id.in_(ids), SessionRecord.status.in_(_FINAL_VALUES)
+        )
+        return await self._read(lambda db: list(db.scalars(query)))
 
     async def adopt(self, sessions, reason: str) -> list[str]:
         """Record running sessions that have no record (the DB was lost or replaced by an older
         copy) from their containers' labels, as RUNNING with their grants, so that their slices
         count in the next pass. Returns the ids adopted."""
-        adopted = []
-        async with self._lock:
-            with self.db.begin() as db:
-                seq = db.scalar(select(func.max(SessionRecord.seq))) or 0
-                for session in sessions:
-                    if db.get(SessionRecord, session.id) is not None:
-                        continue
-                    seq += 1
-                    now = utcnow()
-                    db.add(
-                        SessionRecord(
-                            id=session.id,
-                            seq=seq,
-                            status=Status.RUNNING,
-                            user=session.user,
-                            server_name=session.server_name,
-                            image=session.image,
-                            cpu=session.cpu,
-                            mem=session.mem,
-                            fgpu=session.fgpu,
-                            resource_group=self._group_of(session.node),
-                            node=session.node,
-                            grant_json=session.grant_json,
-                            reason=reason,
-                            scheduled_at=now,
-                            started=now,
-                        )
-                    )
-                    adopted.append(session.id)
-            await self._schedule_locked()
-        return adopted
+
+        def record_sessions(db, _quotas) -> list[str]:
+            adopted = []
+            seq = db.scalar(select(func.max(SessionRecord.seq))) or 0
+            for session in sessions:
+                if db.get(SessionRecord, session.id) is not None:
+                    continue
+                seq += 1
+                db.add(self._adopted_record(session, seq, reason))
+                adopted.append(session.id)
+            return adopted
+
+        return await self._write(record_sessions)
+
+    def _adopted_record(self, session, seq: int, reason: str) -> SessionRecord:
+        now = utcnow()
+        return SessionRecord(
+            id=session.id,
+            seq=seq,
+            status=Status.RUNNING,
+            user=session.user,
+            server_name=session.server_name,
+            image=session.image,
+            cpu=session.cpu,
+            mem=session.mem,
+            fgpu=session.fgpu,
+            resource_group=self._group_of(session.node),
+            node=session.node,
+            grant_json=session.grant_json,
+            reason=reason,
+            scheduled_at=now,
+            started=now,
+        )
 
     def _group_of(self, node: str) -> str | None:
         return next((n.resource_group for n in self.nodes if n.name == node), None)
 
-    # -- reads -----------------------------------------------------------------------------------
+    # -- reads: the published state, or the DB thread for ended records ----------------------------
 
-    def get(self, session_id: str) -> dict:
-        """One session's view. An active one comes from the snapshot: a pass wakes every waiting
-        spawn at once, and each reads its own record."""
-        view = self._active_views_by_id().get(session_id)
-        if view is not None:
-            return self._with_usage(view)
-        with self.db() as db:
-            return self._view(self._load(db, session_id))
+    async def get(self, session_id: str) -> dict:
+        """One session's view: an active or recently ended one from memory, any other from the DB
+        (on its thread). KeyError if there is no such record."""
+        view = self._state.views.get(session_id) or self._ended_views.get(session_id)
+        if view is None:
+            view = await self._read(lambda db: self._base_view(self._load(db, session_id), {}))
+        return self._with_usage(view)
 
-    def sessions(self, user: str | None = None, include_ended: bool = False) -> list[dict]:
-        if not include_ended:
-            records, views = self._active_snapshot()
-            return [
-                self._with_usage(view)
-                for record, view in zip(records, views, strict=True)
-                if user is None or record.user == user
-            ]
+    def sessions(self, user: str | None = None) -> list[dict]:
+        """The active sessions (of `user`, or everyone's), oldest request first."""
+        return [
+            self._with_usage(self._state.views[record.id])
+            for record in self._state.records
+            if user is None or record.user == user
+        ]
+
+    async def history(self, user: str | None = None) -> list[dict]:
+        """Every session, ended ones included (of `user`, or everyone's), oldest first."""
         query = select(SessionRecord).order_by(SessionRecord.seq)
         if user is not None:
             query = query.where(SessionRecord.user == user)
-        with self.db() as db:
-            return [self._view(record) for record in db.scalars(query)]
+        views = await self._read(lambda db: [self._base_view(r, {}) for r in db.scalars(query)])
+        return [self._with_usage(self._state.views.get(v["id"], v)) for v in views]
 
     def records_of(self, user: str, server_names: list[str]) -> dict[str, dict]:
         """The active records of these servers of `user`, by server name (a launch's progress)."""
         wanted = set(server_names)
-        records, views = self._active_snapshot()
         return {
-            record.server_name: view
-            for record, view in zip(records, views, strict=True)
+            record.server_name: self._state.views[record.id]
+            for record in self._state.records
             if record.user == user and record.server_name in wanted
         }
 
     async def wait_for_change(self, timeout: float) -> None:
-        """Return after the next pass, or after `timeout` seconds."""
-        async with self._changed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
-
-    def _active_snapshot(self) -> tuple[list[SessionRecord], list[dict]]:
-        """The records that have not ended, and their views without usage, read from the DB once
-        per change rather than once per page poll (P4). Every write commits, and every commit
-        moves `_generation`; the age bound only limits how long an edit made outside this process
-        (an admin's SQL, say) stays unseen."""
-        now = time.monotonic()
-        snapshot = self._snapshot
-        if (
-            snapshot is None
-            or snapshot[0] != self._generation
-            or now - snapshot[1] > SNAPSHOT_MAX_AGE
-        ):
-            generation = self._generation
-            with self.db() as db:
-                query = (
-                    select(SessionRecord)
-                    .where(SessionRecord.status.not_in(_FINAL_VALUES))
-                    .order_by(SessionRecord.seq)
-                )
-                records = list(db.scalars(query))
-            views = [self._base_view(record) for record in records]
-            by_id = {view["id"]: view for view in views}
-            snapshot = self._snapshot = (generation, now, records, views, by_id)
-        return snapshot[2], snapshot[3]
-
-    def _active_views_by_id(self) -> dict[str, dict]:
-        self._active_snapshot()
-        return self._snapshot[4]
-
-    def _allocated_records(self) -> list[SessionRecord]:
-        return [r for r in self._active_snapshot()[0] if r.status in ALLOCATED]
-
-    def _committed(self, session) -> None:
-        self._generation += 1
+        """Return after the next published change, or after `timeout` seconds."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._next_pass.wait(), timeout)
 
     def active_records(self) -> list[SessionRecord]:
-        with self.db() as db:
-            query = select(SessionRecord).where(SessionRecord.status.not_in(_FINAL_VALUES))
-            return list(db.scalars(query))
+        """The records that have not ended, as of the last write (detached copies: read only)."""
+        return list(self._state.records)
+
+    def _allocated_records(self) -> list[SessionRecord]:
+        return [r for r in self._state.records if r.status in ALLOCATED]
 
     def running_ids(self) -> set[str]:
-        return {r.id for r in self._active_snapshot()[0] if r.status == Status.RUNNING}
-
-    def ended_among(self, ids: set[str]) -> list[SessionRecord]:
-        """The records among `ids` that have ended (for the reconciler: containers to stop)."""
-        if not ids:
-            return []
-        with self.db() as db:
-            query = select(SessionRecord).where(
-                SessionRecord.id.in_(ids), SessionRecord.status.in_(_FINAL_VALUES)
-            )
-            return list(db.scalars(query))
+        return {r.id for r in self._state.records if r.status == Status.RUNNING}
 
     async def resources(self, user: str, groups: tuple[str, ...], admin: bool) -> dict:
         """What `user` holds and may still take, in total and per resource group (contract 4).
@@ -419,31 +415,99 @@ class QueueManager:
                 gpu["slices"] = slices.get(gpu["uuid"], [])
         return nodes
 
-    # -- the pass ---------------------------------------------------------------------------------
+    # -- writes and the pass, on the DB thread ------------------------------------------------------
 
-    async def _schedule_locked(self) -> None:
+    async def _write(self, change: Callable, place: bool = True):
+        """Run `change(db, quotas)` and then a pass, in one transaction on the DB thread, and
+        publish the state that results; return what `change` returned. One at a time (the lock),
+        so two passes never grant the same slice. A change that raises leaves nothing behind: the
+        transaction is rolled back and the published state stays as it was."""
+        async with self._lock:
+            # Taken here, on the loop: the book is refreshed on the loop while the thread works.
+            quotas = self.quotas.snapshot()
+            result, state = await self._in_thread(self._change_and_pass, change, quotas, place)
+            self._publish(state)
+        return result
+
+    async def _read(self, query: Callable):
+        """Run `query(db)` in a read-only session on the DB thread."""
+
+        def run():
+            with self.db() as db:
+                return query(db)
+
+        return await self._in_thread(run)
+
+    async def _in_thread(self, work: Callable, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._db_thread, work, *args)
+
+    def _change_and_pass(self, change: Callable, quotas, place: bool):
         with self.db.begin() as db:
-            allocated = list(db.scalars(_allocated_query()))
-            pending = list(
-                db.scalars(
-                    select(SessionRecord)
-                    .where(SessionRecord.status == Status.PENDING)
-                    .order_by(SessionRecord.seq)
-                )
+            result = change(db, quotas)
+            state = self._pass(db, quotas, place)
+        return result, state
+
+    def _pass(self, db, quotas, place: bool) -> _State:
+        """Time out and place the pending requests; the state that results, whole: statuses and
+        positions come from the same pass, so no reader ever sees one without the other."""
+        allocated = list(db.scalars(_allocated_query()))
+        pending = list(
+            db.scalars(
+                select(SessionRecord)
+                .where(SessionRecord.status == Status.PENDING)
+                .order_by(SessionRecord.seq)
             )
+        )
+        positions = self._state.positions
+        if place:
             self._expire(pending)
             # Until the engine's containers are counted, one the DB does not know may hold any
             # slice: nothing is placed (timeouts still run).
             if self.engine_problem is None:
-                self._place(allocated, [r for r in pending if r.status == Status.PENDING])
-        await self._notify()
+                waiting = [r for r in pending if r.status == Status.PENDING]
+                positions = self._place(allocated, waiting, quotas)
+        active = sorted(
+            (r for r in allocated + pending if r.status not in FINAL), key=lambda r: r.seq
+        )
+        return self._state_of(db, active, positions)
 
-    def _place(self, allocated: list[SessionRecord], pending: list[SessionRecord]) -> None:
+    def _read_state(self, quotas) -> _State:
+        with self.db.begin() as db:
+            return self._pass(db, quotas, place=False)
+
+    def _state_of(self, db, active: list[SessionRecord], positions: dict) -> _State:
+        views = {r.id: self._base_view(r, positions) for r in active}
+        gone = set(self._state.views) - set(views)
+        ended = {}
+        if gone:
+            query = select(SessionRecord).where(SessionRecord.id.in_(gone))
+            ended = {r.id: self._base_view(r, {}) for r in db.scalars(query)}
+        return _State(records=tuple(active), views=views, positions=positions, ended=ended)
+
+    def _publish(self, state: _State) -> None:
+        """Make `state` the one every read sees, and wake the long-polls whose record it
+        changed (a record that ended counts as changed)."""
+        previous, self._state = self._state, state
+        for session_id, view in state.ended.items():
+            self._ended_views[session_id] = view
+            self._ended_views.move_to_end(session_id)
+        while len(self._ended_views) > ENDED_VIEWS_KEPT:
+            self._ended_views.popitem(last=False)
+        for session_id, watchers in self._watchers.items():
+            if _version(previous, session_id) != _version(state, session_id):
+                for woken in watchers:
+                    if not woken.done():
+                        woken.set_result(None)
+        self._next_pass.set()
+        self._next_pass = asyncio.Event()
+
+    def _place(self, allocated: list[SessionRecord], pending: list[SessionRecord], quotas) -> dict:
+        """Grant what fits; the positions of what waits, by id."""
         outcome = scheduler.schedule(
             self.nodes,
             self._allocations(allocated),
             [self._scheduler_request(r) for r in pending],
-            self.quotas.snapshot(),
+            quotas,
             policy=self.settings.policy,
             placement=self.settings.placement,
             units_per_gpu=self.settings.units_per_gpu,
@@ -459,11 +523,12 @@ class QueueManager:
             )
         for request_id, message in outcome.refused.items():
             _finish(by_id[request_id], Status.ERROR, message)
-        self._positions = {}
+        positions = {}
         for request_id, waiting in outcome.waiting.items():
             record = by_id[request_id]
             record.reason, record.skips = waiting.reason, waiting.skips
-            self._positions[request_id] = waiting.position
+            positions[request_id] = waiting.position
+        return positions
 
     def _expire(self, pending: list[SessionRecord]) -> None:
         timeout = self.settings.pending_timeout
@@ -473,13 +538,9 @@ class QueueManager:
             if record.id in expired:
                 _finish(record, Status.PENDING_TIMEOUT, f"waited over {timeout:g} s")
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
-
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _admission_refusal(self, db, request: dict, groups: tuple[str, ...]):
+    def _admission_refusal(self, db, request: dict, groups: tuple[str, ...], quotas):
         pending = db.scalars(select(SessionRecord).where(SessionRecord.status == Status.PENDING))
         candidate = scheduler.Request(
             id="new",
@@ -491,7 +552,7 @@ class QueueManager:
         return scheduler.admission_refusal(
             candidate,
             self.nodes,
-            self.quotas.snapshot(),
+            quotas,
             units_per_gpu=self.settings.units_per_gpu,
             pending=[self._scheduler_request(r) for r in pending],
         )
@@ -555,15 +616,12 @@ class QueueManager:
             raise KeyError(session_id)
         return record
 
-    def _view(self, record: SessionRecord) -> dict:
-        return self._with_usage(self._base_view(record))
-
     def _with_usage(self, view: dict) -> dict:
         usage = self.usage_of(view["id"]) if view["status"] == Status.RUNNING else None
         return {**view, "usage": usage}
 
-    def _base_view(self, record: SessionRecord) -> dict:
-        position = self._positions.get(record.id) if record.status == Status.PENDING else None
+    def _base_view(self, record: SessionRecord, positions: dict) -> dict:
+        position = positions.get(record.id) if record.status == Status.PENDING else None
         grant = json.loads(record.grant_json) if record.grant_json else None
         return {
             "id": record.id,
@@ -594,6 +652,11 @@ class QueueManager:
 def scheduler_free_view(nodes, allocations, settings: SchedulerSettings) -> list[dict]:
     free = scheduler.free_capacity(nodes, allocations, units_per_gpu=settings.units_per_gpu)
     return [dataclasses.asdict(node) for node in free]
+
+
+def _version(state: _State, session_id: str) -> str | None:
+    view = state.views.get(session_id)
+    return view["version"] if view is not None else None
 
 
 def _slots(record: SessionRecord) -> scheduler.Slots:

@@ -110,7 +110,7 @@ class Reconciler:
         if not self.deployment_id:
             return
         ours = {sid for sid, c in running.items() if deployment_of(c) == self.deployment_id}
-        orphans = [running[sid] for sid in self.manager.unknown_among(ours)]
+        orphans = [running[sid] for sid in await self.manager.unknown_among(ours)]
         sessions = [s for s in map(session_from_labels, orphans) if s is not None]
         if sessions:
             adopted = await self.manager.adopt(sessions, ADOPTED_REASON)
@@ -140,7 +140,7 @@ class Reconciler:
             if (record.user, record.server_name) in listed:
                 continue
             # Read again: a release may have ended it while the hub was asked.
-            if self.manager.get(record.id)["status"] != Status.RUNNING:
+            if (await self.manager.get(record.id))["status"] != Status.RUNNING:
                 continue
             self._say(
                 "the hub does not list %s/%s, yet session %s runs; stopping its container",
@@ -177,7 +177,7 @@ class Reconciler:
 
     async def _stop_ungranted(self, running: dict) -> None:
         """Stop the containers of records that have ended: they run without a grant."""
-        ended = self.manager.ended_among(set(running))
+        ended = await self.manager.ended_among(set(running))
         if not ended:
             return
         # Read now, not before the listing: a newer session on the same server name must count.
@@ -247,7 +247,10 @@ class Reconciler:
         }
         try:
             # Read again: the user may have cancelled while the hub was asked about the server.
-            if self.manager.get(record.id)["status"] not in (Status.PENDING, Status.SCHEDULED):
+            if (await self.manager.get(record.id))["status"] not in (
+                Status.PENDING,
+                Status.SCHEDULED,
+            ):
                 return
             self._say("spawn of %s/%s was lost; issuing it again", record.user, record.server_name)
             await self.hub.start_server(record.user, record.server_name, options)

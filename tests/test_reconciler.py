@@ -70,7 +70,7 @@ async def test_a_container_of_an_ended_record_is_stopped_and_removed(
 ):
     session, container = await running_session(manager, docker_engine, run_id)
     await manager.release(session["id"])  # the record ends; the container did not hear of it
-    assert manager.get(session["id"])["status"] == Status.TERMINATED
+    assert (await manager.get(session["id"]))["status"] == Status.TERMINATED
     await Reconciler(manager, docker_engine).reconcile()
     assert containers_with({SESSION_LABEL: session["id"]}) == []
 
@@ -85,7 +85,7 @@ async def test_the_containers_of_active_and_foreign_sessions_are_left_alone(
     for kept in (container, foreign):
         kept.reload()
         assert kept.status == "running"
-    assert manager.get(session["id"])["status"] == Status.RUNNING
+    assert (await manager.get(session["id"]))["status"] == Status.RUNNING
 
 
 async def test_a_paused_container_is_alive(manager, docker_engine, run_id):
@@ -93,7 +93,7 @@ async def test_a_paused_container_is_alive(manager, docker_engine, run_id):
     session, container = await running_session(manager, docker_engine, run_id)
     container.pause()
     await Reconciler(manager, docker_engine).reconcile()
-    assert manager.get(session["id"])["status"] == Status.RUNNING
+    assert (await manager.get(session["id"]))["status"] == Status.RUNNING
     container.reload()
     assert container.status == "paused"
 
@@ -117,10 +117,10 @@ async def test_a_container_lost_outside_the_hub_frees_its_slice(
         container.remove(force=True)
     # The second grant's container is still starting; only the lost one is released.
     await Reconciler(manager, docker_engine).reconcile()
-    ended = manager.get(session["id"])
+    ended = await manager.get(session["id"])
     assert ended["status"] == Status.TERMINATED and ended["reason"] == "the container stopped"
-    assert manager.get(second["id"])["status"] == Status.SCHEDULED
-    assert manager.get(third["id"])["status"] == Status.SCHEDULED
+    assert (await manager.get(second["id"]))["status"] == Status.SCHEDULED
+    assert (await manager.get(third["id"]))["status"] == Status.SCHEDULED
 
 
 class EngineThatAnswersLate:
@@ -153,7 +153,7 @@ async def test_a_session_that_starts_while_the_engine_lists_is_not_taken_for_los
         await manager.mark_running(session["id"])
 
     await Reconciler(manager, EngineThatAnswersLate(docker_engine, the_session_starts)).reconcile()
-    assert manager.get(session["id"])["status"] == Status.RUNNING
+    assert (await manager.get(session["id"]))["status"] == Status.RUNNING
     assert len(containers_with({SESSION_LABEL: session["id"]})) == 1
 
 
@@ -190,7 +190,7 @@ async def test_a_container_of_this_hub_with_no_record_is_adopted_with_its_slice(
     foreign = labelled_container(docker_engine, run_id, foreign_id, "other-hub", {"GPU-r-0": 1.0})
     manager.engine_problem = "not counted yet"  # as the service starts
     await Reconciler(manager, docker_engine, deployment_id=DEPLOYMENT).reconcile()
-    adopted = manager.get(orphan_id)
+    adopted = await manager.get(orphan_id)
     assert adopted["status"] == Status.RUNNING
     assert adopted["grant"] == {
         "session_id": orphan_id,
@@ -204,7 +204,7 @@ async def test_a_container_of_this_hub_with_no_record_is_adopted_with_its_slice(
     assert (await manager.submit(request, ()))["status"] == Status.PENDING
     # Another hub's session on the same engine is neither adopted nor touched.
     with pytest.raises(KeyError):
-        manager.get(foreign_id)
+        (await manager.get(foreign_id))
     for kept in (orphan, foreign):
         kept.reload()
         assert kept.status == "running"
@@ -215,7 +215,7 @@ async def test_a_paused_container_still_holds_its_slice(manager, docker_engine, 
     session, container = await running_session(manager, docker_engine, run_id)
     container.pause()
     await Reconciler(manager, docker_engine).reconcile()
-    assert manager.get(session["id"])["status"] == Status.RUNNING
+    assert (await manager.get(session["id"]))["status"] == Status.RUNNING
 
 
 async def test_an_engine_that_does_not_answer_stops_grants_until_it_does(
@@ -254,10 +254,10 @@ async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_release
     hub = HubListing({("alice", "s1")})
     reconciler = Reconciler(manager, docker_engine, hub=hub, unlisted_grace=0)
     await reconciler.reconcile()
-    assert manager.get(session["id"])["status"] == Status.RUNNING  # listed: left alone
+    assert (await manager.get(session["id"]))["status"] == Status.RUNNING  # listed: left alone
     hub.servers = set()
     await reconciler.reconcile()
-    ended = manager.get(session["id"])
+    ended = await manager.get(session["id"])
     assert (ended["status"], ended["reason"]) == (
         Status.TERMINATED,
         "the hub had stopped its server",

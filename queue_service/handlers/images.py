@@ -157,7 +157,10 @@ class ImagesHandler(ImageAPIHandler):
             raise web.HTTPError(409, f"An image named {body['name']!r} is already in the catalog.")
         image, check = await self.checked(body["image"], body)
         owner_created = await self.owner_account(body)
-        self.write_json(self.images.add(image, check=check, owner_created=owner_created), 201)
+        added = await asyncio.to_thread(
+            self.images.add, image, check=check, owner_created=owner_created
+        )
+        self.write_json(added, 201)
 
 
 class ImageHandler(ImageAPIHandler):
@@ -183,13 +186,16 @@ class ImageHandler(ImageAPIHandler):
         if image.image != current["image"]:
             _, check = await self.checked(image.image, merged)
         owner_created = await self.owner_account(changes)
-        self.write_json(self.images.update(image, check=check, owner_created=owner_created))
+        updated = await asyncio.to_thread(
+            self.images.update, image, check=check, owner_created=owner_created
+        )
+        self.write_json(updated)
 
     @web.authenticated
     async def delete(self, name):
         person = await self.curator()
         await self.refuse_private_changes(person, {}, self.images.get(name))
-        self.write_json(self.images.delete(name))
+        self.write_json(await asyncio.to_thread(self.images.delete, name))
 
 
 class ImageCheckHandler(ImageAPIHandler):
@@ -205,4 +211,4 @@ class ImageCheckHandler(ImageAPIHandler):
             check = await asyncio.to_thread(check_singleuser, client, reference)
         except ImageError as e:
             check = CheckResult(False, e.message, utcnow())
-        self.write_json(self.images.record_check(name, check))
+        self.write_json(await asyncio.to_thread(self.images.record_check, name, check))

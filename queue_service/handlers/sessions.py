@@ -70,7 +70,9 @@ class SessionHandler(BaseHandler):
         # then fails by itself.
         granted = ("SCHEDULED", "RUNNING")
         if record["status"] in granted and await self._hub_stops(record) == 202:
-            self.write_json(self.manager.get(session_id))  # still stopping; the spawner releases
+            self.write_json(
+                await self.manager.get(session_id)
+            )  # still stopping; the spawner releases
             return
         released = await self.manager.release(session_id)
         if released["released_from"] in granted and record["status"] not in granted:
@@ -80,7 +82,7 @@ class SessionHandler(BaseHandler):
     async def own_session(self, session_id: str) -> dict:
         """The session, if it is the caller's or the caller is an admin; else 404."""
         person = await self.person()
-        record = session_or_none(self.manager, session_id)
+        record = await session_or_none(self.manager, session_id)
         if record is None or (record["user"] != person["name"] and not person["admin"]):
             # The same answer as for a missing session: others' session ids are not revealed.
             raise web.HTTPError(404, "No such session.")
@@ -104,7 +106,7 @@ class SessionImageHandler(BaseHandler):
     @web.authenticated
     async def post(self, session_id):
         self.require_admin("Turning a session into an image")
-        record = session_or_none(self.manager, session_id)
+        record = await session_or_none(self.manager, session_id)
         if record is None:
             raise web.HTTPError(404, "No such session.")
         if record["status"] != Status.RUNNING:
@@ -124,8 +126,8 @@ class SessionImageHandler(BaseHandler):
         )
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
         try:
-            registered = images.add(
-                entry, source="private", check=check, owner_created=owner_created
+            registered = await asyncio.to_thread(
+                images.add, entry, source="private", check=check, owner_created=owner_created
             )
         except Exception:
             await asyncio.to_thread(engine.images.remove, committed["id"], force=True)
@@ -135,9 +137,9 @@ class SessionImageHandler(BaseHandler):
         )
 
 
-def session_or_none(manager, session_id: str) -> dict | None:
+async def session_or_none(manager, session_id: str) -> dict | None:
     try:
-        return manager.get(session_id)
+        return await manager.get(session_id)
     except KeyError:
         return None
 
