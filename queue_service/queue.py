@@ -201,8 +201,14 @@ class QueueManager:
 
     async def schedule(self) -> None:
         """A pass with no other change: timeouts, and what a change outside this process freed
-        (the reconciler runs one every round, so an admin's SQL edit is seen within a round)."""
+        (the reconciler runs one every round)."""
         await self._write(lambda db, quotas: None)
+
+    async def refresh(self) -> None:
+        """Read the active records again without placing anything: the reconciler starts each
+        round with it, so a change made outside this process (an admin's SQL edit, a restored
+        backup) is seen within a round."""
+        await self._write(lambda db, quotas: None, place=False)
 
     def _remember_abandoned(self, key: str) -> None:
         """A release of a key with no record: its request may still be on its way (the spawn

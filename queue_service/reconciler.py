@@ -78,7 +78,9 @@ class Reconciler:
     async def reconcile(self) -> None:
         # The records are read before the engine is asked: a session that turns RUNNING while the
         # engine answers is still SCHEDULED here, within its grace, and not taken for one whose
-        # container is gone.
+        # container is gone. They are read from the DB, not from memory: a record may have been
+        # ended outside this process.
+        await self.manager.refresh()
         active = self.manager.active_records()
         try:
             if self.prepare is not None:

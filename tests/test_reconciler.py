@@ -12,13 +12,14 @@ import secrets
 
 import docker
 import pytest
+from sqlalchemy import update
 
 from fgpu_spawner.container_spec import ContainerContext, session_labels
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from queue_service import scheduler
 from queue_service.db import open_database
-from queue_service.models import Status
+from queue_service.models import SessionRecord, Status
 from queue_service.queue import QueueManager, Refused, SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.reconciler import ENGINE_ERRORS, Reconciler
@@ -72,6 +73,25 @@ async def test_a_container_of_an_ended_record_is_stopped_and_removed(
     await manager.release(session["id"])  # the record ends; the container did not hear of it
     assert (await manager.get(session["id"]))["status"] == Status.TERMINATED
     await Reconciler(manager, docker_engine).reconcile()
+    assert containers_with({SESSION_LABEL: session["id"]}) == []
+
+
+async def test_a_record_ended_outside_the_service_is_seen_in_the_next_round(
+    manager, docker_engine, run_id
+):
+    """An admin's SQL (or a restored backup) ends a record behind the service's back: the round
+    reads the records from the DB, so the container is stopped and the record is no longer
+    counted as active."""
+    session, container = await running_session(manager, docker_engine, run_id)
+    with manager.db.begin() as db:
+        db.execute(
+            update(SessionRecord)
+            .where(SessionRecord.id == session["id"])
+            .values(status=Status.TERMINATED)
+        )
+    await Reconciler(manager, docker_engine).reconcile()
+    assert [r.id for r in manager.active_records()] == []
+    assert (await manager.get(session["id"]))["status"] == Status.TERMINATED
     assert containers_with({SESSION_LABEL: session["id"]}) == []
 
 
