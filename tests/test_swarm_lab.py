@@ -40,6 +40,10 @@ LAB_ENV = {
     "FGPU_PYTHON": sys.executable,
 }
 LOCK_PATH = "/run/lock/fgpu-swarm-lab-test.lock"
+# Where the lab tracks its processes: cgroup v1's pids hierarchy, or the v2 tree.
+CGROUPS = (
+    Path("/sys/fs/cgroup/pids") if Path("/sys/fs/cgroup/pids").is_dir() else Path("/sys/fs/cgroup")
+)
 EXPORT_LINE = re.compile(r"^export ([A-Z_][A-Z0-9_]*)=(\S*)$")
 
 
@@ -135,7 +139,7 @@ def alive(pid: int) -> bool:
 
 
 def lab_pids() -> set[int]:
-    tree = Path("/sys/fs/cgroup/pids") / LAB_NAME
+    tree = CGROUPS / LAB_NAME
     return {int(p) for procs in tree.rglob("cgroup.procs") for p in procs.read_text().split()}
 
 
@@ -239,7 +243,7 @@ def test_a_service_pinned_to_node_2_pulls_from_the_registry_and_runs_there(lab):
             for d in container.image.attrs["RepoDigests"]
         )
         # Under the node's cgroup, so the lab can account for (and end) exactly its own processes.
-        assert (Path("/sys/fs/cgroup/pids") / LAB_NAME / node2 / container.id).is_dir()
+        assert (CGROUPS / LAB_NAME / node2 / container.id).is_dir()
         # The hub (in the root namespace) reaches the session's address on its node directly.
         address = container.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
         reply = wait_for(
@@ -303,7 +307,9 @@ def test_down_leaves_no_process_namespace_mount_or_interface_behind(lab):
     assert pids
     timed(lab, "down", "down")
     assert not [p for p in pids if alive(p)], "processes of the lab survive"
-    assert not list(Path("/sys/fs/cgroup").glob(f"*/{LAB_NAME}"))
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{LAB_NAME}")) + list(
+        Path("/sys/fs/cgroup").glob(LAB_NAME)
+    )
     netns = subprocess.run(
         ["ip", "netns", "list"], capture_output=True, text=True, check=True
     ).stdout
