@@ -252,9 +252,9 @@ def test_a_service_pinned_to_node_2_pulls_from_the_registry_and_runs_there(lab):
             what=f"the session at {address}:8888 answering",
         )
         assert reply == 200
-        assert task["Status"]["ContainerStatus"]["ContainerID"] not in {
-            c.id for c in docker_client().containers.list(all=True)
-        }
+        # Not on the machine's engine (ids only: other tests remove their containers meanwhile).
+        on_machine = {c["Id"] for c in docker_client().api.containers(all=True)}
+        assert task["Status"]["ContainerStatus"]["ContainerID"] not in on_machine
     finally:
         service.remove()
 
