@@ -4,7 +4,10 @@
 
 FGPU_CACHE_DIR=${FGPU_CACHE_DIR:-/var/cache/fgpu-hub}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/fgpu-dockerd.log}
-APT_PACKAGES=(docker.io iptables debootstrap chromium ca-certificates postgresql)
+# docker-registry, iproute2, curl and openssl serve scripts/swarm-lab (its nodes pull the session
+# images from a local registry; its engines speak TLS).
+APT_PACKAGES=(docker.io iptables debootstrap chromium ca-certificates postgresql
+  docker-registry iproute2 curl openssl)
 # The PostgreSQL server, role and database the tests use by default (FGPU_TEST_POSTGRES_URL in
 # tests/conftest.py): postgresql+psycopg://fgpu:fgpu@127.0.0.1:5432/fgpu_test
 FGPU_PG_PORT=5432
@@ -28,6 +31,16 @@ install_debian_packages() {
   log "installing Debian packages: ${missing[*]}"
   as_root apt-get update -q
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# scripts/swarm-lab runs docker-registry itself, per lab; the package's own service (started on
+# systemd machines, on :5000 with htpasswd auth) would only take the lab registry's port.
+quiet_packaged_registry() {
+  [ -d /run/systemd/system ] || return 0
+  systemctl is-enabled --quiet docker-registry 2>/dev/null || systemctl is-active --quiet docker-registry 2>/dev/null ||
+    return 0
+  log "disabling the docker-registry package's own service (scripts/swarm-lab runs its own)"
+  as_root systemctl disable --now docker-registry
 }
 
 install_proxy() {
@@ -108,6 +121,7 @@ build_images() {
 
 setup_all() {
   install_debian_packages
+  quiet_packaged_registry
   install_proxy
   start_docker
   start_postgres
