@@ -85,6 +85,11 @@ pending_per_user = parse_quota(user_quota, "FGPU_USER_QUOTA").max_pending
 from queue_service.deployment import deployment_id  # noqa: E402
 
 fgpu_deployment_id = deployment_id(os.getcwd())
+
+# The scopes the service reads (queue_service/scopes.py, where the choice of admin:servers for
+# admin powers is explained).
+from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles  # noqa: E402
+
 DOCKER_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 c.JupyterHub.services = [
     {
@@ -109,7 +114,7 @@ c.JupyterHub.services = [
         "environment": {key: os.environ[key] for key in DOCKER_ENV if key in os.environ},
         # The service sees these scopes on the login of users who hold them: instructors curate
         # the catalog; admin:servers (hub admins) is the service's admin power.
-        "oauth_client_allowed_scopes": ["custom:images:manage", "admin:servers"],
+        "oauth_client_allowed_scopes": [MANAGE_SCOPE, ADMIN_SCOPE],
     },
     {"name": "fgpu-spawner", "api_token": spawner_token},
 ]
@@ -124,7 +129,7 @@ c.JupyterHub.load_roles = [
     {
         "name": "instructor",
         "description": "Curates the image catalog: adds, edits, hides, restricts, deletes images",
-        "scopes": ["custom:images:manage"],
+        "scopes": [MANAGE_SCOPE],
         "groups": ["instructors"],
     },
     {
@@ -138,9 +143,37 @@ c.JupyterHub.load_roles = [
 # Instructors: members of this group manage the image catalog (the role above). Admins add
 # members in the admin panel; loading the group only adds, never removes members.
 c.JupyterHub.custom_scopes = {
-    "custom:images:manage": {"description": "Add, edit, hide, restrict and delete catalog images"}
+    MANAGE_SCOPE: {"description": "Add, edit, hide, restrict and delete catalog images"}
 }
 c.JupyterHub.load_groups = {"instructors": {"users": []}}
+
+
+def check_roles_when_the_hub_starts() -> None:
+    """A role granting a scope filter the service does not honour (`custom:images:manage!group=x`)
+    stops the hub, naming the role and scope; a filtered admin:servers is logged as a warning.
+    The check runs on the roles as the hub takes them, once every config file is read, so the
+    roles a site file adds after `load_subconfig("jupyterhub_config.py")` are checked too. Read
+    by a tool rather than a starting hub (no JupyterHub instance), this file checks nothing."""
+    from jupyterhub.app import JupyterHub
+
+    if not JupyterHub.initialized():
+        return
+    hub = JupyterHub.instance()
+
+    def check(change) -> None:
+        found = check_roles(change.new)
+        for warning in found.warnings:
+            hub.log.warning("Scope filter: %s", warning)
+        for refusal in found.refusals:
+            hub.log.critical("Refusing to start: %s", refusal)
+        if found.refusals:
+            # Before the proxy and services start: the process ends here, nothing is left running.
+            raise SystemExit(1)
+
+    hub.observe(check, names="load_roles")
+
+
+check_roles_when_the_hub_starts()
 
 c.JupyterHub.spawner_class = "fgpu"
 c.FGPUSpawner.units_per_gpu = units_per_gpu

@@ -348,9 +348,17 @@ class _Inventory:
         self.total_cpu = sum(_millicores(n.cpu) for n in nodes)
         self.total_mem = sum(n.mem for n in nodes)
         self.total_fq = sum(_fgpu_quota_quanta(len(n.gpus) * units_per_gpu) for n in nodes)
+        # A pass asks this for every request, and requests come in few sizes.
+        self._too_big: dict[tuple[Slots, tuple[str, ...]], str | None] = {}
 
     def too_big(self, need: _Need, slots: Slots, groups: Sequence[str]) -> str | None:
         """Why no node of `groups` could hold the request even when empty, or None if one could."""
+        key = (slots, tuple(groups))
+        if key not in self._too_big:
+            self._too_big[key] = self._why_too_big(need, slots, groups)
+        return self._too_big[key]
+
+    def _why_too_big(self, need: _Need, slots: Slots, groups: Sequence[str]) -> str | None:
         shapes = [s for g in groups for s in self.shapes.get(g, ())]
         if any(
             cpu >= need.cpu and mem >= need.mem and gpus >= need.gpus_needed
@@ -601,7 +609,19 @@ def pending_timeouts(
 
 
 class _NodeState:
-    __slots__ = ("rank", "name", "group", "uuids", "cpu", "mem", "free", "whole", "total", "alive")
+    __slots__ = (
+        "rank",
+        "name",
+        "group",
+        "uuids",
+        "cpu",
+        "mem",
+        "free",
+        "whole",
+        "total",
+        "most_partial",
+        "alive",
+    )
 
     def __init__(self, rank: int, node: Node, cpu: int, mem: int, free: list[int]):
         self.rank, self.name, self.group = rank, node.name, node.resource_group
@@ -609,7 +629,21 @@ class _NodeState:
         self.cpu, self.mem, self.free = cpu, mem, free
         self.whole = sum(1 for q in free if q == QUANTA_PER_GPU)
         self.total = sum(q for q in free if q > 0)
+        self.most_partial = _most_partial(free)
         self.alive = True
+
+    def holds_gpus(self, need: _Need) -> bool:
+        """Whether `_slices_on_node` finds slices for `need` here, told from two counts instead
+        of a walk over the GPUs: enough whole GPUs, and for a remainder either one whole GPU more
+        or a partly used GPU with room for it. Searches test many nodes for each one they take."""
+        if self.whole < need.whole:
+            return False
+        return not need.rest or self.whole > need.whole or self.most_partial >= need.rest
+
+
+def _most_partial(free: list[int]) -> int:
+    """The most free quanta on a partly used GPU, 0 if none is."""
+    return max((q for q in free if _is_partial(q)), default=0)
 
 
 class _GroupIndex:
@@ -632,6 +666,16 @@ class _GroupIndex:
 
 def _remove(sorted_list: list, item: tuple) -> None:
     del sorted_list[bisect_left(sorted_list, item)]
+
+
+def _move(sorted_list: list, rank: int, before: int, after: int) -> None:
+    """Move a node's (count, rank) entry from `before` to `after`; 0 means not listed."""
+    if before == after:
+        return
+    if before:
+        _remove(sorted_list, (before, rank))
+    if after:
+        insort(sorted_list, (after, rank))
 
 
 def _is_partial(quanta: int) -> bool:
@@ -672,18 +716,11 @@ class _Cluster:
             insort(idx.by_total, (state.total, state.rank))
         insort(idx.by_cpu, (state.cpu, state.rank))
 
-    def _unindex_node(self, state: _NodeState) -> None:
-        idx = self.index[state.group]
-        if state.whole:
-            _remove(idx.by_whole, (state.whole, state.rank))
-        if state.total:
-            _remove(idx.by_total, (state.total, state.rank))
-        _remove(idx.by_cpu, (state.cpu, state.rank))
-
     def take(self, state: _NodeState, need: _Need, gpus: list[tuple[int, int]]) -> None:
-        """Subtract a placement from a node and bring the indexes up to date."""
+        """Subtract a placement from a node and bring the indexes up to date (only the entries
+        whose value changed move)."""
         idx = self.index[state.group]
-        self._unindex_node(state)
+        whole, total, cpu = state.whole, state.total, state.cpu
         for gi, quanta in gpus:
             before = state.free[gi]
             if _is_partial(before):
@@ -694,12 +731,16 @@ class _Cluster:
             state.total -= quanta
             if _is_partial(after):
                 insort(idx.partial, (after, state.rank, gi))
+        state.most_partial = _most_partial(state.free)
         state.cpu -= need.cpu
         state.mem -= need.mem
-        if state.cpu >= self.min_cpu and state.mem >= self.min_mem:
-            self._index_node(state)
+        state.alive = state.cpu >= self.min_cpu and state.mem >= self.min_mem
+        _move(idx.by_whole, state.rank, whole, state.whole if state.alive else 0)
+        _move(idx.by_total, state.rank, total, state.total if state.alive else 0)
+        _remove(idx.by_cpu, (cpu, state.rank))
+        if state.alive:
+            insort(idx.by_cpu, (state.cpu, state.rank))
         else:
-            state.alive = False
             for gi, q in enumerate(state.free):
                 if _is_partial(q):
                     _remove(idx.partial, (q, state.rank, gi))
@@ -727,7 +768,12 @@ class _Cluster:
             found = search(self.index[group], need)
             if found is not None and (best is None or found[0] < best[0]):
                 best = found
-        return None if best is None else (best[1], best[2])
+        if best is None:
+            return None
+        _, state, slices = best
+        # A search that says None leaves the slices to be cut on the chosen node only (a request
+        # free to go to any resource group has one best node found in each).
+        return state, _slices_on_node(state.free, need) if slices is None else slices
 
     def _fits_cpu_mem(self, state: _NodeState, need: _Need) -> bool:
         return state.cpu >= need.cpu and state.mem >= need.mem
@@ -754,10 +800,8 @@ class _Cluster:
         for j in range(bisect_left(by_whole, (max(need.whole, 1),)), len(by_whole)):
             whole, rank = by_whole[j]
             state = self.nodes[rank]
-            if self._fits_cpu_mem(state, need):
-                gpus = _slices_on_node(state.free, need)
-                if gpus is not None:
-                    return (whole, rank), state, gpus
+            if self._fits_cpu_mem(state, need) and state.holds_gpus(need):
+                return (whole, rank), state, None
         return None
 
     def _whole_gpus_and_tightest_rest(self, idx: _GroupIndex, need: _Need):
@@ -780,30 +824,25 @@ class _Cluster:
 
     def _most_used_node(self, idx: _GroupIndex, need: _Need):
         """Backend.AI's "fill": the node with the least free GPU share that still fits."""
-        by_total = idx.by_total
+        by_total, nodes = idx.by_total, self.nodes
         for j in range(bisect_left(by_total, (need.gq,)), len(by_total)):
             total, rank = by_total[j]
-            found = self._on_node(self.nodes[rank], need)
-            if found is not None:
-                return (total, rank), self.nodes[rank], found
+            state = nodes[rank]
+            if state.cpu >= need.cpu and state.mem >= need.mem and state.holds_gpus(need):
+                return (total, rank), state, None
         return None
 
     def _least_used_node(self, idx: _GroupIndex, need: _Need):
         """Backend.AI's "spread": the node with the most free GPU share that fits."""
-        by_total = idx.by_total
+        by_total, nodes = idx.by_total, self.nodes
         for j in range(len(by_total) - 1, -1, -1):
             total, rank = by_total[j]
             if total < need.gq:
                 break
-            found = self._on_node(self.nodes[rank], need)
-            if found is not None:
-                return (-total, rank), self.nodes[rank], found
+            state = nodes[rank]
+            if state.cpu >= need.cpu and state.mem >= need.mem and state.holds_gpus(need):
+                return (-total, rank), state, None
         return None
-
-    def _on_node(self, state: _NodeState, need: _Need) -> list[tuple[int, int]] | None:
-        if not self._fits_cpu_mem(state, need):
-            return None
-        return _slices_on_node(state.free, need)
 
     def _cpu_only_tightest(self, idx: _GroupIndex, need: _Need):
         """No GPU asked: the node with the least free CPU that fits (best fit and fill alike)."""
@@ -961,7 +1000,9 @@ class _Pass:
     ):
         self.inventory = _Inventory(nodes, units_per_gpu)
         self.quotas, self.placement, self.units = quotas, placement, units_per_gpu
-        self.needs = {r.id: _Need(r.slots, units_per_gpu) for r in pending}
+        # Requests come in few sizes: one _Need per size.
+        self._need_of_slots: dict[Slots, _Need] = {}
+        self.needs = {r.id: self.need_of(r.slots) for r in pending}
         self.cluster = _Cluster(
             nodes,
             allocations,
@@ -971,14 +1012,19 @@ class _Pass:
         self.user_usage: dict[str, _Usage] = defaultdict(_Usage)
         self.group_usage: dict[str, _Usage] = defaultdict(_Usage)
         for a in allocations:
-            need = _Need(a.slots, units_per_gpu)
-            self._charge(a.user, a.groups, need)
+            self._charge(a.user, a.groups, self.need_of(a.slots))
         self.skips = _SkipBook(max_skips)
         self.memo = _FailureMemo()
         self.placed: list[Allocation] = []
         self.refused: dict[str, str] = {}
         self.considered: list[Request] = []
         self.outcome: dict[str, tuple[Cause, str | None, tuple[str, ...]]] = {}
+
+    def need_of(self, slots: Slots) -> _Need:
+        need = self._need_of_slots.get(slots)
+        if need is None:
+            need = self._need_of_slots[slots] = _Need(slots, self.units)
+        return need
 
     def _charge(self, user: str, groups: Sequence[str], need: _Need) -> None:
         self.user_usage[user].add(need)
@@ -1074,13 +1120,18 @@ class _Pass:
     def result(self) -> SchedulePass:
         summaries = _GroupSummaries(self.cluster)
         waiting: dict[str, Waiting] = {}
+        # The reason depends only on the size and the resource groups, and many requests share them.
+        reasons: dict[tuple[Slots, tuple[str, ...]], tuple[Cause, str]] = {}
         position = 0
         for request in self.considered:
             if request.id not in self.outcome:
                 continue
             cause, reason, candidates = self.outcome[request.id]
             if cause != "quota":
-                cause, reason = self.capacity_reason(request, candidates, summaries)
+                key = (request.slots, candidates)
+                if key not in reasons:
+                    reasons[key] = self.capacity_reason(request, candidates, summaries)
+                cause, reason = reasons[key]
             position += 1
             waiting[request.id] = Waiting(position, reason, cause, self.skips.skips(request))
         return SchedulePass(

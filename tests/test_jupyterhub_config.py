@@ -11,6 +11,7 @@ from fgpu_spawner import FGPUSpawner
 from fgpu_spawner.demo_login import DemoAuthenticator
 from fgpu_spawner.network import ICC_OPTION
 from queue_service.quotas import QuotaError
+from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles
 
 from .harness import ROOT
 
@@ -155,3 +156,12 @@ def test_a_typo_in_the_per_user_quota_stops_the_hub_at_start(monkeypatch):
     monkeypatch.setenv("FGPU_USER_QUOTA", '{"sesions": 6}')
     with pytest.raises(QuotaError, match="FGPU_USER_QUOTA: unknown quota key.*sesions"):
         load_shipped_config()
+
+
+def test_the_shipped_roles_pass_the_scope_check_and_the_service_sees_its_scopes():
+    config = load_shipped_config()
+    found = check_roles(config.JupyterHub.load_roles)
+    assert found.refusals == [] and found.warnings == []
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert queue["oauth_client_allowed_scopes"] == [MANAGE_SCOPE, ADMIN_SCOPE]
+    assert MANAGE_SCOPE in config.JupyterHub.custom_scopes

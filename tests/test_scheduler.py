@@ -20,6 +20,9 @@ from queue_service.scheduler import (
     Request,
     SlotLimits,
     Slots,
+    _Need,
+    _NodeState,
+    _slices_on_node,
     admission_error,
     fraction_quanta,
     free_capacity,
@@ -752,3 +755,35 @@ def test_without_a_skip_bound_nothing_waits_that_would_fit(cluster, placement, u
             assert result.waiting[request.id].cause == "capacity"
             groups = {request.resource_group} if request.resource_group else everywhere
             assert not fits_somewhere(request, nodes, allocations, units, groups)
+
+
+# ---------------------------------------------------------------------------------------------
+# The shortcuts a pass takes for speed (P1) answer as the long way does
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    free=st.lists(
+        st.sampled_from([0, 1, 1000, 2500, 4999, 5000, 9999, QUANTA_PER_GPU]), max_size=6
+    ),
+    fgpu=st.sampled_from([0.1, 0.25, 0.5, 0.9999, 1, 1.2, 1.5, 2, 2.5, 3, 4.5]),
+    units=st.sampled_from([1, 2, 5]),
+)
+def test_a_nodes_gpu_counts_tell_whether_its_gpus_hold_a_request(free, fgpu, units):
+    """`holds_gpus` (two counts) says what `_slices_on_node` (a walk over the GPUs) finds."""
+    need = _Need(Slots(1.0, GIB, fgpu), units)
+    gpus = tuple(Gpu(f"g{i}") for i in range(len(free)))
+    state = _NodeState(0, Node("n", "default", 8.0, 8 * GIB, gpus), 8000, 8 * GIB, list(free))
+    slices = _slices_on_node(state.free, need)
+    assert state.holds_gpus(need) == (slices is not None)
+
+
+def test_requests_of_one_size_in_different_resource_groups_get_their_own_reasons():
+    nodes = [node("a", group="ra"), node("b", group="rb")]
+    allocations = [held("h-a", "a", {"a-gpu0": 1.0}, 1), held("h-b", "b", {"b-gpu0": 0.7}, 0.7)]
+    pending = [req("in-a", fgpu=0.5, rg="ra"), req("in-b", fgpu=0.5, rg="rb")]
+    result = schedule(nodes, allocations, pending)
+    assert result.waiting["in-a"].reason == "waiting for 0.5 fGPU; every GPU is fully in use"
+    assert result.waiting["in-b"].reason == (
+        "waiting for 0.5 fGPU; the most free on one GPU is 0.3 fGPU (gpu-0 on b)"
+    )

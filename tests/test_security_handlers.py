@@ -18,7 +18,7 @@ import time
 import pytest
 import requests
 
-from .harness import QueueUser, containers_with, logged_in
+from .harness import QueueUser, containers_with, logged_in, running_hub
 from .test_image_api import Person
 from .test_queue_service import kill_queue_service
 
@@ -179,6 +179,38 @@ def test_a_filtered_catalog_grant_is_refused_not_taken_as_global(hub):
     assert response.status_code == 403, response.text
     assert "group" in response.json()["message"]
     assert teacher.call("GET", "images/python-3.11").json()["description"] != "changed"
+
+
+# A site's file loads the shipped config and adds its roles: the check sees the roles the hub takes.
+FILTERED_CATALOG_ROLE = """
+c.JupyterHub.load_roles.append(
+    {"name": "course-a-instructors", "scopes": ["custom:images:manage!group=course-a"],
+     "groups": ["instructors"]}
+)
+"""
+
+
+def test_a_role_with_a_filtered_catalog_scope_stops_the_hub_at_start(tmp_path):
+    with (
+        pytest.raises(RuntimeError, match="the hub exited") as refused,
+        running_hub(tmp_path / "refused", extra_config=FILTERED_CATALOG_ROLE),
+    ):
+        pass
+    message = str(refused.value)
+    assert "Refusing to start: role 'course-a-instructors' grants" in message
+    assert "'custom:images:manage!group=course-a'" in message
+    assert "does not limit catalog rights to a group" in message
+    assert "Traceback" not in message
+
+
+def test_a_role_with_a_filtered_admin_scope_starts_and_is_warned_about(tmp_path):
+    """admin:servers!group=x has uses in the hub itself: the hub starts, and the log says that
+    the role's members act as plain users in the queue service."""
+    extra = 'c.JupyterHub.load_roles.append({"name": "tas", "scopes": ["admin:servers!group=a"]})'
+    with running_hub(tmp_path / "warned", extra_config=extra) as hub:
+        assert hub.request("GET", "").status_code == 200
+        warning = "Scope filter: role 'tas' grants 'admin:servers!group=a'"
+        assert warning in hub.log_text()
 
 
 # -- 8. Bounded work per request ------------------------------------------------------------

@@ -30,14 +30,10 @@ from tornado import web
 
 from ..errors import Refusal
 from ..hub_client import HubError
+from ..scopes import ADMIN_SCOPE, is_filtered_form
 
 #: Largest request body any handler takes. The biggest real one, a catalog entry, is a few KiB.
 MAX_BODY_BYTES = 64 * 1024
-
-#: Admin powers in the service. The hub's `admin` role holds it (its scopes are fixed, so no
-#: custom scope can be added to it); it is what the service's admin actions are: acting on other
-#: users' servers. A token an admin made with fewer scopes does not hold it.
-ADMIN_SCOPE = "admin:servers"
 
 #: The one table from a refusal's cause to its HTTP status.
 STATUS_OF_CAUSE = {
@@ -78,7 +74,7 @@ def scope_holds(scopes, scope: str) -> bool:
 
 def filtered_grant(scopes, scope: str) -> str | None:
     """A filtered form of `scope` among `scopes` (e.g. `custom:images:manage!group=a`), if any."""
-    return next((s for s in scopes if s.startswith(scope + "!")), None)
+    return next((s for s in scopes if is_filtered_form(s, scope)), None)
 
 
 @web.stream_request_body
@@ -183,7 +179,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         return scope_holds(self.identity().get("scopes", []), scope)
 
     def is_admin(self) -> bool:
-        """Admin powers come from the token's scopes: see `ADMIN_SCOPE`."""
+        """Admin powers come from the token's scopes: see `scopes.ADMIN_SCOPE`."""
         return self.holds(ADMIN_SCOPE)
 
     def require_admin(self, what: str) -> None:

@@ -24,9 +24,8 @@ from ..image_check import check_singleuser, image_labels
 from ..images import CheckResult, ImageError, ImageStore, entry_of
 from ..models import utcnow
 from ..private_images import refuse_private_image
+from ..scopes import MANAGE_SCOPE
 from .base import BaseHandler, filtered_grant, scope_holds
-
-MANAGE_SCOPE = "custom:images:manage"
 
 
 def routes(prefix: str) -> list:
