@@ -91,8 +91,12 @@ class QueueManager:
             with self.db.begin() as db:
                 known = db.get(SessionRecord, key) if key else None
                 if known is not None:
-                    if (known.user, known.server_name) != (request["user"], request["server_name"]):
-                        raise Refused("That request key belongs to another server.", "conflict")
+                    # A key can come from a user (a launch passes it through the hub's start):
+                    # it claims only the very request it was made for, never a bigger one.
+                    if any(getattr(known, field) != value for field, value in request.items()):
+                        raise Refused(
+                            "That request key belongs to another server or request.", "conflict"
+                        )
                     return self._view(known)
                 if key in self._abandoned:
                     raise Refused("This spawn was given up before its request arrived.", "conflict")
@@ -109,6 +113,58 @@ class QueueManager:
                 db.add(record)
             await self._schedule_locked()
         return self.get(record.id)
+
+    async def submit_many(self, requests: list[dict], groups: tuple[str, ...]) -> list[dict]:
+        """Queue one user's requests together, all or none (a launch of `count` sessions). Each
+        is admitted as `submit` admits it after the ones before it, a pass between them; a
+        refusal of any records none. Every request carries its own new key (`id`)."""
+        parsed = [(_key(data), _parse(data)) for data in requests]
+        if any(key is None for key, _ in parsed):
+            raise Refused("Malformed grant request: each request of a launch needs its key.")
+        async with self._lock:
+            if self.engine_problem is not None:
+                raise Refused(self.engine_problem, "unavailable")
+            positions = self._positions
+            try:
+                with self.db.begin() as db:
+                    for key, request in parsed:
+                        self._admit_one_of_many(db, key, request, groups)
+            except Refused:
+                self._positions = positions  # the passes in between are rolled back too
+                raise
+            await self._schedule_locked()
+        return [self.get(key) for key, _ in parsed]
+
+    def _admit_one_of_many(self, db, key: str, request: dict, groups: tuple[str, ...]) -> None:
+        if key in self._abandoned or db.get(SessionRecord, key) is not None:
+            raise Refused("That request key is taken.", "conflict")
+        refusal = self._admission_refusal(db, request, groups)
+        if refusal is not None:
+            raise Refused(refusal.message, refusal.cause)
+        seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
+        db.add(SessionRecord(id=key, seq=seq, status=Status.PENDING, **request))
+        db.flush()
+        pending = db.scalars(
+            select(SessionRecord)
+            .where(SessionRecord.status == Status.PENDING)
+            .order_by(SessionRecord.seq)
+        )
+        self._place(list(db.scalars(_allocated_query())), list(pending))
+
+    async def withdraw(self, ids: list[str]) -> None:
+        """Remove records no spawn has used (a launch the hub refused at once), as if they had
+        never been asked for; their keys never queue again."""
+        async with self._lock:
+            with self.db.begin() as db:
+                query = select(SessionRecord).where(
+                    SessionRecord.id.in_(ids),
+                    SessionRecord.status.in_([Status.PENDING.value, Status.SCHEDULED.value]),
+                )
+                for record in db.scalars(query):
+                    db.delete(record)
+            for key in ids:
+                self._remember_abandoned(key)
+            await self._schedule_locked()
 
     async def wait(self, session_id: str, seen_version: str, timeout: float) -> dict:
         """The record once its version differs from `seen_version`, or at the timeout."""
