@@ -125,7 +125,7 @@ class Launcher:
         (first, first_key), rest = starts[0], starts[1:]
         try:
             await self._first_start(user, first, first_key, request)
-        except HubError:
+        except Exception:  # the hub's refusal, or no answer at all: nothing stays either way
             for _, key in starts:
                 self._claims.pop(key, None)
             await self.manager.withdraw([key for _, key in starts])
