@@ -121,8 +121,11 @@ class QueueClient:
     async def mark_running(self, session_id: str) -> QueueRecord:
         return QueueRecord.from_json(await self._call("POST", f"/grants/{session_id}/running", {}))
 
-    async def release(self, session_id: str) -> dict:
-        return await self._call("DELETE", f"/grants/{session_id}")
+    async def release(self, session_id: str, user: str, server_name: str) -> dict:
+        """End the request `session_id`, if it is this server's (the service refuses with 409
+        a key that names another server's record)."""
+        query = f"?user={quote(user, safe='')}&server_name={quote(server_name, safe='')}"
+        return await self._call("DELETE", f"/grants/{session_id}{query}")
 
     async def images_for(self, user: str) -> list[dict]:
         """The catalog entries `user` may start (their groups, not hidden, not others' private)."""

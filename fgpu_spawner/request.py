@@ -7,12 +7,14 @@ so one parser serves both. Every refusal raises `InvalidRequest` with a sentence
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 
 from image_catalog import Catalog
 from image_catalog.units import format_size, parse_positive_size
 
-KNOWN_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
+KNOWN_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group", "request_key")
+_REQUEST_KEY_RE = re.compile(r"[0-9a-f]{32}")
 
 
 class InvalidRequest(ValueError):
@@ -57,6 +59,10 @@ class ResourceRequest:
     fgpu: float = 0.0
     #: None lets the queue place the session in any resource group the user may use.
     resource_group: str | None = None
+    #: The queue record this start is for, when the queue service recorded it first (a launch of
+    #: several sessions); None: the spawner picks a new key. The queue gives the record only to
+    #: a request of the same user, server and slots.
+    request_key: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,7 +92,8 @@ def parse_request(options: dict, limits: RequestLimits, catalog: Catalog) -> Res
     if shortfall:
         raise InvalidRequest(f"Image {image.name!r} {shortfall}.")
     group = _parse_resource_group(options.get("resource_group"))
-    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group)
+    key = _parse_request_key(options.get("request_key"))
+    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group, key)
 
 
 def _is_blank(value: object) -> bool:
@@ -157,3 +164,13 @@ def _parse_resource_group(value: object) -> str | None:
     if not isinstance(value, str):
         raise InvalidRequest("resource_group must be the name of a resource group.")
     return value.strip()
+
+
+def _parse_request_key(value: object) -> str | None:
+    """The key of a queue record made for this start: 32 lowercase hex digits (a uuid4's hex)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _REQUEST_KEY_RE.fullmatch(value):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise InvalidRequest(f"request_key must be 32 lowercase hex digits, not {shown}.")
+    return value

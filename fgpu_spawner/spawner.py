@@ -22,6 +22,7 @@ import docker.errors
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from jupyterhub.traitlets import ByteSpecification
+from sqlalchemy.orm import object_session
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default, validate
 
@@ -410,7 +411,8 @@ class FGPUSpawner(DockerSpawner):
         """The slice this session may use: from the queue service, waiting while PENDING."""
         # The key is chosen before asking: a request whose answer never comes (a timeout, a
         # dropped connection) can still be released by it, so it never starts a server later.
-        self.session_id = uuid.uuid4().hex
+        # A launch's start names the record the queue service made for it (`request_key`).
+        self.session_id = request.request_key or uuid.uuid4().hex
         try:
             record = await self.queue.request_grant(
                 self.user.name, self.name, request, key=self.session_id
@@ -485,7 +487,7 @@ class FGPUSpawner(DockerSpawner):
         if not session_id:
             return
         try:
-            await self.queue.release(session_id)
+            await self.queue.release(session_id, self.user.name, self.name)
         except QueueError as e:
             # 404: the request never reached the queue (the service now refuses it if it comes).
             # Otherwise the reconciler ends it once it sees no container and no server.
@@ -496,6 +498,7 @@ class FGPUSpawner(DockerSpawner):
     async def start(self):
         if self.resource_request is None:
             await apply_resource_options(self, self.user_options or {})
+        self.forget_request_key()
         self.grant = None
         self._pending_message = ""
         try:
@@ -509,6 +512,19 @@ class FGPUSpawner(DockerSpawner):
             await asyncio.shield(self._abandon_start())
             raise
         return ip, port
+
+    def forget_request_key(self) -> None:
+        """The hub keeps a start's options as the next start's defaults (a restart from the home
+        page sends none); a request key names one start only, so it is dropped from them, and
+        a restart asks the queue anew rather than for the record this start ended."""
+        orm_spawner = self.orm_spawner
+        saved = getattr(orm_spawner, "user_options", None)
+        if not isinstance(saved, dict) or "request_key" not in saved:
+            return
+        orm_spawner.user_options = {k: v for k, v in saved.items() if k != "request_key"}
+        db = object_session(orm_spawner)
+        if db is not None:
+            db.commit()
 
     async def _confirm_running(self) -> None:
         """Tell the queue the server is up. Fail closed: if the grant ended meanwhile (released,

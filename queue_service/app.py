@@ -29,6 +29,7 @@ from .deployment import deployment_id
 from .engine import Engine
 from .hub_client import HubClient
 from .images import ImageStore
+from .launches import Launcher
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
@@ -277,6 +278,7 @@ class QueueService(Application):
             **handlers.pages.settings(prefix, simulated=bool(self.simulated_gpus)),
             manager=self.manager,
             hub_client=self.hub,
+            launcher=Launcher(self.hub, self.manager),
             quotas=self.quotas,
             images=self.images,
             docker=docker_client,

@@ -1,12 +1,21 @@
-"""`POST sessions` with `count`: start named servers through the hub, side by side.
+"""`POST sessions` with `count`: the records first, then the hub's starts, side by side.
 
-The hub's own start call returns only once the spawn is done or its slow-spawn timeout passes, so
-starting `count` servers one after the other kept the launch dialog waiting for tens of seconds.
-Here every start is sent at once, and the launch answers as soon as each server has its queue
-record (PENDING or SCHEDULED): that is when the request is in line, and the Sessions page shows the
-rest coming up. The hub's answers still count: a start the hub refuses before it has a record (a
-quota, a bad image) makes the launch all or nothing, so the servers already started are stopped and
-removed again, the refused one's entry included.
+The hub takes a while over each start (20 at once kept a launch waiting 3 s), so the launch does
+not wait for the hub to reach the queue:
+1. the service records all `count` requests itself, PENDING, in one transaction with the admission
+   and quota checks (`QueueManager.submit_many`): all or none, and a refusal leaves nothing;
+2. it starts the first server through the hub, and waits only until that spawn claims its record
+   (the spawner asks for the grant with the record's key) or the hub refuses it. All the servers
+   share the options, so the first one passing the spawner's checks (`parse_request`, the image,
+   the hub's limits) means the others pass them too, and a bad request is still refused at once,
+   with the spawner's message, leaving nothing behind;
+3. it answers with the records, and starts the other servers in the background, all at once.
+
+Each start carries its record's key as the `request_key` option; the spawner's grant request
+names it, and the queue gives the spawn that record only if user, server and slots all match it.
+A start the hub refuses later (too many spawns at once, the named-server limit) ends its record as
+ERROR with the hub's message and removes the server's entry, unless a spawn already claimed the
+record (that spawn then answers for it). The Sessions page shows the records coming up.
 """
 
 from __future__ import annotations
@@ -14,66 +23,162 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
+import uuid
 
+from image_catalog.units import parse_positive_size
+
+from .errors import Refusal
 from .hub_client import HubError
+from .models import FINAL, Status
 
 log = logging.getLogger(__name__)
 
-#: Longest the launch waits for the records before it answers with what it has.
-ANSWER_TIMEOUT = 30.0
-#: How often the launch looks at the records between two queue passes (a safety net: a pass wakes it).
-_RECHECK_SECONDS = 0.5
-
-#: Starts still running after their launch answered; held so the event loop keeps them alive.
-_background: set[asyncio.Task] = set()
+#: Longest the launch waits for its first spawn to claim its record; the hub's own answer comes
+#: within its slow-spawn timeout (10 s) anyway.
+FIRST_CLAIM_TIMEOUT = 15.0
+#: The options a launch takes (besides `count`), as in contract 3.
+LAUNCH_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
 
 
 def server_names(count: int) -> list[str]:
     return [f"s-{secrets.token_hex(3)}" for _ in range(count)]
 
 
-async def launch(hub, manager, user: str, names: list[str], options: dict) -> list[dict]:
-    """Start `names` for `user`; each server's record once it exists (None if not yet)."""
-    starts = {name: asyncio.create_task(hub.start_server(user, name, options)) for name in names}
+def launch_request(options: dict) -> dict:
+    """The launch's options as its records hold them: an image name, cores, bytes, fGPU units and
+    a resource group or None. These exact values go to the hub, so the spawner parses the same
+    request the queue recorded (`submit` gives a keyed record to that request alone)."""
+    unknown = sorted(set(options) - set(LAUNCH_OPTIONS))
+    if unknown:
+        known = ", ".join((*LAUNCH_OPTIONS, "count"))
+        raise Refusal(f"Unknown option(s): {', '.join(unknown)}. Known options: {known}.")
+    image = options.get("image")
+    if not isinstance(image, str) or not image.strip():
+        raise Refusal("A launch names its image (a catalog name).")
     try:
-        records = await _until_queued(manager, user, starts)
-    except HubError:
-        await _undo(hub, user, names, starts)
-        raise
-    for task in starts.values():
-        if not task.done():
-            _background.add(task)
-            task.add_done_callback(_finished_later)
-    return [{"server_name": name, "session": records.get(name)} for name in names]
+        mem = parse_positive_size(options.get("mem"))
+    except ValueError as e:
+        raise Refusal(f"mem: {e}.") from None
+    group = options.get("resource_group")
+    if group is not None and not isinstance(group, str):
+        raise Refusal("resource_group must be the name of a resource group.")
+    return {
+        "image": image.strip(),
+        "cpu": _number("cpu", options.get("cpu")),
+        "mem": mem,
+        "fgpu": _number("fgpu", options.get("fgpu", 0), zero_ok=True),
+        "resource_group": (group or "").strip() or None,
+    }
 
 
-async def _until_queued(manager, user: str, starts: dict) -> dict[str, dict]:
-    """The records of the started servers, once every one has a record or an answer from the
-    hub; a refusal from the hub is raised as soon as it comes."""
-    deadline = asyncio.get_running_loop().time() + ANSWER_TIMEOUT
-    while True:
-        for task in starts.values():
-            if task.done() and task.exception() is not None:
-                raise task.exception()
-        records = manager.records_of(user, list(starts))
-        settled = all(name in records or task.done() for name, task in starts.items())
-        if settled or asyncio.get_running_loop().time() > deadline:
-            return records
-        await manager.wait_for_change(_RECHECK_SECONDS)
+def _number(name: str, value: object, zero_ok: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise Refusal(f"{name} must be a number, not {value!r}.")
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise Refusal(f"{name} must be a number, not {str(value)[:20]!r}.") from None
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
+        raise Refusal(f"{name} must be a finite number greater than zero, not {value!r}.")
+    return number
 
 
-async def _undo(hub, user: str, names: list[str], starts: dict) -> None:
-    for task in starts.values():
-        task.cancel()
-    await asyncio.gather(*starts.values(), return_exceptions=True)
-    for name in names:
+def hub_options(request: dict, key: str) -> dict:
+    """The body of the hub's start of one launched server: the record's own values and key."""
+    options = {name: request[name] for name in ("image", "cpu", "mem", "fgpu")}
+    if request["resource_group"] is not None:
+        options["resource_group"] = request["resource_group"]
+    return {**options, "request_key": key}
+
+
+class Launcher:
+    """Launches for the sessions handler; knows which launched records a spawn has claimed."""
+
+    def __init__(self, hub, manager):
+        self.hub = hub
+        self.manager = manager
+        #: Per launched key whose start is still out: set once a spawn asks for that record.
+        self._claims: dict[str, asyncio.Future] = {}
+        #: Starts still running after their launch answered; held so that they stay alive.
+        self._background: set[asyncio.Task] = set()
+
+    def claimed(self, key: str) -> None:
+        """A spawn asked for the grant of record `key` (called by the grants handler)."""
+        claim = self._claims.get(key)
+        if claim is not None and not claim.done():
+            claim.set_result(None)
+
+    async def launch(self, person: dict, request: dict, count: int) -> list[dict]:
+        """Record `count` sessions of `request` for `person`, start the first, answer with the
+        records; a refusal (the queue's, or the hub's of the first start) leaves nothing."""
+        user = person["name"]
+        starts = [(name, uuid.uuid4().hex) for name in server_names(count)]
+        await self.manager.submit_many(
+            [{**request, "id": key, "user": user, "server_name": name} for name, key in starts],
+            groups=tuple(person.get("groups", [])),
+        )
+        loop = asyncio.get_running_loop()
+        for _, key in starts:
+            self._claims[key] = loop.create_future()
+        (first, first_key), rest = starts[0], starts[1:]
+        try:
+            await self._first_start(user, first, first_key, request)
+        except Exception:  # the hub's refusal, or no answer at all: nothing stays either way
+            for _, key in starts:
+                self._claims.pop(key, None)
+            await self.manager.withdraw([key for _, key in starts])
+            with contextlib.suppress(HubError):
+                await self.hub.stop_server(user, first, remove=True)
+            raise
+        for name, key in rest:
+            self._watch(self._start(user, name, key, request), user, name, key)
+        return [
+            {"server_name": name, "session": await self.manager.get(key)} for name, key in starts
+        ]
+
+    async def _first_start(self, user: str, name: str, key: str, request: dict) -> None:
+        """Return once the first spawn claims its record (or the hub accepted the start); raise
+        the hub's refusal when it comes first."""
+        start = self._start(user, name, key, request)
+        claim = self._claims[key]
+        await asyncio.wait(
+            {start, claim}, timeout=FIRST_CLAIM_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+        )
+        if start.done() and start.exception() is not None and not claim.done():
+            raise start.exception()
+        self._watch(start, user, name, key)
+
+    def _start(self, user: str, name: str, key: str, request: dict) -> asyncio.Task:
+        return asyncio.create_task(self.hub.start_server(user, name, hub_options(request, key)))
+
+    def _watch(self, start: asyncio.Task, user: str, name: str, key: str) -> None:
+        task = asyncio.create_task(self._settle(start, user, name, key))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _settle(self, start: asyncio.Task, user: str, name: str, key: str) -> None:
+        """Wait for the hub's answer to a start; a refusal of an unclaimed record ends it."""
+        try:
+            await start
+        except HubError as e:
+            if not self._claims[key].done():
+                await self._refused(user, name, key, e.message)
+        except Exception:
+            log.exception("The hub's start of %s/%s failed", user, name)
+        finally:
+            self._claims.pop(key, None)
+
+    async def _refused(self, user: str, name: str, key: str, message: str) -> None:
+        try:
+            if (await self.manager.get(key))["status"] in FINAL:
+                return  # cancelled meanwhile, or superseded by another start of that server
+        except KeyError:
+            return
+        log.warning("The hub refused to start launched server %s/%s: %s", user, name, message)
+        await self.manager.release_where(
+            [key], Status.ERROR, f"The hub did not start the server: {message}"
+        )
         with contextlib.suppress(HubError):
-            await hub.stop_server(user, name, remove=True)
-
-
-def _finished_later(task: asyncio.Task) -> None:
-    _background.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        # The spawn itself reports to its user (the Sessions page shows the record's end).
-        log.warning("A launched server failed to start: %s", task.exception())
+            await self.hub.stop_server(user, name, remove=True)

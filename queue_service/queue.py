@@ -76,7 +76,6 @@ class QueueManager:
         self._abandoned: OrderedDict[str, None] = OrderedDict()
         # Long-polls by session id, woken only when their own record's version changes.
         self._watchers: dict[str, set[asyncio.Future]] = {}
-        self._next_pass = asyncio.Event()
         self._ended_views: OrderedDict[str, dict] = OrderedDict()
         # None while the engine's containers are counted (the reconciler says so), else why not:
         # no slice is granted before every container that holds one is known.
@@ -111,8 +110,12 @@ class QueueManager:
                 raise Refused(self.engine_problem, "unavailable")
             known = db.get(SessionRecord, key) if key else None
             if known is not None:
-                if (known.user, known.server_name) != (request["user"], request["server_name"]):
-                    raise Refused("That request key belongs to another server.", "conflict")
+                # A key can come from a user (a launch passes it through the hub's start): it
+                # claims only the very request it was made for, never a bigger one.
+                if any(getattr(known, field) != value for field, value in request.items()):
+                    raise Refused(
+                        "That request key belongs to another server or request.", "conflict"
+                    )
                 return known.id
             if key in self._abandoned:
                 raise Refused("This spawn was given up before its request arrived.", "conflict")
@@ -130,6 +133,55 @@ class QueueManager:
             return record.id
 
         return await self.get(await self._write(record_request))
+
+    async def submit_many(self, requests: list[dict], groups: tuple[str, ...]) -> list[dict]:
+        """Queue one user's requests together, all or none (a launch of `count` sessions). Each
+        is admitted as `submit` admits it after the ones before it, a pass between them; a
+        refusal of any records none. Every request carries its own new key (`id`)."""
+        parsed = [(_key(data), _parse(data)) for data in requests]
+        if any(key is None for key, _ in parsed):
+            raise Refused("Malformed grant request: each request of a launch needs its key.")
+
+        def record_all(db, quotas) -> None:
+            if self.engine_problem is not None:
+                raise Refused(self.engine_problem, "unavailable")
+            for key, request in parsed:
+                self._admit_one_of_many(db, key, request, groups, quotas)
+
+        await self._write(record_all)
+        return [await self.get(key) for key, _ in parsed]
+
+    def _admit_one_of_many(self, db, key: str, request: dict, groups, quotas) -> None:
+        if key in self._abandoned or db.get(SessionRecord, key) is not None:
+            raise Refused("That request key is taken.", "conflict")
+        refusal = self._admission_refusal(db, request, groups, quotas)
+        if refusal is not None:
+            raise Refused(refusal.message, refusal.cause)
+        seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
+        db.add(SessionRecord(id=key, seq=seq, status=Status.PENDING, **request))
+        db.flush()
+        pending = db.scalars(
+            select(SessionRecord)
+            .where(SessionRecord.status == Status.PENDING)
+            .order_by(SessionRecord.seq)
+        )
+        self._place(list(db.scalars(_allocated_query())), list(pending), quotas)
+
+    async def withdraw(self, ids: list[str]) -> None:
+        """Remove records no spawn has used (a launch the hub refused at once), as if they had
+        never been asked for; their keys never queue again."""
+
+        def remove(db, _quotas) -> None:
+            query = select(SessionRecord).where(
+                SessionRecord.id.in_(ids),
+                SessionRecord.status.in_([Status.PENDING.value, Status.SCHEDULED.value]),
+            )
+            for record in db.scalars(query):
+                db.delete(record)
+            for key in ids:
+                self._remember_abandoned(key)
+
+        await self._write(remove)
 
     async def wait(self, session_id: str, seen_version: str, timeout: float) -> dict:
         """The record once its version differs from `seen_version`, or at the timeout. Only a
@@ -303,20 +355,6 @@ class QueueManager:
             query = query.where(SessionRecord.user == user)
         views = await self._read(lambda db: [self._base_view(r, {}) for r in db.scalars(query)])
         return [self._with_usage(self._state.views.get(v["id"], v)) for v in views]
-
-    def records_of(self, user: str, server_names: list[str]) -> dict[str, dict]:
-        """The active records of these servers of `user`, by server name (a launch's progress)."""
-        wanted = set(server_names)
-        return {
-            record.server_name: self._state.views[record.id]
-            for record in self._state.records
-            if record.user == user and record.server_name in wanted
-        }
-
-    async def wait_for_change(self, timeout: float) -> None:
-        """Return after the next published change, or after `timeout` seconds."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._next_pass.wait(), timeout)
 
     def active_records(self) -> list[SessionRecord]:
         """The records that have not ended, as of the last write (detached copies: read only)."""
@@ -504,8 +542,6 @@ class QueueManager:
                 for woken in watchers:
                     if not woken.done():
                         woken.set_result(None)
-        self._next_pass.set()
-        self._next_pass = asyncio.Event()
 
     def _place(self, allocated: list[SessionRecord], pending: list[SessionRecord], quotas) -> dict:
         """Grant what fits; the positions of what waits, by id."""

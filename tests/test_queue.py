@@ -777,3 +777,56 @@ async def test_a_pass_wakes_only_the_waiters_whose_record_changed(open_manager):
         manager.wait(held["id"], (await manager.get(held["id"]))["version"], 0.1), 5
     )
     assert ended["status"] == Status.TERMINATED  # an ended record is still read (from memory)
+
+
+# -- issue 11 item 10: a launch records its sessions first -------------------------------------
+
+
+def keyed(n: int, **asked) -> dict:
+    return ask(server=f"s{n}", id=f"{n:032x}", **asked)
+
+
+async def test_a_launch_is_recorded_as_submits_one_after_another_would_be(open_manager):
+    manager = open_manager(quotas=QuotaBook(user_default={"sessions": 1, "pending": 1}))
+    records = await manager.submit_many([keyed(1), keyed(2)], groups=())
+    assert [r["id"] for r in records] == [f"{1:032x}", f"{2:032x}"]
+    # The first holds the one session the quota allows; the second waits on the quota.
+    assert [r["status"] for r in records] == [Status.SCHEDULED, Status.PENDING]
+    assert "quota" in records[1]["reason"]
+
+
+async def test_a_launch_refused_for_one_of_its_sessions_records_none(open_manager):
+    manager = open_manager(quotas=QuotaBook(user_default={"sessions": 1, "pending": 1}))
+    before = await manager.submit(ask(user="bob"), groups=())
+    # One granted and one waiting fill the quota; the third is one pending request too many.
+    with pytest.raises(Refused, match="quota allows 1 pending request") as refused:
+        await manager.submit_many([keyed(1), keyed(2), keyed(3)], groups=())
+    assert refused.value.cause == "quota"
+    assert await manager.history() == [await manager.get(before["id"])]
+    # Nothing of it stays in the in-memory view either: bob's record reads as before.
+    assert (await manager.get(before["id"]))["status"] == before["status"]
+    # The keys are free for a launch that fits.
+    assert len(await manager.submit_many([keyed(1), keyed(2)], groups=())) == 2
+
+
+async def test_a_launched_key_is_given_only_to_the_request_it_was_made_for(manager):
+    (record,) = await manager.submit_many([keyed(1, fgpu=0.5)], groups=())
+    # The same server asking for more with the record's key (a user can pick the key).
+    with pytest.raises(Refused, match="another server or request") as refused:
+        await manager.submit(keyed(1, fgpu=2.0), groups=())
+    assert refused.value.cause == "conflict"
+    with pytest.raises(Refused, match="another server or request"):
+        await manager.submit({**keyed(1, fgpu=0.5), "user": "mallory"}, groups=())
+    # The launch's own spawn gets it.
+    assert (await manager.submit(keyed(1, fgpu=0.5), groups=()))["id"] == record["id"]
+
+
+async def test_a_withdrawn_launch_leaves_nothing_and_its_keys_never_queue(manager):
+    records = await manager.submit_many([keyed(1, fgpu=2.0), keyed(2, fgpu=2.0)], groups=())
+    assert [r["status"] for r in records] == [Status.SCHEDULED, Status.PENDING]
+    await manager.withdraw([r["id"] for r in records])
+    assert await manager.history() == []
+    with pytest.raises(Refused, match="given up"):
+        await manager.submit(keyed(1, fgpu=2.0), groups=())
+    # The slice the withdrawn grant held is free again.
+    assert (await manager.submit(ask(fgpu=2.0), groups=()))["status"] == Status.SCHEDULED

@@ -102,3 +102,23 @@ def test_fgpu_above_the_limit_is_refused():
 def test_non_object_options_are_refused():
     with pytest.raises(InvalidRequest, match="JSON object"):
         parse_request(["cpu"], LIMITS, CATALOG)
+
+
+# -- issue 11, item 10: a launch's start names the queue record made for it ---------------------
+
+
+def test_a_request_key_names_the_queue_record_of_the_start():
+    key = "0123456789abcdef" * 2
+    request = parse_request({"image": "sk", "request_key": key}, LIMITS, CATALOG)
+    assert request.request_key == key
+    # Without one, the spawner picks its own key.
+    assert parse_request({"image": "sk"}, LIMITS, CATALOG).request_key is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", "0123456789ABCDEF" * 2, "0" * 31, "0" * 33, "../" + "0" * 29, "g" * 32, 12345, ["0" * 32]],
+)
+def test_a_malformed_request_key_is_refused(key):
+    with pytest.raises(InvalidRequest, match="request_key must be 32 lowercase hex digits"):
+        parse_request({"request_key": key}, LIMITS, CATALOG)

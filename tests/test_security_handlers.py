@@ -2,16 +2,19 @@
 tokens, filtered scopes, huge bodies and wrong content types, against the real hub and service.
 
 Issue 11, items 1 (cross-site requests), 4 (admin powers follow the token's scopes), 8 (bounded work
-per request, the cookie secret) and 11 (one handler layer).
+per request, the cookie secret), 10 (a launch answers at once, and its request keys cannot be
+turned against another's record) and 11 (one handler layer).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
 import socket
+import sqlite3
 import stat
 import time
 
@@ -278,3 +281,141 @@ def test_a_launch_answers_with_the_queue_records(hub, username):
         assert server["session"]["status"] in ("PENDING", "SCHEDULED", "RUNNING")
     ids = {server["session"]["id"] for server in servers}
     student.wait_for(lambda s: {x["id"] for x in s if x["status"] == "RUNNING"} == ids, timeout=120)
+
+
+# A hub as busy as at a class's deadline, where the launches' starts queue in the hub: each
+# user's first spawn goes ahead, and the ones after it wait 20 s before they reach the queue.
+# Users named "one-..." may run one named server at a time, so the hub refuses their second.
+BUSY_HUB_CONFIG = """
+import asyncio
+from fgpu_spawner.named_servers import ActiveNamedServerLimit
+
+_spawned_once = set()
+
+
+async def _hold_later_spawns(spawner):
+    if spawner.user.name.startswith("slow-"):
+        if spawner.user.name in _spawned_once:
+            await asyncio.sleep(20)
+        _spawned_once.add(spawner.user.name)
+
+
+c.FGPUSpawner.pre_spawn_hook = _hold_later_spawns
+_five, _one = ActiveNamedServerLimit(5), ActiveNamedServerLimit(1)
+c.JupyterHub.named_server_limit_per_user = lambda handler: (
+    _one if "/users/one-" in handler.request.path else _five
+)(handler)
+"""
+HELD_SPAWN_SECONDS = 20
+
+
+@pytest.fixture(scope="module")
+def busy_hub(tmp_path_factory, docker_engine, test_catalog):
+    env = {"FGPU_CATALOG_PATH": str(test_catalog)}
+    workdir = tmp_path_factory.mktemp("busy-hub")
+    with running_hub(workdir, env=env, extra_config=BUSY_HUB_CONFIG) as running:
+        yield running
+
+
+def ended_record(hub, session_id: str) -> tuple[str, str]:
+    """(status, reason) of a record as the service's DB holds it, ended ones too."""
+    with contextlib.closing(sqlite3.connect(hub.workdir / "fgpu_queue.sqlite")) as db:
+        return db.execute(
+            "SELECT status, reason FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+
+
+def named_servers(hub, user: str) -> set[str]:
+    response = hub.request("GET", f"users/{user}?include_stopped_servers=1")
+    assert response.status_code == 200, response.text
+    return {name for name in response.json()["servers"] if name}
+
+
+def test_a_launch_answers_before_the_hub_has_started_its_servers(busy_hub):
+    student = QueueUser(busy_hub, f"slow-{secrets.token_hex(4)}")
+    started = time.monotonic()
+    response = student.call("POST", "sessions", json={**SESSION, "count": 3})
+    answered_in = time.monotonic() - started
+    assert response.status_code == 201, response.text
+    # The later starts are still held in the hub: only the records can be in the answer.
+    assert answered_in < HELD_SPAWN_SECONDS / 2, answered_in
+    servers = response.json()["servers"]
+    assert len(servers) == 3
+    for server in servers:
+        assert server["session"]["server_name"] == server["server_name"]
+        assert server["session"]["status"] in ("PENDING", "SCHEDULED")
+    ids = {server["session"]["id"] for server in servers}
+    assert {s["id"] for s in student.sessions()} == ids
+    student.wait_for(lambda s: {x["id"] for x in s if x["status"] == "RUNNING"} == ids, timeout=180)
+    busy_hub.stop_servers({(student.name, server["server_name"]) for server in servers})
+
+
+def test_a_start_the_hub_refuses_after_the_answer_ends_its_record(busy_hub):
+    student = QueueUser(busy_hub, f"one-{secrets.token_hex(4)}")
+    response = student.call("POST", "sessions", json={**SESSION, "count": 2})
+    assert response.status_code == 201, response.text
+    first, second = response.json()["servers"]
+    # The first runs; the hub refuses the second (one named server at a time), and its record
+    # ends with the hub's words rather than wait for a spawn that never comes.
+    student.wait_for(
+        lambda s: [(x["id"], x["status"]) for x in s] == [(first["session"]["id"], "RUNNING")],
+        timeout=180,
+    )
+    status, reason = ended_record(busy_hub, second["session"]["id"])
+    assert status == "ERROR"
+    assert "the most one user may have at a time (1)" in reason, reason
+    # Nothing of it stays: no server entry, no container.
+    assert named_servers(busy_hub, student.name) == {first["server_name"]}
+    containers = containers_with({"fgpu.user": student.name})
+    assert {c.labels["fgpu.session_id"] for c in containers} == {first["session"]["id"]}
+    busy_hub.stop_servers({(student.name, first["server_name"])})
+
+
+def test_a_launch_past_the_quota_creates_nothing(hub, username):
+    student = QueueUser(hub, username)
+    # The shipped quota: 3 running and 2 waiting; six at once is one too many.
+    response = student.call("POST", "sessions", json={**SESSION, "count": 6})
+    assert response.status_code == 403, response.text
+    assert "pending" in response.json()["message"]
+    with contextlib.closing(sqlite3.connect(hub.workdir / "fgpu_queue.sqlite")) as db:
+        rows = db.execute("SELECT id FROM sessions WHERE user = ?", (username,)).fetchall()
+    assert rows == []
+    assert named_servers(hub, username) == set()
+    assert containers_with({"fgpu.user": username}) == []
+
+
+def test_a_forged_request_key_neither_claims_nor_ends_anothers_record(hub, username):
+    owner = QueueUser(hub, username)
+    response = owner.call("POST", "sessions", json={**SESSION, "count": 1})
+    assert response.status_code == 201, response.text
+    (launched,) = response.json()["servers"]
+    key = launched["session"]["id"]
+    owner.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180)
+
+    mallory = QueueUser(hub, f"mallory-{secrets.token_hex(4)}")
+    body = {**SESSION, "mem": 256 * 1024**2, "request_key": key}
+    for server in ("x", launched["server_name"]):
+        response = hub.start_server(mallory.name, body, server=server)
+        assert response.status_code == 409, response.text
+        assert "another server or request" in response.json()["message"]
+    # The owner's session runs on, its record untouched (not released by the failed spawn).
+    assert [(s["id"], s["status"]) for s in owner.sessions()] == [(key, "RUNNING")]
+    assert mallory.sessions() == []
+    assert containers_with({"fgpu.user": mallory.name}) == []
+
+
+def test_a_launched_server_starts_again_from_the_hub(hub, username):
+    """The hub keeps a start's options for the next start (the home page's Start sends none);
+    the launch's request key is not among them, or the restart would ask for the ended record."""
+    student = QueueUser(hub, username)
+    response = student.call("POST", "sessions", json={**SESSION, "count": 1})
+    assert response.status_code == 201, response.text
+    (launched,) = response.json()["servers"]
+    name = launched["server_name"]
+    assert hub.wait_ready(username, name, timeout=180)["ready"]
+    hub.stop_server(username, name)
+    response = hub.request("POST", f"users/{username}/servers/{name}")
+    assert response.status_code in (201, 202), response.text
+    assert hub.wait_ready(username, name, timeout=180)["ready"]
+    (again,) = student.sessions()
+    assert again["status"] == "RUNNING" and again["id"] != launched["session"]["id"]

@@ -134,8 +134,11 @@ def test_a_burst_of_launches_holds_no_more_than_the_limits(hub):
     refused = [r for _, r in answers if r.status_code != 201]
     assert len(accepted) == ACTIVE_PER_USER, [(r.status_code, r.text) for _, r in answers]
     for response in refused:
-        assert response.status_code == 400, response.text
-        assert HUB_REFUSAL in response.json()["message"], response.text
+        # A launch records its sessions before the hub starts them, so the queue's quota
+        # refuses first (403); the hub's named-server limit (400) stands behind it.
+        assert response.status_code in (400, 403), response.text
+        message = response.json()["message"]
+        assert QUEUE_REFUSAL in message or HUB_REFUSAL in message, response.text
 
     launched = {server["server_name"] for r in accepted for server in r.json()["servers"]}
     assert_held_within_limits(hub, student, launched)

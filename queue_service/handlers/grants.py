@@ -2,7 +2,8 @@
 
 - `POST api/grants`: a slice for one server (the record, PENDING or SCHEDULED);
 - `GET api/grants/{id}?wait=&version=`: the record once it changes (long-poll);
-- `DELETE api/grants/{id}`: release; `POST api/grants/{id}/running`: the server is up.
+- `DELETE api/grants/{id}[?user=&server_name=]`: release (only if the record is that server's,
+  when named); `POST api/grants/{id}/running`: the server is up.
 
 Only the hub service whose token the spawner holds (`spawner_service`) may call them: a student's
 token, even one with access to the service, gets 403.
@@ -50,6 +51,7 @@ class GrantsHandler(SpawnerHandler):
         await self.refresh_quotas(user)
         image = self.settings["images"].admit_options(user, data)
         record = await self.manager.submit(data, groups=tuple(user.get("groups", [])))
+        self.settings["launcher"].claimed(record["id"])
         # The reference comes from the catalog, so a private or re-pointed image starts as listed.
         self.write_json({**record, "image_ref": image["image"] if image else None}, 201)
 
@@ -70,7 +72,22 @@ class GrantHandler(SpawnerHandler):
 
     @web.authenticated
     async def delete(self, session_id):
+        await self.check_server_of(session_id)
         self.write_json(await self.session_answer(self.manager.release(session_id)))
+
+    async def check_server_of(self, session_id: str) -> None:
+        """A release that names its server (`?user=&server_name=`, as the spawner's do) ends
+        only that server's record: a spawn handed another's key (a forged `request_key`) must not
+        end the record it failed to claim."""
+        user = self.get_argument("user", None)
+        if user is None:
+            return
+        try:
+            record = await self.manager.get(session_id)
+        except KeyError:
+            return  # remembered as given up by the release itself
+        if (record["user"], record["server_name"]) != (user, self.get_argument("server_name", "")):
+            raise web.HTTPError(409, "That grant belongs to another server; it stays as it is.")
 
     @web.authenticated
     async def post(self, session_id, action):

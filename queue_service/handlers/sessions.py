@@ -2,7 +2,7 @@
 
 - `GET api/sessions`: your own; everyone's for admins (`?all=0`: an admin's own only);
 - `POST api/sessions` with `{image, cpu, mem, fgpu, count}`: launch `count` named servers; the
-  answer comes as soon as each has its queue record (`launches.py`);
+  answer comes with their queue records, before the hub has started them (`launches.py`);
 - `DELETE api/sessions/{id}`: stop a running session or cancel a pending one;
 - `POST api/sessions/{id}/image` with `{tag}`: admins turn a running session into a private image
   of its owner (`private_images.py`).
@@ -48,12 +48,11 @@ class SessionsHandler(BaseHandler):
         count = data.pop("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_LAUNCH:
             raise web.HTTPError(400, f"count must be a whole number from 1 to {MAX_LAUNCH}.")
-        self.settings["images"].admit_options(person, data)
-        names = launches.server_names(count)
-        # A refusal carries the hub's own validation message (FGPUSpawner's).
-        servers = await self.from_hub(
-            launches.launch(self.hub, self.manager, person["name"], names, data)
-        )
+        request = launches.launch_request(data)
+        self.settings["images"].admit_options(person, request)
+        await self.refresh_quotas(person)
+        # A refusal of the first start carries the hub's own message (FGPUSpawner's checks).
+        servers = await self.from_hub(self.settings["launcher"].launch(person, request, count))
         self.write_json({"servers": servers}, 201)
 
 

@@ -1,0 +1,53 @@
+"""The launch's pure parts (queue_service/launches.py): the options its records and the hub's
+starts carry. The launch itself, against the real hub, is in tests/test_security_handlers.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from queue_service.errors import Refusal
+from queue_service.launches import hub_options, launch_request
+
+GIB = 1024**3
+
+
+def test_a_launch_request_holds_the_values_the_spawner_parses_back():
+    request = launch_request({"image": " python-3.11 ", "cpu": "1.5", "mem": "2G"})
+    assert request == {
+        "image": "python-3.11",
+        "cpu": 1.5,
+        "mem": 2 * GIB,
+        "fgpu": 0.0,
+        "resource_group": None,
+    }
+    key = "f" * 32
+    # Numbers and bytes, not the strings given: the spawner's parse of them is the identity.
+    assert hub_options(request, key) == {
+        "image": "python-3.11",
+        "cpu": 1.5,
+        "mem": 2 * GIB,
+        "fgpu": 0.0,
+        "request_key": key,
+    }
+    grouped = launch_request({"image": "x", "cpu": 1, "mem": GIB, "resource_group": "gpu-a"})
+    assert hub_options(grouped, key)["resource_group"] == "gpu-a"
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"cpu": 1, "mem": "1G"}, "names its image"),
+        ({"image": "x", "mem": "1G"}, "cpu must be a number"),
+        ({"image": "x", "cpu": 0, "mem": "1G"}, "greater than zero"),
+        ({"image": "x", "cpu": "nan", "mem": "1G"}, "finite"),
+        ({"image": "x", "cpu": 1}, "mem:"),
+        ({"image": "x", "cpu": 1, "mem": "lots"}, "mem:"),
+        ({"image": "x", "cpu": 1, "mem": "1G", "fgpu": -1}, "fgpu must be"),
+        ({"image": "x", "cpu": 1, "mem": "1G", "resource_group": 3}, "resource_group"),
+        ({"image": "x", "cpu": 1, "mem": "1G", "request_key": "a" * 32}, "Unknown option"),
+    ],
+)
+def test_a_bad_launch_is_refused_with_a_message(options, fragment):
+    with pytest.raises(Refusal, match=fragment) as refused:
+        launch_request(options)
+    assert refused.value.cause == "invalid"
