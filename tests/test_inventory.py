@@ -242,20 +242,18 @@ def named_gpu(uuid, kind="NVIDIA-GPU"):
     return {"NamedResourceSpec": {"Kind": kind, "Value": uuid}}
 
 
-def test_swarm_nodes_read_capacity_gpus_and_labels():
+def test_swarm_nodes_read_capacity_real_gpus_and_labels():
     inspect = [
         swarm_node(
             "gpu1",
             labels={
                 "fgpu.resource_group": "a100",
+                "fgpu.gpus": "GPU-aaaa, GPU-bbbb",
                 "fgpu.gpu_memory": "40GiB",
                 "fgpu.gpu_name": "A100",
             },
-            generic=[
-                named_gpu("GPU-aaaa"),
-                {"DiscreteResourceSpec": {"Kind": "SSD", "Value": 2}},
-                named_gpu("GPU-bbbb", kind="gpu"),
-            ],
+            # Generic resources that are not GPUs stay Swarm's business.
+            generic=[{"DiscreteResourceSpec": {"Kind": "SSD", "Value": 2}}],
         ),
         swarm_node("cpu1"),
     ]
@@ -276,28 +274,89 @@ def test_swarm_nodes_read_capacity_gpus_and_labels():
 
 
 def test_swarm_gpu_memory_label_accepts_bytes():
-    labels = {"fgpu.gpu_memory": str(16 * GIB)}
-    [node] = swarm_nodes([swarm_node("g", labels=labels, generic=[named_gpu("GPU-x")])])
+    labels = {"fgpu.gpus": "GPU-x", "fgpu.gpu_memory": str(16 * GIB)}
+    [node] = swarm_nodes([swarm_node("g", labels=labels)])
     assert node.gpus[0].memory_bytes == 16 * GIB
     assert node.gpus[0].name == "NVIDIA GPU"
 
 
-def test_swarm_nodes_that_cannot_take_sessions_are_left_out():
+def test_swarm_simulated_gpus_label_gives_stable_gpus_distinct_per_node():
+    """The lab labels every worker with the same spec; the UUIDs must still differ per node."""
+    labels = {"fgpu.simulated_gpus": "1x8GiB", "fgpu.resource_group": "default"}
+    inspect = [swarm_node("fgpu-lab-1", labels=labels), swarm_node("fgpu-lab-2", labels=labels)]
+    nodes = swarm_nodes(inspect)
+    assert [(n.name, n.simulated) for n in nodes] == [("fgpu-lab-1", True), ("fgpu-lab-2", True)]
+    assert [n.gpus for n in nodes] == [
+        parse_simulated_gpus("1x8GiB", node="fgpu-lab-1"),
+        parse_simulated_gpus("1x8GiB", node="fgpu-lab-2"),
+    ]
+    assert [g.uuid for n in nodes for g in n.gpus] == [
+        "GPU-sim-fgpu-lab-1-0",
+        "GPU-sim-fgpu-lab-2-0",
+    ]
+    assert swarm_nodes(inspect) == nodes
+
+
+def test_swarm_capacity_labels_override_what_the_node_reports():
+    labels = {"fgpu.cpu": "2.5", "fgpu.mem": "6G"}
+    [node] = swarm_nodes([swarm_node("n", labels=labels)], reserve_cpu=1, reserve_mem=GIB)
+    # The labels say what sessions get there; the reserve applies only to the engine's figures.
+    assert (node.cpu, node.mem) == (2.5, 6 * GIB)
+    [only_cpu] = swarm_nodes([swarm_node("n", labels={"fgpu.cpu": "4"})], reserve_mem=GIB)
+    assert (only_cpu.cpu, only_cpu.mem) == (4.0, 127 * GIB)
+
+
+def test_swarm_manager_role_and_unschedulable_nodes_are_left_out():
     inspect = [
+        swarm_node("manager", labels={"fgpu.role": "manager"}),
         swarm_node("down", state="down"),
         swarm_node("drained", availability="drain"),
         swarm_node("paused", availability="pause"),
-        swarm_node("ok"),
+        swarm_node("ok", labels={"fgpu.role": "worker"}),
     ]
     assert [n.name for n in swarm_nodes(inspect)] == ["ok"]
 
 
-def test_swarm_gpus_without_a_memory_label_are_refused():
-    with pytest.raises(ValueError, match="gpu1 has GPUs but no fgpu.gpu_memory"):
-        swarm_nodes([swarm_node("gpu1", generic=[named_gpu("GPU-a")])])
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        ({"fgpu.simulated_gpus": "2x"}, "node n1, label fgpu.simulated_gpus='2x'"),
+        ({"fgpu.simulated_gpus": ""}, "node n1, label fgpu.simulated_gpus is empty"),
+        ({"fgpu.simulated_gpus": "0x8G"}, "label fgpu.simulated_gpus='0x8G': the GPU count"),
+        ({"fgpu.gpus": "GPU-a"}, "n1 has GPUs but no fgpu.gpu_memory"),
+        ({"fgpu.gpus": "GPU-a", "fgpu.gpu_memory": "lots"}, "n1, label fgpu.gpu_memory='lots'"),
+        ({"fgpu.gpus": "GPU-a", "fgpu.gpu_memory": "0"}, "label fgpu.gpu_memory='0'"),
+        ({"fgpu.gpus": "GPU-a,GPU-a", "fgpu.gpu_memory": "8G"}, "n1, label fgpu.gpus: .*twice"),
+        (
+            {"fgpu.gpus": "GPU-a", "fgpu.gpu_memory": "8G", "fgpu.simulated_gpus": "1x8G"},
+            "n1 has both fgpu.simulated_gpus and fgpu.gpus",
+        ),
+        ({"fgpu.cpu": "four"}, "n1, label fgpu.cpu='four': 'four' is not a number of cores"),
+        ({"fgpu.cpu": "0"}, "n1, label fgpu.cpu='0': must be .* greater than zero"),
+        ({"fgpu.cpu": "nan"}, "n1, label fgpu.cpu='nan'"),
+        ({"fgpu.cpu": "33"}, "n1, label fgpu.cpu='33': more than the node has \\(32\\)"),
+        ({"fgpu.mem": "1.5 gigs"}, "n1, label fgpu.mem='1.5 gigs'"),
+        ({"fgpu.mem": "129G"}, "n1, label fgpu.mem='129G': more than the node has"),
+    ],
+)
+def test_bad_swarm_node_labels_are_refused_naming_node_and_label(labels, message):
+    with pytest.raises(ValueError, match=message):
+        swarm_nodes([swarm_node("ok"), swarm_node("n1", labels=labels)])
 
 
-def test_swarm_gpus_advertised_as_a_count_are_refused():
-    generic = [{"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 2}}]
-    with pytest.raises(ValueError, match="by UUID"):
-        swarm_nodes([swarm_node("gpu1", labels={"fgpu.gpu_memory": "8G"}, generic=generic)])
+def test_a_node_advertising_gpus_as_generic_resources_is_refused_not_used():
+    """GPUs as Swarm generic resources trip a swarmkit bug; the admin must hear about it."""
+    for generic in (
+        [named_gpu("GPU-a")],
+        [named_gpu("GPU-a", kind="gpu")],
+        [{"DiscreteResourceSpec": {"Kind": "NVIDIA-GPU", "Value": 2}}],
+    ):
+        labels = {"fgpu.gpus": "GPU-a", "fgpu.gpu_memory": "8G"}
+        with pytest.raises(ValueError, match="gpu1 advertises GPUs as Swarm generic resources"):
+            swarm_nodes([swarm_node("gpu1", labels=labels, generic=generic)])
+
+
+def test_one_gpu_uuid_on_two_nodes_is_refused():
+    labels = {"fgpu.gpus": "GPU-a", "fgpu.gpu_memory": "8G"}
+    with pytest.raises(ValueError, match="GPU-a is labelled on Swarm nodes g1 and g2"):
+        swarm_nodes([swarm_node("g1", labels=labels), swarm_node("g2", labels=labels)])
