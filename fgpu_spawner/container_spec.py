@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from docker.utils import convert_volume_binds
 
-from .gpu_sharing import GpuPaths, build_gpu_settings
+from .gpu_sharing import GpuPaths, GpuSettings, build_gpu_settings
 from .grant import Grant
 from .request import ResourceRequest
 
@@ -112,28 +112,48 @@ def resource_limits(request: ResourceRequest, pids_limit: int) -> dict:
     }
 
 
+def session_gpu_settings(grant: Grant, ctx: ContainerContext) -> GpuSettings:
+    """The grant's GPUs in the context's `gpu_sharing` mode."""
+    return build_gpu_settings(
+        grant, ctx.gpu_memory, ctx.gpu_sharing, ctx.gpu_paths, ctx.gpu_order or None
+    )
+
+
+def container_labels(
+    request: ResourceRequest, grant: Grant, ctx: ContainerContext, gpu: GpuSettings
+) -> dict[str, str]:
+    """Every label of a session's container, in single-host and Swarm mode alike; the session's
+    own labels come last so that no admin label can fake them."""
+    return {
+        **ctx.extra_create_kwargs.get("labels", {}),
+        **gpu.labels,
+        **session_labels(request, grant, ctx),
+    }
+
+
+def container_env(
+    request: ResourceRequest, grant: Grant, ctx: ContainerContext, gpu: GpuSettings
+) -> dict[str, str]:
+    """Every environment variable of a session, in single-host and Swarm mode alike; the GPU
+    settings come last, so that no configured variable widens the GPUs a session sees."""
+    return {**ctx.env, **session_env(request, grant), **gpu.env}
+
+
 def build_container_spec(
     request: ResourceRequest, grant: Grant, ctx: ContainerContext
 ) -> ContainerSpec:
     """The full create/host_config for a session container."""
     _refuse_docker_socket(ctx)
-    gpu = build_gpu_settings(
-        grant, ctx.gpu_memory, ctx.gpu_sharing, ctx.gpu_paths, ctx.gpu_order or None
-    )
-    labels = {
-        **ctx.extra_create_kwargs.get("labels", {}),
-        **gpu.labels,
-        **session_labels(request, grant, ctx),
-    }
+    gpu = session_gpu_settings(grant, ctx)
     create_kwargs = {
         **ctx.extra_create_kwargs,
         "image": request.image,
         "name": ctx.name,
         "command": ctx.command,
-        "environment": {**ctx.env, **session_env(request, grant), **gpu.env},
+        "environment": container_env(request, grant, ctx, gpu),
         "volumes": ctx.volumes,
         "ports": {f"{ctx.port}/tcp": None},
-        "labels": labels,
+        "labels": container_labels(request, grant, ctx, gpu),
         "user": ctx.run_as,
     }
     extra = ctx.extra_host_config
