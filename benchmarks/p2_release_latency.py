@@ -19,8 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from sqlalchemy import func, select
+
 from queue_service import scheduler
 from queue_service.db import open_database
+from queue_service.models import SessionRecord, Status
 from queue_service.queue import QueueManager, SchedulerSettings
 from queue_service.quotas import QuotaBook
 
@@ -49,7 +52,16 @@ async def crowd(queue: QueueManager, count: int) -> list[asyncio.Task]:
         while True:
             record = await queue.wait(record["id"], record["version"], 25)
 
-    waiting = [await queue.submit({**busy, "user": f"c{n}"}, groups=()) for n in range(count)]
+    # Written straight into the DB (one pass each would take minutes at 2,000), then read back
+    # as the service reads a DB after a restart: the same records a submit makes.
+    with queue.db.begin() as db:
+        first = db.scalar(select(func.max(SessionRecord.seq))) + 1
+        for n in range(count):
+            record = {**busy, "user": f"c{n}", "mem": busy["mem"], "fgpu": float(busy["fgpu"])}
+            db.add(SessionRecord(id=f"{n:032x}", seq=first + n, status=Status.PENDING, **record))
+    await queue.schedule()
+    waiting = [await queue.get(f"{n:032x}") for n in range(count)]
+    assert all(record["status"] == Status.PENDING for record in waiting)
     return [asyncio.create_task(follow(record)) for record in waiting]
 
 
