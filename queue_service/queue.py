@@ -50,6 +50,8 @@ class _State:
 
     records: tuple[SessionRecord, ...] = ()
     views: dict = dataclasses.field(default_factory=dict)
+    #: Per id, what its view was built from (`_view_signature`): an unchanged one is reused.
+    signatures: dict = dataclasses.field(default_factory=dict)
     positions: dict = dataclasses.field(default_factory=dict)
     ended: dict = dataclasses.field(default_factory=dict)
 
@@ -80,6 +82,7 @@ class QueueManager:
         # None while the engine's containers are counted (the reconciler says so), else why not:
         # no slice is granted before every container that holds one is known.
         self.engine_problem: str | None = None
+        self._inventory_version = 0
         self.set_nodes(nodes)
         # Read once, at start (before any request is served); from then on every write publishes.
         self._state = _State()
@@ -90,6 +93,7 @@ class QueueManager:
     def set_nodes(self, nodes) -> None:
         """The inventory, known at start or once the engine first answers; every view reads it."""
         self.nodes = list(nodes)
+        self._inventory_version += 1
         self._gpu_memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}
         self._gpu_order = {n.name: [gpu.uuid for gpu in n.gpus] for n in self.nodes}
         self._node_names = {n.name for n in self.nodes}
@@ -520,13 +524,35 @@ class QueueManager:
             return self._pass(db, quotas, place=False)
 
     def _state_of(self, db, active: list[SessionRecord], positions: dict) -> _State:
-        views = {r.id: self._base_view(r, positions) for r in active}
+        # A pass over thousands of waiting requests changes few of them: their views are reused.
+        previous = self._state
+        views, signatures = {}, {}
+        for record in active:
+            signature = self._view_signature(record, positions)
+            same = previous.signatures.get(record.id) == signature
+            views[record.id] = (
+                previous.views[record.id] if same else self._base_view(record, positions)
+            )
+            signatures[record.id] = signature
         gone = set(self._state.views) - set(views)
         ended = {}
         if gone:
             query = select(SessionRecord).where(SessionRecord.id.in_(gone))
             ended = {r.id: self._base_view(r, {}) for r in db.scalars(query)}
-        return _State(records=tuple(active), views=views, positions=positions, ended=ended)
+        return _State(tuple(active), views, signatures, positions, ended)
+
+    def _view_signature(self, record: SessionRecord, positions: dict) -> tuple:
+        """Everything a record's view depends on that can change once it exists (its request
+        never does; its grant changes only with its status)."""
+        return (
+            record.status,
+            record.reason,
+            record.node,
+            record.started,
+            record.ended,
+            positions.get(record.id),
+            self._inventory_version,
+        )
 
     def _publish(self, state: _State) -> None:
         """Make `state` the one every read sees, and wake the long-polls whose record it
@@ -568,7 +594,8 @@ class QueueManager:
         positions = {}
         for request_id, waiting in outcome.waiting.items():
             record = by_id[request_id]
-            record.reason, record.skips = waiting.reason, waiting.skips
+            if (record.reason, record.skips) != (waiting.reason, waiting.skips):
+                record.reason, record.skips = waiting.reason, waiting.skips
             positions[request_id] = waiting.position
         return positions
 

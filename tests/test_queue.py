@@ -830,3 +830,14 @@ async def test_a_withdrawn_launch_leaves_nothing_and_its_keys_never_queue(manage
         await manager.submit(keyed(1, fgpu=2.0), groups=())
     # The slice the withdrawn grant held is free again.
     assert (await manager.submit(ask(fgpu=2.0), groups=()))["status"] == Status.SCHEDULED
+
+
+async def test_a_view_follows_a_new_inventory_though_its_record_stayed_the_same(manager):
+    """Views are reused across passes while their record is unchanged; a new inventory (the
+    engine answered, a node changed) must still reach them."""
+    granted = await manager.submit(ask(), groups=())
+    assert (await manager.get(granted["id"]))["gpu_memory"] == {GPU: 8 * GIB}
+    bigger = scheduler.Node("node-1", "default", 4.0, 8 * GIB, (scheduler.Gpu(GPU, 16 * GIB),))
+    manager.set_nodes([bigger])
+    await manager.schedule()
+    assert (await manager.get(granted["id"]))["gpu_memory"] == {GPU: 16 * GIB}
