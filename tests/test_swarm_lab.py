@@ -244,6 +244,9 @@ def test_a_service_pinned_to_node_2_pulls_from_the_registry_and_runs_there(lab):
         )
         # Under the node's cgroup, so the lab can account for (and end) exactly its own processes.
         assert (CGROUPS / LAB_NAME / node2 / container.id).is_dir()
+        # The node's engine sets what a service cannot ask for: no new privileges.
+        status = container.exec_run(["grep", "NoNewPrivs", "/proc/self/status"]).output.decode()
+        assert status.split() == ["NoNewPrivs:", "1"], status
         # The hub (in the root namespace) reaches the session's address on its node directly.
         address = container.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
         reply = wait_for(
