@@ -6,12 +6,11 @@ so one parser serves both. Every refusal raises `InvalidRequest` with a sentence
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass
 
 from image_catalog import Catalog
-from image_catalog.units import format_size, parse_positive_size
+from image_catalog.units import format_size, parse_amount, parse_positive_size
 
 KNOWN_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group", "request_key")
 _REQUEST_KEY_RE = re.compile(r"[0-9a-f]{32}")
@@ -127,17 +126,10 @@ def _parse_image(value: object, limits: RequestLimits, catalog: Catalog):
 def _parse_number(name: str, value: object, default: float, zero_ok: bool = False) -> float:
     if _is_blank(value):
         return float(default)
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise InvalidRequest(f"{name} must be a number, not {value!r}.")
     try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        raise InvalidRequest(f"{name} must be a number, not {str(value)[:20]!r}.") from None
-    if not math.isfinite(number):
-        raise InvalidRequest(f"{name} must be a finite number, not {value!r}.")
-    if number < 0 or (number == 0 and not zero_ok):
-        raise InvalidRequest(f"{name} must be greater than zero, not {value!r}.")
-    return number
+        return parse_amount(value, zero_ok)
+    except ValueError as e:
+        raise InvalidRequest(f"{name} {e}.") from None
 
 
 def _parse_mem(value: object, default: int) -> int:

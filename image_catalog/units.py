@@ -1,4 +1,5 @@
-"""Memory sizes as people write them ("512M", "2G", "1.5GiB") and as Docker counts them (bytes).
+"""Memory sizes as people write them ("512M", "2G", "1.5GiB") and as Docker counts them (bytes),
+and amounts of CPU cores or fGPU units as people type them.
 
 Docker's suffixes are binary whatever their spelling, so "1G", "1GB" and "1GiB" are all 2**30 bytes;
 following Docker here means a limit typed on the form is the limit the cgroup shows.
@@ -41,6 +42,22 @@ def parse_positive_size(value: int | float | str) -> int:
     if size <= 0:
         raise ValueError(f"must be greater than zero, not {value!r}")
     return size
+
+
+def parse_amount(value: object, zero_ok: bool = False) -> float:
+    """Return a finite amount (CPU cores, fGPU units) above zero, or zero too if `zero_ok`;
+    raise ValueError with a readable message ("must be a number, not 'x'") when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"must be a number, not {value!r}")
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise ValueError(f"must be a number, not {str(value)[:20]!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"must be a finite number, not {value!r}")
+    if number < 0 or (number == 0 and not zero_ok):
+        raise ValueError(f"must be greater than zero, not {value!r}")
+    return number
 
 
 def format_size(nbytes: int) -> str:

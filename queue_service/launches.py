@@ -23,11 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import secrets
 import uuid
 
-from image_catalog.units import parse_positive_size
+from image_catalog.units import parse_amount, parse_positive_size
 
 from .errors import Refusal
 from .hub_client import HubError
@@ -74,15 +73,10 @@ def launch_request(options: dict) -> dict:
 
 
 def _number(name: str, value: object, zero_ok: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise Refusal(f"{name} must be a number, not {value!r}.")
     try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        raise Refusal(f"{name} must be a number, not {str(value)[:20]!r}.") from None
-    if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
-        raise Refusal(f"{name} must be a finite number greater than zero, not {value!r}.")
-    return number
+        return parse_amount(value, zero_ok)
+    except ValueError as e:
+        raise Refusal(f"{name} {e}.") from None
 
 
 def hub_options(request: dict, key: str) -> dict:

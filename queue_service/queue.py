@@ -126,15 +126,7 @@ class QueueManager:
             waiting = self._end_previous(db, request)
             if waiting is not None:
                 return waiting.id
-            refusal = self._admission_refusal(db, request, groups, quotas)
-            if refusal is not None:
-                raise Refused(refusal.message, refusal.cause)
-            seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
-            record = SessionRecord(
-                id=key or uuid.uuid4().hex, seq=seq, status=Status.PENDING, **request
-            )
-            db.add(record)
-            return record.id
+            return self._queue_new(db, key or uuid.uuid4().hex, request, groups, quotas)
 
         return await self.get(await self._write(record_request))
 
@@ -158,18 +150,18 @@ class QueueManager:
     def _admit_one_of_many(self, db, key: str, request: dict, groups, quotas) -> None:
         if key in self._abandoned or db.get(SessionRecord, key) is not None:
             raise Refused("That request key is taken.", "conflict")
+        self._queue_new(db, key, request, groups, quotas)
+        pending = db.scalars(_pending_query())
+        self._place(list(db.scalars(_allocated_query())), list(pending), quotas)
+
+    def _queue_new(self, db, key: str, request: dict, groups, quotas) -> str:
+        """Admit `request` (or raise the refusal) and add it, PENDING, at the end of the line."""
         refusal = self._admission_refusal(db, request, groups, quotas)
         if refusal is not None:
             raise Refused(refusal.message, refusal.cause)
         seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
         db.add(SessionRecord(id=key, seq=seq, status=Status.PENDING, **request))
-        db.flush()
-        pending = db.scalars(
-            select(SessionRecord)
-            .where(SessionRecord.status == Status.PENDING)
-            .order_by(SessionRecord.seq)
-        )
-        self._place(list(db.scalars(_allocated_query())), list(pending), quotas)
+        return key
 
     async def withdraw(self, ids: list[str]) -> None:
         """Remove records no spawn has used (a launch the hub refused at once), as if they had
@@ -499,13 +491,7 @@ class QueueManager:
         """Time out and place the pending requests; the state that results, whole: statuses and
         positions come from the same pass, so no reader ever sees one without the other."""
         allocated = list(db.scalars(_allocated_query()))
-        pending = list(
-            db.scalars(
-                select(SessionRecord)
-                .where(SessionRecord.status == Status.PENDING)
-                .order_by(SessionRecord.seq)
-            )
-        )
+        pending = list(db.scalars(_pending_query()))
         positions = self._state.positions
         if place:
             self._expire(pending)
@@ -610,7 +596,7 @@ class QueueManager:
     # -- helpers ---------------------------------------------------------------------------------
 
     def _admission_refusal(self, db, request: dict, groups: tuple[str, ...], quotas):
-        pending = db.scalars(select(SessionRecord).where(SessionRecord.status == Status.PENDING))
+        pending = db.scalars(_pending_query())
         candidate = scheduler.Request(
             id="new",
             user=request["user"],
@@ -730,6 +716,14 @@ def _version(state: _State, session_id: str) -> str | None:
 
 def _slots(record: SessionRecord) -> scheduler.Slots:
     return scheduler.Slots(record.cpu, record.mem, record.fgpu)
+
+
+def _pending_query():
+    return (
+        select(SessionRecord)
+        .where(SessionRecord.status == Status.PENDING)
+        .order_by(SessionRecord.seq)
+    )
 
 
 def _allocated_query():

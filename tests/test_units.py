@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from image_catalog.units import format_size, parse_positive_size, parse_size
+from image_catalog.units import format_size, parse_amount, parse_positive_size, parse_size
 
 GIB = 1024**3
 
@@ -61,3 +61,28 @@ def test_positive_sizes_pass(value):
 def test_a_zero_size_is_refused_with_its_value(value):
     with pytest.raises(ValueError, match=f"greater than zero, not {re.escape(repr(value))}"):
         parse_positive_size(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "zero_ok", "expected"),
+    [(2, False, 2.0), ("0.5", False, 0.5), (0, True, 0.0), ("0", True, 0.0)],
+)
+def test_amounts_pass(value, zero_ok, expected):
+    assert parse_amount(value, zero_ok) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "zero_ok", "message"),
+    [
+        ("lots", False, "must be a number, not 'lots'"),
+        (True, False, "must be a number, not True"),
+        ([1], False, "must be a number, not [1]"),
+        (10**400, False, "must be a number"),
+        ("inf", False, "must be a finite number"),
+        (0, False, "must be greater than zero, not 0"),
+        (-1, True, "must be greater than zero, not -1"),
+    ],
+)
+def test_what_is_not_an_amount_is_refused_with_its_value(value, zero_ok, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_amount(value, zero_ok)

@@ -152,7 +152,7 @@ class ImagesHandler(ImageAPIHandler):
             parse_image(body)
         except CatalogError as e:
             raise web.HTTPError(400, str(e)) from None
-        if any(e["name"] == body["name"] for e in self.images.all()):
+        if self.images.find(body["name"]) is not None:
             raise web.HTTPError(409, f"An image named {body['name']!r} is already in the catalog.")
         image, check = await self.checked(body["image"], body)
         owner_created = await self.owner_account(body)
