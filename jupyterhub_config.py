@@ -16,6 +16,14 @@ Environment variables:
   FGPU_USER_QUOTA      per-user quota as JSON, merged on the default {"sessions": 3, "pending": 2,
                        "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
   FGPU_CLASS_SIZE      students expected at once, to size the hub's spawn slots (default 200)
+
+Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these for the local lab):
+  FGPU_ENGINE          `swarm`: sessions are Swarm services on the nodes of the Swarm whose manager
+                       DOCKER_HOST names (with DOCKER_TLS_VERIFY, DOCKER_CERT_PATH); default `docker`
+  FGPU_SWARM_REGISTRY  registry the nodes pull session images from (host:port)
+  FGPU_HUB_CONNECT_IP  this host's address as the nodes reach it: the hub's API listens there
+  FGPU_SWARM_HOME_ROOT shared storage mounted at this path on every node and here: home folders
+  FGPU_SWARM_ENDPOINT  `host_port` (default; a hub beside the Swarm) or `overlay` (a hub on it)
 """
 
 import json
@@ -44,10 +52,21 @@ def session_network_gateway(name: str, default: str = "172.17.0.1") -> str:
 c.JupyterHub.bind_url = (
     f"http://{os.environ.get('FGPU_HUB_IP', '127.0.0.1')}:{os.environ.get('FGPU_HUB_PORT', '8000')}"
 )
-# Sessions run on their own bridge, where they cannot reach one another; the hub's API listens on
-# its gateway, so sessions can call it and nothing outside can.
-c.FGPUSpawner.network_name = SESSION_NETWORK
-c.JupyterHub.hub_ip = session_network_gateway(SESSION_NETWORK)
+engine = os.environ.get("FGPU_ENGINE", "docker")
+if engine not in ("docker", "swarm"):
+    raise SystemExit(f"FGPU_ENGINE must be docker or swarm, not {engine!r}")
+if engine == "swarm":
+    # Sessions run on other machines and reach the hub's API at this host's address on their
+    # network (the lab's gateway); the spawner builds Swarm services instead of containers.
+    c.JupyterHub.hub_ip = os.environ.get("FGPU_HUB_CONNECT_IP", "0.0.0.0")
+    c.FGPUSwarmSpawner.registry = os.environ.get("FGPU_SWARM_REGISTRY", "")
+    c.FGPUSwarmSpawner.home_root = os.environ.get("FGPU_SWARM_HOME_ROOT", "")
+    c.FGPUSwarmSpawner.endpoint = os.environ.get("FGPU_SWARM_ENDPOINT", "host_port")
+else:
+    # Sessions run on their own bridge, where they cannot reach one another; the hub's API
+    # listens on its gateway, so sessions can call it and nothing outside can.
+    c.FGPUSpawner.network_name = SESSION_NETWORK
+    c.JupyterHub.hub_ip = session_network_gateway(SESSION_NETWORK)
 c.JupyterHub.allow_named_servers = True
 # Sessions outlive a hub restart; the queue service's reconciler owns their clean-up.
 c.JupyterHub.cleanup_servers = False
@@ -108,6 +127,7 @@ c.JupyterHub.services = [
             # A Python literal: traitlets reads a Dict from the command line with literal_eval.
             f"--QueueService.user_quota={user_quota!r}",
             f"--QueueService.deployment_id={fgpu_deployment_id}",
+            f"--QueueService.engine={engine}",
         ],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
@@ -175,7 +195,7 @@ def check_roles_when_the_hub_starts() -> None:
 
 check_roles_when_the_hub_starts()
 
-c.JupyterHub.spawner_class = "fgpu"
+c.JupyterHub.spawner_class = "fgpu-swarm" if engine == "swarm" else "fgpu"
 c.FGPUSpawner.units_per_gpu = units_per_gpu
 c.FGPUSpawner.queue_url = f"{queue_url}/services/queue/"
 c.FGPUSpawner.queue_token = spawner_token

@@ -1,5 +1,7 @@
-"""The fGPU spawner: a DockerSpawner that gives each session exactly the slice it asked for."""
+"""The fGPU spawner: a DockerSpawner that gives each session exactly the slice it asked for, on
+one engine (`FGPUSpawner`) or on a Docker Swarm (`FGPUSwarmSpawner`)."""
 
 from .spawner import FGPUSpawner
+from .swarm_spawner import FGPUSwarmSpawner
 
-__all__ = ["FGPUSpawner"]
+__all__ = ["FGPUSpawner", "FGPUSwarmSpawner"]

@@ -103,7 +103,7 @@ def build_service_spec(
     """Keyword arguments for docker-py's `APIClient.create_service` for one session."""
     _refuse_docker_socket(ctx)
     _check_service_name(ctx.name)
-    _check_network(ctx.network)
+    _check_network(ctx.network, swarm.publish_host_port)
     gpu = session_gpu_settings(grant, ctx)
     labels = container_labels(request, grant, ctx, gpu)
     container = ContainerSpec(
@@ -122,7 +122,7 @@ def build_service_spec(
         resources=service_resources(request, ctx.pids_limit),
         restart_policy=RestartPolicy(condition="none"),
         placement=Placement(constraints=[f"node.hostname=={grant.node}"]),
-        networks=[ctx.network],
+        networks=[ctx.network] if ctx.network else [],
     )
     return {
         "task_template": task,
@@ -173,15 +173,19 @@ def session_mounts(
 
 
 def home_mount(swarm: SwarmContext, user: str) -> Mount:
-    """`<home_root>/<user>` bound at the home folder; the name is escaped as for home volumes, so
-    no user name can climb out of the root."""
+    """`<home_root>/<user>` bound at the home folder."""
+    return Mount(target=swarm.home_path, source=home_folder(swarm, user), type="bind")
+
+
+def home_folder(swarm: SwarmContext, user: str) -> str:
+    """`<home_root>/<user>`, the name escaped as for home volumes, so that no user name can climb
+    out of the root."""
     if not swarm.home_root.startswith("/"):
         raise ValueError(f"The shared home root must be an absolute path, not {swarm.home_root!r}")
     folder = volume_safe(user)
     if folder in {".", ".."}:
         raise ValueError(f"User name {user!r} cannot name a home folder")
-    source = f"{swarm.home_root.rstrip('/')}/{folder}"
-    return Mount(target=swarm.home_path, source=source, type="bind")
+    return f"{swarm.home_root.rstrip('/')}/{folder}"
 
 
 def _binds_as_mounts(binds: dict | list) -> list[Mount]:
@@ -215,7 +219,10 @@ def _check_service_name(name: str) -> None:
         )
 
 
-def _check_network(network: str) -> None:
+def _check_network(network: str, publish_host_port: bool) -> None:
+    # A task that publishes its port on the node may stay on the node's bridge (no network).
+    if network == "" and publish_host_port:
+        return
     if network in _LOCAL_NETWORKS:
         raise ValueError(
             f"A Swarm session needs an attachable overlay network, not {network or 'none'!r}"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import docker.errors
+import docker.tls
 from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from jupyterhub.traitlets import ByteSpecification
@@ -28,6 +29,7 @@ from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default, v
 
 from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
+from image_catalog.engine_client import api_client_from_env
 
 from . import form
 from .container_spec import (
@@ -312,6 +314,16 @@ class FGPUSpawner(DockerSpawner):
         # Set whenever the queue reports a new position or reason; progress() waits on it.
         self._progress_changed = asyncio.Event()
 
+    @property
+    def client(self) -> docker.APIClient:
+        """DockerSpawner's client (one per class), verifying a TLS engine against its own CA
+        rather than `REQUESTS_CA_BUNDLE` (image_catalog/engine_client.py)."""
+        cls = type(self)
+        if cls.__dict__.get("_client") is None:
+            kwargs = {"tls": docker.tls.TLSConfig(**self.tls_config)} if self.tls_config else {}
+            cls._client = api_client_from_env(**kwargs, **self.client_kwargs)
+        return cls._client
+
     @default("remove")
     def _default_remove(self):
         # Sessions are disposable: the home folder, not the container, is what lasts.
@@ -537,14 +549,18 @@ class FGPUSpawner(DockerSpawner):
     async def _abandon_start(self) -> None:
         if self.object_id:
             try:
-                await self.docker("remove_container", self.object_id, v=True, force=True)
+                await self.remove_now()
             except docker.errors.NotFound:
                 pass  # gone already
             except Exception:
                 # Still there: the reconciler stops it, since its grant ends just below.
-                self.log.exception("Could not remove the container of a failed spawn")
+                self.log.exception("Could not remove the %s of a failed spawn", self.object_type)
             self.object_id = ""
         await self.release_grant()
+
+    async def remove_now(self) -> None:
+        """Remove the session's container at once, running or not (a failed start's)."""
+        await self.docker("remove_container", self.object_id, v=True, force=True)
 
     async def stop(self, now=False):
         """Stop and remove the container, then give the grant back: only once the container is
@@ -556,8 +572,8 @@ class FGPUSpawner(DockerSpawner):
         await super().stop(now=now)
         if container_id and await self._still_there(container_id):
             raise RuntimeError(
-                f"Container {container_id[:12]} is still there after stop; its grant "
-                f"{session_id} is kept until the queue service removes it"
+                f"{self.object_type.capitalize()} {container_id[:12]} is still there after "
+                f"stop; its grant {session_id} is kept until the queue service removes it"
             )
         await self.release_grant(session_id)
         if self.gpu_sharing == "hami" and session_id:
@@ -780,19 +796,28 @@ class FGPUSpawner(DockerSpawner):
         url = f"http://{ip}:{port}{self.server.base_url}api"
         deadline = asyncio.get_running_loop().time() + self.http_timeout
         while asyncio.get_running_loop().time() < deadline:
-            state = (await self.docker("inspect_container", self.container_id))["State"]
-            if not state["Running"]:
+            exit_code = await self.exit_code()
+            if exit_code is not None:
                 # start() removes the container: the hub sees an exited server as stopped and
                 # never calls stop().
-                raise await self._early_exit_error(state["ExitCode"])
+                raise await self._early_exit_error(exit_code)
             if await _answers(url):
                 return
             await asyncio.sleep(self.ready_poll_interval)
         # Past the deadline the hub's own http_timeout handling reports the failure.
 
+    async def exit_code(self) -> int | None:
+        """None while the session's container runs; its exit code once it has stopped."""
+        state = (await self.docker("inspect_container", self.container_id))["State"]
+        return None if state["Running"] else state["ExitCode"]
+
+    async def log_tail(self, lines: int) -> str:
+        """The last lines the session's server wrote."""
+        logs = await self.docker("logs", self.container_id, tail=lines)
+        return logs.decode(errors="replace").strip()
+
     async def _early_exit_error(self, exit_code: int) -> SpawnException:
-        logs = await self.docker("logs", self.container_id, tail=_LOG_TAIL_LINES)
-        tail = logs.decode(errors="replace").strip()
+        tail = await self.log_tail(_LOG_TAIL_LINES)
         request = self.resource_request
         message = (
             f"The session container from image {request.image} ({request.image_name}) exited "

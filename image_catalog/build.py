@@ -582,11 +582,11 @@ def build(
     Up-to-date images are skipped. An entry without a recipe can only be used as it is, so it
     must already be present in the engine.
     """
-    import docker
+    from .engine_client import docker_client_from_env
 
     catalog = catalog or load_catalog()
     order = build_order(catalog, names)
-    client = client or docker.from_env()
+    client = client or docker_client_from_env()
     started = time.monotonic()
     rootfs = None
     superseded: list[tuple[str, str]] = []

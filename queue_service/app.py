@@ -13,6 +13,7 @@ import errno
 import os
 import signal
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
@@ -33,6 +34,8 @@ from .launches import Launcher
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
+from .session_containers import DockerSessionLister
+from .session_services import SwarmSessionLister
 from .stats import StatsSampler
 
 #: Largest body the server reads at all (the handlers refuse more than 64 KiB with a message).
@@ -95,6 +98,27 @@ class QueueService(Application):
         "",
         config=True,
         help="""Simulated GPUs for hosts without any, e.g. "2x8GiB". Empty reads the real ones (NVML).""",
+    )
+    engine = CaselessStrEnum(
+        ["docker", "swarm"],
+        default_value="docker",
+        config=True,
+        help="""
+        Where sessions run: `docker`, the one engine DOCKER_HOST names (single host); `swarm`, the
+        Docker Swarm whose manager DOCKER_HOST names. In Swarm mode the nodes, their resource
+        groups and GPUs come from the Swarm's node labels (`inventory.swarm_nodes`), read again
+        every reconciler round, so a node that joins, drains or goes down changes what the queue
+        places; sessions are services (`session_services.py`).
+        """,
+    )
+    node_down_grace = Float(
+        30.0,
+        config=True,
+        help="""
+        Swarm mode: seconds a node may be down before its sessions end as lost and their slices
+        are given back. A node that is back sooner (a reboot of the engine, a network blip) keeps
+        its sessions. Waiting requests go to the other nodes at once either way.
+        """,
     )
     resource_group = Unicode("default", config=True, help="""Resource group of this node.""")
     reserve_cpu = Float(0.0, config=True, help="""CPU cores of the node kept back from sessions.""")
@@ -210,8 +234,29 @@ class QueueService(Application):
     def _default_deployment_id(self):
         return deployment_id(os.getcwd())
 
+    async def read_swarm_nodes(self) -> None:
+        """Read the Swarm's nodes (every round: nodes join, drain and fail); a change of the
+        inventory is logged and given to the queue, whose next pass places on it."""
+        nodes = await asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: inventory.swarm_nodes(
+                [n.attrs for n in self.docker.nodes.list()], self.reserve_cpu, self.reserve_mem
+            ),
+        )
+        found = [scheduler_node(node) for node in nodes]
+        if found == self.manager.nodes and self.manager.engine_problem is None:
+            return
+        described = ", ".join(
+            f"{n.name} ({n.resource_group}: {n.cpu:g} CPU, {len(n.gpus)} GPU)" for n in found
+        )
+        self.log.info("Swarm nodes taking sessions: %s", described or "none")
+        self.manager.set_nodes(found)
+
     async def discover_node(self) -> None:
         """Read the node from the engine, once: at start, or when the engine first answers."""
+        if self.engine == "swarm":
+            await self.read_swarm_nodes()
+            return
         if self.manager.nodes:
             return
         node = await asyncio.get_running_loop().run_in_executor(
@@ -233,6 +278,12 @@ class QueueService(Application):
             " (simulated)" if node.simulated else "",
         )
         self.manager.set_nodes([scheduler_node(node)])
+
+    def session_lister(self, docker_client):
+        """How the reconciler lists what runs: containers on one engine, or Swarm services."""
+        if self.engine == "swarm":
+            return SwarmSessionLister(docker_client, self.node_down_grace, time.time)
+        return DockerSessionLister(docker_client)
 
     def build(self) -> web.Application:
         # Connected on first use: the service starts, and answers, while the engine is down.
@@ -263,6 +314,7 @@ class QueueService(Application):
             # Until the node is read and the containers counted, no slice is granted and a
             # spawn is refused at once with 503: the engine's state is unknown.
             prepare=self.discover_node,
+            sessions=self.session_lister(docker_client),
         )
         self.stats = StatsSampler(
             docker_client,

@@ -12,6 +12,8 @@ import threading
 
 import docker
 
+from image_catalog.engine_client import docker_client_from_env
+
 
 class Engine:
     """A `docker.DockerClient` made from the environment (DOCKER_HOST...) when first needed."""
@@ -25,7 +27,7 @@ class Engine:
         """The client; raises docker.errors.DockerException while the engine does not answer."""
         with self._lock:
             if self._client is None:
-                self._client = docker.from_env(timeout=self.timeout)
+                self._client = docker_client_from_env(timeout=self.timeout)
             return self._client
 
     def __getattr__(self, name: str):

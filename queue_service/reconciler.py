@@ -40,7 +40,7 @@ import requests
 
 from .hub_client import HubError
 from .models import Status, as_utc
-from .session_containers import deployment_of, running_session_containers, session_from_labels
+from .session_containers import DockerSessionLister, deployment_of, session_from_labels
 
 #: Errors that mean the engine does not answer (down, restarting, or its socket gone).
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
@@ -59,6 +59,7 @@ class Reconciler:
         deployment_id: str = "",
         unlisted_grace: float = 10.0,
         prepare=None,
+        sessions=None,
     ):
         self.manager = manager
         self.docker = docker_client
@@ -71,6 +72,8 @@ class Reconciler:
         self.unlisted_grace = unlisted_grace
         # Awaited before each pass's engine reads (the service reads its node there, once).
         self.prepare = prepare
+        # What runs: containers on one engine, or services on a Swarm (session_services.py).
+        self.sessions = sessions or DockerSessionLister(docker_client)
         self._respawning: set[str] = set()
         # The event loop keeps only weak references to tasks: hold them until they are done.
         self._tasks: set[asyncio.Task] = set()
@@ -85,9 +88,7 @@ class Reconciler:
         try:
             if self.prepare is not None:
                 await self.prepare()
-            listed = await asyncio.get_running_loop().run_in_executor(
-                None, running_session_containers, self.docker
-            )
+            listed = await asyncio.get_running_loop().run_in_executor(None, self.sessions)
         except ENGINE_ERRORS as e:
             self.manager.engine_problem = (
                 f"The Docker engine is not answering ({_short(e)}), so no session can start "
@@ -170,12 +171,28 @@ class Reconciler:
                     never_started.append(record.id)
         if gone:
             self._say("container gone, releasing %s", gone)
-            await self.manager.release_where(gone, Status.TERMINATED, "the container stopped")
+            by_reason: dict[str, list[str]] = {}
+            for session_id in gone:
+                reason = self.sessions.why_gone(session_id) or "the container stopped"
+                by_reason.setdefault(reason, []).append(session_id)
+            for reason, session_ids in by_reason.items():
+                await self.manager.release_where(session_ids, Status.TERMINATED, reason)
+            await asyncio.get_running_loop().run_in_executor(None, self.sessions.remove_gone, gone)
+            lost = set(gone)
+            await self._hub_forgets(
+                r for r in active if r.id in lost and self.sessions.why_gone(r.id) is not None
+            )
         if never_started:
             self._say("grant never used, reclaiming %s", never_started)
             await self.manager.release_where(
                 never_started, Status.ERROR, f"no container started within {self.start_grace:g} s"
             )
+
+    async def _hub_forgets(self, lost) -> None:
+        """Stop the hub's servers of sessions lost with their node: the hub would otherwise go on
+        listing them, its proxy routing to an address nobody answers, until its next poll."""
+        for record in lost:
+            await self._hub_stops(record)
 
     async def _stop_ungranted(self, running: dict) -> None:
         """Stop the containers of records that have ended: they run without a grant."""

@@ -32,6 +32,24 @@ def running_session_containers(client, session_id: str | None = None) -> dict:
     return {c.attrs["Labels"][SESSION_LABEL]: c for c in containers}
 
 
+class DockerSessionLister:
+    """Lists the engine's live session containers for the reconciler (single-host mode); the
+    Swarm's twin is `session_services.SwarmSessionLister`."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def __call__(self) -> dict:
+        return running_session_containers(self.client)
+
+    def why_gone(self, session_id: str) -> str | None:
+        """A container that is not live has simply stopped: nothing more to say."""
+        return None
+
+    def remove_gone(self, session_ids) -> None:
+        """Stopped containers are the spawner's to remove."""
+
+
 def deployment_of(container) -> str | None:
     """The id of the hub that made the container; None for containers made before ids existed."""
     return (container.attrs.get("Labels") or {}).get(DEPLOYMENT_LABEL)

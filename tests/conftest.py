@@ -17,6 +17,9 @@ from image_catalog.catalog import DEFAULT_CATALOG_PATH
 from .browser import browser, pages  # noqa: F401
 from .harness import docker_client, running_hub
 
+# One Swarm lab serves every module that needs it.
+from .swarm_lab import lab  # noqa: F401
+
 MISSING_IMAGE = "fgpu-test/never-built:1"
 
 #: The PostgreSQL server the queue tests also run against; scripts/up --setup-only starts it.

@@ -1,0 +1,337 @@
+"""`FGPUSwarmSpawner`: the fGPU spawner on Docker Swarm, one service per session.
+
+Everything the single-host spawner does (the request, the grant from the queue, the progress while
+PENDING, the hardening, the release once the session is gone) is inherited. What differs is the
+object: a Swarm service built by `service_spec.build_service_spec`, pinned to the node the grant
+names, created on the Swarm manager the environment points at (DOCKER_HOST, DOCKER_TLS_VERIFY,
+DOCKER_CERT_PATH; `eval "$(scripts/swarm-lab up ...)"` sets them for the local lab). The shipped
+config picks this class when `FGPU_ENGINE=swarm`.
+
+How the proxy reaches a session (`endpoint`):
+- `host_port` (default): the task publishes its server's port in host mode on its node, and the
+  proxy reaches the node's address and that port. This needs neither IPVS (host mode is plain
+  iptables DNAT on the node) nor a hub inside the Swarm, so it serves a hub that runs beside the
+  Swarm, as the lab's does. The task stays on its node's bridge, where sessions cannot reach one
+  another when the node's engine runs with `"icc": false`.
+- `overlay`: the task joins `network_name`, an attachable overlay network (created when missing),
+  and the proxy reaches the task's own address on it: for a hub that runs on the overlay itself
+  (as a Swarm service or a container attached to it). Endpoints are DNS round-robin, never a VIP,
+  because a kernel without IPVS cannot serve VIPs.
+
+The manager cannot see a task's container (it runs on another engine): the task's state, exit code
+and error come from the manager's task list, and the logs from the service's log stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+from pathlib import Path
+
+import docker.errors
+from traitlets import CaselessStrEnum, Float, Unicode, default
+
+from .service_spec import SwarmContext, build_service_spec, home_folder
+from .spawner import FGPUSpawner, spawn_error
+from .storage import account_tag, home_volume_name
+
+#: Task states on the way to running (docker's `TaskState`): the session is starting.
+STARTING_STATES = {"new", "pending", "assigned", "accepted", "preparing", "ready", "starting"}
+#: Task states that hold a container, or are about to.
+LIVE_STATES = STARTING_STATES | {"running"}
+#: Seconds between two looks at a task while it starts or goes away.
+_TASK_POLL_SECONDS = 0.25
+
+
+class FGPUSwarmSpawner(FGPUSpawner):
+    """Spawn single-user servers as Docker Swarm services pinned to the granted node."""
+
+    object_type = "service"
+    object_id_key = "ID"
+
+    registry = Unicode(
+        "",
+        config=True,
+        help="""
+        Registry (host[:port]) that every node pulls session images from, e.g. `10.213.0.1:5000`
+        (the lab's). A catalog reference without a registry of its own (`fgpu/jupyter-base:py3.11`)
+        is pulled from here; the site pushes its built images to it (`scripts/swarm-lab` does it
+        for the lab). Empty: nodes pull references as the catalog writes them.
+        """,
+    )
+    home_root = Unicode(
+        "",
+        config=True,
+        help="""
+        Shared storage (NFS, CephFS...) mounted at this same path on every node and on the hub's
+        host. Each user's home folder is `<home_root>/<user>`, bound into the session, so it
+        follows the user from node to node; the hub makes a missing folder (owned by `run_as`).
+        Empty: the home is the `home_volume` on whichever node the session runs (a local volume
+        stays on its node; a volume driver that follows the user is the other way).
+        """,
+    )
+    endpoint = CaselessStrEnum(
+        ["host_port", "overlay"],
+        default_value="host_port",
+        config=True,
+        help="""
+        How the proxy reaches a session: `host_port` publishes the server's port in host mode on
+        the session's node (a hub beside the Swarm); `overlay` reaches the task's address on
+        `network_name`, an attachable overlay network (a hub on that overlay).
+        """,
+    )
+    task_start_timeout = Float(
+        300.0,
+        config=True,
+        help="""
+        Seconds a session's task may take to start on its node (image pull included) before the
+        spawn fails with the task's own state and error.
+        """,
+    )
+    task_exit_timeout = Float(
+        30.0,
+        config=True,
+        help="""
+        Seconds to wait, after its service is removed, for a session's task to be shut down on
+        its node. Its grant is given back only then: until the node has stopped the container,
+        the slice is still in use.
+        """,
+    )
+
+    @default("cmd")
+    def _default_cmd(self):
+        # DockerSpawner reads the image's CMD from the engine, and the manager has no images; the
+        # catalog admits only images that start `jupyterhub-singleuser` (its image check).
+        return ["jupyterhub-singleuser"]
+
+    @default("network_name")
+    def _default_network_name(self):
+        return "fgpu-sessions-overlay"
+
+    @property
+    def swarm_context(self) -> SwarmContext:
+        return SwarmContext(
+            home_root=self.home_root,
+            home_path=self.home_mount_path,
+            publish_host_port=self.endpoint == "host_port",
+        )
+
+    def session_image(self, reference: str) -> str:
+        """Where the nodes pull `reference` from: the site's registry unless it names its own."""
+        first = reference.split("/", 1)[0]
+        names_registry = "/" in reference and ("." in first or ":" in first or first == "localhost")
+        if not self.registry or names_registry or reference.startswith("sha256:"):
+            return reference
+        return f"{self.registry.rstrip('/')}/{reference}"
+
+    async def pull_image(self, image):
+        """Nodes pull from the registry themselves; a missing image fails the task, whose error
+        ("No such image: ...") `start_object` reports."""
+
+    async def session_network(self):
+        """The attachable overlay of `overlay` endpoints (created when missing); none otherwise."""
+        if self.endpoint != "overlay":
+            return _Network("")  # the node's bridge
+        try:
+            return await asyncio.to_thread(self._ensure_overlay)
+        except docker.errors.APIError as e:
+            message = f"No overlay network {self.network_name!r}: {e.explanation or e}"
+            raise spawn_error(message, reason="config", status_code=500) from None
+
+    def _ensure_overlay(self):
+        found = self.client.networks(names=[self.network_name])
+        network = next((n for n in found if n["Name"] == self.network_name), None)
+        if network is None:
+            network = self.client.create_network(
+                self.network_name,
+                driver="overlay",
+                attachable=True,
+                labels={"fgpu.role": "sessions"},
+            )
+            return _Network(network["Id"])
+        if network.get("Driver") != "overlay" or not network.get("Attachable"):
+            raise docker.errors.APIError(
+                f"{self.network_name!r} exists but is not an attachable overlay network"
+            )
+        return _Network(network["Id"])
+
+    @property
+    def storage_settings(self):
+        settings = super().storage_settings
+        # The shared home root's bind (service_spec.home_mount) takes the home volume's place.
+        return dataclasses.replace(settings, home_volume="") if self.home_root else settings
+
+    async def home_volume_of_account(self) -> str:
+        # A shared home root replaces the volume; the manager cannot inspect nodes' volumes.
+        if self.home_root or not self.home_volume:
+            return ""
+        return home_volume_name(self.home_volume, self.user.name, account_tag(self.user.created))
+
+    async def writable_layer_limit(self) -> int:
+        return 0  # a service spec has no storage_opt (service_spec.py)
+
+    async def create_object(self):
+        request = dataclasses.replace(
+            self.resource_request, image=self.session_image(self.resource_request.image)
+        )
+        try:
+            if self.home_root:
+                await asyncio.to_thread(self.prepare_home_folder)
+            spec = build_service_spec(
+                request, self.grant, await self.container_context(), self.swarm_context
+            )
+        except (OSError, ValueError) as e:
+            raise spawn_error(str(e), reason="config", status_code=500) from None
+        try:
+            return await self.docker("create_service", **spec)
+        except docker.errors.APIError as e:
+            raise self._engine_refused("create", e) from None
+
+    def prepare_home_folder(self) -> None:
+        """Make the user's shared home folder, owned by the session user: Swarm refuses a bind
+        whose source is missing on the node, and the shared storage shows the hub's mkdir on
+        every node."""
+        if not Path(self.home_root).is_dir():
+            raise OSError(
+                f"The shared home root {self.home_root} is not mounted on the hub's host; mount "
+                "the same shared storage there as on every node"
+            )
+        folder = Path(home_folder(self.swarm_context, self.user.name))
+        if folder.is_dir():
+            return
+        folder.mkdir(mode=0o750)
+        uid, _, gid = self.run_as.partition(":")
+        os.chown(folder, int(uid), int(gid or uid))
+
+    async def start_object(self):
+        """Wait until the session's task runs on its node; a task the node rejects or that
+        fails ends the spawn with Swarm's own words."""
+        deadline = asyncio.get_running_loop().time() + self.task_start_timeout
+        while True:
+            task = await self.session_task()
+            state = task["Status"]["State"] if task else "missing"
+            if state == "running":
+                return
+            if state not in STARTING_STATES:
+                raise self._task_failed(task, state)
+            if asyncio.get_running_loop().time() > deadline:
+                raise self._task_failed(task, f"still {state} after {self.task_start_timeout:g} s")
+            await asyncio.sleep(_TASK_POLL_SECONDS)
+
+    def _task_failed(self, task: dict | None, state: str):
+        status = (task or {}).get("Status") or {}
+        detail = status.get("Err") or status.get("Message") or "no detail from Swarm"
+        node = self.grant.node if self.grant else "its node"
+        message = f"The session's Swarm task on {node} did not start ({state}): {detail}"
+        self.log.error("%s: %s", self.object_name, message)
+        return spawn_error(message, reason="engine", status_code=500)
+
+    async def session_task(self) -> dict | None:
+        """The session's newest task (a service with restart condition "none" has one)."""
+        tasks = await self._tasks()
+        return max(tasks, key=lambda t: t.get("CreatedAt", ""), default=None)
+
+    async def _tasks(self) -> list[dict]:
+        # By name, not by service: the tasks of a removed service are still listed (desired state
+        # "remove") until its node has shut them down, and stop() waits for exactly that.
+        tasks = await self.docker("tasks", filters={"name": self.object_name})
+        return [t for t in tasks if not self.object_id or t.get("ServiceID") == self.object_id]
+
+    async def get_ip_and_port(self):
+        task = await self.session_task()
+        if task is None:
+            raise spawn_error(
+                f"The session's task vanished from the Swarm ({self.object_name})",
+                reason="engine",
+                status_code=500,
+            )
+        if self.endpoint == "overlay":
+            return task_address(task, (await self.session_network()).id), self.port
+        node = await self.docker("inspect_node", task["NodeID"])
+        return node["Status"]["Addr"], published_port(task, self.port)
+
+    async def exit_code(self) -> int | None:
+        task = await self.session_task()
+        if task is not None and task["Status"]["State"] in LIVE_STATES:
+            return None
+        status = (task or {}).get("Status") or {}
+        return (status.get("ContainerStatus") or {}).get("ExitCode", -1)
+
+    async def log_tail(self, lines: int) -> str:
+        def read() -> bytes:
+            chunks = self.client.service_logs(self.object_id, stdout=True, stderr=True, tail=lines)
+            return b"".join(chunks)
+
+        try:
+            text = (await asyncio.to_thread(read)).decode(errors="replace")
+        except docker.errors.APIError as e:
+            return f"(no logs from the Swarm: {e.explanation or e})"
+        return text.strip()
+
+    async def poll(self):
+        """None while the session's task is starting or running; its exit code (0 when the
+        service is gone) once it is not."""
+        if not self.object_id:
+            return 0
+        try:
+            # A removed service's task stays listed while its node is down: the service decides.
+            await self.docker("inspect_service", self.object_id)
+            return await self.exit_code()
+        except docker.errors.NotFound:
+            return 0
+
+    async def stop_object(self):
+        """Removing the service (remove_object) is what stops its task."""
+
+    async def remove_object(self):
+        with contextlib.suppress(docker.errors.NotFound):
+            await self.docker("remove_service", self.object_id)
+
+    async def remove_now(self) -> None:
+        await self.docker("remove_service", self.object_id)
+
+    async def _still_there(self, service_id: str) -> bool:
+        """Whether the node still runs the removed service's task after `task_exit_timeout`."""
+        deadline = asyncio.get_running_loop().time() + self.task_exit_timeout
+        self.object_id = service_id
+        try:
+            while asyncio.get_running_loop().time() < deadline:
+                live = [t for t in await self._tasks() if t["Status"]["State"] in LIVE_STATES]
+                # A node that is down stops nothing until it is back, and then it stops the
+                # tasks of removed services first; the queue service does not place on it
+                # meanwhile.
+                if not live or await self._all_on_down_nodes(live):
+                    return False
+                await asyncio.sleep(_TASK_POLL_SECONDS)
+            return True
+        finally:
+            self.object_id = ""
+
+    async def _all_on_down_nodes(self, tasks: list[dict]) -> bool:
+        nodes = await self.docker("nodes")
+        down = {n["ID"] for n in nodes if (n.get("Status") or {}).get("State") == "down"}
+        return all(t.get("NodeID") in down for t in tasks)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Network:
+    id: str
+
+
+def task_address(task: dict, network_id: str) -> str:
+    """The task's address on `network_id`, from the manager's task (`NetworksAttachments`)."""
+    for attachment in task.get("NetworksAttachments") or []:
+        if (attachment.get("Network") or {}).get("ID") == network_id:
+            for address in attachment.get("Addresses") or []:
+                return address.split("/", 1)[0]
+    raise RuntimeError(f"Task {task.get('ID', '?')[:12]} has no address on network {network_id}")
+
+
+def published_port(task: dict, target_port: int) -> int:
+    """The node port that a host-mode task publishes for `target_port`."""
+    for port in (task.get("Status") or {}).get("PortStatus", {}).get("Ports") or []:
+        if port.get("TargetPort") == target_port and port.get("PublishedPort"):
+            return int(port["PublishedPort"])
+    raise RuntimeError(f"Task {task.get('ID', '?')[:12]} publishes no port for {target_port}")

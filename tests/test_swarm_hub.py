@@ -1,0 +1,234 @@
+"""The hub in Swarm mode (`FGPU_ENGINE=swarm`) on the run's Swarm lab of 3 one-GPU nodes.
+
+One real hub, started with the shipped config and the environment `scripts/swarm-lab up` prints,
+serves the module: sessions are Swarm services pinned to the node of their grant, and the queue
+service reads the nodes from the manager. What is checked on the nodes themselves (cgroups, files)
+is read through each node's own engine, as an admin of the node would. Every user's quota is 1
+fGPU, so that a user's second GPU session waits for the first one's slice.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from .harness import TEST_LABEL, QueueUser, running_hub
+from .swarm_lab import LAB_NAME, Lab, swarm_lab, wait_for
+
+GPU_SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
+NODE_DOWN_GRACE = 6
+EXTRA_CONFIG = f"""
+for service in c.JupyterHub.services:
+    if service["name"] == "queue":
+        service["command"] += [
+            "--QueueService.node_down_grace={NODE_DOWN_GRACE}",
+            "--QueueService.reconcile_interval=1",
+        ]
+"""
+
+
+@pytest.fixture(scope="module")
+def swarm_hub(lab: Lab, tmp_path_factory):
+    env = {**lab.env, "FGPU_USER_QUOTA": '{"fgpu": 1}'}
+    with running_hub(tmp_path_factory.mktemp("swarm-hub"), EXTRA_CONFIG, env=env) as hub:
+        hub.lab = lab
+        try:
+            yield hub
+        finally:
+            for service in lab.manager().services.list(
+                filters={"label": f"{TEST_LABEL}={hub.run_id}"}
+            ):
+                service.remove()
+
+
+@pytest.fixture(scope="module")
+def admin(swarm_hub) -> QueueUser:
+    return QueueUser(swarm_hub, "admin")
+
+
+@pytest.fixture
+def started(swarm_hub):
+    """(user, server) pairs a test starts; stopped afterwards, whatever happened."""
+    servers: list[tuple[str, str]] = []
+    yield servers
+    swarm_hub.stop_servers(set(servers) & swarm_hub.active_servers())
+
+
+def node_urls() -> dict[str, str]:
+    """Each worker's engine URL, from `swarm-lab status`."""
+    lines = swarm_lab("status").stdout.splitlines()
+    return {line.split()[0]: line.split()[1] for line in lines}
+
+
+def session_of(admin: QueueUser, user: str, server: str) -> dict:
+    return next(s for s in admin.sessions() if s["user"] == user and s["server_name"] == server)
+
+
+def start(hub, started, user: str, server: str, options=GPU_SESSION):
+    response = hub.start_server(user, options, server)
+    assert response.status_code in (201, 202), response.text
+    started.append((user, server))
+
+
+def session_container(lab: Lab, node: str, session_id: str):
+    engine = lab.engine(node_urls()[node])
+    found = engine.containers.list(filters={"label": f"fgpu.session_id={session_id}"})
+    assert len(found) == 1, f"{node} runs {len(found)} containers of session {session_id}"
+    return found[0]
+
+
+def cgroup_value(node: str, controller: str, container_id: str, name: str) -> str:
+    """A limit as the node's kernel holds it: the lab puts each node's containers under
+    /<lab>/<node> with cgroup-parent (cgroup v1 here)."""
+    return (
+        Path("/sys/fs/cgroup", controller, LAB_NAME, node, container_id, name).read_text().strip()
+    )
+
+
+def record(hub, session_id: str) -> dict:
+    """A record, ended or not, as the spawner reads it (the grants API, with the spawner's token)."""
+    reply = requests.get(
+        f"{hub.url}/services/queue/api/grants/{session_id}",
+        headers={"Authorization": f"token {hub.spawner_token}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_a_session_lands_on_its_granted_node_with_its_limits_in_that_nodes_cgroup(
+    swarm_hub, admin, started
+):
+    start(swarm_hub, started, "ada", "s1")
+    model = swarm_hub.wait_ready("ada", "s1", timeout=180)
+    record = session_of(admin, "ada", "s1")
+    node = record["grant"]["node"]
+    assert node in swarm_hub.lab.nodes
+
+    # The manager placed the task where the queue granted it.
+    manager = swarm_hub.lab.manager()
+    (service,) = manager.services.list(filters={"label": f"fgpu.session_id={record['id']}"})
+    (task,) = service.tasks()
+    assert manager.nodes.get(task["NodeID"]).attrs["Description"]["Hostname"] == node
+    assert service.attrs["Spec"]["TaskTemplate"]["Placement"]["Constraints"] == [
+        f"node.hostname=={node}"
+    ]
+
+    # The slice is the node kernel's limit on the session's container.
+    container = session_container(swarm_hub.lab, node, record["id"])
+    assert container.attrs["Config"]["Labels"]["fgpu.user"] == "ada"
+    assert container.attrs["Config"]["User"] == "1000:100"
+    assert cgroup_value(node, "memory", container.id, "memory.limit_in_bytes") == (str(512 * 2**20))
+    quota = int(cgroup_value(node, "cpu", container.id, "cpu.cfs_quota_us"))
+    period = int(cgroup_value(node, "cpu", container.id, "cpu.cfs_period_us"))
+    assert quota / period == 0.5
+    assert cgroup_value(node, "pids", container.id, "pids.max") == "1024"
+    status = container.exec_run(["grep", "-E", "^(CapEff|NoNewPrivs)", "/proc/self/status"])
+    assert status.output.decode().split() == ["CapEff:", "0000000000000000", "NoNewPrivs:", "1"]
+
+    # The proxy reaches the server on its node.
+    token = swarm_hub.user_token("ada")
+    reply = requests.get(
+        f"{swarm_hub.url}{model['url']}api/status",
+        headers={"Authorization": f"token {token}"},
+        timeout=30,
+    )
+    assert reply.status_code == 200, reply.text
+
+
+def test_three_one_gpu_sessions_run_on_three_nodes_and_a_fourth_waits(swarm_hub, admin, started):
+    users = ["bea", "cal", "dee"]
+    for user in users:
+        start(swarm_hub, started, user, "g")
+    for user in users:
+        swarm_hub.wait_ready(user, "g", timeout=180)
+    nodes = {session_of(admin, user, "g")["grant"]["node"] for user in users}
+    assert nodes == set(swarm_hub.lab.nodes)
+
+    start(swarm_hub, started, "eve", "g")
+    waiting = wait_for(
+        lambda: (
+            session_of(admin, "eve", "g")["status"] == "PENDING" and session_of(admin, "eve", "g")
+        ),
+        timeout=30,
+        what="eve's request waiting",
+    )
+    assert waiting["position"] == 1
+    assert waiting["grant"] is None
+    # Waiting is still waiting a few reconciler rounds later: nothing is granted twice.
+    time.sleep(3)
+    assert session_of(admin, "eve", "g")["status"] == "PENDING"
+
+    freed_node = session_of(admin, "bea", "g")["grant"]["node"]
+    swarm_hub.stop_server("bea", "g")
+    swarm_hub.wait_ready("eve", "g", timeout=180)
+    assert session_of(admin, "eve", "g")["grant"]["node"] == freed_node
+
+
+def test_a_node_that_goes_down_frees_its_slice_and_the_waiting_request_starts_elsewhere(
+    swarm_hub, admin, started
+):
+    start(swarm_hub, started, "fay", "one")
+    swarm_hub.wait_ready("fay", "one", timeout=180)
+    lost_node = session_of(admin, "fay", "one")["grant"]["node"]
+    # fay's quota is 1 fGPU: her second session waits for the first one's slice.
+    start(swarm_hub, started, "fay", "two")
+    wait_for(
+        lambda: session_of(admin, "fay", "two")["status"] == "PENDING",
+        timeout=30,
+        what="fay's second request waiting on her quota",
+    )
+    first_id = session_of(admin, "fay", "one")["id"]
+    stopped_at = time.monotonic()
+    swarm_lab("stop-node", lost_node)
+    try:
+        lost = wait_for(
+            lambda: (found := record(swarm_hub, first_id))["status"] != "RUNNING" and found,
+            timeout=60,
+            what="fay's first session ended as lost",
+        )
+        assert time.monotonic() - stopped_at >= NODE_DOWN_GRACE - 1
+        assert lost["status"] == "TERMINATED"
+        assert f"its node {lost_node} went down" in lost["reason"], lost
+        swarm_hub.wait_ready("fay", "two", timeout=180)
+        assert session_of(admin, "fay", "two")["grant"]["node"] != lost_node
+    finally:
+        swarm_lab("start-node", lost_node)
+
+
+def test_a_paused_node_keeps_its_sessions_and_takes_no_new_one_and_homes_follow_the_user(
+    swarm_hub, admin, started
+):
+    lab = swarm_hub.lab
+    start(swarm_hub, started, "gus", "a")
+    swarm_hub.wait_ready("gus", "a", timeout=180)
+    record = session_of(admin, "gus", "a")
+    first_node = record["grant"]["node"]
+    container = session_container(lab, first_node, record["id"])
+    wrote = container.exec_run(["sh", "-c", "echo from-$(hostname) > ~/note.txt && cat ~/note.txt"])
+    assert wrote.exit_code == 0, wrote.output
+
+    # Paused: Swarm's availability for "no new tasks, the running ones go on".
+    lab.manager().nodes.get(first_node).update({**_spec(lab, first_node), "Availability": "pause"})
+    try:
+        time.sleep(3)  # a few reconciler rounds
+        assert session_of(admin, "gus", "a")["status"] == "RUNNING"
+        swarm_hub.stop_server("gus", "a")
+        start(swarm_hub, started, "gus", "b")
+        swarm_hub.wait_ready("gus", "b", timeout=180)
+        second = session_of(admin, "gus", "b")
+        assert second["grant"]["node"] != first_node
+        container = session_container(lab, second["grant"]["node"], second["id"])
+        note = container.exec_run(["cat", "/home/jovyan/note.txt"])
+        assert note.output.decode().strip() == wrote.output.decode().strip()
+    finally:
+        lab.manager().nodes.get(first_node).update(
+            {**_spec(lab, first_node), "Availability": "active"}
+        )
+
+
+def _spec(lab: Lab, hostname: str) -> dict:
+    return lab.manager().nodes.get(hostname).attrs["Spec"]
