@@ -62,7 +62,6 @@ class Reconciler:
         sessions=None,
     ):
         self.manager = manager
-        self.docker = docker_client
         self.log = log
         self.start_grace = start_grace
         self.hub = hub

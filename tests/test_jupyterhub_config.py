@@ -165,3 +165,34 @@ def test_the_shipped_roles_pass_the_scope_check_and_the_service_sees_its_scopes(
     (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
     assert queue["oauth_client_allowed_scopes"] == [MANAGE_SCOPE, ADMIN_SCOPE]
     assert MANAGE_SCOPE in config.JupyterHub.custom_scopes
+
+
+def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
+    lab = {
+        "FGPU_ENGINE": "swarm",
+        "FGPU_SWARM_REGISTRY": "10.213.0.1:5000",
+        "FGPU_HUB_CONNECT_IP": "10.213.0.1",
+        "FGPU_SWARM_HOME_ROOT": "/srv/homes",
+    }
+    for name, value in lab.items():
+        monkeypatch.setenv(name, value)
+    config = load_shipped_config()
+    assert config.JupyterHub.spawner_class == "fgpu-swarm"
+    assert config.JupyterHub.hub_ip == "10.213.0.1"
+    assert config.FGPUSwarmSpawner.registry == "10.213.0.1:5000"
+    assert config.FGPUSwarmSpawner.home_root == "/srv/homes"
+    assert config.FGPUSwarmSpawner.endpoint == "host_port"
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert "--QueueService.engine=swarm" in queue["command"]
+    # No local session bridge is made on the manager: its engine runs no sessions.
+    assert "network_name" not in config.FGPUSpawner
+
+
+def test_single_host_stays_the_default_and_a_bad_engine_is_refused(monkeypatch):
+    config = load_shipped_config()
+    assert config.JupyterHub.spawner_class == "fgpu"
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert "--QueueService.engine=docker" in queue["command"]
+    monkeypatch.setenv("FGPU_ENGINE", "kubernetes")
+    with pytest.raises(SystemExit, match="FGPU_ENGINE must be docker or swarm, not 'kubernetes'"):
+        load_shipped_config()

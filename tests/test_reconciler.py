@@ -23,7 +23,7 @@ from queue_service.models import SessionRecord, Status
 from queue_service.queue import QueueManager, Refused, SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.reconciler import ENGINE_ERRORS, Reconciler
-from queue_service.session_containers import SESSION_LABEL
+from queue_service.session_containers import SESSION_LABEL, DockerSessionLister
 
 from .harness import TEST_LABEL, containers_with, remove_containers
 
@@ -250,7 +250,7 @@ async def test_an_engine_that_does_not_answer_stops_grants_until_it_does(
     with pytest.raises(Refused, match="Docker engine is not answering") as refused:
         await manager.submit(request, ())
     assert refused.value.cause == "unavailable"
-    reconciler.docker = docker_engine  # the engine is back
+    reconciler.sessions = DockerSessionLister(docker_engine)  # the engine is back
     await reconciler.reconcile()
     assert manager.engine_problem is None
     assert (await manager.submit(request, ()))["status"] == Status.SCHEDULED

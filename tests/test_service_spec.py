@@ -213,6 +213,15 @@ def test_the_port_can_be_published_in_host_mode_on_the_node():
     }
 
 
+def test_a_task_that_publishes_its_port_may_stay_on_its_nodes_bridge():
+    host_port = SwarmContext(home_root="/srv/homes", publish_host_port=True)
+    _, task, _ = spec_parts(ctx=context(network=""), swarm=host_port)
+    assert "Networks" not in task or task["Networks"] == []
+    # A node-local network is still refused: "host" would escape the session's isolation.
+    with pytest.raises(ValueError, match="overlay network, not 'host'"):
+        build_service_spec(REQUEST, GRANT, context(network="host"), host_port)
+
+
 class RecordingClient(docker.APIClient):
     """docker-py's own create_service, stopped where it would send the request."""
 

@@ -168,7 +168,7 @@ def test_three_one_gpu_sessions_run_on_three_nodes_and_a_fourth_waits(swarm_hub,
     assert session_of(admin, "eve", "g")["grant"]["node"] == freed_node
 
 
-def test_a_node_that_goes_down_frees_its_slice_and_the_waiting_request_starts_elsewhere(
+def test_a_node_that_goes_down_frees_its_slice_and_the_waiting_request_starts_elsewhere_then_rejoins(
     swarm_hub, admin, started
 ):
     start(swarm_hub, started, "fay", "one")
@@ -195,8 +195,20 @@ def test_a_node_that_goes_down_frees_its_slice_and_the_waiting_request_starts_el
         assert f"its node {lost_node} went down" in lost["reason"], lost
         swarm_hub.wait_ready("fay", "two", timeout=180)
         assert session_of(admin, "fay", "two")["grant"]["node"] != lost_node
+        # The last GPU left goes to gil; hal waits while the lost node is away...
+        start(swarm_hub, started, "gil", "g")
+        swarm_hub.wait_ready("gil", "g", timeout=180)
+        start(swarm_hub, started, "hal", "g")
+        wait_for(
+            lambda: session_of(admin, "hal", "g")["status"] == "PENDING",
+            timeout=30,
+            what="hal waiting for a GPU",
+        )
     finally:
         swarm_lab("start-node", lost_node)
+    # ...and starts on it once it is back: a node that joins adds its capacity.
+    swarm_hub.wait_ready("hal", "g", timeout=180)
+    assert session_of(admin, "hal", "g")["grant"]["node"] == lost_node
 
 
 def test_a_paused_node_keeps_its_sessions_and_takes_no_new_one_and_homes_follow_the_user(

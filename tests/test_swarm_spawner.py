@@ -1,0 +1,57 @@
+"""`fgpu_spawner.swarm_spawner`: the pure parts of the Swarm spawner. The spawner itself runs
+against the lab in tests/test_swarm_hub.py."""
+
+import pytest
+
+from fgpu_spawner.swarm_spawner import FGPUSwarmSpawner, published_port, task_address
+
+TASK = {
+    "ID": "task123456789",
+    "NetworksAttachments": [
+        {"Network": {"ID": "other"}, "Addresses": ["10.0.9.7/24"]},
+        {"Network": {"ID": "net-1"}, "Addresses": ["10.214.0.5/24"]},
+    ],
+    "Status": {
+        "PortStatus": {
+            "Ports": [
+                {"TargetPort": 9999, "PublishedPort": 30001, "PublishMode": "host"},
+                {"TargetPort": 8888, "PublishedPort": 30002, "PublishMode": "host"},
+            ]
+        }
+    },
+}
+
+
+def test_the_tasks_address_on_the_session_network():
+    assert task_address(TASK, "net-1") == "10.214.0.5"
+    with pytest.raises(RuntimeError, match="no address on network net-2"):
+        task_address(TASK, "net-2")
+
+
+def test_the_node_port_published_for_the_server():
+    assert published_port(TASK, 8888) == 30002
+    with pytest.raises(RuntimeError, match="publishes no port for 7777"):
+        published_port(TASK, 7777)
+    with pytest.raises(RuntimeError):
+        published_port({"ID": "t", "Status": {}}, 8888)
+
+
+@pytest.mark.parametrize(
+    ("registry", "reference", "pulled"),
+    [
+        ("10.213.0.1:5000", "fgpu/jupyter-base:py3.11", "10.213.0.1:5000/fgpu/jupyter-base:py3.11"),
+        ("10.213.0.1:5000/", "ubuntu:24.04", "10.213.0.1:5000/ubuntu:24.04"),
+        ("10.213.0.1:5000", "registry.site:443/fgpu/x:1", "registry.site:443/fgpu/x:1"),
+        ("10.213.0.1:5000", "ghcr.io/org/x:1", "ghcr.io/org/x:1"),
+        ("10.213.0.1:5000", "localhost/x:1", "localhost/x:1"),
+        ("", "fgpu/jupyter-base:py3.11", "fgpu/jupyter-base:py3.11"),
+    ],
+)
+def test_images_come_from_the_sites_registry_unless_they_name_their_own(
+    registry, reference, pulled
+):
+    assert FGPUSwarmSpawner(registry=registry).session_image(reference) == pulled
+
+
+def test_the_command_is_the_catalogs_not_read_from_an_image_the_manager_lacks():
+    assert FGPUSwarmSpawner().cmd == ["jupyterhub-singleuser"]
