@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from playwright.sync_api import expect
 
+from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub
 from .swarm_lab import LAB_NAME, Lab, swarm_lab, wait_for
 
@@ -244,3 +246,43 @@ def test_a_paused_node_keeps_its_sessions_and_takes_no_new_one_and_homes_follow_
 
 def _spec(lab: Lab, hostname: str) -> dict:
     return lab.manager().nodes.get(hostname).attrs["Spec"]
+
+
+def test_resource_groups_are_node_labels_and_the_cluster_page_shows_nodes_and_groups(
+    swarm_hub, admin, started, pages
+):
+    lab = swarm_hub.lab
+    relabelled = lab.nodes[2]
+    node = lab.manager().nodes.get(relabelled)
+    spec = node.attrs["Spec"]
+    node.update({**spec, "Labels": {**spec["Labels"], "fgpu.resource_group": "gpu-b"}})
+    try:
+        resources = wait_for(
+            lambda: (
+                (r := admin.call("GET", "resources").json())["resource_groups"].get("gpu-b") and r
+            ),
+            timeout=30,
+            what="the relabelled node's group in the inventory",
+        )
+        assert {n["name"]: n["resource_group"] for n in resources["nodes"]} == {
+            **{name: "default" for name in lab.nodes[:2]},
+            relabelled: "gpu-b",
+        }
+        start(swarm_hub, started, "ida", "b", {**GPU_SESSION, "resource_group": "gpu-b"})
+        swarm_hub.wait_ready("ida", "b", timeout=180)
+        assert session_of(admin, "ida", "b")["grant"]["node"] == relabelled
+
+        page = pages()
+        log_in(page, swarm_hub, "admin")
+        page.goto(f"{swarm_hub.url}/services/queue/cluster")
+        nodes = page.locator("#fgpu-nodes .fgpu-node")
+        expect(nodes).to_have_count(len(lab.nodes))
+        expect(page.locator(f'.fgpu-node[data-node="{relabelled}"]')).to_contain_text(
+            "(resource group gpu-b)"
+        )
+        expect(page.locator("#fgpu-running")).to_contain_text(relabelled)
+        screenshot(page, "swarm-cluster-nodes-and-groups")
+    finally:
+        node = lab.manager().nodes.get(relabelled)
+        spec = node.attrs["Spec"]
+        node.update({**spec, "Labels": {**spec["Labels"], "fgpu.resource_group": "default"}})
