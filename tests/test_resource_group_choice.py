@@ -155,7 +155,15 @@ def test_browser_the_spawn_form_offers_the_groups_with_what_is_free_and_starts_i
     expect(select).to_have_value("default")
     assert re.fullmatch(r"gpu-a100 — 4 fGPU, [\d.]+ CPU, [\d.]+ GiB free", labels_for(student)[1])
 
+    # The indicator above the form shows the picked group in its upper bars.
+    caption = page.frame_locator("#fgpu-indicator-frame").locator(".fgpu-indicator-caption")
+    expect(caption).to_contain_text("Upper: in resource group default.")
     page.select_option("#fgpu-group", "gpu-a100")
+    expect(caption).to_contain_text("Upper: in resource group gpu-a100.")
+    fgpu_bar = page.frame_locator("#fgpu-indicator-frame").locator(
+        '.fgpu-indicator-slot[data-slot="fgpu"] .fgpu-bar-upper'
+    )
+    expect(fgpu_bar).to_have_attribute("data-total", "4")
     page.select_option("#fgpu-image", "python-3.11")
     page.fill("#fgpu-cpu", "0.5")
     page.fill("#fgpu-mem", "512M")
