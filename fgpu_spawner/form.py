@@ -15,6 +15,7 @@ from image_catalog.units import format_size, parse_size
 from templates import TEMPLATES_DIR
 
 from .request import KNOWN_OPTIONS, RequestLimits
+from .resource_groups import GroupOffer
 
 _GIB = 1024**3
 _env = jinja2.Environment(
@@ -29,13 +30,22 @@ def render_spawn_form(
     simulated: bool = False,
     cpu_step: float = 0.5,
     previous: dict | None = None,
+    resource_groups: list[GroupOffer] | None = None,
 ) -> str:
-    """The form, showing the student's previous choices where they are still valid."""
+    """The form, showing the student's previous choices where they are still valid.
+
+    `resource_groups` are the groups this user may use: with two or more the form offers a
+    choice (the previous one, else the first, preselected); with one it names the group and sends
+    nothing, so a site of one host and one group spawns as it always did.
+    """
     images = catalog.visible()
     initial = initial_values(previous or {}, limits, [image.name for image in images])
+    groups = resource_groups or []
     return _env.get_template("spawn_form.html").render(
         images=images,
         selected_image=initial["image"],
+        resource_groups=groups,
+        selected_group=selected_group(previous or {}, groups),
         cpu=limits.cpu,
         cpu_value=initial["cpu"],
         cpu_step=cpu_step,
@@ -76,6 +86,15 @@ def initial_values(previous: dict, limits: RequestLimits, image_names: list[str]
     if isinstance(previous.get("mem"), str | int):
         values["mem"] = str(previous["mem"])
     return values
+
+
+def selected_group(previous: dict, groups: list[GroupOffer]) -> str | None:
+    """The previous choice while the user may still use it, else the first group offered."""
+    names = [group.name for group in groups]
+    choice = previous.get("resource_group")
+    if choice in names:
+        return choice
+    return names[0] if names else None
 
 
 def _default_image(limits: RequestLimits, image_names: list[str]) -> str | None:

@@ -1,4 +1,5 @@
-"""The spawner's only link to the queue service: a small HTTP client for grants and the catalog.
+"""The spawner's only link to the queue service: a small HTTP client for grants, the catalog and
+the resource groups a user may use.
 
 The service owns every allocation; the spawner asks for a grant, waits for it (long-polling, so a
 freed slot reaches a waiting spawn at once), reports the session running, and releases it.
@@ -134,6 +135,11 @@ class QueueClient:
     async def image_for(self, user: str, name: str) -> dict:
         """One entry, or QueueError 403 (not allowed for `user`) / 400 (unknown)."""
         return await self._call("GET", f"/images/{quote(name, safe='')}?user={quote(user)}")
+
+    async def resources_for(self, user: str) -> dict:
+        """What `user` holds and may still take (api/resources for that user): per resource
+        group, whether they may use it and what is free there for them."""
+        return await self._call("GET", f"/resources?user={quote(user, safe='')}")
 
     async def _call(self, method: str, path: str, body: dict | None = None, timeout=None) -> dict:
         request = HTTPRequest(

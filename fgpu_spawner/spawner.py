@@ -44,6 +44,7 @@ from .grant import Grant
 from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
 from .queue_client import QueueClient, QueueError, QueueRecord
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
+from .resource_groups import offered_groups
 from .storage import (
     StorageSettings,
     account_tag,
@@ -343,6 +344,7 @@ class FGPUSpawner(DockerSpawner):
                 simulated=spawner.gpu_sharing == "simulated",
                 cpu_step=spawner.cpu_step,
                 previous=spawner.user_options,
+                resource_groups=offered_groups(await spawner.user_resources()),
             )
 
         return render
@@ -379,6 +381,18 @@ class FGPUSpawner(DockerSpawner):
         raise spawn_error(
             f"Unknown image {name!r}. Available images: {choices}.", reason="invalid_options"
         )
+
+    async def user_resources(self) -> dict:
+        """What this user holds and may use, per resource group (the service's api/resources).
+        A `resource_group` option is judged by the queue when the grant is asked for."""
+        try:
+            return await self.queue.resources_for(self.user.name)
+        except QueueError as e:
+            raise spawn_error(
+                f"The resource groups are not available: {e.message}",
+                reason="resources",
+                status_code=503 if e.status >= 500 else e.status,
+            ) from None
 
     @property
     def request_limits(self) -> RequestLimits:

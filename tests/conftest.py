@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 
@@ -15,7 +16,7 @@ from image_catalog.catalog import DEFAULT_CATALOG_PATH
 
 # The browser fixtures serve every module that drives Chromium.
 from .browser import browser, pages  # noqa: F401
-from .harness import docker_client, running_hub
+from .harness import ROOT, docker_client, running_hub
 
 # One Swarm lab serves every module that needs it.
 from .swarm_lab import lab  # noqa: F401
@@ -72,6 +73,32 @@ def hub(tmp_path_factory, docker_engine, test_catalog):
     extra = f"c.FGPUSpawner.group_data_dir = {str(group_data)!r}\n"
     with running_hub(tmp_path_factory.mktemp("hub"), env=env, extra_config=extra) as running:
         yield running
+
+
+#: The grouped hub's resource groups besides the engine's own `default` (1 simulated 8 GiB GPU):
+#: {group: {node: simulated GPUs}}. Its users may use `default` and `gpu-a100`, not `restricted`.
+SIBLING_GROUPS = {"gpu-a100": {"a100-1": "2x40GiB"}, "restricted": {"vip-1": "1x8GiB"}}
+GROUPED_USER_QUOTA = {"resource_groups": ["default", "gpu-a100"]}
+
+
+@pytest.fixture(scope="session")
+def grouped_hub(tmp_path_factory, docker_engine):
+    """A hub whose queue service has three resource groups on this one host (tests/grouped_service.py):
+    the engine's node, and sibling nodes that, as in the Swarm lab, see the whole machine."""
+    env = {
+        "FGPU_SIMULATED_GPUS": "1x8GiB",
+        "FGPU_UNITS_PER_GPU": "2",
+        "FGPU_USER_QUOTA": json.dumps(GROUPED_USER_QUOTA),
+    }
+    script = str(ROOT / "tests" / "grouped_service.py")
+    siblings = f"--GroupedQueueService.siblings={json.dumps(SIBLING_GROUPS)}"
+    extra = f"""
+for service in c.JupyterHub.services:
+    if service["name"] == "queue":
+        service["command"][1:3] = [{script!r}, {siblings!r}]
+"""
+    with running_hub(tmp_path_factory.mktemp("grouped-hub"), env=env, extra_config=extra) as hub:
+        yield hub
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,7 @@ import re
 
 from fgpu_spawner.form import options_from_form, render_spawn_form
 from fgpu_spawner.request import Range, RequestLimits
+from fgpu_spawner.resource_groups import GroupOffer
 from image_catalog.catalog import parse_catalog
 
 GIB = 1024**3
@@ -69,3 +70,48 @@ def test_previous_values_outside_the_limits_fall_back_to_defaults():
     assert re.search(r'value="sk"[^>]*selected', html)
     assert re.search(r'name="cpu"[^>]*value="1"', html)
     assert re.search(r'id="fgpu-mem-slider"[^>]*value="8.0"', html)
+
+
+A100 = GroupOffer("gpu-a100", 12.0, 40 * GIB, 3.0, has_gpus=True)
+CPU_ONLY = GroupOffer("cpu-only", 2.0, 4 * GIB, 0.0, has_gpus=False)
+
+
+def group_options(html: str) -> list[tuple[str, bool, str]]:
+    select = re.search(r'<select[^>]*name="resource_group".*?</select>', html, re.S).group(0)
+    return [
+        (value, bool(selected), text.strip())
+        for value, selected, text in re.findall(
+            r'<option value="([^"]+)"[^>]*?( selected)?>([^<]*)</option>', select
+        )
+    ]
+
+
+def test_two_groups_or_more_are_offered_with_what_is_free_the_first_preselected():
+    html = render_spawn_form(LIMITS, CATALOG, resource_groups=[A100, CPU_ONLY])
+    assert group_options(html) == [
+        ("gpu-a100", True, "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free"),
+        ("cpu-only", False, "cpu-only — 2 CPU, 4 GiB free"),
+    ]
+
+
+def test_the_previous_group_is_preselected_while_it_may_still_be_used():
+    chosen = render_spawn_form(
+        LIMITS, CATALOG, previous={"resource_group": "cpu-only"}, resource_groups=[A100, CPU_ONLY]
+    )
+    assert [selected for _, selected, _ in group_options(chosen)] == [False, True]
+    gone = render_spawn_form(
+        LIMITS, CATALOG, previous={"resource_group": "vip"}, resource_groups=[A100, CPU_ONLY]
+    )
+    assert [selected for _, selected, _ in group_options(gone)] == [True, False]
+
+
+def test_one_group_is_named_as_plain_text_and_sends_nothing():
+    html = render_spawn_form(LIMITS, CATALOG, resource_groups=[A100])
+    assert 'name="resource_group"' not in html
+    line = re.search(r'id="fgpu-group-line">([^<]*)<', html).group(1)
+    assert line == "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free"
+
+
+def test_without_groups_the_form_is_as_before():
+    html = render_spawn_form(LIMITS, CATALOG)
+    assert "resource_group" not in html and "Resource group" not in html

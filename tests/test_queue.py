@@ -561,6 +561,20 @@ async def test_resources_per_resource_group_and_in_total(open_manager):
     assert shown["capacity"] == {"cpu": 6.0, "mem": 12 * GIB, "fgpu": 4}
 
 
+async def test_a_request_naming_a_resource_group_goes_only_to_that_groups_nodes(open_manager):
+    manager = open_manager(nodes=(NODE, LAB_NODE))
+    # Best fit alone puts it on node-1, the first node; the named group wins.
+    in_lab = await manager.submit(ask(server="lab", fgpu=1.0, resource_group="lab"), groups=())
+    assert (in_lab["status"], in_lab["grant"]["node"]) == ("SCHEDULED", "lab-1")
+    # Once the lab's GPU is full, the next one waits for the lab though node-1 is free.
+    second = await manager.submit(ask(server="lab2", fgpu=1.5, resource_group="lab"), groups=())
+    assert second["status"] == "PENDING" and second["grant"] is None
+    anywhere = await manager.submit(ask(server="any", fgpu=1.5), groups=())
+    assert anywhere["grant"]["node"] == "node-1"
+    await manager.release(in_lab["id"])
+    assert (await manager.get(second["id"]))["grant"]["node"] == "lab-1"
+
+
 async def test_a_resource_group_the_user_may_not_use_offers_nothing(open_manager):
     manager = open_manager(
         quotas=QuotaBook(user_default={"resource_groups": ["default"]}), nodes=(NODE, LAB_NODE)

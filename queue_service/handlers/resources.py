@@ -1,6 +1,8 @@
 """`api/resources` (contract 4), the cluster page's quota table and `/metrics`.
 
 - `GET api/resources`: your allocated and allocatable slots; admins also see nodes and GPUs.
+  `?user=NAME` reads NAME's: the spawner (its form offers NAME the resource groups NAME may use,
+  with what is free there) and admins may name anyone, others only themselves.
 - `GET cluster/quotas`: admins; every user with a live session, their groups and limits.
 - `GET metrics`: admins, or tokens with `read:metrics` (Prometheus; see `queue_service/metrics.py`).
 """
@@ -28,10 +30,29 @@ class ResourcesHandler(BaseHandler):
 
     @web.authenticated
     async def get(self):
+        subject, admin = await self.subject()
+        groups = tuple(subject.get("groups", []))
+        await self.refresh_quotas(subject)
+        self.write_json(await self.manager.resources(subject["name"], groups, admin=admin))
+
+    async def subject(self) -> tuple[dict, bool]:
+        """(whose allowances are read, whether the caller sees nodes): `?user=NAME` for the
+        spawner and admins, or the calling user. A student naming another user is refused, so
+        nobody learns another's quotas and resource groups."""
+        name = self.get_argument("user", "")
+        identity = self.identity()
+        if identity.get("kind") == "service":
+            if identity.get("name") != self.settings["spawner_service"]:
+                raise web.HTTPError(403, "Only users and the hub's spawner read resources.")
+            if not name:
+                raise web.HTTPError(400, "The spawner must name the user: ?user=NAME.")
+            return await self.from_hub(self.hub.user(name)), False
         person = await self.person()
-        groups = tuple(person.get("groups", []))
-        await self.refresh_quotas(person)
-        self.write_json(await self.manager.resources(person["name"], groups, admin=person["admin"]))
+        if not name or name == person["name"]:
+            return person, person["admin"]
+        if not person["admin"]:
+            raise web.HTTPError(403, "Only admins may read another user's resources.")
+        return await self.from_hub(self.hub.user(name)), True
 
 
 class ClusterQuotasHandler(BaseHandler):

@@ -1,5 +1,6 @@
 // The Sessions page: the list (polled from api/sessions), the indicator (api/resources), the
-// launch dialog (POST api/sessions) and each running session's app launcher.
+// launch dialog (POST api/sessions, in the resource group picked there) and each running
+// session's app launcher.
 "use strict";
 
 (function () {
@@ -124,6 +125,9 @@
 
   function renderResources(resources) {
     latest.resources = resources;
+    renderGroups(resources);
+    // The indicator's upper bars follow the group picked in the launch dialog.
+    if (chosenGroup) resources.resource_group = chosenGroup;
     fgpu.renderIndicator(document.getElementById("fgpu-indicator"), resources);
     updateLaunchAdvice();
   }
@@ -142,6 +146,53 @@
   var field = fieldsOf("fgpu-launch-");
   var warning = field("warning"), launchError = field("error");
   var images = [];
+  // The resource group picked in the dialog (kept while the page is open); the first the user
+  // may use until they pick one.
+  var chosenGroup = null;
+
+  // The groups this user may use, in the service's order, with what is free there for them.
+  function offeredGroups(resources) {
+    var groups = (resources && resources.resource_groups) || {};
+    return Object.keys(groups).filter(function (name) { return groups[name].allowed; })
+      .map(function (name) { return { name: name, group: groups[name] }; });
+  }
+
+  function oneDecimal(n) { return String(Math.round(Number(n) * 10) / 10); }
+
+  // As on the hub's spawn form: "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free".
+  function groupLabel(offer) {
+    var free = offer.group.allocatable, parts = [];
+    if (offer.group.capacity.fgpu > 0) parts.push(oneDecimal(Math.max(0, free.fgpu)) + " fGPU");
+    parts.push(oneDecimal(Math.max(0, free.cpu)) + " CPU");
+    parts.push(oneDecimal(Math.max(0, free.mem) / Math.pow(1024, 3)) + " GiB free");
+    return offer.name + " — " + parts.join(", ");
+  }
+
+  // A choice with two groups or more; one group is named, not offered, and not sent.
+  function renderGroups(resources) {
+    var offered = offeredGroups(resources), select = field("group"), line = field("group-line");
+    var names = offered.map(function (o) { return o.name; });
+    if (names.indexOf(chosenGroup) < 0) chosenGroup = names.length > 1 ? names[0] : null;
+    field("group-row").classList.toggle("d-none", offered.length === 0);
+    select.classList.toggle("d-none", offered.length < 2);
+    line.classList.toggle("d-none", offered.length > 1);
+    line.textContent = offered.length === 1 ? groupLabel(offered[0]) : "";
+    var shown = Array.from(select.options).map(function (o) { return o.value; });
+    if (shown.join("\n") !== names.join("\n")) {
+      select.replaceChildren.apply(select, names.map(function (n) { return el("option", { value: n }); }));
+    }
+    // In place: a poll must not close the list a user has open.
+    offered.forEach(function (offer, i) { select.options[i].textContent = groupLabel(offer); });
+    if (chosenGroup) select.value = chosenGroup;
+  }
+
+  // What the launch is measured against: the picked group's figures, or the user's total.
+  function scopeOf(resources) {
+    var group = chosenGroup && resources.resource_groups[chosenGroup];
+    if (!group) return { name: null, allocatable: resources.allocatable, capacity: resources.capacity, nodes: resources.nodes };
+    var nodes = resources.nodes && resources.nodes.filter(function (n) { return n.resource_group === chosenGroup; });
+    return { name: chosenGroup, allocatable: group.allocatable, capacity: group.capacity, nodes: nodes };
+  }
 
   function loadImages() {
     // The catalog's own API when it exists; else the list the page was rendered with.
@@ -164,13 +215,15 @@
   }
 
   function request() {
-    return {
+    var r = {
       image: field("image").value,
       cpu: Number(field("cpu").value),
       mem: Math.round(Number(field("mem").value) * 1024 * 1024 * 1024),
       fgpu: Number(field("fgpu").value),
       count: Number(field("count").value),
     };
+    if (chosenGroup) r.resource_group = chosenGroup;
+    return r;
   }
 
   function showValues() {
@@ -184,12 +237,13 @@
   // How many of `count` start now, and whether any could ever start, from what is free for this
   // user now (allocatable: free capacity within every quota) and the cluster's whole capacity.
   function advice(r, resources) {
-    var keys = ["cpu", "mem", "fgpu"];
+    var keys = ["cpu", "mem", "fgpu"], scope = scopeOf(resources);
     var show = { cpu: fgpu.cores, mem: fgpu.size, fgpu: function (v) { return fgpu.trim(v) + " fGPU"; } };
+    var where = scope.name ? " in " + scope.name : "";
     for (var i = 0; i < keys.length; i++) {
-      var k = keys[i], node = largestNode(resources, k), quota = config.limit ? config.limit[k] : null;
+      var k = keys[i], node = largestNode(scope, resources.units_per_gpu, k), quota = config.limit ? config.limit[k] : null;
       if (r[k] > node + 1e-9) {
-        return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " and no node has more than " + show[k](node) + "." };
+        return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " and no node" + where + " has more than " + show[k](node) + "." };
       }
       if (quota !== null && quota !== undefined && r[k] > quota + 1e-9) {
         return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " and your quota allows " + show[k](quota) + " in all." };
@@ -197,7 +251,7 @@
     }
     var fitNow = r.count;
     keys.forEach(function (k) {
-      if (r[k] > 0) fitNow = Math.min(fitNow, Math.floor((resources.allocatable[k] + 1e-9) / r[k]));
+      if (r[k] > 0) fitNow = Math.min(fitNow, Math.floor((scope.allocatable[k] + 1e-9) / r[k]));
     });
     if (fitNow >= r.count) return null;
     var waiting = r.count - fitNow;
@@ -205,11 +259,12 @@
       " will wait" + " in the queue (PENDING) until others end." };
   }
 
-  // What one session could ever get: the largest node (admins see nodes), else the whole cluster.
-  function largestNode(resources, key) {
-    if (!resources.nodes || !resources.nodes.length) return resources.capacity[key];
-    return Math.max.apply(null, resources.nodes.map(function (n) {
-      if (key === "fgpu") return n.gpus.length * (resources.units_per_gpu || 1);
+  // What one session could ever get: the largest node (admins see nodes), else the whole cluster
+  // (or group).
+  function largestNode(scope, unitsPerGpu, key) {
+    if (!scope.nodes || !scope.nodes.length) return scope.capacity[key];
+    return Math.max.apply(null, scope.nodes.map(function (n) {
+      if (key === "fgpu") return n.gpus.length * (unitsPerGpu || 1);
       return key === "cpu" ? n.cpu_total : n.mem_total;
     }));
   }
@@ -217,8 +272,8 @@
   function updateLaunchAdvice() {
     var resources = latest.resources;
     if (!resources) return;
-    var free = resources.allocatable;
-    field("free").textContent = "Free for you now: " + fgpu.cores(free.cpu) + ", " +
+    var scope = scopeOf(resources), free = scope.allocatable;
+    field("free").textContent = "Free for you now" + (scope.name ? " in " + scope.name : "") + ": " + fgpu.cores(free.cpu) + ", " +
       fgpu.size(free.mem) + " memory, " + fgpu.trim(free.fgpu) + " fGPU" +
       (resources.units_per_gpu ? " (1 fGPU = 1/" + resources.units_per_gpu + " GPU)" : "") + ".";
     var verdict = advice(request(), resources);
@@ -230,7 +285,7 @@
   }
 
   function fitSliders(resources) {
-    var capacity = resources.capacity;
+    var capacity = scopeOf(resources).capacity;
     field("cpu").max = String(Math.max(0.5, Math.floor(capacity.cpu * 2) / 2));
     field("mem").max = String(Math.max(0.25, Math.floor((capacity.mem / Math.pow(1024, 3)) * 4) / 4));
     field("fgpu").max = String(capacity.fgpu);
@@ -245,6 +300,14 @@
   });
   document.getElementById("fgpu-launch-cancel").addEventListener("click", function () { dialog.close(); });
   field("image").addEventListener("change", describeImage);
+  field("group").addEventListener("change", function () {
+    chosenGroup = field("group").value;
+    if (latest.resources) {
+      fitSliders(latest.resources);
+      renderResources(latest.resources);
+    }
+    showValues();
+  });
   form.addEventListener("input", function () { showValues(); updateLaunchAdvice(); });
 
   form.addEventListener("submit", function (event) {

@@ -1,0 +1,62 @@
+"""The real queue service with more than one resource group on this one host, for hub tests.
+
+The single-host service knows one node, the hub's engine, in `QueueService.resource_group`; a site
+gets more groups from more nodes. Here, as in the Swarm lab where every node sees the whole
+machine, sibling nodes of other groups are put next to the engine's node with the manager's own
+`set_nodes`, each with simulated GPUs; sessions granted on them run on the one engine (the
+single-host spawner). Everything else is the shipped service. The hub runs it as its `queue`
+service (`grouped_hub` in conftest.py):
+
+    python tests/grouped_service.py --GroupedQueueService.siblings='{"gpu-a100": {"a100-1": "2x40GiB"}}' ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+# The code of the tree this file is in, whatever the service's working directory.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from traitlets import Unicode  # noqa: E402
+
+from queue_service import inventory, scheduler  # noqa: E402
+from queue_service.app import QueueService  # noqa: E402
+
+
+def sibling_nodes(local: scheduler.Node, groups: dict) -> list[scheduler.Node]:
+    """{group: {node name: simulated GPU spec}} → nodes with the local node's CPU and memory."""
+    return [
+        scheduler.Node(
+            name,
+            group,
+            local.cpu,
+            local.mem,
+            tuple(
+                scheduler.Gpu(gpu.uuid, gpu.memory_bytes, gpu.sm_count)
+                for gpu in inventory.parse_simulated_gpus(spec, node=name)
+            ),
+        )
+        for group, nodes in groups.items()
+        for name, spec in nodes.items()
+    ]
+
+
+class GroupedQueueService(QueueService):
+    siblings = Unicode(
+        "{}",
+        config=True,
+        help="""JSON {group: {node name: simulated GPU spec}}: nodes added next to the engine's.""",
+    )
+
+    async def discover_node(self) -> None:
+        if self.manager.nodes:
+            return
+        await super().discover_node()
+        (local,) = self.manager.nodes
+        self.manager.set_nodes([local, *sibling_nodes(local, json.loads(self.siblings))])
+
+
+if __name__ == "__main__":
+    GroupedQueueService.launch_instance()
