@@ -34,9 +34,10 @@ What a service spec can and cannot say, on dockerd 20.10 (API 1.41) and docker-p
   whose default runtime is NVIDIA's. GPUs are not Swarm generic resources (see
   `queue_service.inventory.swarm_nodes`).
 - **Mounts.** Swarm binds are `Mount`s whose host path must exist on the node (the engine creates
-  a missing one for a plain container, not for a task): HAMi-core's library and preload file are
-  installed on every GPU node, and its per-session cache folder and the MPS pipe folder must be
-  made there before the service starts (by the node agent).
+  a missing one for a plain container, not for a task): HAMi-core's library, the preload file
+  and its lock folder, and the MPS pipe folder, are installed on every GPU node (README, "GPU
+  nodes in a Swarm"). HAMi-core's per-session cache is a tmpfs of the task's own instead of a
+  host folder.
 - **Home.** A local volume stays on its node, so with `SwarmContext.home_root` set the home folder
   is a bind of `<home_root>/<user>`: shared storage (NFS, CephFS) mounted at that path on every
   node. Without it, the context's own mounts are used as they are (a volume with a driver that
@@ -45,7 +46,9 @@ What a service spec can and cannot say, on dockerd 20.10 (API 1.41) and docker-p
   (the service-level `Networks` field is deprecated). Endpoints are DNS round-robin, because a
   kernel without IPVS (as here) cannot serve service VIPs or the ingress mesh; the proxy reaches
   the task at its own address, or, with `publish_host_port`, at the node's address and the port
-  the task publishes in host mode.
+  the task publishes in host mode; such a task may also stay on its node's bridge (no network).
+  With `vip`, where the site's kernel has IPVS, the endpoint is a VIP and the proxy reaches the
+  service by its name on the overlay.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from .container_spec import (
     resource_limits,
     session_gpu_settings,
 )
+from .gpu_sharing import HAMI_CACHE_DIR_IN_CONTAINER as HAMI_CACHE_DIR
 from .grant import Grant
 from .request import ResourceRequest
 from .storage import volume_safe
@@ -95,6 +99,8 @@ class SwarmContext:
     home_path: str = "/home/jovyan"
     #: Publish the server's port in host mode on the node, for a proxy outside the overlay.
     publish_host_port: bool = False
+    #: A VIP endpoint (the service's name resolves to one virtual address), where IPVS exists.
+    vip: bool = False
 
 
 def build_service_spec(
@@ -129,7 +135,7 @@ def build_service_spec(
         "name": ctx.name,
         "labels": labels,
         "mode": ServiceMode("replicated", replicas=1),
-        "endpoint_spec": _endpoint(ctx.port, swarm.publish_host_port),
+        "endpoint_spec": _endpoint(ctx.port, swarm),
     }
 
 
@@ -158,7 +164,7 @@ def session_mounts(
         *_binds_as_mounts(ctx.binds),
         *extra.get("mounts", []),
         *_binds_as_mounts(extra.get("binds", {})),
-        *_binds_as_mounts(gpu_binds),
+        *_gpu_binds_as_mounts(gpu_binds),
         *gpu_mounts,
     ]
     if not swarm.home_root:
@@ -188,6 +194,16 @@ def home_folder(swarm: SwarmContext, user: str) -> str:
     return f"{swarm.home_root.rstrip('/')}/{folder}"
 
 
+def _gpu_binds_as_mounts(binds: dict) -> list[Mount]:
+    """The GPU mode's binds; HAMi-core's per-session cache becomes a tmpfs of the task's own,
+    since Swarm refuses a bind whose folder the node lacks and no one could make it there
+    first. The cache is only shared by the session's own processes, and ends with them."""
+    mounts = _binds_as_mounts({k: v for k, v in binds.items() if v["bind"] != HAMI_CACHE_DIR})
+    if any(v["bind"] == HAMI_CACHE_DIR for v in binds.values()):
+        mounts.append(Mount(target=HAMI_CACHE_DIR, source=None, type="tmpfs"))
+    return mounts
+
+
 def _binds_as_mounts(binds: dict | list) -> list[Mount]:
     """docker-py's binds: a dict (`{host: target}` or `{host: {"bind": target, "mode": "ro"}}`)
     or a list of "host:target[:mode]" strings."""
@@ -202,8 +218,10 @@ def _binds_as_mounts(binds: dict | list) -> list[Mount]:
     return mounts
 
 
-def _endpoint(port: int, publish_host_port: bool) -> EndpointSpec:
-    if not publish_host_port:
+def _endpoint(port: int, swarm: SwarmContext) -> EndpointSpec:
+    if swarm.vip:
+        return EndpointSpec(mode="vip")
+    if not swarm.publish_host_port:
         return EndpointSpec(mode="dnsrr")
     # Host mode, no published port: the engine picks a free one, read back from the task's status.
     return EndpointSpec(

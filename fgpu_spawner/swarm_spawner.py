@@ -15,8 +15,10 @@ How the proxy reaches a session (`endpoint`):
   another when the node's engine runs with `"icc": false`.
 - `overlay`: the task joins `network_name`, an attachable overlay network (created when missing),
   and the proxy reaches the task's own address on it: for a hub that runs on the overlay itself
-  (as a Swarm service or a container attached to it). Endpoints are DNS round-robin, never a VIP,
-  because a kernel without IPVS cannot serve VIPs.
+  (as a Swarm service or a container attached to it). Endpoints are DNS round-robin, because a
+  kernel without IPVS cannot serve VIPs.
+- `vip`: the same overlay, with a VIP endpoint, and the proxy reaches the service by its name:
+  for sites whose kernels have IPVS. Not testable here (no IPVS); the spec is unit-tested.
 
 The manager cannot see a task's container (it runs on another engine): the task's state, exit code
 and error come from the manager's task list, and the logs from the service's log stream.
@@ -73,13 +75,15 @@ class FGPUSwarmSpawner(FGPUSpawner):
         """,
     )
     endpoint = CaselessStrEnum(
-        ["host_port", "overlay"],
+        ["host_port", "overlay", "vip"],
         default_value="host_port",
         config=True,
         help="""
         How the proxy reaches a session: `host_port` publishes the server's port in host mode on
         the session's node (a hub beside the Swarm); `overlay` reaches the task's address on
-        `network_name`, an attachable overlay network (a hub on that overlay).
+        `network_name`, an attachable overlay network (a hub on that overlay), through a DNS
+        round-robin endpoint; `vip` reaches the service by its name on that overlay through a
+        virtual IP, for sites whose kernels have IPVS (these machines' do not).
         """,
     )
     task_start_timeout = Float(
@@ -116,6 +120,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
             home_root=self.home_root,
             home_path=self.home_mount_path,
             publish_host_port=self.endpoint == "host_port",
+            vip=self.endpoint == "vip",
         )
 
     def session_image(self, reference: str) -> str:
@@ -132,7 +137,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
 
     async def session_network(self):
         """The attachable overlay of `overlay` endpoints (created when missing); none otherwise."""
-        if self.endpoint != "overlay":
+        if self.endpoint == "host_port":
             return _Network("")  # the node's bridge
         try:
             return await asyncio.to_thread(self._ensure_overlay)
@@ -247,6 +252,8 @@ class FGPUSwarmSpawner(FGPUSpawner):
                 reason="engine",
                 status_code=500,
             )
+        if self.endpoint == "vip":
+            return self.object_name, self.port  # Docker's DNS on the overlay names the VIP
         if self.endpoint == "overlay":
             return task_address(task, (await self.session_network()).id), self.port
         node = await self.docker("inspect_node", task["NodeID"])

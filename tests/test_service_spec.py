@@ -115,7 +115,10 @@ def test_hami_pieces_become_mounts_on_the_gpu_node():
     mounts = {m["Target"]: (m["Source"], m["Type"], m["ReadOnly"]) for m in container["Mounts"]}
     assert mounts[HAMI_LIBRARY_IN_CONTAINER] == (paths.hami_library_path, "bind", True)
     assert mounts["/etc/ld.so.preload"] == (paths.hami_preload_path, "bind", True)
-    assert mounts["/usr/local/vgpu/cache"] == ("/var/lib/fgpu-hub/vgpu/sess-2", "bind", False)
+    # The per-session cache is the task's own tmpfs: no folder to make on the node beforehand.
+    assert mounts["/usr/local/vgpu/cache"][1] == "tmpfs"
+    assert "/var/lib/fgpu-hub/vgpu/sess-2" not in json.dumps(container["Mounts"])
+    assert mounts[paths.hami_lock_dir] == (paths.hami_lock_dir, "bind", False)
     assert env_of(container)["CUDA_DEVICE_MEMORY_LIMIT_1"] == "8192m"
 
 
@@ -220,6 +223,11 @@ def test_a_task_that_publishes_its_port_may_stay_on_its_nodes_bridge():
     # A node-local network is still refused: "host" would escape the session's isolation.
     with pytest.raises(ValueError, match="overlay network, not 'host'"):
         build_service_spec(REQUEST, GRANT, context(network="host"), host_port)
+
+
+def test_a_vip_endpoint_where_the_site_has_ipvs():
+    spec, _, _ = spec_parts(swarm=SwarmContext(home_root="/srv/homes", vip=True))
+    assert spec["endpoint_spec"] == {"Mode": "vip"}
 
 
 class RecordingClient(docker.APIClient):
