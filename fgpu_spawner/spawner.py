@@ -70,6 +70,16 @@ def spawn_error(message: str, reason: str, status_code: int = 400) -> SpawnExcep
     return error
 
 
+def unavailable(what: str, reason: str, error: QueueError) -> SpawnException:
+    """The queue service could not answer (`what` is "The image catalog is"...): its own
+    status, or 503 when it failed itself."""
+    return spawn_error(
+        f"{what} not available: {error.message}",
+        reason=reason,
+        status_code=503 if error.status >= 500 else error.status,
+    )
+
+
 async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
     """The default `apply_user_options` hook: validate against the images this user may start,
     then remember the request. An image others may use but this user may not is a 403."""
@@ -362,11 +372,7 @@ class FGPUSpawner(DockerSpawner):
         try:
             entries = await self.queue.images_for(self.user.name)
         except QueueError as e:
-            raise spawn_error(
-                f"The image catalog is not available: {e.message}",
-                reason="catalog",
-                status_code=503 if e.status >= 500 else e.status,
-            ) from None
+            raise unavailable("The image catalog is", "catalog", e) from None
         return catalog_from_entries(entries)
 
     async def refuse_image(self, name: str, catalog: Catalog) -> None:
@@ -388,11 +394,7 @@ class FGPUSpawner(DockerSpawner):
         try:
             return await self.queue.resources_for(self.user.name)
         except QueueError as e:
-            raise spawn_error(
-                f"The resource groups are not available: {e.message}",
-                reason="resources",
-                status_code=503 if e.status >= 500 else e.status,
-            ) from None
+            raise unavailable("The resource groups are", "resources", e) from None
 
     @property
     def request_limits(self) -> RequestLimits:
