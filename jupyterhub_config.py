@@ -86,6 +86,13 @@ from queue_service.deployment import deployment_id  # noqa: E402
 
 fgpu_deployment_id = deployment_id(os.getcwd())
 
+# The node agents (one per Swarm node, queue_service/node_agent_deploy.py) report to the service
+# with a token of their own, kept in the state directory: the service hands the same file's token
+# to them as a Swarm secret, and a hub restart leaves them as they were.
+from queue_service.node_agent_deploy import TOKEN_FILE, node_agent_token  # noqa: E402
+
+node_agent_service_token = node_agent_token(os.path.join(os.getcwd(), TOKEN_FILE))
+
 # The scopes the service reads (queue_service/scopes.py, where the choice of admin:servers for
 # admin powers is explained).
 from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles  # noqa: E402
@@ -117,6 +124,7 @@ c.JupyterHub.services = [
         "oauth_client_allowed_scopes": [MANAGE_SCOPE, ADMIN_SCOPE],
     },
     {"name": "fgpu-spawner", "api_token": spawner_token},
+    {"name": "fgpu-node-agent", "api_token": node_agent_service_token},
 ]
 c.JupyterHub.load_roles = [
     {"name": "user", "scopes": ["self", "access:services!service=queue"]},
@@ -137,6 +145,12 @@ c.JupyterHub.load_roles = [
         "description": "The spawner's identity towards the queue service, and nothing else",
         "scopes": ["access:services!service=queue"],
         "services": ["fgpu-spawner"],
+    },
+    {
+        "name": "fgpu-node-agent",
+        "description": "The node agents' identity towards the queue service: they report nodes",
+        "scopes": ["access:services!service=queue"],
+        "services": ["fgpu-node-agent"],
     },
 ]
 
