@@ -16,6 +16,8 @@ Environment variables:
   FGPU_USER_QUOTA      per-user quota as JSON, merged on the default {"sessions": 3, "pending": 2,
                        "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
   FGPU_CLASS_SIZE      students expected at once, to size the hub's spawn slots (default 200)
+  FGPU_NODE_AGENT_URL  Swarm: the queue service as nodes reach it; set, the node agent is deployed
+  FGPU_NODE_AGENT_SOCKET  Swarm: each node's engine socket (default /var/run/docker.sock)
 """
 
 import json
@@ -126,6 +128,20 @@ c.JupyterHub.services = [
     {"name": "fgpu-spawner", "api_token": spawner_token},
     {"name": "fgpu-node-agent", "api_token": node_agent_service_token},
 ]
+# In Swarm mode the queue service deploys the node agent on every node (a global service); the
+# agents report to this URL, the service as a node reaches it through the hub's proxy, e.g.
+# http://10.213.0.1:8000/services/queue/. Unset, no agent is deployed (single-host mode).
+if os.environ.get("FGPU_NODE_AGENT_URL"):
+    (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
+    queue_service["command"].append(
+        f"--QueueService.node_agent_url={os.environ['FGPU_NODE_AGENT_URL']}"
+    )
+    if os.environ.get("FGPU_SWARM_REGISTRY"):  # the nodes pull the agent's image from there
+        agent_image = f"{os.environ['FGPU_SWARM_REGISTRY']}/fgpu/jupyter-base:py3.11"
+        queue_service["command"].append(f"--QueueService.node_agent_image={agent_image}")
+    if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
+        socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
+        queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")
 c.JupyterHub.load_roles = [
     {"name": "user", "scopes": ["self", "access:services!service=queue"]},
     {

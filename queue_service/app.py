@@ -228,6 +228,15 @@ class QueueService(Application):
     node_agent_interval = Float(
         5.0, config=True, help="""Seconds between two reports of a node agent."""
     )
+    node_agent_docker_socket = Unicode(
+        "/var/run/docker.sock",
+        config=True,
+        help="""
+        The engine socket of each node, as the node sees it, bound into its agent. Swarm fills
+        templates in it: in the Swarm lab, where /var/run/docker.sock is the machine's own engine,
+        /var/lib/fgpu-swarm-lab/LAB/nodes/{{.Node.Hostname}}/docker.sock is each node's.
+        """,
+    )
     node_agent_token_file = Unicode(
         TOKEN_FILE,
         config=True,
@@ -367,6 +376,7 @@ class QueueService(Application):
                     name=self.agent_service,
                     interval=self.node_agent_interval,
                     deployment_id=self.deployment_id,
+                    docker_socket=self.node_agent_docker_socket,
                 ),
             )
             self.log.info("Node agent deployed as Swarm service %s", service.name)

@@ -82,8 +82,13 @@ def agent_service_kwargs(
     report_url: str,
     interval: float = 5.0,
     deployment_id: str | None = None,
+    docker_socket: str = DOCKER_SOCKET,
 ) -> dict:
-    """`client.services.create(**kwargs)` for the agent; `config` and `secret` are (id, name)."""
+    """`client.services.create(**kwargs)` for the agent; `config` and `secret` are (id, name).
+
+    `docker_socket` is the node's engine socket as the node sees it; Swarm fills templates in a
+    mount's source, so `/var/lib/fgpu-swarm-lab/LAB/nodes/{{.Node.Hostname}}/docker.sock` gives each
+    node of the lab its own engine (there, /var/run/docker.sock is the machine's engine)."""
     labels = {ROLE_LABEL: ROLE}
     if deployment_id:
         labels["fgpu.deployment"] = deployment_id
@@ -99,7 +104,7 @@ def agent_service_kwargs(
                 secret[0], secret[1], filename=TOKEN_SECRET_FILE, uid="0", gid="0", mode=0o400
             )
         ],
-        "mounts": [Mount(DOCKER_SOCKET, DOCKER_SOCKET, type="bind")],
+        "mounts": [Mount(DOCKER_SOCKET, docker_socket, type="bind")],
         "env": agent_env(report_url, interval, deployment_id),
         "user": "0",
         "read_only": True,
@@ -157,6 +162,7 @@ def deploy_node_agent(
     name: str = "fgpu-node-agent",
     interval: float = 5.0,
     deployment_id: str | None = None,
+    docker_socket: str = DOCKER_SOCKET,
     source: bytes | None = None,
 ):
     """Create or update the agent's config, secret and global service; returns the service.
@@ -173,6 +179,7 @@ def deploy_node_agent(
         report_url=report_url,
         interval=interval,
         deployment_id=deployment_id,
+        docker_socket=docker_socket,
     )
     service = next(iter(client.services.list(filters={"name": name})), None)
     if service is not None and service.name != name:

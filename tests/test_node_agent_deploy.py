@@ -60,6 +60,10 @@ def test_the_code_is_a_config_the_token_a_secret_and_the_socket_a_bind():
         "/var/run/docker.sock",
         "/var/run/docker.sock",
     )
+    # In the lab each node's engine has a socket of its own: Swarm fills the template per node.
+    lab_socket = "/var/lib/fgpu-swarm-lab/lab/nodes/{{.Node.Hostname}}/docker.sock"
+    (mount,) = build(docker_socket=lab_socket)["mounts"]
+    assert (mount["Source"], mount["Target"]) == (lab_socket, "/var/run/docker.sock")
     env = dict(item.split("=", 1) for item in kwargs["env"])
     assert env["FGPU_AGENT_URL"] == "http://10.213.0.1:8000/services/queue/"
     assert env["FGPU_AGENT_INTERVAL"] == "5"
