@@ -139,6 +139,8 @@ if os.environ.get("FGPU_NODE_AGENT_URL"):
     if os.environ.get("FGPU_SWARM_REGISTRY"):  # the nodes pull the agent's image from there
         agent_image = f"{os.environ['FGPU_SWARM_REGISTRY']}/fgpu/jupyter-base:py3.11"
         queue_service["command"].append(f"--QueueService.node_agent_image={agent_image}")
+        registry = f"--QueueService.node_agent_registry={os.environ['FGPU_SWARM_REGISTRY']}"
+        queue_service["command"].append(registry)
     if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
         socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
         queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")

@@ -33,6 +33,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -156,6 +157,25 @@ def split_image(reference):
     return name, tag
 
 
+def commit_config(image_config, container_config, labels):
+    """The `conf` of a commit: the source image's command, user and folder, the session's own
+    variables and labels blanked (the engine merges the container's in), and `labels` added.
+    The same as queue_service.private_images.commit_config, which the agent cannot import."""
+    image_env = image_config.get("Env") or []
+    image_keys = {item.split("=", 1)[0] for item in image_env}
+    added = [item.split("=", 1)[0] for item in container_config.get("Env") or []]
+    image_labels = image_config.get("Labels") or {}
+    blanked = {key: "" for key in (container_config.get("Labels") or {}) if key not in image_labels}
+    return {
+        "Env": [*image_env, *(f"{key}=" for key in added if key not in image_keys)],
+        "Labels": {**image_labels, **blanked, **labels},
+        "Cmd": image_config.get("Cmd"),
+        "Entrypoint": image_config.get("Entrypoint"),
+        "User": image_config.get("User") or "",
+        "WorkingDir": image_config.get("WorkingDir") or "",
+    }
+
+
 def own_usage(status_text, cpu_seconds):
     """The agent's own footprint (figures for the admin): resident memory and CPU time."""
     rss = 0
@@ -234,10 +254,18 @@ class Engine:
                 return None
             raise
 
-    def commit(self, container_id, repository, tag, pause=True):
-        query = {"container": container_id, "repo": repository, "tag": tag}
-        query["pause"] = "true" if pause else "false"
-        return self.json("POST", "/commit", query=query, timeout=600)
+    def inspect_container(self, container_id):
+        return self.json("GET", f"/containers/{container_id}/json")
+
+    def inspect_image(self, reference):
+        return self.json("GET", f"/images/{urllib.parse.quote(reference, safe='/:@')}/json")
+
+    def commit(self, container_id, repository, tag, conf=None, message="", pause=True):
+        """Commit a container; the engine pauses it meanwhile (one moment's state, see
+        queue_service.private_images.commit_session). Minutes for a large writable layer."""
+        query = {"container": container_id, "repo": repository, "tag": tag, "author": "fgpu-hub"}
+        query.update(comment=message, pause="true" if pause else "false")
+        return self.json("POST", "/commit", query=query, body=conf or {}, timeout=600)
 
     def push(self, repository, tag):
         """Push, failing on the first error line of the engine's progress stream."""
@@ -350,6 +378,8 @@ class Agent:
         self.engine, self.nvml, self.node, self.deployment = engine, nvml, node, deployment
         self.previous_cpu = {}
         self.done_jobs = []
+        self.running_jobs = set()
+        self.lock = threading.Lock()
 
     def collect(self):
         """One round's report (the results of the last jobs included)."""
@@ -357,28 +387,57 @@ class Agent:
         stats = {c["Id"]: self.engine.stats(c["Id"]) for c in containers}
         sessions, self.previous_cpu = session_usage(containers, stats, self.previous_cpu)
         gpus = self.nvml.gpus() if self.nvml is not None else None
-        jobs, self.done_jobs = self.done_jobs, []
+        with self.lock:
+            jobs, self.done_jobs = self.done_jobs, []
         agent = own_usage(_read("/proc/self/status"), sum(os.times()[:2]))
         return build_report(self.node, now_iso(), sessions, gpus, jobs, agent)
 
-    def run_jobs(self, jobs):
+    def run_jobs(self, jobs, wait=False):
+        """Each job in a thread of its own: a commit takes minutes, and the reports go on."""
+        threads = []
         for job in jobs:
-            self.done_jobs.append(run_job(self.engine, job, self.node))
+            with self.lock:
+                if job["id"] in self.running_jobs:
+                    continue  # handed out again while it runs
+                self.running_jobs.add(job["id"])
+            threads.append(threading.Thread(target=self._run_job, args=(job,), daemon=True))
+            threads[-1].start()
+        for thread in threads if wait else ():
+            thread.join()
+
+    def _run_job(self, job):
+        result = run_job(self.engine, job, self.node)
+        with self.lock:
+            self.done_jobs.append(result)
+            self.running_jobs.discard(job["id"])
+
+    def give_back(self, jobs):
+        """Results a report failed to deliver go out with the next one."""
+        with self.lock:
+            self.done_jobs[:0] = jobs
 
 
 def run_job(engine, job, node):
-    """Commit the job's session container and push the image; the result says how it went."""
+    """Commit the job's session container (as the service commits one on its own engine: the
+    source image's command, user and folder, the job's labels) and push the image to the
+    registry its name starts with, so that any node can start it; the result says how it went."""
     result = {"id": job["id"], "kind": job["kind"], "node": node}
     try:
         found = engine.session_containers()
         container = next((c for c in found if session_of(c) == job.get("session_id")), None)
         if container is None:
             return {**result, "ok": False, "error": "no such session container on this node"}
+        details = engine.inspect_container(container["Id"])
+        source = engine.inspect_image(details["Image"])
+        labels = {str(k): str(v) for k, v in (job.get("labels") or {}).items()}
+        conf = commit_config(source.get("Config") or {}, details.get("Config") or {}, labels)
         repository, tag = split_image(str(job.get("image", "")))
-        committed = engine.commit(container["Id"], repository, tag)
+        message = str(job.get("message", ""))[:256]
+        committed = engine.commit(container["Id"], repository, tag, conf=conf, message=message)
         digest = engine.push(repository, tag) if job.get("push", True) else None
-        return {**result, "ok": True, "image_id": (committed or {}).get("Id"), "digest": digest}
-    except (EngineError, OSError, ValueError) as e:
+        image = f"{repository}:{tag}"
+        return {**result, "ok": True, "image": image, "image_id": committed["Id"], "digest": digest}
+    except (EngineError, OSError, ValueError, KeyError, TypeError) as e:
         return {**result, "ok": False, "error": str(e)}
 
 
@@ -432,7 +491,7 @@ def main(environ=os.environ):
         except (OSError, EngineError, NvmlError, ValueError) as e:
             # The queue service or the engine may be restarting: the next round tries again,
             # with the results of jobs this report did not deliver.
-            agent.done_jobs[:0] = report["jobs"] if report else []
+            agent.give_back(report["jobs"] if report else [])
             log(f"round failed: {e}")
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
 

@@ -237,6 +237,14 @@ class QueueService(Application):
         /var/lib/fgpu-swarm-lab/LAB/nodes/{{.Node.Hostname}}/docker.sock is each node's.
         """,
     )
+    node_agent_registry = Unicode(
+        "",
+        config=True,
+        help="""
+        The site's registry (host:port) to which node agents push sessions saved as private
+        images, so that any node can start them; empty, nothing is committed through an agent.
+        """,
+    )
     node_agent_token_file = Unicode(
         TOKEN_FILE,
         config=True,
@@ -342,6 +350,7 @@ class QueueService(Application):
             spawner_service=self.spawner_service,
             agent_service=self.agent_service,
             node_reports=self.node_reports,
+            node_agent_registry=self.node_agent_registry,
             cookie_secret=read_or_create_secret(self.cookie_secret_file),
         )
 

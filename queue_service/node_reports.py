@@ -25,8 +25,10 @@ keeps at most `max_nodes` nodes, so a misbehaving agent cannot grow it without b
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -197,6 +199,7 @@ class NodeReports:
         self._where: dict[str, str] = {}  # session id → node whose last report has it
         self._jobs: dict[str, list[dict]] = {}
         self._results: dict[str, dict] = {}
+        self._waiting: dict[str, asyncio.Future] = {}
 
     def put(self, report: NodeReport) -> None:
         if report.node not in self._nodes and len(self._nodes) >= self.max_nodes:
@@ -211,6 +214,9 @@ class NodeReports:
             self._where[session_id] = report.node
         for result in report.jobs:
             self._results[result["id"]] = result
+            waiter = self._waiting.get(result["id"])
+            if waiter is not None and not waiter.done():
+                waiter.set_result(result)
         self._trim_results()
 
     def _trim_results(self) -> None:
@@ -288,3 +294,30 @@ class NodeReports:
 
     def job_result(self, job_id: str) -> dict | None:
         return self._results.get(job_id)
+
+    async def run_job(self, node: str, job: dict, timeout: float) -> dict:
+        """Hand `job` to the agent of `node` and wait for its result (a Refusal when the node is
+        silent, or when no result comes within `timeout`: then the job is withdrawn if still
+        untaken; one already taken may still finish, and its result is kept in `job_result`)."""
+        if self.stale(node):
+            raise Refusal(
+                f"Node {node} has no fresh report from its agent; nothing can be done there now.",
+                "unavailable",
+            )
+        job = {**job, "id": job.get("id") or secrets.token_hex(8)}
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting[job["id"]] = waiter
+        self.queue_job(node, job)
+        try:
+            return await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            raise Refusal(
+                f"The agent of node {node} gave no result within {timeout:g} s.", "unavailable"
+            ) from None
+        finally:
+            self._waiting.pop(job["id"], None)
+            left = [j for j in self._jobs.get(node, []) if j["id"] != job["id"]]
+            if left:
+                self._jobs[node] = left
+            else:
+                self._jobs.pop(node, None)

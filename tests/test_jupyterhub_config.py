@@ -190,3 +190,4 @@ def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_th
         "--QueueService.node_agent_image=10.213.0.1:5000/fgpu/jupyter-base:py3.11"
         in queue["command"]
     )
+    assert "--QueueService.node_agent_registry=10.213.0.1:5000" in queue["command"]

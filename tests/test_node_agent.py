@@ -19,7 +19,7 @@ import docker
 import pytest
 
 from node_agent import agent
-from queue_service import stats
+from queue_service import private_images, stats
 from queue_service.node_reports import parse_report
 
 from .harness import TEST_LABEL, remove_containers
@@ -143,6 +143,24 @@ def test_filters_jobs_urls_and_image_names():
         "rss_bytes": 20480 * 1024,
         "cpu_seconds": 1.235,
     }
+
+
+def test_the_commit_config_is_the_services_own():
+    """The agent commits on its node as the service commits on its own engine."""
+    image = {"Env": ["PATH=/bin", "LANG=C"], "Labels": {"a": "1"}, "Cmd": ["jupyterhub-singleuser"]}
+    image |= {"User": "1000", "WorkingDir": "/home/jovyan"}
+    container = {
+        "Env": ["PATH=/bin", "JUPYTERHUB_API_TOKEN=secret"],
+        "Labels": {"fgpu.session_id": "s1", "a": "2"},
+        "Cmd": ["sh"],
+        "User": "0",
+    }
+    labels = {private_images.LABEL_OWNER: "alice"}
+    assert agent.commit_config(image, container, labels) == private_images.commit_config(
+        image, container, labels
+    )
+    conf = agent.commit_config(image, container, labels)
+    assert "JUPYTERHUB_API_TOKEN=" in conf["Env"] and conf["Labels"]["fgpu.session_id"] == ""
 
 
 def test_a_push_stream_gives_its_digest_or_fails_on_its_error():
@@ -328,7 +346,7 @@ def test_the_agent_reports_a_real_session_containers_usage(docker_engine, sessio
     assert Receiver.headers_seen[-1]["Authorization"] == "token secret-token"
     assert parse_report(node, received).sessions[session_id].mem_bytes == usage["mem_bytes"]
     # The job it was handed names no container here: its result says so in the next report.
-    runner.run_jobs(agent.jobs_of(answer))
+    runner.run_jobs(agent.jobs_of(answer), wait=True)
     (result,) = runner.collect()["jobs"]
     assert result == {
         "id": "j1",
@@ -344,11 +362,18 @@ def test_a_commit_job_commits_the_session_container(docker_engine, session_conta
     engine = agent.Engine("/var/run/docker.sock")
     repository = f"fgpu-test/agent-commit-{secrets.token_hex(4)}"
     job = {"id": "j2", "kind": "commit", "session_id": session_id, "image": f"{repository}:t1"}
+    job["labels"] = {private_images.LABEL_OWNER: "alice"}
     try:
         result = agent.run_job(engine, {**job, "push": False}, "here")
         assert result["ok"] is True, result
         image = docker_engine.images.get(f"{repository}:t1")
         assert image.id == result["image_id"]
+        # The session's own labels are blanked, the owner's added, the image's command kept.
+        assert image.labels[private_images.LABEL_OWNER] == "alice"
+        assert image.labels[agent.SESSION_LABEL] == ""
+        assert (
+            image.attrs["Config"]["Cmd"] == docker_engine.images.get(IMAGE).attrs["Config"]["Cmd"]
+        )
         assert created.reload() is None and created.status == "running"  # paused, then on again
         # A push to no registry fails with the engine's message, in the result, not as a crash.
         failed = agent.run_job(engine, {**job, "image": f"127.0.0.1:1/{repository}:t1"}, "here")

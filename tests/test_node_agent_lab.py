@@ -84,6 +84,7 @@ for service in c.JupyterHub.services:
             f"--QueueService.node_agent_url=http://{GATEWAY}:{{os.environ['FGPU_HUB_PORT']}}/services/queue/",
             "--QueueService.node_agent_image={image}",
             "--QueueService.node_agent_interval={INTERVAL}",
+            "--QueueService.node_agent_registry={lab['FGPU_SWARM_REGISTRY']}",
             "--QueueService.node_agent_docker_socket={LAB_SOCKET}",
         ]
 """
@@ -169,6 +170,82 @@ def test_every_worker_reports_and_a_sessions_usage_comes_from_its_node(lab, lab_
         (cpu_after - cpu_before) / (time.monotonic() - at) * 100, 2
     )
     print(f"\nnode agent figures: {figures}", file=sys.stderr)
+
+
+def test_a_session_saved_on_node_2_by_its_agent_starts_on_node_3(lab, lab_hub):
+    manager = engine_client(lab)
+    nodes = lab["FGPU_SWARM_NODES"].split(",")
+    registry = lab["FGPU_SWARM_REGISTRY"]
+    session_id = secrets.token_hex(16)
+    deployment = (lab_hub.workdir / "fgpu_deployment_id").read_text().strip()
+    mark = secrets.token_hex(8)
+    session = pinned_service(
+        manager,
+        f"{registry}/{IMAGE}",
+        nodes[1],
+        ["sh", "-c", f"echo {mark} > /tmp/mark && exec sleep 600"],
+        labels={"fgpu.session_id": session_id, "fgpu.deployment": deployment},
+    )
+    try:
+        wait_for(
+            lambda: session_id in reports(lab_hub)[nodes[1]]["sessions"],
+            timeout=120,
+            what="the session in its node's report",
+        )
+        user = f"student-{secrets.token_hex(3)}"
+        start = time.monotonic()
+        saved = QueueUser(lab_hub, "admin").call(
+            "POST",
+            f"nodes/{nodes[1]}/commits",
+            json={"session_id": session_id, "user": user, "tag": "t1"},
+        )
+        assert saved.status_code == 201, saved.text
+        took = round(time.monotonic() - start, 1)
+        result = saved.json()
+        assert result["image"] == f"{registry}/fgpu-private/{user}:t1"
+        assert result["node"] == nodes[1] and result["digest"].startswith("sha256:")
+    finally:
+        session.remove()
+    # Node 3 never had it: it pulls it from the registry, and the session's file is there.
+    restored = pinned_service(
+        manager,
+        result["image"],
+        nodes[2],
+        ["sh", "-c", f"grep -qx {mark} /tmp/mark && exec sleep 600"],
+        labels={},
+    )
+    try:
+        task = wait_for(
+            lambda: next((t for t in restored.tasks() if t["Status"]["State"] == "running"), None),
+            timeout=180,
+            what="the saved image running on node 3",
+        )
+        node3 = next(
+            n for n in manager.nodes.list() if n.attrs["Description"]["Hostname"] == nodes[2]
+        )
+        assert task["NodeID"] == node3.id
+        time.sleep(2)  # grep ran first: had it failed, the task would have ended
+        assert restored.tasks()[0]["Status"]["State"] == "running", restored.tasks()
+        engine3 = engine_client({**lab, "DOCKER_HOST": f"tcp://{LAB_NET}.0.13:2376"})
+        image = engine3.images.get(result["image"])
+        assert image.labels["fgpu.private-owner"] == user
+        assert image.labels["fgpu.session_id"] == ""  # the session's own labels are not carried
+        print(f"\ncommit + push on node 2 through the agent: {took} s", file=sys.stderr)
+    finally:
+        restored.remove()
+
+
+def pinned_service(manager, image: str, node: str, command: list[str], labels: dict):
+    return manager.services.create(
+        image,
+        command=command,
+        name=f"fgpu-agent-test-{secrets.token_hex(4)}",
+        user="1000",
+        constraints=[f"node.hostname=={node}"],
+        container_labels=labels,
+        endpoint_spec=docker.types.EndpointSpec(mode="dnsrr"),
+        restart_policy=docker.types.RestartPolicy(condition="none"),
+    )
 
 
 def test_deploying_again_changes_nothing_and_a_new_token_moves_the_agents_to_a_new_secret(

@@ -1,8 +1,10 @@
 """The store of node agents' reports (queue_service/node_reports.py): what a report must look like,
-and what the service reads back (usage, GPUs, session ids), with staleness on a fake clock."""
+and what the service reads back (usage, GPUs, session ids), with staleness on a fake clock; and
+jobs for a node's agent."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -147,3 +149,25 @@ def test_the_store_holds_a_bounded_number_of_nodes():
     with pytest.raises(Refusal, match="Reports of 2 nodes"):
         store.put(parse_report("c", body("c")))
     assert [n["node"] for n in store.nodes()] == ["a", "b"]
+
+
+async def test_a_job_is_handed_to_its_node_and_its_result_awaited():
+    store = NodeReports(clock=Clock())
+    store.put(parse_report("node-1", body()))
+    waiting = asyncio.ensure_future(store.run_job("node-1", {"id": "j1", "kind": "commit"}, 5))
+    await asyncio.sleep(0)
+    assert store.take_jobs("node-1") == [{"id": "j1", "kind": "commit"}]  # the next answer's
+    store.put(parse_report("node-1", body(jobs=[{"id": "j1", "ok": True, "image": "r/i:t"}])))
+    assert await waiting == {"id": "j1", "ok": True, "image": "r/i:t"}
+
+
+async def test_a_job_for_a_silent_node_is_refused_and_an_unanswered_one_withdrawn():
+    clock = Clock()
+    store = NodeReports(stale_after=20, clock=clock)
+    with pytest.raises(Refusal, match="no fresh report") as refused:
+        await store.run_job("node-1", {"kind": "commit"}, 5)
+    assert refused.value.cause == "unavailable"
+    store.put(parse_report("node-1", body()))
+    with pytest.raises(Refusal, match="no result within 0.05 s"):
+        await store.run_job("node-1", {"kind": "commit"}, 0.05)
+    assert store.take_jobs("node-1") == []  # not handed out after its caller gave up

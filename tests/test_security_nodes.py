@@ -121,3 +121,21 @@ def test_a_bad_report_is_a_400_with_its_fault_and_stores_nothing(hub, data, mess
     assert response.status_code == 400, response.text
     assert message in response.json()["message"]
     assert node not in reported_nodes(hub)
+
+
+def test_only_admins_may_save_a_session_on_its_node(hub, username):
+    node = f"node-{secrets.token_hex(3)}"
+    body = {"session_id": "abc", "user": username, "tag": "t1"}
+    student = QueueUser(hub, username).call("POST", f"nodes/{node}/commits", json=body)
+    assert student.status_code == 403, student.text
+    narrow = narrow_admin_token(hub, ["access:services!service=queue"])
+    url = f"{hub.url}/services/queue/api/nodes/{node}/commits"
+    assert narrow.post(url, json=body, timeout=60).status_code == 403
+    agent_says = post(agent_token(hub), url, json=body)
+    assert agent_says.status_code == 403, agent_says.text
+    admin = QueueUser(hub, "admin")
+    missing = admin.call("POST", f"nodes/{node}/commits", json={"session_id": "abc"})
+    assert missing.status_code == 400 and "user is missing" in missing.json()["message"]
+    # This hub runs on one host: no registry to push to, so nothing is sent to any agent.
+    refused = admin.call("POST", f"nodes/{node}/commits", json=body)
+    assert refused.status_code == 409 and "No registry" in refused.json()["message"]
