@@ -386,11 +386,22 @@ class Agent:
         containers = self.engine.session_containers(self.deployment)
         stats = {c["Id"]: self.engine.stats(c["Id"]) for c in containers}
         sessions, self.previous_cpu = session_usage(containers, stats, self.previous_cpu)
-        gpus = self.nvml.gpus() if self.nvml is not None else None
+        gpus = self.read_gpus()
         with self.lock:
             jobs, self.done_jobs = self.done_jobs, []
         agent = own_usage(_read("/proc/self/status"), sum(os.times()[:2]))
         return build_report(self.node, now_iso(), sessions, gpus, jobs, agent)
+
+    def read_gpus(self):
+        """The GPUs, or None: a GPU NVML cannot read (lost, say) must not silence the node's
+        sessions' usage; the error goes to the agent's log."""
+        if self.nvml is None:
+            return None
+        try:
+            return self.nvml.gpus()
+        except NvmlError as e:
+            log(f"GPUs not read: {e}")
+            return None
 
     def run_jobs(self, jobs, wait=False):
         """Each job in a thread of its own: a commit takes minutes, and the reports go on."""

@@ -265,6 +265,13 @@ def test_a_gpu_nvml_cannot_read_is_an_error_naming_it_and_nvml_is_shut_down():
     assert library.calls == ["init", "shutdown"]
 
 
+def test_a_gpu_nvml_cannot_read_leaves_the_rest_of_the_report(capsys):
+    lost = agent.Nvml(FakeNvmlLibrary(TWO_GPUS, fail={("handle", 0): 15}))
+    report = agent.Agent(agent.Engine(), lost, "here").collect()
+    assert report["gpus"] is None and isinstance(report["sessions"], dict)
+    assert "GPUs not read: GPU 0: GPU is lost" in capsys.readouterr().err
+
+
 def test_a_node_without_the_nvidia_driver_has_no_nvml():
     # This machine has no NVIDIA driver: the library is not there, and that is not an error.
     assert agent.Nvml.load() is None

@@ -84,7 +84,7 @@ for service in c.JupyterHub.services:
             f"--QueueService.node_agent_url=http://{GATEWAY}:{{os.environ['FGPU_HUB_PORT']}}/services/queue/",
             "--QueueService.node_agent_image={image}",
             "--QueueService.node_agent_interval={INTERVAL}",
-            "--QueueService.node_agent_registry={lab['FGPU_SWARM_REGISTRY']}",
+            "--QueueService.node_agent_registry={lab["FGPU_SWARM_REGISTRY"]}",
             "--QueueService.node_agent_docker_socket={LAB_SOCKET}",
         ]
 """
