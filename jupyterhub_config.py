@@ -24,6 +24,8 @@ Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these 
   FGPU_HUB_CONNECT_IP  this host's address as the nodes reach it: the hub's API listens there
   FGPU_SWARM_HOME_ROOT shared storage mounted at this path on every node and here: home folders
   FGPU_SWARM_ENDPOINT  `host_port` (default; a hub beside the Swarm) or `overlay` (a hub on it)
+  FGPU_NODE_AGENT_URL  the queue service as nodes reach it; when set, the node agent is deployed
+  FGPU_NODE_AGENT_SOCKET  each node's engine socket (default /var/run/docker.sock)
 """
 
 import json
@@ -105,6 +107,13 @@ from queue_service.deployment import deployment_id  # noqa: E402
 
 fgpu_deployment_id = deployment_id(os.getcwd())
 
+# The node agents (one per Swarm node, queue_service/node_agent_deploy.py) report to the service
+# with a token of their own, kept in the state directory: the service hands the same file's token
+# to them as a Swarm secret, and a hub restart leaves them as they were.
+from queue_service.node_agent_deploy import TOKEN_FILE, node_agent_token  # noqa: E402
+
+node_agent_service_token = node_agent_token(os.path.join(os.getcwd(), TOKEN_FILE))
+
 # The scopes the service reads (queue_service/scopes.py, where the choice of admin:servers for
 # admin powers is explained).
 from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles  # noqa: E402
@@ -137,7 +146,24 @@ c.JupyterHub.services = [
         "oauth_client_allowed_scopes": [MANAGE_SCOPE, ADMIN_SCOPE],
     },
     {"name": "fgpu-spawner", "api_token": spawner_token},
+    {"name": "fgpu-node-agent", "api_token": node_agent_service_token},
 ]
+# In Swarm mode the queue service deploys the node agent on every node (a global service); the
+# agents report to this URL, the service as a node reaches it through the hub's proxy, e.g.
+# http://10.213.0.1:8000/services/queue/. Unset, no agent is deployed (single-host mode).
+if os.environ.get("FGPU_NODE_AGENT_URL"):
+    (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
+    queue_service["command"].append(
+        f"--QueueService.node_agent_url={os.environ['FGPU_NODE_AGENT_URL']}"
+    )
+    if os.environ.get("FGPU_SWARM_REGISTRY"):  # the nodes pull the agent's image from there
+        agent_image = f"{os.environ['FGPU_SWARM_REGISTRY']}/fgpu/jupyter-base:py3.11"
+        queue_service["command"].append(f"--QueueService.node_agent_image={agent_image}")
+        registry = f"--QueueService.node_agent_registry={os.environ['FGPU_SWARM_REGISTRY']}"
+        queue_service["command"].append(registry)
+    if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
+        socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
+        queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")
 c.JupyterHub.load_roles = [
     {"name": "user", "scopes": ["self", "access:services!service=queue"]},
     {
@@ -157,6 +183,12 @@ c.JupyterHub.load_roles = [
         "description": "The spawner's identity towards the queue service, and nothing else",
         "scopes": ["access:services!service=queue"],
         "services": ["fgpu-spawner"],
+    },
+    {
+        "name": "fgpu-node-agent",
+        "description": "The node agents' identity towards the queue service: they report nodes",
+        "scopes": ["access:services!service=queue"],
+        "services": ["fgpu-node-agent"],
     },
 ]
 

@@ -31,6 +31,8 @@ from .engine import Engine
 from .hub_client import HubClient
 from .images import ImageStore
 from .launches import Launcher
+from .node_agent_deploy import TOKEN_FILE, deploy_node_agent, node_agent_token
+from .node_reports import NodeReports
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
@@ -219,6 +221,63 @@ class QueueService(Application):
         directory), made there on first start; the spawner gets the same from the config.
         """,
     )
+    agent_service = Unicode(
+        "fgpu-node-agent",
+        config=True,
+        help="""Name of the hub service whose token the node agents present; only it may report nodes.""",
+    )
+    node_report_stale = Float(
+        20.0,
+        config=True,
+        help="""
+        Seconds after which a node's last agent report no longer counts (its sessions' usage is
+        unknown, not zero). Keep it a few times `node_agent_interval`.
+        """,
+    )
+    node_agent_url = Unicode(
+        "",
+        config=True,
+        help="""
+        Where node agents reach this service, as seen from a Swarm node: the hub's public URL of
+        the service, e.g. http://10.213.0.1:8000/services/queue/. Set, the service deploys the node
+        agent on the Swarm its engine manages (a global service) at start, and again whenever the
+        agent's code or token changed; empty (single-host mode), no agent is deployed.
+        """,
+    )
+    node_agent_image = Unicode(
+        "fgpu/jupyter-base:py3.11",
+        config=True,
+        help="""Image that runs the node agent (any with python3; every node must be able to pull it).""",
+    )
+    node_agent_interval = Float(
+        5.0, config=True, help="""Seconds between two reports of a node agent."""
+    )
+    node_agent_docker_socket = Unicode(
+        "/var/run/docker.sock",
+        config=True,
+        help="""
+        The engine socket of each node, as the node sees it, bound into its agent. Swarm fills
+        templates in it: in the Swarm lab, where /var/run/docker.sock is the machine's own engine,
+        /var/lib/fgpu-swarm-lab/LAB/nodes/{{.Node.Hostname}}/docker.sock is each node's.
+        """,
+    )
+    node_agent_registry = Unicode(
+        "",
+        config=True,
+        help="""
+        The site's registry (host:port) to which node agents push sessions saved as private
+        images, so that any node can start them; empty, nothing is committed through an agent.
+        """,
+    )
+    node_agent_token_file = Unicode(
+        TOKEN_FILE,
+        config=True,
+        help="""
+        File holding the node agents' hub API token (the shipped config declares the
+        `fgpu-node-agent` service with it), made (mode 0600) when missing; relative paths are in
+        the state directory. The service hands it to the agents as a Swarm secret.
+        """,
+    )
     service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
     service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
 
@@ -324,6 +383,7 @@ class QueueService(Application):
             log=self.log,
         )
         self.manager.usage_of = self.stats.usage
+        self.node_reports = NodeReports(stale_after=self.node_report_stale)
         prefix = self.service_prefix
         return web.Application(
             handlers.routes(prefix),
@@ -340,6 +400,9 @@ class QueueService(Application):
             # the reconciler and every other engine call use.
             commit_executor=ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="fgpu-commit"),
             spawner_service=self.spawner_service,
+            agent_service=self.agent_service,
+            node_reports=self.node_reports,
+            node_agent_registry=self.node_agent_registry,
             cookie_secret=read_or_create_secret(self.cookie_secret_file),
         )
 
@@ -348,6 +411,8 @@ class QueueService(Application):
         url = urlparse(self.service_url)
         await listen_when_free(app, url.port or 80, url.hostname, self.log)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
+        if self.node_agent_url:
+            await self.deploy_node_agent()
         try:
             await self.reconciler.reconcile()
         except Exception as e:  # the engine is down: the reconciler's rounds try again
@@ -356,6 +421,28 @@ class QueueService(Application):
         await self.manager.schedule()
         self._stats_task = asyncio.create_task(self.stats.run())
         await self.reconciler.run(self.reconcile_interval)
+
+    async def deploy_node_agent(self) -> None:
+        """Deploy (or update) the node agent on the Swarm; a failure is logged, not fatal: the
+        service works without reports, with usage of other nodes' sessions unknown."""
+        token = node_agent_token(self.node_agent_token_file)
+        try:
+            service = await asyncio.get_running_loop().run_in_executor(
+                None,
+                lambda: deploy_node_agent(
+                    self.docker,
+                    token=token,
+                    report_url=self.node_agent_url,
+                    image=self.node_agent_image,
+                    name=self.agent_service,
+                    interval=self.node_agent_interval,
+                    deployment_id=self.deployment_id,
+                    docker_socket=self.node_agent_docker_socket,
+                ),
+            )
+            self.log.info("Node agent deployed as Swarm service %s", service.name)
+        except Exception as e:
+            self.log.error("Could not deploy the node agent: %s", e)
 
     async def serve_until_stopped(self) -> None:
         """Serve until SIGINT or SIGTERM. The hub stops its services with SIGINT and escalates to

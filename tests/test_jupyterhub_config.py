@@ -196,3 +196,29 @@ def test_single_host_stays_the_default_and_a_bad_engine_is_refused(monkeypatch):
     monkeypatch.setenv("FGPU_ENGINE", "kubernetes")
     with pytest.raises(SystemExit, match="FGPU_ENGINE must be docker or swarm, not 'kubernetes'"):
         load_shipped_config()
+
+
+def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_the_service(
+    state_dir, monkeypatch
+):
+    monkeypatch.delenv("FGPU_NODE_AGENT_URL", raising=False)
+    config = load_shipped_config()
+    (agents,) = [s for s in config.JupyterHub.services if s["name"] == "fgpu-node-agent"]
+    kept = (state_dir / "fgpu_node_agent_token").read_text().strip()
+    assert agents["api_token"] == kept
+    assert oct((state_dir / "fgpu_node_agent_token").stat().st_mode & 0o777) == "0o600"
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert not [arg for arg in queue["command"] if "node_agent" in arg]
+    assert load_shipped_config().JupyterHub.services[-1]["api_token"] == kept  # kept, not new
+
+    monkeypatch.setenv("FGPU_NODE_AGENT_URL", "http://10.213.0.1:8000/services/queue/")
+    monkeypatch.setenv("FGPU_SWARM_REGISTRY", "10.213.0.1:5000")
+    (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
+    assert (
+        "--QueueService.node_agent_url=http://10.213.0.1:8000/services/queue/" in queue["command"]
+    )
+    assert (
+        "--QueueService.node_agent_image=10.213.0.1:5000/fgpu/jupyter-base:py3.11"
+        in queue["command"]
+    )
+    assert "--QueueService.node_agent_registry=10.213.0.1:5000" in queue["command"]

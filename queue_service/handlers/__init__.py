@@ -6,6 +6,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `sessions`: people's `api/sessions` (launch, stop, save as an image);
 - `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
 - `images`: the catalog's `api/images`;
+- `nodes`: the node agents' `api/nodes/{hostname}/report`, and `api/nodes` for admins;
 - `pages`: the HTML pages and their static files (and the 404 for anything else).
 
 Handlers only translate HTTP to the domain (`queue`, `quotas`, `images`, `private_images`,
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 
-from . import grants, images, pages, resources, sessions
+from . import grants, images, nodes, pages, resources, sessions
 
 
 def routes(prefix: str) -> list:
@@ -27,6 +28,7 @@ def routes(prefix: str) -> list:
         *sessions.routes(prefix),
         *resources.routes(prefix),
         *images.routes(prefix),
+        *nodes.routes(prefix),
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         *pages.routes(prefix),
     ]

@@ -1,0 +1,511 @@
+"""The fGPU node agent: what one Swarm node runs, read on that node and reported to the queue service.
+
+The manager of a Swarm cannot `docker stats` a container on another node, nor read another node's
+NVML, so every worker node runs this agent (a global Swarm service, as cAdvisor or Portainer's agent
+are deployed; `queue_service/node_agent_deploy.py` builds and deploys it). Every `FGPU_AGENT_INTERVAL`
+seconds it:
+
+1. lists the node's live session containers (label `fgpu.session_id`, and `fgpu.deployment` when
+   the agent is given its hub's id) through the node's engine socket, and reads each one's stats
+   once (one-shot): CPU % between two of its own samples, memory as `docker stats` shows it;
+2. reads the node's GPUs through NVML (`libnvidia-ml.so.1`, by ctypes) when the driver is there:
+   uuid, name, memory total and used, utilisation. Without the library `gpus` is null (no NVML on
+   this node: a node with simulated GPUs, whose GPUs are the manager's node labels);
+3. POSTs the report, as JSON, to `<FGPU_AGENT_URL>api/nodes/<hostname>/report` with the hub API
+   token of the node-agent service (a Swarm secret), and runs the jobs the answer names (commit a
+   session container, push the image), reporting each job's result in the next report.
+
+It is ONE file that needs only Python's standard library (no docker SDK, no pynvml), so it is shipped
+as a Swarm config and run by the session base image's `python3`, with no image of its own to build.
+The functions above `Engine` are pure (engine JSON in, report out) and unit-tested; `Engine`, `Nvml`,
+`post_report` and `main` do the I/O.
+
+Environment: FGPU_AGENT_URL (the queue service's base URL, ending in /), FGPU_AGENT_TOKEN_FILE,
+FGPU_AGENT_INTERVAL (seconds, default 5), FGPU_NODE_NAME (default: the engine's name for its host),
+FGPU_DEPLOYMENT (only containers of this hub), FGPU_DOCKER_SOCKET (default /var/run/docker.sock).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import http.client
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime
+
+SESSION_LABEL = "fgpu.session_id"
+DEPLOYMENT_LABEL = "fgpu.deployment"
+#: The shape of a report; the queue service refuses versions it does not know.
+REPORT_VERSION = 1
+#: dockerd 20.10's API; newer engines serve it too.
+ENGINE_API = "v1.41"
+#: Jobs the queue service may hand to an agent (see `run_job`).
+JOB_KINDS = ("commit",)
+NVML_LIBRARY = "libnvidia-ml.so.1"
+
+
+# -- pure: engine JSON to a report ---------------------------------------------------------------
+
+
+def cpu_times(stats):
+    """(container CPU ns, host CPU ns, online CPUs) of one one-shot stats answer, or None."""
+    cpu = stats.get("cpu_stats") or {}
+    usage = cpu.get("cpu_usage") or {}
+    total, system = usage.get("total_usage"), cpu.get("system_cpu_usage")
+    if total is None or system is None:
+        return None
+    online = cpu.get("online_cpus") or len(usage.get("percpu_usage") or [1])
+    return int(total), int(system), int(online)
+
+
+def cpu_percent(previous, current):
+    """Docker's CPU % between two samples: 100 % is one core busy, N × 100 % all N cores."""
+    if previous is None or current is None:
+        return None
+    container_delta, system_delta = current[0] - previous[0], current[1] - previous[1]
+    if system_delta <= 0 or container_delta < 0:
+        return None
+    return round(container_delta / system_delta * current[2] * 100.0, 2)
+
+
+def memory(stats):
+    """(used bytes, limit bytes) as `docker stats` shows them: usage less inactive page cache."""
+    mem = stats.get("memory_stats") or {}
+    usage = int(mem.get("usage") or 0)
+    detail = mem.get("stats") or {}
+    # cgroup v1 reports total_inactive_file, v2 inactive_file; older engines only cache.
+    for key in ("total_inactive_file", "inactive_file", "cache"):
+        if key in detail:
+            usage -= int(detail[key])
+            break
+    return max(0, usage), int(mem.get("limit") or 0)
+
+
+def session_of(container):
+    """The session id a container of `GET /containers/json` carries, or None."""
+    return (container.get("Labels") or {}).get(SESSION_LABEL) or None
+
+
+def session_usage(containers, stats_by_id, previous_cpu):
+    """Usage of each session container, and the CPU samples to keep for the next round.
+
+    `containers` is the engine's list answer, `stats_by_id` a one-shot stats answer per container id
+    (missing when the container went away meanwhile), `previous_cpu` last round's samples by id.
+    """
+    sessions, samples = {}, {}
+    for container in containers:
+        session_id, container_id = session_of(container), container.get("Id")
+        stats = stats_by_id.get(container_id)
+        if not session_id or stats is None:
+            continue
+        samples[container_id] = cpu_times(stats)
+        used, limit = memory(stats)
+        sessions[session_id] = {
+            "container": container_id,
+            "state": container.get("State"),
+            "cpu_percent": cpu_percent(previous_cpu.get(container_id), samples[container_id]),
+            "mem_bytes": used,
+            "mem_limit_bytes": limit,
+        }
+    return sessions, samples
+
+
+def build_report(node, sampled_at, sessions, gpus, jobs=(), agent=None):
+    """The JSON body the agent POSTs (the queue service's `node_reports.parse_report` reads it)."""
+    return {
+        "version": REPORT_VERSION,
+        "node": node,
+        "sampled_at": sampled_at,
+        "sessions": sessions,
+        "gpus": gpus,
+        "jobs": list(jobs),
+        "agent": agent or {},
+    }
+
+
+def session_filters(deployment=None):
+    """The engine's list filter for live session containers (of one hub, when named)."""
+    labels = [SESSION_LABEL]
+    if deployment:
+        labels.append(f"{DEPLOYMENT_LABEL}={deployment}")
+    return {"label": labels, "status": ["running", "paused"]}
+
+
+def jobs_of(answer):
+    """The well-formed jobs in the queue service's answer to a report (others are skipped)."""
+    jobs = answer.get("jobs") if isinstance(answer, dict) else None
+    if not isinstance(jobs, list):
+        return []
+    return [
+        job
+        for job in jobs
+        if isinstance(job, dict) and job.get("kind") in JOB_KINDS and isinstance(job.get("id"), str)
+    ]
+
+
+def split_image(reference):
+    """(repository, tag) of an image reference; a registry's port is not a tag."""
+    name, _, tag = reference.rpartition(":")
+    if not name or "/" in tag:
+        return reference, "latest"
+    return name, tag
+
+
+def commit_config(image_config, container_config, labels):
+    """The `conf` of a commit: the source image's command, user and folder, the session's own
+    variables and labels blanked (the engine merges the container's in), and `labels` added.
+    The same as queue_service.private_images.commit_config, which the agent cannot import."""
+    image_env = image_config.get("Env") or []
+    image_keys = {item.split("=", 1)[0] for item in image_env}
+    added = [item.split("=", 1)[0] for item in container_config.get("Env") or []]
+    image_labels = image_config.get("Labels") or {}
+    blanked = {key: "" for key in (container_config.get("Labels") or {}) if key not in image_labels}
+    return {
+        "Env": [*image_env, *(f"{key}=" for key in added if key not in image_keys)],
+        "Labels": {**image_labels, **blanked, **labels},
+        "Cmd": image_config.get("Cmd"),
+        "Entrypoint": image_config.get("Entrypoint"),
+        "User": image_config.get("User") or "",
+        "WorkingDir": image_config.get("WorkingDir") or "",
+    }
+
+
+def own_usage(status_text, cpu_seconds):
+    """The agent's own footprint (figures for the admin): resident memory and CPU time."""
+    rss = 0
+    for line in status_text.splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return {"rss_bytes": rss, "cpu_seconds": round(cpu_seconds, 3)}
+
+
+def now_iso():
+    return datetime.now(UTC).isoformat()
+
+
+# -- I/O: the node's engine, over its unix socket ------------------------------------------------
+
+
+class EngineError(Exception):
+    def __init__(self, status, message):
+        super().__init__(f"engine answered {status}: {message}")
+        self.status, self.message = status, message
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self.socket_path)
+        self.sock = sock
+
+
+class Engine:
+    """The node's Docker engine through its bind-mounted socket: plain HTTP, one connection a call."""
+
+    def __init__(self, socket_path="/var/run/docker.sock", timeout=30.0):
+        self.socket_path, self.timeout = socket_path, timeout
+
+    def call(self, method, path, query=None, body=None, headers=None, timeout=None):
+        url = f"/{ENGINE_API}{path}"
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        connection = _UnixConnection(self.socket_path, timeout or self.timeout)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            sent = {"Content-Type": "application/json", **(headers or {})} if data else headers
+            connection.request(method, url, body=data, headers=sent or {})
+            reply = connection.getresponse()
+            raw = reply.read()
+        finally:
+            connection.close()
+        if reply.status >= 400:
+            raise EngineError(reply.status, _engine_message(raw))
+        return raw
+
+    def json(self, method, path, **kwargs):
+        raw = self.call(method, path, **kwargs)
+        return json.loads(raw) if raw.strip() else None
+
+    def info(self):
+        return self.json("GET", "/info")
+
+    def session_containers(self, deployment=None):
+        query = {"filters": json.dumps(session_filters(deployment))}
+        return self.json("GET", "/containers/json", query=query)
+
+    def stats(self, container_id):
+        """One-shot stats, or None when the container is gone."""
+        try:
+            query = {"stream": "false", "one-shot": "true"}
+            return self.json("GET", f"/containers/{container_id}/stats", query=query)
+        except EngineError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def inspect_container(self, container_id):
+        return self.json("GET", f"/containers/{container_id}/json")
+
+    def inspect_image(self, reference):
+        return self.json("GET", f"/images/{urllib.parse.quote(reference, safe='/:@')}/json")
+
+    def commit(self, container_id, repository, tag, conf=None, message="", pause=True):
+        """Commit a container; the engine pauses it meanwhile (one moment's state, see
+        queue_service.private_images.commit_session). Minutes for a large writable layer."""
+        query = {"container": container_id, "repo": repository, "tag": tag, "author": "fgpu-hub"}
+        query.update(comment=message, pause="true" if pause else "false")
+        return self.json("POST", "/commit", query=query, body=conf or {}, timeout=600)
+
+    def push(self, repository, tag):
+        """Push, failing on the first error line of the engine's progress stream."""
+        # The registry needs no credentials here; the header must still be valid base64 JSON.
+        headers = {"X-Registry-Auth": "e30="}
+        path = f"/images/{urllib.parse.quote(repository, safe='/:')}/push"
+        raw = self.call("POST", path, query={"tag": tag}, headers=headers, timeout=600)
+        return push_digest(raw)
+
+
+def push_digest(stream):
+    """The digest an engine's push stream ends with; its error line raises EngineError."""
+    digest = None
+    for line in stream.decode(errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("error"):
+            raise EngineError(500, event["error"])
+        digest = (event.get("aux") or {}).get("Digest") or digest
+    return digest
+
+
+def _engine_message(raw):
+    try:
+        return json.loads(raw).get("message") or raw.decode(errors="replace")
+    except (ValueError, AttributeError):
+        return raw.decode(errors="replace")
+
+
+# -- I/O: NVML through ctypes ------------------------------------------------------------------
+
+
+class NvmlError(Exception):
+    pass
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
+class _Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class Nvml:
+    """The node's GPUs through NVML's C API. `library` is the loaded `libnvidia-ml.so.1` (a fake
+    with the same functions in tests): every call returns an nvmlReturn_t, 0 for success."""
+
+    def __init__(self, library):
+        self.lib = library
+        self.lib.nvmlErrorString.restype = ctypes.c_char_p
+
+    @classmethod
+    def load(cls, name=NVML_LIBRARY):
+        """NVML, or None on a node without the NVIDIA driver (no library to load)."""
+        try:
+            return cls(ctypes.CDLL(name))
+        except OSError:
+            return None
+
+    def _check(self, code, what):
+        if code != 0:
+            text = self.lib.nvmlErrorString(code)
+            raise NvmlError(f"{what}: {text.decode() if isinstance(text, bytes) else text}")
+
+    def gpus(self):
+        """Every GPU in NVML index order: uuid, name, index, memory total/used, utilisation %."""
+        self._check(self.lib.nvmlInit_v2(), "nvmlInit")
+        try:
+            count = ctypes.c_uint(0)
+            self._check(self.lib.nvmlDeviceGetCount_v2(ctypes.byref(count)), "device count")
+            return [self._gpu(index) for index in range(count.value)]
+        finally:
+            self.lib.nvmlShutdown()
+
+    def _gpu(self, index):
+        handle = ctypes.c_void_p()
+        self._check(
+            self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)),
+            f"GPU {index}",
+        )
+        uuid, name = ctypes.create_string_buffer(96), ctypes.create_string_buffer(96)
+        self._check(self.lib.nvmlDeviceGetUUID(handle, uuid, ctypes.c_uint(96)), "uuid")
+        self._check(self.lib.nvmlDeviceGetName(handle, name, ctypes.c_uint(96)), "name")
+        mem, util = _Memory(), _Utilization()
+        self._check(self.lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem)), "memory")
+        util_code = self.lib.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(util))
+        return {
+            "uuid": uuid.value.decode(),
+            "name": name.value.decode(),
+            "index": index,
+            "memory_total": mem.total,
+            "memory_used": mem.used,
+            # Not every GPU samples utilisation (NVML_ERROR_NOT_SUPPORTED): unknown, not an error.
+            "util_percent": float(util.gpu) if util_code == 0 else None,
+        }
+
+
+# -- I/O: one round, the report, the jobs -----------------------------------------------------
+
+
+class Agent:
+    def __init__(self, engine, nvml, node, deployment=None):
+        self.engine, self.nvml, self.node, self.deployment = engine, nvml, node, deployment
+        self.previous_cpu = {}
+        self.done_jobs = []
+        self.running_jobs = set()
+        self.lock = threading.Lock()
+
+    def collect(self):
+        """One round's report (the results of the last jobs included)."""
+        containers = self.engine.session_containers(self.deployment)
+        stats = {c["Id"]: self.engine.stats(c["Id"]) for c in containers}
+        sessions, self.previous_cpu = session_usage(containers, stats, self.previous_cpu)
+        gpus = self.read_gpus()
+        with self.lock:
+            jobs, self.done_jobs = self.done_jobs, []
+        agent = own_usage(_read("/proc/self/status"), sum(os.times()[:2]))
+        return build_report(self.node, now_iso(), sessions, gpus, jobs, agent)
+
+    def read_gpus(self):
+        """The GPUs, or None: a GPU NVML cannot read (lost, say) must not silence the node's
+        sessions' usage; the error goes to the agent's log."""
+        if self.nvml is None:
+            return None
+        try:
+            return self.nvml.gpus()
+        except NvmlError as e:
+            log(f"GPUs not read: {e}")
+            return None
+
+    def run_jobs(self, jobs, wait=False):
+        """Each job in a thread of its own: a commit takes minutes, and the reports go on."""
+        threads = []
+        for job in jobs:
+            with self.lock:
+                if job["id"] in self.running_jobs:
+                    continue  # handed out again while it runs
+                self.running_jobs.add(job["id"])
+            threads.append(threading.Thread(target=self._run_job, args=(job,), daemon=True))
+            threads[-1].start()
+        for thread in threads if wait else ():
+            thread.join()
+
+    def _run_job(self, job):
+        result = run_job(self.engine, job, self.node)
+        with self.lock:
+            self.done_jobs.append(result)
+            self.running_jobs.discard(job["id"])
+
+    def give_back(self, jobs):
+        """Results a report failed to deliver go out with the next one."""
+        with self.lock:
+            self.done_jobs[:0] = jobs
+
+
+def run_job(engine, job, node):
+    """Commit the job's session container (as the service commits one on its own engine: the
+    source image's command, user and folder, the job's labels) and push the image to the
+    registry its name starts with, so that any node can start it; the result says how it went."""
+    result = {"id": job["id"], "kind": job["kind"], "node": node}
+    try:
+        found = engine.session_containers()
+        container = next((c for c in found if session_of(c) == job.get("session_id")), None)
+        if container is None:
+            return {**result, "ok": False, "error": "no such session container on this node"}
+        details = engine.inspect_container(container["Id"])
+        source = engine.inspect_image(details["Image"])
+        labels = {str(k): str(v) for k, v in (job.get("labels") or {}).items()}
+        conf = commit_config(source.get("Config") or {}, details.get("Config") or {}, labels)
+        repository, tag = split_image(str(job.get("image", "")))
+        message = str(job.get("message", ""))[:256]
+        committed = engine.commit(container["Id"], repository, tag, conf=conf, message=message)
+        digest = engine.push(repository, tag) if job.get("push", True) else None
+        image = f"{repository}:{tag}"
+        return {**result, "ok": True, "image": image, "image_id": committed["Id"], "digest": digest}
+    except (EngineError, OSError, ValueError, KeyError, TypeError) as e:
+        return {**result, "ok": False, "error": str(e)}
+
+
+def post_report(url, token, report, timeout=30.0):
+    """POST the report; the queue service's answer (jobs, maybe) as a dict."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(report).encode(),
+        method="POST",
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        return json.loads(reply.read() or b"{}")
+
+
+def report_url(base, node):
+    return f"{base.rstrip('/')}/api/nodes/{urllib.parse.quote(node, safe='')}/report"
+
+
+def _read(path):
+    try:
+        with open(path) as file:
+            return file.read()
+    except OSError:
+        return ""
+
+
+def log(message):
+    print(f"[fgpu-node-agent {now_iso()}] {message}", file=sys.stderr, flush=True)
+
+
+def main(environ=os.environ):
+    engine = Engine(environ.get("FGPU_DOCKER_SOCKET", "/var/run/docker.sock"))
+    token = _read(environ["FGPU_AGENT_TOKEN_FILE"]).strip()
+    if not token:
+        raise SystemExit(f"no token in {environ['FGPU_AGENT_TOKEN_FILE']}")
+    interval = float(environ.get("FGPU_AGENT_INTERVAL", "5"))
+    node = environ.get("FGPU_NODE_NAME") or engine.info()["Name"]
+    url = report_url(environ["FGPU_AGENT_URL"], node)
+    nvml = Nvml.load()
+    agent = Agent(engine, nvml, node, environ.get("FGPU_DEPLOYMENT") or None)
+    log(
+        f"node {node}: reporting to {url} every {interval:g} s; NVML {'found' if nvml else 'absent'}"
+    )
+    while True:
+        started = time.monotonic()
+        report = None
+        try:
+            report = agent.collect()
+            agent.run_jobs(jobs_of(post_report(url, token, report)))
+        except (OSError, EngineError, NvmlError, ValueError) as e:
+            # The queue service or the engine may be restarting: the next round tries again,
+            # with the results of jobs this report did not deliver.
+            agent.give_back(report["jobs"] if report else [])
+            log(f"round failed: {e}")
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+if __name__ == "__main__":
+    main()

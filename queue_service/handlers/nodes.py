@@ -1,0 +1,88 @@
+"""`api/nodes`: the node agents' reports (issue 12, "Every node counts").
+
+- `POST api/nodes/{hostname}/report`: a node agent's report (`node_reports.parse_report`); the
+  answer carries the jobs waiting for that node (`{"jobs": [...]}`). Only the hub service whose
+  token the agents hold (`agent_service`) may report: a student's token, an admin's, the spawner's
+  or a cookie gets 403; a body that is not a report gets 400 with its fault, and nothing is stored.
+- `GET api/nodes`: admins; every node that reported, with its age, GPUs and sessions' usage.
+- `POST api/nodes/{hostname}/commits` with `{session_id, user, tag}`: admins; the node's agent
+  commits the session's container to `<registry>/fgpu-private/<user>:<tag>` and pushes it
+  (node_commits.py), so any node can start it. 201 with the image and its digest; 503 when the
+  node's agent is silent, 502 when the commit or push failed, 409 when no registry is configured.
+  This is the Swarm path of `POST sessions/{id}/image`, which is to route through it.
+"""
+
+from __future__ import annotations
+
+from tornado import web
+
+from ..node_commits import commit_on_node
+from ..node_reports import parse_report
+from .base import BaseHandler
+
+
+class NodeReportHandler(BaseHandler):
+    """POST a node's report; for the node agents' identity alone."""
+
+    async def admit(self) -> None:
+        await super().admit()
+        identity = self.identity()
+        if (
+            identity.get("kind") != "service"
+            or identity.get("name") != self.settings["agent_service"]
+        ):
+            raise web.HTTPError(403, "Only the hub's node agents may report a node's usage.")
+
+    @web.authenticated
+    async def post(self, node):
+        store = self.settings["node_reports"]
+        try:
+            report = parse_report(node, self.body(), size=self._received)
+        except ValueError as e:
+            raise web.HTTPError(400, f"Not a node report: {e}") from None
+        store.put(report)
+        self.write_json({"node": node, "jobs": store.take_jobs(node)})
+
+
+class NodesHandler(BaseHandler):
+    """GET every node's last report (admins)."""
+
+    @web.authenticated
+    async def get(self):
+        self.require_admin("Reading the nodes' reports")
+        store = self.settings["node_reports"]
+        self.write_json({"stale_after": store.stale_after, "nodes": store.nodes()})
+
+
+class NodeCommitsHandler(BaseHandler):
+    """POST a commit of a session on its node (admins)."""
+
+    @web.authenticated
+    async def post(self, node):
+        self.require_admin("Saving a session on its node")
+        data = self.body()
+        for key in ("session_id", "user", "tag"):
+            if not isinstance(data.get(key), str) or not data[key]:
+                raise web.HTTPError(400, f"{key} is missing: send session_id, user and tag.")
+        registry = self.settings["node_agent_registry"]
+        if not registry:
+            raise web.HTTPError(
+                409, "No registry is configured (QueueService.node_agent_registry)."
+            )
+        result = await commit_on_node(
+            self.settings["node_reports"],
+            node,
+            data["session_id"],
+            data["user"],
+            data["tag"],
+            registry,
+        )
+        self.write_json(result, 201)
+
+
+def routes(prefix: str) -> list:
+    return [
+        (prefix + r"api/nodes", NodesHandler),
+        (prefix + r"api/nodes/([^/]+)/commits", NodeCommitsHandler),
+        (prefix + r"api/nodes/([^/]+)/report", NodeReportHandler),
+    ]

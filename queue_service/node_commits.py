@@ -1,0 +1,62 @@
+"""A session saved as a private image on the node it runs on, through that node's agent (issue 12:
+"a session saved as a private image on node A must start on node B").
+
+In Swarm mode the service cannot reach a session's container (it runs on another node's engine),
+so the commit is a job for the node's agent (`node_reports.NodeReports.run_job`): the agent
+commits the container as `private_images.commit_session` does on the local engine (the source
+image's command, user and folder; the owner and source-session labels; paused for the copy), and
+pushes the image to the site's registry, from which any node pulls it.
+
+`commit_job` is pure; `commit_on_node` waits for the agent's result.
+"""
+
+from __future__ import annotations
+
+from .errors import Refusal
+from .node_reports import NodeReports
+from .private_images import LABEL_OWNER, LABEL_SOURCE_SESSION, private_reference
+
+#: A commit copies the session's writable layer, and a push sends it: minutes, not seconds.
+COMMIT_TIMEOUT_SECONDS = 900
+
+
+def registry_reference(registry: str, user: str, tag: str) -> str:
+    """`<registry>/fgpu-private/<user>:<tag>`: the private reference, in the site's registry."""
+    registry = registry.strip().rstrip("/")
+    if not registry or "/" in registry:
+        raise Refusal(f"{registry!r} is not a registry address such as 10.213.0.1:5000.", "invalid")
+    return f"{registry}/{private_reference(user, tag)}"
+
+
+def commit_job(session_id: str, user: str, tag: str, registry: str) -> dict:
+    """The agent's job that commits `session_id` to the user's private image and pushes it."""
+    return {
+        "kind": "commit",
+        "session_id": session_id,
+        "image": registry_reference(registry, user, tag),
+        "labels": {LABEL_OWNER: user, LABEL_SOURCE_SESSION: session_id},
+        "message": f"fGPU hub: session {session_id} of {user}",
+        "push": True,
+    }
+
+
+async def commit_on_node(
+    store: NodeReports,
+    node: str,
+    session_id: str,
+    user: str,
+    tag: str,
+    registry: str,
+    timeout: float = COMMIT_TIMEOUT_SECONDS,
+) -> dict:
+    """Commit and push on `node`; the agent's result (image, image_id, digest), or a Refusal."""
+    running = store.session_ids(node)
+    if running is not None and session_id not in running:
+        raise Refusal(f"Node {node} runs no container of session {session_id}.", "conflict")
+    result = await store.run_job(node, commit_job(session_id, user, tag, registry), timeout)
+    if not result.get("ok"):
+        raise Refusal(
+            f"The agent of node {node} could not save session {session_id}: {result.get('error')}",
+            "engine",
+        )
+    return result

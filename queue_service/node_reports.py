@@ -1,0 +1,323 @@
+"""What the node agents report: the last report of every Swarm node, and jobs waiting for a node.
+
+A node agent (`node_agent/agent.py`, a global Swarm service) POSTs a report every few seconds to
+`api/nodes/{hostname}/report` (handlers/nodes.py). `parse_report` checks the body (pure; a bad one
+is a ValueError whose text is the 400's message, and nothing is stored); `NodeReports` keeps the
+last report per node with the time it came in, and answers:
+
+- `usage(session_id)`: the live usage of a session on any node, in the stats sampler's shape
+  (`stats.Usage`), so pages and the sampler read sessions on other nodes as they read local ones;
+- `gpus(node)`: the GPUs NVML sees on that node (None: no fresh report, or no NVML there);
+- `session_ids(node)`: the session containers the node says it runs (None when its report is stale
+  or missing: unknown is not "none", so the reconciler never ends sessions on a silent node from
+  this alone);
+- `stale(node)`: no report within `stale_after` seconds.
+
+Jobs (a commit on the node that runs a session, then a push) wait in `queue_job` until the node's
+next report takes them (`take_jobs`); their results come back in a later report (`job_result`).
+
+Identity: every agent presents the same hub token (one Swarm secret for a global service), so a
+report proves it comes from *a* node agent of this hub, not from the node it names. The URL's
+hostname is the report's node, and a body naming another node is refused (400). A node that is
+not (or no longer) in the Swarm may report: a drained node still runs sessions, and the store
+keeps at most `max_nodes` nodes, so a misbehaving agent cannot grow it without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from .errors import Refusal
+from .stats import Usage
+
+REPORT_VERSION = 1
+#: A Swarm hostname: a DNS name (labels of letters, digits, '-', '_'), at most 253 characters.
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,252})$")
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+DEFAULT_MAX_NODES = 10_000
+#: Results of jobs kept per node until someone reads them.
+MAX_RESULTS_PER_NODE = 100
+
+
+@dataclass(frozen=True)
+class SessionUsage:
+    container: str
+    state: str
+    cpu_percent: float | None
+    mem_bytes: int
+    mem_limit_bytes: int
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    uuid: str
+    name: str
+    index: int
+    memory_total: int
+    memory_used: int
+    util_percent: float | None
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node: str
+    sampled_at: str
+    sessions: dict[str, SessionUsage]
+    gpus: tuple[NodeGpu, ...] | None
+    jobs: tuple[dict, ...]
+    agent: dict
+    size: int
+    received: float = 0.0
+
+
+def parse_report(node: str, data: Any, size: int = 0) -> NodeReport:
+    """A node agent's report for `node` (the URL's hostname), or ValueError saying what is wrong."""
+    if not NODE_NAME_RE.match(node or ""):
+        raise ValueError(f"{node!r} is not a node's hostname.")
+    if not isinstance(data, Mapping):
+        raise ValueError("A report is a JSON object.")
+    if data.get("version") != REPORT_VERSION:
+        raise ValueError(
+            f"Unknown report version {data.get('version')!r}; expected {REPORT_VERSION}."
+        )
+    if data.get("node") != node:
+        raise ValueError(
+            f"The report names node {data.get('node')!r} but was sent for {node!r}; "
+            "an agent reports only for its own node."
+        )
+    return NodeReport(
+        node=node,
+        sampled_at=_text(data, "sampled_at"),
+        sessions=_sessions(data.get("sessions")),
+        gpus=_gpus(data.get("gpus")),
+        jobs=_jobs(data.get("jobs", [])),
+        agent=_agent(data.get("agent", {})),
+        size=size,
+    )
+
+
+def _text(data: Mapping, key: str, limit: int = 256) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value or len(value) > limit:
+        raise ValueError(f"{key} must be a non-empty string of at most {limit} characters.")
+    return value
+
+
+def _count(data: Mapping, key: str, where: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: {key} must be a whole number of at least 0.")
+    return value
+
+
+def _percent(data: Mapping, key: str, where: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where}: {key} must be a number or null.")
+    if value < 0:
+        raise ValueError(f"{where}: {key} must not be negative.")
+    return float(value)
+
+
+def _sessions(value: Any) -> dict[str, SessionUsage]:
+    if not isinstance(value, Mapping):
+        raise ValueError("sessions must be an object of session id → usage.")
+    sessions = {}
+    for session_id, usage in value.items():
+        where = f"session {session_id!r}"
+        if not SESSION_ID_RE.match(session_id):
+            raise ValueError(f"{where}: not a session id.")
+        if not isinstance(usage, Mapping):
+            raise ValueError(f"{where}: its usage must be an object.")
+        sessions[session_id] = SessionUsage(
+            container=_text(usage, "container", 128),
+            state=str(usage.get("state") or "running")[:32],
+            cpu_percent=_percent(usage, "cpu_percent", where),
+            mem_bytes=_count(usage, "mem_bytes", where),
+            mem_limit_bytes=_count(usage, "mem_limit_bytes", where),
+        )
+    return sessions
+
+
+def _gpus(value: Any) -> tuple[NodeGpu, ...] | None:
+    if value is None:
+        return None  # no NVML on the node
+    if not isinstance(value, list):
+        raise ValueError("gpus must be a list, or null on a node without NVML.")
+    gpus = []
+    for position, gpu in enumerate(value):
+        where = f"GPU {position}"
+        if not isinstance(gpu, Mapping):
+            raise ValueError(f"{where} must be an object.")
+        gpus.append(
+            NodeGpu(
+                uuid=_text(gpu, "uuid", 96),
+                name=_text(gpu, "name", 96),
+                index=_count(gpu, "index", where),
+                memory_total=_count(gpu, "memory_total", where),
+                memory_used=_count(gpu, "memory_used", where),
+                util_percent=_percent(gpu, "util_percent", where),
+            )
+        )
+    return tuple(gpus)
+
+
+def _jobs(value: Any) -> tuple[dict, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(job, Mapping) and isinstance(job.get("id"), str) for job in value
+    ):
+        raise ValueError("jobs must be a list of job results, each with its id.")
+    return tuple(dict(job) for job in value)
+
+
+def _agent(value: Any) -> dict:
+    if not isinstance(value, Mapping):
+        raise ValueError("agent must be an object.")
+    return {k: v for k, v in value.items() if k in ("rss_bytes", "cpu_seconds")}
+
+
+class NodeReports:
+    """The last report of every node, and the jobs and job results on their way."""
+
+    def __init__(
+        self,
+        stale_after: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+        max_nodes: int = DEFAULT_MAX_NODES,
+    ):
+        self.stale_after, self.clock, self.max_nodes = stale_after, clock, max_nodes
+        self._nodes: dict[str, NodeReport] = {}
+        self._where: dict[str, str] = {}  # session id → node whose last report has it
+        self._jobs: dict[str, list[dict]] = {}
+        self._results: dict[str, dict] = {}
+        self._waiting: dict[str, asyncio.Future] = {}
+
+    def put(self, report: NodeReport) -> None:
+        if report.node not in self._nodes and len(self._nodes) >= self.max_nodes:
+            raise Refusal(f"Reports of {self.max_nodes} nodes are kept already.", "unavailable")
+        previous = self._nodes.get(report.node)
+        if previous is not None:
+            for session_id in previous.sessions:
+                if self._where.get(session_id) == report.node:
+                    del self._where[session_id]
+        self._nodes[report.node] = replace(report, received=self.clock())
+        for session_id in report.sessions:
+            self._where[session_id] = report.node
+        for result in report.jobs:
+            self._results[result["id"]] = result
+            waiter = self._waiting.get(result["id"])
+            if waiter is not None and not waiter.done():
+                waiter.set_result(result)
+        self._trim_results()
+
+    def _trim_results(self) -> None:
+        excess = len(self._results) - MAX_RESULTS_PER_NODE * max(1, len(self._nodes))
+        for job_id in list(self._results)[: max(0, excess)]:
+            del self._results[job_id]
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def report(self, node: str) -> NodeReport | None:
+        return self._nodes.get(node)
+
+    def age(self, node: str) -> float | None:
+        report = self._nodes.get(node)
+        return None if report is None else self.clock() - report.received
+
+    def stale(self, node: str) -> bool:
+        age = self.age(node)
+        return age is None or age > self.stale_after
+
+    def fresh(self, node: str) -> NodeReport | None:
+        return None if self.stale(node) else self._nodes[node]
+
+    def usage(self, session_id: str) -> dict | None:
+        """The session's usage in the stats sampler's shape, from its node's fresh report."""
+        node = self._where.get(session_id)
+        report = self.fresh(node) if node else None
+        if report is None:
+            return None
+        used = report.sessions[session_id]
+        return asdict(
+            Usage(
+                cpu_percent=used.cpu_percent,
+                mem_bytes=used.mem_bytes,
+                mem_limit_bytes=used.mem_limit_bytes,
+                gpu_mem_bytes=None,
+                gpu_util_percent=None,
+                sampled_at=report.sampled_at,
+            )
+        )
+
+    def gpus(self, node: str) -> tuple[NodeGpu, ...] | None:
+        report = self.fresh(node)
+        return None if report is None else report.gpus
+
+    def session_ids(self, node: str) -> set[str] | None:
+        report = self.fresh(node)
+        return None if report is None else set(report.sessions)
+
+    def nodes(self) -> list[dict]:
+        """Every node that ever reported, for admins: age, staleness, GPUs and sessions."""
+        return [
+            {
+                "node": name,
+                "age_seconds": round(self.age(name), 3),
+                "stale": self.stale(name),
+                "sampled_at": report.sampled_at,
+                "report_bytes": report.size,
+                "agent": report.agent,
+                "gpus": None if report.gpus is None else [asdict(g) for g in report.gpus],
+                "sessions": {sid: asdict(u) for sid, u in report.sessions.items()},
+                "jobs_waiting": len(self._jobs.get(name, [])),
+            }
+            for name, report in sorted(self._nodes.items())
+        ]
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def queue_job(self, node: str, job: dict) -> None:
+        """A job for the agent of `node`, handed over in the answer to its next report."""
+        self._jobs.setdefault(node, []).append(dict(job))
+
+    def take_jobs(self, node: str) -> list[dict]:
+        return self._jobs.pop(node, [])
+
+    def job_result(self, job_id: str) -> dict | None:
+        return self._results.get(job_id)
+
+    async def run_job(self, node: str, job: dict, timeout: float) -> dict:
+        """Hand `job` to the agent of `node` and wait for its result (a Refusal when the node is
+        silent, or when no result comes within `timeout`: then the job is withdrawn if still
+        untaken; one already taken may still finish, and its result is kept in `job_result`)."""
+        if self.stale(node):
+            raise Refusal(
+                f"Node {node} has no fresh report from its agent; nothing can be done there now.",
+                "unavailable",
+            )
+        job = {**job, "id": job.get("id") or secrets.token_hex(8)}
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting[job["id"]] = waiter
+        self.queue_job(node, job)
+        try:
+            return await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            raise Refusal(
+                f"The agent of node {node} gave no result within {timeout:g} s.", "unavailable"
+            ) from None
+        finally:
+            self._waiting.pop(job["id"], None)
+            left = [j for j in self._jobs.get(node, []) if j["id"] != job["id"]]
+            if left:
+                self._jobs[node] = left
+            else:
+                self._jobs.pop(node, None)

@@ -1,0 +1,401 @@
+"""The node agent (node_agent/agent.py): its pure report building, the NVML ctypes boundary with a
+fake library, and its engine client against this machine's real dockerd (socket, list, stats,
+commit), with a real report posted to a real HTTP server."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import ctypes
+import json
+import secrets
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import docker
+import pytest
+
+from node_agent import agent
+from queue_service import private_images, stats
+from queue_service.node_reports import parse_report
+
+from .harness import TEST_LABEL, remove_containers
+from .test_stats import V1_STATS, V2_STATS
+
+AGENT_FILE = Path(agent.__file__)
+IMAGE = "fgpu/jupyter-base:py3.11"
+
+
+def container(session_id, container_id="c1", state="running"):
+    return {"Id": container_id, "State": state, "Labels": {agent.SESSION_LABEL: session_id}}
+
+
+def sample(total, system, online=2, usage=100 << 20, limit=1 << 30):
+    return {
+        "cpu_stats": {
+            "cpu_usage": {"total_usage": total},
+            "system_cpu_usage": system,
+            "online_cpus": online,
+        },
+        "memory_stats": {"usage": usage, "stats": {"total_inactive_file": 0}, "limit": limit},
+    }
+
+
+# -- the file itself ------------------------------------------------------------------------------
+
+
+def test_the_agent_is_one_file_of_the_standard_library_alone():
+    """Shipped as a Swarm config and run by any image's python3: no import outside the stdlib."""
+    tree = ast.parse(AGENT_FILE.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "a relative import would not exist on the node"
+            imported.add(node.module.split(".")[0])
+    assert imported - {"__future__"} <= sys.stdlib_module_names, imported
+    # Swarm configs are at most 500 KB; the agent is far below.
+    assert AGENT_FILE.stat().st_size < 40_000
+
+
+# -- pure: usage and the report -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("previous", "current"),
+    [((1_000, 10_000, 2), (6_000, 20_000, 2)), (None, (1, 2, 2)), ((9_000, 10_000, 2), (1, 2, 2))],
+)
+def test_cpu_and_memory_follow_the_queue_services_own_formulas(previous, current):
+    """The agent cannot import queue_service.stats on a node; both must give the same figures."""
+    assert agent.cpu_percent(previous, current) == stats.cpu_percent(previous, current)
+    for answer in (V1_STATS, V2_STATS, {}):
+        assert agent.memory(answer) == stats.memory(answer)
+        if answer:
+            assert agent.cpu_times(answer) == stats.cpu_times(answer)
+
+
+def test_session_usage_takes_cpu_between_two_rounds_and_skips_what_is_gone():
+    containers = [container("s1", "c1"), container("s2", "c2"), {"Id": "c3", "Labels": {}}]
+    first, samples = agent.session_usage(
+        containers, {"c1": sample(1_000, 10_000), "c2": None, "c3": sample(1, 1)}, {}
+    )
+    assert list(first) == ["s1"]  # c2's stats are gone (removed meanwhile), c3 is no session
+    assert first["s1"] == {
+        "container": "c1",
+        "state": "running",
+        "cpu_percent": None,  # one sample: no rate yet
+        "mem_bytes": 100 << 20,
+        "mem_limit_bytes": 1 << 30,
+    }
+    second, _ = agent.session_usage(containers[:1], {"c1": sample(6_000, 20_000)}, samples)
+    assert second["s1"]["cpu_percent"] == 100.0  # one core of two busy
+
+
+def test_a_built_report_is_what_the_queue_service_takes():
+    sessions, _ = agent.session_usage([container("s1")], {"c1": sample(1, 2)}, {})
+    gpus = [
+        {
+            "uuid": "GPU-1",
+            "name": "A100",
+            "index": 0,
+            "memory_total": 40 << 30,
+            "memory_used": 1 << 30,
+            "util_percent": 12.0,
+        }
+    ]
+    jobs = [{"id": "j1", "kind": "commit", "ok": True}]
+    report = agent.build_report("node-1", "2026-01-01T00:00:00+00:00", sessions, gpus, jobs)
+    body = json.loads(json.dumps(report))
+    parsed = parse_report("node-1", body)
+    assert parsed.sessions["s1"].mem_bytes == 100 << 20
+    assert parsed.gpus[0].uuid == "GPU-1" and parsed.gpus[0].util_percent == 12.0
+    assert parsed.jobs == ({"id": "j1", "kind": "commit", "ok": True},)
+    # No NVML on the node: gpus is null, and the service takes that as "not read here".
+    assert parse_report("node-1", agent.build_report("node-1", "t", {}, None)).gpus is None
+
+
+def test_filters_jobs_urls_and_image_names():
+    assert agent.session_filters() == {
+        "label": ["fgpu.session_id"],
+        "status": ["running", "paused"],
+    }
+    assert agent.session_filters("d1")["label"] == ["fgpu.session_id", "fgpu.deployment=d1"]
+    assert agent.jobs_of(
+        {"jobs": [{"id": "a", "kind": "commit"}, {"id": "b", "kind": "rm"}, 3]}
+    ) == [{"id": "a", "kind": "commit"}]
+    assert agent.jobs_of({"node": "x"}) == [] and agent.jobs_of(None) == []
+    assert agent.report_url("http://h:8000/services/queue/", "n 1") == (
+        "http://h:8000/services/queue/api/nodes/n%201/report"
+    )
+    assert agent.split_image("10.0.0.1:5000/fgpu/private:t1") == (
+        "10.0.0.1:5000/fgpu/private",
+        "t1",
+    )
+    assert agent.split_image("10.0.0.1:5000/fgpu/private") == (
+        "10.0.0.1:5000/fgpu/private",
+        "latest",
+    )
+    assert agent.own_usage("Name:\tpython3\nVmRSS:\t   20480 kB\n", 1.23456) == {
+        "rss_bytes": 20480 * 1024,
+        "cpu_seconds": 1.235,
+    }
+
+
+def test_the_commit_config_is_the_services_own():
+    """The agent commits on its node as the service commits on its own engine."""
+    image = {"Env": ["PATH=/bin", "LANG=C"], "Labels": {"a": "1"}, "Cmd": ["jupyterhub-singleuser"]}
+    image |= {"User": "1000", "WorkingDir": "/home/jovyan"}
+    container = {
+        "Env": ["PATH=/bin", "JUPYTERHUB_API_TOKEN=secret"],
+        "Labels": {"fgpu.session_id": "s1", "a": "2"},
+        "Cmd": ["sh"],
+        "User": "0",
+    }
+    labels = {private_images.LABEL_OWNER: "alice"}
+    assert agent.commit_config(image, container, labels) == private_images.commit_config(
+        image, container, labels
+    )
+    conf = agent.commit_config(image, container, labels)
+    assert "JUPYTERHUB_API_TOKEN=" in conf["Env"] and conf["Labels"]["fgpu.session_id"] == ""
+
+
+def test_a_push_stream_gives_its_digest_or_fails_on_its_error():
+    ok = b'{"status":"Pushing"}\n{"status":"t1: digest","aux":{"Tag":"t1","Digest":"sha256:ab"}}\n'
+    assert agent.push_digest(ok) == "sha256:ab"
+    with pytest.raises(agent.EngineError, match="connection refused"):
+        agent.push_digest(b'{"status":"Pushing"}\n{"error":"connection refused"}\n')
+
+
+# -- NVML through ctypes, with a fake library -----------------------------------------------------
+
+
+class FakeNvmlLibrary:
+    """NVML's C functions as ctypes calls them: out-parameters come as byref() or buffers, and
+    every call returns an nvmlReturn_t (0: success; 3: NOT_SUPPORTED; 15: GPU_IS_LOST)."""
+
+    def __init__(self, gpus, fail=None):
+        self.gpus, self.fail, self.calls = gpus, fail or {}, []
+        self.nvmlErrorString = lambda code: {3: b"Not Supported", 15: b"GPU is lost"}[code]
+
+    def nvmlInit_v2(self):
+        self.calls.append("init")
+        return 0
+
+    def nvmlShutdown(self):
+        self.calls.append("shutdown")
+        return 0
+
+    def nvmlDeviceGetCount_v2(self, count):
+        count._obj.value = len(self.gpus)
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, handle):
+        handle._obj.value = 1000 + index.value
+        return self.fail.get(("handle", index.value), 0)
+
+    def _gpu(self, handle):
+        return self.gpus[handle.value - 1000]
+
+    def nvmlDeviceGetUUID(self, handle, buffer, size):
+        buffer.value = self._gpu(handle)["uuid"].encode()[: size.value - 1]
+        return 0
+
+    def nvmlDeviceGetName(self, handle, buffer, size):
+        buffer.value = self._gpu(handle)["name"].encode()
+        return 0
+
+    def nvmlDeviceGetMemoryInfo(self, handle, memory):
+        gpu = self._gpu(handle)
+        memory._obj.total, memory._obj.used = gpu["total"], gpu["used"]
+        memory._obj.free = gpu["total"] - gpu["used"]
+        return 0
+
+    def nvmlDeviceGetUtilizationRates(self, handle, utilization):
+        gpu = self._gpu(handle)
+        if gpu.get("util") is None:
+            return 3
+        utilization._obj.gpu = gpu["util"]
+        return 0
+
+
+TWO_GPUS = [
+    {
+        "uuid": "GPU-aaaa",
+        "name": "NVIDIA A100-SXM4-40GB",
+        "total": 40 << 30,
+        "used": 1 << 30,
+        "util": 37,
+    },
+    {"uuid": "GPU-bbbb", "name": "Tesla T4", "total": 16 << 30, "used": 0, "util": None},
+]
+
+
+def test_nvml_gpus_are_read_through_the_c_api():
+    library = FakeNvmlLibrary(TWO_GPUS)
+    assert agent.Nvml(library).gpus() == [
+        {
+            "uuid": "GPU-aaaa",
+            "name": "NVIDIA A100-SXM4-40GB",
+            "index": 0,
+            "memory_total": 40 << 30,
+            "memory_used": 1 << 30,
+            "util_percent": 37.0,
+        },
+        {
+            "uuid": "GPU-bbbb",
+            "name": "Tesla T4",
+            "index": 1,
+            "memory_total": 16 << 30,
+            "memory_used": 0,
+            "util_percent": None,  # the GPU does not sample utilisation: unknown, not an error
+        },
+    ]
+    assert library.calls == ["init", "shutdown"]
+    assert library.nvmlErrorString.restype is ctypes.c_char_p
+
+
+def test_a_gpu_nvml_cannot_read_is_an_error_naming_it_and_nvml_is_shut_down():
+    library = FakeNvmlLibrary(TWO_GPUS, fail={("handle", 1): 15})
+    with pytest.raises(agent.NvmlError, match="GPU 1: GPU is lost"):
+        agent.Nvml(library).gpus()
+    assert library.calls == ["init", "shutdown"]
+
+
+def test_a_gpu_nvml_cannot_read_leaves_the_rest_of_the_report(capsys):
+    lost = agent.Nvml(FakeNvmlLibrary(TWO_GPUS, fail={("handle", 0): 15}))
+    report = agent.Agent(agent.Engine(), lost, "here").collect()
+    assert report["gpus"] is None and isinstance(report["sessions"], dict)
+    assert "GPUs not read: GPU 0: GPU is lost" in capsys.readouterr().err
+
+
+def test_a_node_without_the_nvidia_driver_has_no_nvml():
+    # This machine has no NVIDIA driver: the library is not there, and that is not an error.
+    assert agent.Nvml.load() is None
+
+
+# -- a real engine, a real HTTP endpoint ---------------------------------------------------------
+
+
+@pytest.fixture
+def session_container(docker_engine):
+    """A container labelled as a session of hub `deployment`, keeping a core partly busy."""
+    run, session_id, deployment = secrets.token_hex(6), secrets.token_hex(16), secrets.token_hex(8)
+    labels = {agent.SESSION_LABEL: session_id, agent.DEPLOYMENT_LABEL: deployment, TEST_LABEL: run}
+    created = docker_engine.containers.run(
+        IMAGE,
+        ["python3", "-c", "import time\nx = bytearray(48 << 20)\nwhile True: sum(range(20000))"],
+        detach=True,
+        mem_limit="256m",
+        labels=labels,
+    )
+    try:
+        yield created, session_id, deployment
+    finally:
+        remove_containers({TEST_LABEL: run})
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """Stands for the queue service: keeps the reports and answers with a job once."""
+
+    reports: list = []
+    headers_seen: list = []
+    answer: dict = {}
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        Receiver.reports.append((self.path, json.loads(body)))
+        Receiver.headers_seen.append(dict(self.headers))
+        data = json.dumps(Receiver.answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_agent_reports_a_real_session_containers_usage(docker_engine, session_container):
+    created, session_id, deployment = session_container
+    engine = agent.Engine("/var/run/docker.sock")
+    node = engine.info()["Name"]
+    assert node == docker_engine.info()["Name"]
+    runner = agent.Agent(engine, nvml=None, node=node, deployment=deployment)
+    first = runner.collect()
+    assert list(first["sessions"]) == [session_id]  # other hubs' containers are not this agent's
+    assert agent.Agent(engine, None, node, deployment="another-hub").collect()["sessions"] == {}
+
+    def busy_report():
+        report = runner.collect()
+        usage = report["sessions"][session_id]
+        return report if usage["cpu_percent"] and usage["mem_bytes"] >= 48 << 20 else None
+
+    report = _poll(busy_report, 30, "a CPU figure and the 48 MiB the session holds")
+    usage = report["sessions"][session_id]
+    assert usage["container"] == created.id and usage["mem_limit_bytes"] == 256 << 20
+    assert report["gpus"] is None and report["agent"]["rss_bytes"] > 0
+
+    server = HTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        Receiver.answer = {"jobs": [{"id": "j1", "kind": "commit", "session_id": "nope"}]}
+        url = agent.report_url(f"http://127.0.0.1:{server.server_port}/services/queue/", node)
+        answer = agent.post_report(url, "secret-token", report)
+    finally:
+        server.shutdown()
+    path, received = Receiver.reports[-1]
+    assert path == f"/services/queue/api/nodes/{node}/report"
+    assert Receiver.headers_seen[-1]["Authorization"] == "token secret-token"
+    assert parse_report(node, received).sessions[session_id].mem_bytes == usage["mem_bytes"]
+    # The job it was handed names no container here: its result says so in the next report.
+    runner.run_jobs(agent.jobs_of(answer), wait=True)
+    (result,) = runner.collect()["jobs"]
+    assert result == {
+        "id": "j1",
+        "kind": "commit",
+        "node": node,
+        "ok": False,
+        "error": "no such session container on this node",
+    }
+
+
+def test_a_commit_job_commits_the_session_container(docker_engine, session_container):
+    created, session_id, _ = session_container
+    engine = agent.Engine("/var/run/docker.sock")
+    repository = f"fgpu-test/agent-commit-{secrets.token_hex(4)}"
+    job = {"id": "j2", "kind": "commit", "session_id": session_id, "image": f"{repository}:t1"}
+    job["labels"] = {private_images.LABEL_OWNER: "alice"}
+    try:
+        result = agent.run_job(engine, {**job, "push": False}, "here")
+        assert result["ok"] is True, result
+        image = docker_engine.images.get(f"{repository}:t1")
+        assert image.id == result["image_id"]
+        # The session's own labels are blanked, the owner's added, the image's command kept.
+        assert image.labels[private_images.LABEL_OWNER] == "alice"
+        assert image.labels[agent.SESSION_LABEL] == ""
+        assert (
+            image.attrs["Config"]["Cmd"] == docker_engine.images.get(IMAGE).attrs["Config"]["Cmd"]
+        )
+        assert created.reload() is None and created.status == "running"  # paused, then on again
+        # A push to no registry fails with the engine's message, in the result, not as a crash.
+        failed = agent.run_job(engine, {**job, "image": f"127.0.0.1:1/{repository}:t1"}, "here")
+        assert failed["ok"] is False and failed["error"], failed
+    finally:
+        for tag in (f"{repository}:t1", f"127.0.0.1:1/{repository}:t1"):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_engine.images.remove(tag, force=True)
+
+
+def _poll(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout} s")

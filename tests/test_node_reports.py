@@ -1,0 +1,173 @@
+"""The store of node agents' reports (queue_service/node_reports.py): what a report must look like,
+and what the service reads back (usage, GPUs, session ids), with staleness on a fake clock; and
+jobs for a node's agent."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from queue_service.errors import Refusal
+from queue_service.node_reports import NodeReports, parse_report
+
+
+def body(node="node-1", **changes):
+    report = {
+        "version": 1,
+        "node": node,
+        "sampled_at": "2026-11-24T03:00:00+00:00",
+        "sessions": {
+            "abc123": {
+                "container": "c" * 64,
+                "state": "running",
+                "cpu_percent": 42.5,
+                "mem_bytes": 100,
+                "mem_limit_bytes": 1000,
+            }
+        },
+        "gpus": [
+            {
+                "uuid": "GPU-1",
+                "name": "A100",
+                "index": 0,
+                "memory_total": 40,
+                "memory_used": 1,
+                "util_percent": None,
+            }
+        ],
+        "jobs": [],
+        "agent": {"rss_bytes": 1, "cpu_seconds": 0.5, "other": "dropped"},
+    }
+    report.update(changes)
+    return report
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("node", "data", "message"),
+    [
+        ("node-1", [], "a JSON object"),
+        ("node-1", body(version=2), "Unknown report version 2"),
+        ("node-1", body(node="node-2"), "names node 'node-2' but was sent for 'node-1'"),
+        ("-bad", body(node="-bad"), "not a node's hostname"),
+        ("node-1", body(sessions=[]), "sessions must be an object"),
+        ("node-1", body(sessions={"a b": {}}), "not a session id"),
+        ("node-1", body(sessions={"s": 3}), "usage must be an object"),
+        ("node-1", body(sessions={"s": {"container": "c", "mem_bytes": -1}}), "mem_bytes"),
+        (
+            "node-1",
+            body(
+                sessions={
+                    "s": {
+                        "container": "c",
+                        "mem_bytes": 1,
+                        "mem_limit_bytes": 1,
+                        "cpu_percent": math.inf,
+                    }
+                }
+            ),
+            "cpu_percent must be a number",
+        ),
+        ("node-1", body(gpus={}), "gpus must be a list"),
+        ("node-1", body(gpus=[{"uuid": "GPU-1"}]), "name must be a non-empty string"),
+        ("node-1", body(jobs=[{"ok": True}]), "each with its id"),
+        ("node-1", body(sampled_at=""), "sampled_at"),
+        ("node-1", body(agent=[]), "agent must be an object"),
+    ],
+)
+def test_a_bad_report_is_refused_with_what_is_wrong(node, data, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_report(node, data)
+
+
+def test_a_report_gives_usage_gpus_and_session_ids_while_it_is_fresh():
+    clock = Clock()
+    store = NodeReports(stale_after=20, clock=clock)
+    assert store.session_ids("node-1") is None and store.stale("node-1")
+    store.put(parse_report("node-1", body(), size=900))
+    assert store.usage("abc123") == {
+        "cpu_percent": 42.5,
+        "mem_bytes": 100,
+        "mem_limit_bytes": 1000,
+        "gpu_mem_bytes": None,
+        "gpu_util_percent": None,
+        "sampled_at": "2026-11-24T03:00:00+00:00",
+    }
+    assert [gpu.uuid for gpu in store.gpus("node-1")] == ["GPU-1"]
+    assert store.session_ids("node-1") == {"abc123"}
+    (summary,) = store.nodes()
+    assert summary["report_bytes"] == 900 and summary["agent"] == {
+        "rss_bytes": 1,
+        "cpu_seconds": 0.5,
+    }
+
+    clock.now += 21  # silent for longer than stale_after: unknown, not "nothing runs"
+    assert store.stale("node-1") and store.nodes()[0]["stale"]
+    assert store.usage("abc123") is None
+    assert store.session_ids("node-1") is None and store.gpus("node-1") is None
+
+
+def test_a_session_that_moved_or_ended_is_read_from_its_last_node():
+    store = NodeReports(clock=Clock())
+    store.put(parse_report("node-1", body()))
+    store.put(parse_report("node-2", body(node="node-2", sessions={})))
+    assert store.usage("abc123")["mem_bytes"] == 100
+    moved = body("node-2")
+    moved["sessions"]["abc123"]["mem_bytes"] = 7
+    store.put(parse_report("node-2", moved))
+    store.put(parse_report("node-1", body(sessions={})))  # node-1's later report no longer has it
+    assert store.usage("abc123")["mem_bytes"] == 7
+    store.put(parse_report("node-2", body("node-2", sessions={})))
+    assert store.usage("abc123") is None
+    assert store.session_ids("node-1") == set() and store.gpus("node-2")[0].uuid == "GPU-1"
+
+
+def test_jobs_go_out_with_the_next_answer_and_results_come_back():
+    store = NodeReports(clock=Clock())
+    store.queue_job("node-1", {"id": "j1", "kind": "commit"})
+    assert store.take_jobs("node-2") == []
+    assert store.take_jobs("node-1") == [{"id": "j1", "kind": "commit"}]
+    assert store.take_jobs("node-1") == []
+    store.put(parse_report("node-1", body(jobs=[{"id": "j1", "ok": True}])))
+    assert store.job_result("j1") == {"id": "j1", "ok": True}
+
+
+def test_the_store_holds_a_bounded_number_of_nodes():
+    store = NodeReports(clock=Clock(), max_nodes=2)
+    for node in ("a", "b"):
+        store.put(parse_report(node, body(node)))
+    store.put(parse_report("a", body("a")))  # a known node may always report again
+    with pytest.raises(Refusal, match="Reports of 2 nodes"):
+        store.put(parse_report("c", body("c")))
+    assert [n["node"] for n in store.nodes()] == ["a", "b"]
+
+
+async def test_a_job_is_handed_to_its_node_and_its_result_awaited():
+    store = NodeReports(clock=Clock())
+    store.put(parse_report("node-1", body()))
+    waiting = asyncio.ensure_future(store.run_job("node-1", {"id": "j1", "kind": "commit"}, 5))
+    await asyncio.sleep(0)
+    assert store.take_jobs("node-1") == [{"id": "j1", "kind": "commit"}]  # the next answer's
+    store.put(parse_report("node-1", body(jobs=[{"id": "j1", "ok": True, "image": "r/i:t"}])))
+    assert await waiting == {"id": "j1", "ok": True, "image": "r/i:t"}
+
+
+async def test_a_job_for_a_silent_node_is_refused_and_an_unanswered_one_withdrawn():
+    clock = Clock()
+    store = NodeReports(stale_after=20, clock=clock)
+    with pytest.raises(Refusal, match="no fresh report") as refused:
+        await store.run_job("node-1", {"kind": "commit"}, 5)
+    assert refused.value.cause == "unavailable"
+    store.put(parse_report("node-1", body()))
+    with pytest.raises(Refusal, match="no result within 0.05 s"):
+        await store.run_job("node-1", {"kind": "commit"}, 0.05)
+    assert store.take_jobs("node-1") == []  # not handed out after its caller gave up
