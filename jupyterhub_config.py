@@ -24,7 +24,8 @@ Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these 
   FGPU_HUB_CONNECT_IP  this host's address as the nodes reach it: the hub's API listens there
   FGPU_SWARM_HOME_ROOT shared storage mounted at this path on every node and here: home folders
   FGPU_SWARM_ENDPOINT  `host_port` (default; a hub beside the Swarm) or `overlay` (a hub on it)
-  FGPU_NODE_AGENT_URL  the queue service as nodes reach it; when set, the node agent is deployed
+  FGPU_NODE_AGENT_URL  the queue service as nodes reach it (default in Swarm mode: the service's
+                       own address at FGPU_HUB_CONNECT_IP); the node agent is deployed to report there
   FGPU_NODE_AGENT_SOCKET  each node's engine socket (default /var/run/docker.sock)
 """
 
@@ -87,7 +88,13 @@ if os.environ.get("FGPU_DUMMY_PASSWORD"):
 # whose only scope is access to that service.
 units_per_gpu = int(os.environ.get("FGPU_UNITS_PER_GPU", "1"))
 simulated_gpus = os.environ.get("FGPU_SIMULATED_GPUS", "")
-queue_url = f"http://127.0.0.1:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
+# In Swarm mode the service also listens where the nodes reach this host, for its node agents'
+# reports (every request is still authenticated with a hub token; sessions reach the hub's API
+# there too).
+queue_host = (
+    os.environ.get("FGPU_HUB_CONNECT_IP", "127.0.0.1") if engine == "swarm" else "127.0.0.1"
+)
+queue_url = f"http://{queue_host}:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
 catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
 fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
@@ -149,13 +156,15 @@ c.JupyterHub.services = [
     {"name": "fgpu-node-agent", "api_token": node_agent_service_token},
 ]
 # In Swarm mode the queue service deploys the node agent on every node (a global service); the
-# agents report to this URL, the service as a node reaches it through the hub's proxy, e.g.
-# http://10.213.0.1:8000/services/queue/. Unset, no agent is deployed (single-host mode).
-if os.environ.get("FGPU_NODE_AGENT_URL"):
+# agents report to this URL, the service as a node reaches it: by default the service's own
+# address on the nodes' network (above); a site may name its proxy instead, e.g.
+# http://hub.example.org/services/queue/. Outside Swarm mode no agent is deployed unless set.
+node_agent_url = os.environ.get("FGPU_NODE_AGENT_URL") or (
+    f"{queue_url}/services/queue/" if engine == "swarm" else ""
+)
+if node_agent_url:
     (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
-    queue_service["command"].append(
-        f"--QueueService.node_agent_url={os.environ['FGPU_NODE_AGENT_URL']}"
-    )
+    queue_service["command"].append(f"--QueueService.node_agent_url={node_agent_url}")
     if os.environ.get("FGPU_SWARM_REGISTRY"):  # the nodes pull the agent's image from there
         agent_image = f"{os.environ['FGPU_SWARM_REGISTRY']}/fgpu/jupyter-base:py3.11"
         queue_service["command"].append(f"--QueueService.node_agent_image={agent_image}")

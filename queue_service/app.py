@@ -382,8 +382,11 @@ class QueueService(Application):
             read_gpus=not self.simulated_gpus,
             log=self.log,
         )
-        self.manager.usage_of = self.stats.usage
         self.node_reports = NodeReports(stale_after=self.node_report_stale)
+        # In Swarm mode a session's usage is read on its node, by the node's agent.
+        self.manager.usage_of = (
+            self.node_reports.usage if self.engine == "swarm" else self.stats.usage
+        )
         prefix = self.service_prefix
         return web.Application(
             handlers.routes(prefix),
@@ -403,6 +406,7 @@ class QueueService(Application):
             agent_service=self.agent_service,
             node_reports=self.node_reports,
             node_agent_registry=self.node_agent_registry,
+            engine=self.engine,
             cookie_secret=read_or_create_secret(self.cookie_secret_file),
         )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -95,11 +96,12 @@ def timed(lab: Lab, what: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def parse_exports(stdout: str) -> dict[str, str]:
+    """The variables, as the shell's `eval` would set them (values may be quoted)."""
     env = {}
     for line in stdout.splitlines():
         match = EXPORT_LINE.match(line)
         assert match, f"not an export line on stdout: {line!r}"
-        env[match[1]] = match[2]
+        env[match[1]] = "".join(shlex.split(match[2]))
     return env
 
 

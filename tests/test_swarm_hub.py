@@ -286,3 +286,45 @@ def test_resource_groups_are_node_labels_and_the_cluster_page_shows_nodes_and_gr
         node = lab.manager().nodes.get(relabelled)
         spec = node.attrs["Spec"]
         node.update({**spec, "Labels": {**spec["Labels"], "fgpu.resource_group": "default"}})
+
+
+def test_the_node_agent_reports_usage_and_a_session_saved_on_its_node_starts_on_another(
+    swarm_hub, admin, started
+):
+    lab = swarm_hub.lab
+    start(swarm_hub, started, "jo", "s1")
+    swarm_hub.wait_ready("jo", "s1", timeout=180)
+    record = session_of(admin, "jo", "s1")
+    first_node = record["grant"]["node"]
+    container = session_container(lab, first_node, record["id"])
+    wrote = container.exec_run(["sh", "-c", "echo saved-on-$(hostname) > /tmp/marker"])
+    assert wrote.exit_code == 0, wrote.output
+
+    # The manager cannot read a container on another node: its node's agent reports the usage.
+    usage = wait_for(
+        lambda: session_of(admin, "jo", "s1")["usage"],
+        timeout=90,
+        what="jo's usage, reported by the agent of its node",
+    )
+    assert usage["mem_bytes"] > 0 and usage["mem_limit_bytes"] == 512 * 2**20
+
+    saved = admin.call("POST", f"sessions/{record['id']}/image", json={"tag": "v1"})
+    assert saved.status_code == 201, saved.text
+    assert saved.json()["node"] == first_node
+    assert saved.json()["catalog"]["owner"] == "jo"
+    name = saved.json()["catalog"]["name"]
+
+    node = lab.manager().nodes.get(first_node)
+    node.update({**node.attrs["Spec"], "Availability": "pause"})
+    try:
+        swarm_hub.stop_server("jo", "s1")
+        start(swarm_hub, started, "jo", "s2", {**GPU_SESSION, "image": name})
+        swarm_hub.wait_ready("jo", "s2", timeout=240)
+        second = session_of(admin, "jo", "s2")
+        assert second["grant"]["node"] != first_node
+        moved = session_container(lab, second["grant"]["node"], second["id"])
+        marker = moved.exec_run(["cat", "/tmp/marker"]).output.decode().strip()
+        assert marker == f"saved-on-{container.attrs['Config']['Hostname']}"
+    finally:
+        node = lab.manager().nodes.get(first_node)
+        node.update({**node.attrs["Spec"], "Availability": "active"})

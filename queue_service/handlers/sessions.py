@@ -18,6 +18,7 @@ from .. import launches
 from ..hub_client import HubError
 from ..images import CheckResult
 from ..models import Status, utcnow
+from ..node_commits import commit_on_node
 from ..private_images import (
     CommitError,
     check_tag,
@@ -119,21 +120,51 @@ class SessionImageHandler(BaseHandler):
         entry = private_entry(user, tag, private_reference(user, tag), images.find(record["image"]))
         if images.find(entry.name) is not None:
             raise CommitError(f"The catalog already has an image named {entry.name!r}.", "conflict")
-        engine = self.settings["docker_commits"]
-        committed = await asyncio.get_running_loop().run_in_executor(
-            self.settings["commit_executor"], commit_session, engine, session_id, user, tag
-        )
+        if self.settings.get("engine") == "swarm":
+            committed, undo = await self.commit_on_its_node(record, user, tag), None
+        else:
+            committed, undo = await self.commit_here(session_id, user, tag)
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
         try:
             registered = await asyncio.to_thread(
                 images.add, entry, source="private", check=check, owner_created=owner_created
             )
         except Exception:
-            await asyncio.to_thread(engine.images.remove, committed["id"], force=True)
+            if undo is not None:  # an image pushed from a node stays in the registry
+                await asyncio.to_thread(undo)
             raise
         self.write_json(
             {"session": session_id, "user": user, **committed, "catalog": registered}, 201
         )
+
+    async def commit_here(self, session_id: str, user: str, tag: str) -> tuple[dict, object]:
+        """Commit on the service's own engine (single host); the image, and how to remove it."""
+        engine = self.settings["docker_commits"]
+        committed = await asyncio.get_running_loop().run_in_executor(
+            self.settings["commit_executor"], commit_session, engine, session_id, user, tag
+        )
+        return committed, lambda: engine.images.remove(committed["id"], force=True)
+
+    async def commit_on_its_node(self, record: dict, user: str, tag: str) -> dict:
+        """Commit on the session's node through its agent, which pushes the image to the site's
+        registry; the catalog names it without the registry, which the spawner puts in front."""
+        registry = self.settings.get("node_agent_registry") or ""
+        if not registry:
+            raise CommitError(
+                "Saving a session in Swarm mode needs the site's registry "
+                "(QueueService.node_agent_registry, from FGPU_SWARM_REGISTRY).",
+                "conflict",
+            )
+        node = record["grant"]["node"]
+        result = await commit_on_node(
+            self.settings["node_reports"], node, record["id"], user, tag, registry
+        )
+        return {
+            "image": private_reference(user, tag),
+            "id": result.get("image_id", ""),
+            "node": node,
+            "pushed": result.get("image"),
+        }
 
 
 async def session_or_none(manager, session_id: str) -> dict | None:
