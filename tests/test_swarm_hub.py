@@ -40,9 +40,11 @@ def swarm_hub(lab: Lab, tmp_path_factory):
         try:
             yield hub
         finally:
-            for service in lab.manager().services.list(
-                filters={"label": f"{TEST_LABEL}={hub.run_id}"}
-            ):
+            # The sessions the hub left, and the node agents its service deployed.
+            manager = lab.manager()
+            for service in manager.services.list(filters={"label": f"{TEST_LABEL}={hub.run_id}"}):
+                service.remove()
+            for service in manager.services.list(filters={"name": "fgpu-node-agent"}):
                 service.remove()
 
 
