@@ -6,16 +6,12 @@ at start, exactly as in Swarm mode. The hub's proxy listens on every address, so
 at the lab's gateway (the root namespace, FGPU_HUB_CONNECT_IP). A session-labelled service pinned to
 one node then shows up, with its usage, in that node's report, read back through `GET api/nodes`.
 
-A lab of its own (name, network, lock) so that a developer's lab and tests/test_swarm_lab.py are
-never touched; the module takes it down at the end.
+The lab is the run's shared one (tests/swarm_lab.py).
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import secrets
-import subprocess
 import sys
 import time
 
@@ -24,51 +20,23 @@ import pytest
 
 from queue_service.node_agent_deploy import deploy_node_agent
 
-from .harness import QueueUser, docker_client, running_hub
-from .test_swarm_lab import IMAGE, SCRIPT, engine_client, parse_exports, wait_for
+from .harness import QueueUser, running_hub
+from .swarm_lab import IMAGE, LAB_NAME, LAB_NET, engine_client, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
-NODES = 3
-LAB_NET = "10.220"
-LAB_ENV = {
-    "FGPU_SWARM_LAB_NAME": "fgpu-laba",
-    "FGPU_SWARM_LAB_NET": LAB_NET,
-    "FGPU_SWARM_LAB_POOL": "10.221.0.0/16",
-    "FGPU_PYTHON": sys.executable,
-}
-LOCK_PATH = "/run/lock/fgpu-swarm-lab-agent-test.lock"
 GATEWAY = f"{LAB_NET}.0.1"
 INTERVAL = 1
 # Each node's own engine (there, /var/run/docker.sock is this machine's engine): Swarm fills the
 # template per node.
-LAB_SOCKET = f"/var/lib/fgpu-swarm-lab/{LAB_ENV['FGPU_SWARM_LAB_NAME']}/nodes/{{{{.Node.Hostname}}}}/docker.sock"
+LAB_SOCKET = f"/var/lib/fgpu-swarm-lab/{LAB_NAME}/nodes/{{{{.Node.Hostname}}}}/docker.sock"
 SESSION_MEM = 48 << 20
 
 
-def swarm_lab(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
-    return subprocess.run(
-        [str(SCRIPT), *args],
-        env={**env, **LAB_ENV},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=check,
-    )
-
-
 @pytest.fixture(scope="module")
-def lab():
-    docker_client()  # no engine: fail here, with a message that says so
-    with open(LOCK_PATH, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        swarm_lab("down")
-        env = parse_exports(swarm_lab("up", "--nodes", str(NODES), "--gpus", "1x8GiB").stdout)
-        try:
-            yield env
-        finally:
-            swarm_lab("down", check=False)
+def lab(lab):
+    """The run's shared lab (tests/swarm_lab.py), as the variables it exports."""
+    return lab.env
 
 
 def hub_config(lab: dict) -> str:
