@@ -596,20 +596,10 @@ class QueueManager:
     def _place_some(self, db, active: dict, fresh: set, quotas, dirt: _Dirt):
         """The pass over the requests the changes concern; None when it cannot be trusted (the
         DB holds a record otherwise than it was published)."""
-        # A record the session holds, or one whose facts were built in a write that was rolled
-        # back, gets new facts.
-        cache = self._facts
-        facts = [
-            f
-            if i not in fresh and (f := cache.get(i)) is not None and f.record is r
-            else self._new_fact(r)
-            for i, r in active.items()
-        ]
+        facts = self._facts_of(active, fresh)
         try:
             waiting = [f for f in facts if f.request is not None]
-            expired, moved = self._expire(
-                db, {f.id: f.created for f in waiting}, lambda i: active[i]
-            )
+            expired, moved = self._expire(db, waiting, active.__getitem__)
             pending = [f for f in waiting if f.id not in expired] if expired else waiting
             scope_key = scheduler.ScopeKeys(quotas)
             for f in pending:
@@ -632,7 +622,7 @@ class QueueManager:
                     quotas,
                     **self._pass_settings(),
                 )
-                ended, changed = self._apply_some(db, outcome, {f.id: f.record for f in pending})
+                ended, changed = self._apply_some(db, outcome, active)
                 moved = moved | changed
         except _Stale:
             return None
@@ -821,20 +811,18 @@ class QueueManager:
                 record.reason, record.skips = waiting.reason, waiting.skips
 
     def _expire_records(self, db, active: dict) -> tuple[set, _Dirt]:
-        enqueued = {
-            session_id: as_utc(r.created).timestamp()
-            for session_id, r in active.items()
-            if r.status == Status.PENDING
-        }
-        return self._expire(db, enqueued, active.__getitem__)
+        pending = [self._new_fact(r) for r in active.values() if r.status == Status.PENDING]
+        return self._expire(db, pending, active.__getitem__)
 
-    def _expire(self, db, enqueued: dict, record_of: Callable) -> tuple[set, _Dirt]:
-        """End the requests (`enqueued`: id → when) that waited too long; their ids, and what
-        that changed."""
+    def _expire(self, db, waiting: list[_Facts], record_of: Callable) -> tuple[set, _Dirt]:
+        """End the requests that waited too long; their ids, and what that changed."""
         timeout = self.settings.pending_timeout
         now = utcnow().timestamp()
-        if not timeout or timeout <= 0 or not enqueued or now - min(enqueued.values()) <= timeout:
+        if not timeout or timeout <= 0 or not waiting:
             return set(), _Dirt()
+        if now - min(f.created for f in waiting) <= timeout:
+            return set(), _Dirt()
+        enqueued = {f.id: f.created for f in waiting}
         expired = set(scheduler.pending_timeouts(enqueued, now, timeout))
         pairs = []
         for session_id in expired:
@@ -843,13 +831,17 @@ class QueueManager:
             _finish(attached, Status.PENDING_TIMEOUT, f"waited over {timeout:g} s")
         return expired, self._dirt_of(pairs)
 
-    def _fact(self, session_id: str, record: SessionRecord) -> _Facts:
-        """What the scheduler reads of a record: kept for a published (never changed) record,
-        built afresh for one the session holds."""
-        fact = self._facts.get(session_id)
-        if fact is None or fact.record is not record:
-            fact = self._new_fact(record)
-        return fact
+    def _facts_of(self, active: dict, fresh: set) -> list[_Facts]:
+        """What the scheduler reads of each record, in order: kept for a published record (it
+        never changes), built afresh for one the session holds (`fresh`) and for one whose facts
+        were kept in a write that was rolled back."""
+        cache = self._facts
+        return [
+            f
+            if i not in fresh and (f := cache.get(i)) is not None and f.record is r
+            else self._new_fact(r)
+            for i, r in active.items()
+        ]
 
     def _new_fact(self, record: SessionRecord) -> _Facts:
         groups = self.quotas.groups_of(record.user)
@@ -877,12 +869,8 @@ class QueueManager:
     # -- helpers ---------------------------------------------------------------------------------
 
     def _admission_refusal(self, db, request: dict, groups: tuple[str, ...], quotas):
-        active, _, _ = self._current(db, reload=False)
-        pending = [
-            fact.request
-            for fact in (self._fact(i, r) for i, r in active.items())
-            if fact.request is not None
-        ]
+        active, _, fresh = self._current(db, reload=False)
+        pending = [f.request for f in self._facts_of(active, fresh) if f.request is not None]
         candidate = scheduler.Request(
             id="new",
             user=request["user"],
