@@ -1016,3 +1016,25 @@ async def test_the_incremental_pass_decides_as_a_pass_over_every_request(
         assert decisions(fast) == decisions(reference), (n, kind)
         assert_nothing_overbooked(fast)
     reference_db.kw["bind"].dispose()
+
+
+async def test_a_record_changed_outside_is_read_again_before_a_pass_changes_it(manager):
+    """A pass trusts the records in memory, but reads each one it changes from the DB first: one
+    ended outside this process (an admin's SQL) is never granted, and the pass runs over what
+    the DB holds."""
+    holder = await manager.submit(ask(server="s1", fgpu=2.0), groups=())
+    waiting = await manager.submit(ask(server="s2", fgpu=2.0), groups=())
+    later = await manager.submit(ask(server="s3", fgpu=1.0), groups=())
+    with manager.db.begin() as db:
+        db.execute(
+            update(SessionRecord)
+            .where(SessionRecord.id == waiting["id"])
+            .values(status=Status.CANCELLED, reason="cancelled by hand")
+        )
+    await manager.release(holder["id"])
+
+    gone = await manager.get(waiting["id"])
+    assert (gone["status"], gone["reason"]) == (Status.CANCELLED, "cancelled by hand")
+    assert waiting["id"] not in {s["id"] for s in manager.sessions()}
+    assert (await manager.get(later["id"]))["status"] == Status.SCHEDULED
+    assert gpu_use(manager.sessions()) == {GPU: 0.5}
