@@ -45,6 +45,7 @@ ENDED_VIEWS_KEPT = 10_000
 ABANDONED_KEYS_KEPT = 10_000
 _KEY_RE = re.compile(r"[0-9a-f]{32}")
 _FINAL_VALUES = [status.value for status in FINAL]
+_ACTIVE_VALUES = [Status.PENDING.value, *(status.value for status in ALLOCATED)]
 
 
 class Refused(Refusal):
@@ -549,14 +550,18 @@ class QueueManager:
         order moves with every grant), and when the DB holds a record otherwise than this process
         published it."""
         previous = self._state
-        reload = reload or not self.incremental
-        if reload:
+        # `everything`: every active record is read into the session (the reference does so in
+        # every pass, and a pass over all places through the session's records).
+        everything, gone = not self.incremental, set()
+        if everything:
             _load_active(db)
+        elif reload:
+            gone = self._read_outside_changes(db)
         memberships = self.quotas.memberships()
         if (memberships, quotas) != self._facts_basis and quotas is not None:
             # Facts carry their users' hub groups and scope keys: none of them holds any more.
             self._facts, self._facts_basis = {}, (memberships, quotas)
-        active, touched, fresh = self._current(db, reload)
+        active, touched, fresh = self._current(db, everything, gone)
         dirt = previous.dirt | self._dirt_of(touched)
         if not place:
             return self._state_of(db, active, fresh, previous.positions, dirt, previous.basis)
@@ -565,21 +570,46 @@ class QueueManager:
             # One the DB does not know may hold any slice: nothing is placed, timeouts still run;
             # the first pass after runs over everything.
             _, moved = self._expire_records(db, active)
-            active, _, fresh = self._current(db, reload)
+            active, _, fresh = self._current(db, everything, gone)
             return self._state_of(db, active, fresh, previous.positions, dirt | moved, None)
         full = not self.incremental or basis != previous.basis or self.settings.policy != "fifo"
         placed = None if full else self._place_some(db, active, fresh, quotas, dirt)
         if placed is None:
-            if not reload:
-                reload = True
+            if not everything:
+                everything = True
                 _load_active(db)
                 active, _, _ = self._current(db, True)
             placed = self._place_all(db, active, quotas)
         positions, moved = placed
-        active, _, fresh = self._current(db, reload)
+        active, _, fresh = self._current(db, everything, gone)
         # What this pass changed is what the next one starts from: a pass that placed may leave a
         # request a second pass would place (its quota read before a later request took it).
         return self._state_of(db, active, fresh, positions, moved, basis)
+
+    def _read_outside_changes(self, db) -> set:
+        """Compare every active row of the DB with the record published for it, and read the ones
+        that differ (or are new) into the session; the ids published as active that the DB holds
+        as ended, or not at all. Rows are compared as plain tuples: 2,000 of them in a few ms."""
+        table = SessionRecord.__table__
+        query = select(table).where(table.c.status.in_(_ACTIVE_VALUES))
+        published, facts = self._state.by_id, self._facts
+        seen, differing = set(), []
+        for row in db.execute(query):
+            session_id = row.id
+            seen.add(session_id)
+            fact = facts.get(session_id)
+            if (
+                fact is None
+                or fact.record is not published.get(session_id)
+                or fact.row != _normal(row)
+            ):
+                differing.append(session_id)
+        if len(differing) > 500:
+            _load_active(db)
+        elif differing:
+            changed = db.scalars(select(SessionRecord).where(SessionRecord.id.in_(differing)))
+            db.info.setdefault(_LOADED, []).extend(changed)
+        return published.keys() - seen
 
     def _place_all(self, db, active: dict, quotas) -> tuple[dict, _Dirt]:
         """The reference pass: every pending request considered, as it is in the session."""
@@ -645,17 +675,18 @@ class QueueManager:
         pairs = [(before[i], r) for i, r in attached.items() if _schedule_key(r) != before[i]]
         return targets - set(outcome.waiting), self._dirt_of(pairs)
 
-    def _current(self, db, reload: bool) -> tuple[dict, list[tuple], set]:
+    def _current(self, db, everything: bool, gone=()) -> tuple[dict, list[tuple], set]:
         """The active records as this transaction has them, by request order: the published ones,
         each replaced by the session's own when the session holds it (loaded, added or changed;
-        with `reload`, the session's alone); (old, new) for each record whose scheduling key
-        (`_schedule_key`) differs from the published one's; and the ids of the session's own."""
+        with `everything`, the session's alone; `gone` ones ended outside); (old, new) for each
+        record whose scheduling key (`_schedule_key`) differs from the published one's; and the ids
+        of the session's own."""
         previous = self._state.by_id
         db.flush()
         flushed, deleted = _flushed(db)
         held = dict(flushed)
         held.update((r.id, r) for r in db.identity_map.values() if isinstance(r, SessionRecord))
-        active = {} if reload else dict(previous)
+        active = {} if everything else dict(previous)
         touched, added = [], []
         for session_id, record in held.items():
             if session_id in deleted:
@@ -669,13 +700,13 @@ class QueueManager:
             old = previous.get(session_id)
             if _schedule_key(old) != _schedule_key(record):
                 touched.append((old, record))
-        gone = deleted | (set(previous) - set(held) if reload else set())
+        gone = deleted | set(gone) | (set(previous) - set(held) if everything else set())
         for session_id in gone:
             active.pop(session_id, None)
             if session_id in previous:
                 touched.append((previous[session_id], None))
         fresh = {i for i, r in held.items() if active.get(i) is r}
-        return _in_request_order(active, added, previous, reload), touched, fresh
+        return _in_request_order(active, added, previous, everything), touched, fresh
 
     def _dirt_of(self, pairs) -> _Dirt:
         """The resource groups and users that (old, new) record pairs concern: a pending one its
@@ -869,7 +900,7 @@ class QueueManager:
     # -- helpers ---------------------------------------------------------------------------------
 
     def _admission_refusal(self, db, request: dict, groups: tuple[str, ...], quotas):
-        active, _, fresh = self._current(db, reload=False)
+        active, _, fresh = self._current(db, everything=False)
         pending = [f.request for f in self._facts_of(active, fresh) if f.request is not None]
         candidate = scheduler.Request(
             id="new",
@@ -1065,7 +1096,17 @@ class _Stale(Exception):
 class _Facts:
     """What a pass reads of one record object, read once (a published record never changes)."""
 
-    __slots__ = ("record", "id", "user", "groups", "created", "request", "allocation", "scope")
+    __slots__ = (
+        "record",
+        "id",
+        "user",
+        "groups",
+        "created",
+        "request",
+        "allocation",
+        "scope",
+        "row",
+    )
 
     def __init__(self, record: SessionRecord, groups: tuple[str, ...]):
         self.record, self.id, self.user, self.groups = record, record.id, record.user, groups
@@ -1074,15 +1115,18 @@ class _Facts:
         self.allocation: scheduler.Allocation | None = None
         #: Its `scheduler.ScopeKeys` under the quotas the facts were kept for, once asked.
         self.scope: tuple | None = None
+        #: Every column, to tell a change made outside this process (`_read_outside_changes`).
+        self.row = _row(record)
 
 
 _by_seq = operator.attrgetter("seq")
 
 
-def _in_request_order(active: dict, added: list, previous: dict, reload: bool) -> dict:
-    """`active` by `seq`. Without a reload it holds the published records in their order, and
-    then the `added` ones: new requests, as a rule later than all of them, only need sorting."""
-    if reload:
+def _in_request_order(active: dict, added: list, previous: dict, everything: bool) -> dict:
+    """`active` by `seq`. Unless it holds everything the session read, it holds the published
+    records in their order, and then the `added` ones: new requests, as a rule later than all of
+    them, only need sorting."""
+    if everything:
         return {r.id: r for r in sorted(active.values(), key=_by_seq)}
     if not added:
         return active
@@ -1121,8 +1165,11 @@ def _schedule_key(record: SessionRecord | None) -> tuple | None:
 
 
 def _row(record: SessionRecord) -> tuple:
-    """Every column (times as UTC: SQLite reads them back naive)."""
-    values = (getattr(record, column) for column in _COLUMNS)
+    """Every column, in the table's order (times as UTC: SQLite reads them back naive)."""
+    return _normal(getattr(record, column) for column in _COLUMNS)
+
+
+def _normal(values) -> tuple:
     return tuple(as_utc(v) if isinstance(v, datetime) else v for v in values)
 
 
