@@ -19,18 +19,40 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from .grant import Grant
 from .request import ResourceRequest
 
-#: Concurrent requests to the service from one hub. Every PENDING spawn holds one long-poll, and
-#: tornado's shared client allows 10, which would queue the rest until they time out.
-MAX_CONCURRENT_REQUESTS = 2048
+#: Requests to the service one hub may have in flight besides its spawn slots' long-polls: the
+#: catalog reads and grant requests of spawns, and the releases of stopping sessions.
+REQUEST_ROOM = 1024
+#: In flight when the hub sets no spawn limit (`concurrent_spawn_limit` 0).
+UNLIMITED_SLOTS_REQUESTS = 10_000
 _clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _http_client() -> AsyncHTTPClient:
-    """One client per event loop, of our own, so the hub's shared client is left alone."""
+def request_capacity(spawn_slots: int) -> int:
+    """Requests one hub may have in flight to the service. Every spawn slot (the hub's
+    `concurrent_spawn_limit`) may hold a long-poll while it waits in the queue, and every other
+    call needs room besides: a request past the capacity waits in tornado's queue, which fails
+    it after 20 s ("Timeout in request queue") while the long-polls ahead of it last 25 s."""
+    if spawn_slots <= 0:
+        return UNLIMITED_SLOTS_REQUESTS
+    return spawn_slots + REQUEST_ROOM
+
+
+def open_files_needed(spawn_slots: int) -> int:
+    """Open files one hub needs: a connection for each request it may have in flight to the
+    service (`request_capacity`), a progress stream from each waiting student's spawn-pending
+    page, and room for the rest (its DB, the proxy, running sessions' API calls, logs)."""
+    return request_capacity(spawn_slots) + max(spawn_slots, 0) + REQUEST_ROOM
+
+
+def _http_client(capacity: int) -> AsyncHTTPClient:
+    """One client per event loop, of our own, so the hub's shared client (10 requests) is left
+    alone; it holds the largest capacity any caller asked for."""
     loop = asyncio.get_running_loop()
-    if loop not in _clients:
-        _clients[loop] = AsyncHTTPClient(force_instance=True, max_clients=MAX_CONCURRENT_REQUESTS)
-    return _clients[loop]
+    client = _clients.get(loop)
+    if client is None or client.max_clients < capacity:
+        client = AsyncHTTPClient(force_instance=True, max_clients=capacity)
+        _clients[loop] = client
+    return client
 
 
 class QueueError(Exception):
@@ -88,10 +110,11 @@ class QueueRecord:
 
 
 class QueueClient:
-    def __init__(self, url: str, token: str, timeout: float = 30):
+    def __init__(self, url: str, token: str, timeout: float = 30, spawn_slots: int = 0):
         self.api = url.rstrip("/") + "/api"
         self.token = token
         self.timeout = timeout
+        self.capacity = request_capacity(spawn_slots)
 
     async def request_grant(
         self, user: str, server_name: str, request: ResourceRequest, key: str
@@ -144,7 +167,7 @@ class QueueClient:
             request_timeout=timeout or self.timeout,
         )
         try:
-            response = await _http_client().fetch(request)
+            response = await _http_client(self.capacity).fetch(request)
         except HTTPClientError as e:
             # 599 is tornado's code for a connection that failed or dropped: the service is away.
             raise QueueError(_message_of(e), 503 if e.code == 599 else e.code) from None
