@@ -20,6 +20,7 @@ Environment variables:
 
 import json
 import os
+import resource
 import secrets
 import sys
 
@@ -199,6 +200,30 @@ class_size = int(os.environ.get("FGPU_CLASS_SIZE", "200"))
 waiting_per_user = pending_per_user if pending_per_user is not None else 2
 c.JupyterHub.concurrent_spawn_limit = waiting_per_user * class_size + 100
 c.Spawner.http_timeout = 60
+
+
+def raise_open_file_limit(needed: int) -> None:
+    """Every waiting spawn keeps connections open for as long as it waits (its long-poll, one
+    file in the hub and one in the service; its student's progress stream). A service manager's
+    usual soft limit of 1,024 open files would stop the hub accepting connections at about 500
+    waiting spawns; Python does not raise it. The hub raises its own, up to the hard limit, and
+    its services (the queue service among them) inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        print(
+            f"WARNING: {needed} open files needed for {c.JupyterHub.concurrent_spawn_limit} spawn"
+            f" slots, and the hard limit allows {hard}: raise it (LimitNOFILE=)",
+            file=sys.stderr,
+        )
+
+
+from fgpu_spawner.queue_client import open_files_needed  # noqa: E402
+
+raise_open_file_limit(open_files_needed(c.JupyterHub.concurrent_spawn_limit))
 
 # The hub's pages carry the queue's Sessions (and, for admins, Cluster) links, the resource
 # indicator on the home page and spawn form, and the queue position on the spawn-pending page.
