@@ -71,6 +71,8 @@ queue_url = f"http://127.0.0.1:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
 catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
 fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
+# Seconds a request may wait in the queue before it ends as PENDING_TIMEOUT (the service's).
+pending_timeout = 3600
 
 # One student cannot hold the hub: every user gets this quota from the queue service, and the hub
 # refuses a named server past it before the spawner runs (both answer 4xx with a message).
@@ -109,6 +111,7 @@ c.JupyterHub.services = [
             # A Python literal: traitlets reads a Dict from the command line with literal_eval.
             f"--QueueService.user_quota={user_quota!r}",
             f"--QueueService.deployment_id={fgpu_deployment_id}",
+            f"--QueueService.pending_timeout={pending_timeout}",
         ],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
@@ -185,8 +188,11 @@ c.FGPUSpawner.deployment_id = fgpu_deployment_id
 c.FGPUSpawner.fgpu_max = fgpu_max
 c.FGPUSpawner.gpu_sharing = "simulated" if simulated_gpus else "hami"
 c.Spawner.default_url = "/lab"
-# A spawn may wait in the queue; the queue's own pending timeout (an hour) ends it first.
-c.Spawner.start_timeout = 3600 + 120
+# A spawn may wait in the queue; the queue's own pending timeout ends it first, with a reason the
+# student sees. What is left is the start after the grant: the container, and its first answer
+# within http_timeout.
+c.Spawner.http_timeout = 60
+c.Spawner.start_timeout = pending_timeout + 120
 # Per user, at most sessions + pending named servers (3 + 2) may run or wait at once; stopped ones
 # do not count. The queue's quota refuses the default server past the same numbers.
 from fgpu_spawner.named_servers import ActiveNamedServerLimit  # noqa: E402
@@ -199,7 +205,6 @@ c.JupyterHub.named_server_limit_per_user = ActiveNamedServerLimit(active_session
 class_size = int(os.environ.get("FGPU_CLASS_SIZE", "200"))
 waiting_per_user = pending_per_user if pending_per_user is not None else 2
 c.JupyterHub.concurrent_spawn_limit = waiting_per_user * class_size + 100
-c.Spawner.http_timeout = 60
 
 
 def raise_open_file_limit(needed: int) -> None:

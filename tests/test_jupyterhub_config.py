@@ -146,6 +146,18 @@ def test_a_site_raises_the_per_user_limits(monkeypatch):
     assert config.JupyterHub.concurrent_spawn_limit == 4 * 50 + 100
 
 
+def test_the_queue_ends_a_wait_before_the_hub_gives_up_on_the_start():
+    """The hub's start timeout covers a whole wait in the queue and the start after the grant,
+    so a request that waits too long ends as the queue's PENDING_TIMEOUT (a reason the student
+    sees), never as the hub's bare timeout; both come from one number in the config."""
+    config = load_shipped_config()
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    (flag,) = [a for a in queue["command"] if a.startswith("--QueueService.pending_timeout=")]
+    pending_timeout = float(flag.split("=", 1)[1])
+    assert pending_timeout > 0
+    assert config.Spawner.start_timeout >= pending_timeout + config.Spawner.http_timeout
+
+
 @pytest.fixture
 def open_file_limit():
     """The test process's limit on open files, put back afterwards (loading the config sets it)."""
