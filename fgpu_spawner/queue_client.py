@@ -22,6 +22,8 @@ from .request import ResourceRequest
 #: Requests to the service one hub may have in flight besides its spawn slots' long-polls: the
 #: catalog reads and grant requests of spawns, and the releases of stopping sessions.
 REQUEST_ROOM = 1024
+#: Times a catalog read is made before a timeout fails the spawn.
+READ_ATTEMPTS = 3
 #: In flight when the hub sets no spawn limit (`concurrent_spawn_limit` 0).
 UNLIMITED_SLOTS_REQUESTS = 10_000
 _clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -56,12 +58,14 @@ def _http_client(capacity: int) -> AsyncHTTPClient:
 
 
 class QueueError(Exception):
-    """The service refused a request, or could not be reached (status 503)."""
+    """The service refused a request, or could not be reached (status 503); `timed_out` when no
+    answer came in time (the service, or this hub's own event loop, was busy)."""
 
-    def __init__(self, message: str, status: int):
+    def __init__(self, message: str, status: int, timed_out: bool = False):
         super().__init__(message)
         self.message = message
         self.status = status
+        self.timed_out = timed_out
 
 
 @dataclass(frozen=True)
@@ -151,8 +155,17 @@ class QueueClient:
         return await self._call("DELETE", f"/grants/{session_id}{query}")
 
     async def images_for(self, user: str) -> list[dict]:
-        """The catalog entries `user` may start (their groups, not hidden, not others' private)."""
-        return (await self._call("GET", f"/images?user={quote(user)}"))["images"]
+        """The catalog entries `user` may start (their groups, not hidden, not others' private).
+        A read that timed out is made again, up to READ_ATTEMPTS times: a burst of spawns can
+        hold the hub's event loop for longer than the timeout (JupyterHub's own work for each
+        start, 0.1-0.3 s on a busy machine), and every spawn of the burst reads the catalog."""
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                return (await self._call("GET", f"/images?user={quote(user)}"))["images"]
+            except QueueError as e:
+                if not e.timed_out or attempt == READ_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     async def image_for(self, user: str, name: str) -> dict:
         """One entry, or QueueError 403 (not allowed for `user`) / 400 (unknown)."""
@@ -170,7 +183,8 @@ class QueueClient:
             response = await _http_client(self.capacity).fetch(request)
         except HTTPClientError as e:
             # 599 is tornado's code for a connection that failed or dropped: the service is away.
-            raise QueueError(_message_of(e), 503 if e.code == 599 else e.code) from None
+            timed_out = e.code == 599 and "Timeout" in str(e.message)
+            raise QueueError(_message_of(e), 503 if e.code == 599 else e.code, timed_out) from None
         except OSError as e:
             raise QueueError(f"The queue service is not answering ({e}).", 503) from None
         return json.loads(response.body)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import time
 
 import pytest
 from jupyterhub.spawner import SpawnException
@@ -110,3 +111,18 @@ async def test_every_spawn_slot_holds_its_long_poll_and_a_catalog_read_still_ans
         queue.server.stop()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert all(record.version == "moved" for record in answers)
+
+
+async def test_a_catalog_read_outlasts_a_stall_of_the_hubs_event_loop():
+    """A burst of spawns holds the hub's loop for longer than the client's timeout (JupyterHub's
+    work for each start); every spawn of the burst then failed its catalog read with 503 "The
+    queue service is not answering (Timeout while connecting)". The read is made again."""
+    queue = HeldQueue()
+    client = QueueClient(f"http://127.0.0.1:{queue.port}", "token", timeout=1)
+    read = asyncio.create_task(client.images_for("alice"))
+    await asyncio.sleep(0)  # the read is on its way
+    time.sleep(1.5)  # the loop is held: as a burst of spawn starts holds the hub's
+    try:
+        assert await asyncio.wait_for(read, 10) == [{"name": "python-3.11"}]
+    finally:
+        queue.server.stop()
