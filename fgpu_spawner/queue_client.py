@@ -22,7 +22,7 @@ from .request import ResourceRequest
 #: Requests to the service one hub may have in flight besides its spawn slots' long-polls: the
 #: catalog reads and grant requests of spawns, and the releases of stopping sessions.
 REQUEST_ROOM = 1024
-#: Times a catalog read is made before a timeout fails the spawn.
+#: Times a catalog read or a grant request is made before a timeout fails the spawn.
 READ_ATTEMPTS = 3
 #: In flight when the hub sets no spawn limit (`concurrent_spawn_limit` 0).
 UNLIMITED_SLOTS_REQUESTS = 10_000
@@ -136,7 +136,9 @@ class QueueClient:
             "fgpu": request.fgpu,
             "resource_group": request.resource_group,
         }
-        return QueueRecord.from_json(await self._call("POST", "/grants", body))
+        # Made again after a timeout, with the same key: a line of thousands makes each request
+        # wait for the passes of those before it, and the answer may come after the timeout.
+        return QueueRecord.from_json(await self._call_again("POST", "/grants", body))
 
     async def wait(self, seen: QueueRecord, wait_seconds: float = 25) -> QueueRecord:
         """The record once it differs from `seen` (status, position or reason), or after a while."""
@@ -159,17 +161,22 @@ class QueueClient:
         A read that timed out is made again, up to READ_ATTEMPTS times: a burst of spawns can
         hold the hub's event loop for longer than the timeout (JupyterHub's own work for each
         start, 0.1-0.3 s on a busy machine), and every spawn of the burst reads the catalog."""
-        for attempt in range(1, READ_ATTEMPTS + 1):
-            try:
-                return (await self._call("GET", f"/images?user={quote(user)}"))["images"]
-            except QueueError as e:
-                if not e.timed_out or attempt == READ_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+        return (await self._call_again("GET", f"/images?user={quote(user)}"))["images"]
 
     async def image_for(self, user: str, name: str) -> dict:
         """One entry, or QueueError 403 (not allowed for `user`) / 400 (unknown)."""
         return await self._call("GET", f"/images/{quote(name, safe='')}?user={quote(user)}")
+
+    async def _call_again(self, method: str, path: str, body: dict | None = None) -> dict:
+        """`_call`, made again after a timeout, up to READ_ATTEMPTS times in all: only for calls
+        that may be repeated (a read, or a grant request named by its key)."""
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                return await self._call(method, path, body)
+            except QueueError as e:
+                if not e.timed_out or attempt == READ_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     async def _call(self, method: str, path: str, body: dict | None = None, timeout=None) -> dict:
         request = HTTPRequest(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 import time
 
@@ -15,6 +16,7 @@ from tornado.testing import bind_unused_port
 from fgpu_spawner import FGPUSpawner
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.queue_client import QueueClient, QueueError, QueueRecord
+from fgpu_spawner.request import ResourceRequest
 
 SCHEDULED = {
     "id": "ab" * 16,
@@ -66,6 +68,7 @@ class HeldQueue:
 
     def __init__(self):
         self.held = 0
+        self.grant_requests: list[str] = []
         self.release = asyncio.Event()
         queue = self
 
@@ -75,11 +78,20 @@ class HeldQueue:
                 await queue.release.wait()
                 self.write({"id": session_id, "status": "PENDING", "version": "moved"})
 
+        class Grants(web.RequestHandler):
+            def post(self):
+                key = json.loads(self.request.body)["id"]
+                queue.grant_requests.append(key)
+                self.set_status(201)
+                self.write({"id": key, "status": "PENDING", "version": "PENDING|1|"})
+
         class Images(web.RequestHandler):
             def get(self):
                 self.write({"images": [{"name": "python-3.11"}]})
 
-        app = web.Application([(r"/api/grants/(\w+)", Hold), (r"/api/images", Images)])
+        app = web.Application(
+            [(r"/api/grants/(\w+)", Hold), (r"/api/grants", Grants), (r"/api/images", Images)]
+        )
         sock, self.port = bind_unused_port()
         self.server = HTTPServer(app)
         self.server.add_sockets([sock])
@@ -126,3 +138,21 @@ async def test_a_catalog_read_outlasts_a_stall_of_the_hubs_event_loop():
         assert await asyncio.wait_for(read, 10) == [{"name": "python-3.11"}]
     finally:
         queue.server.stop()
+
+
+async def test_a_grant_request_outlasts_a_stall_with_its_own_key():
+    """A request that timed out (a long line made its answer late, or the hub's loop was held) is
+    made again with the same key, which the service answers with the same record: 159 of 2,000
+    spawns in pending_spawns failed with 503 "Timeout during request" before."""
+    queue = HeldQueue()
+    client = QueueClient(f"http://127.0.0.1:{queue.port}", "token", timeout=1)
+    request = ResourceRequest(image="img", image_name="python-3.11", cpu=0.5, mem=2**28, fgpu=1)
+    asked = asyncio.create_task(client.request_grant("alice", "s1", request, key="cd" * 16))
+    await asyncio.sleep(0)
+    time.sleep(1.5)  # the loop is held
+    try:
+        record = await asyncio.wait_for(asked, 10)
+    finally:
+        queue.server.stop()
+    assert (record.id, record.status) == ("cd" * 16, "PENDING")
+    assert set(queue.grant_requests) == {"cd" * 16}
