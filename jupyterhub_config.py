@@ -31,6 +31,7 @@ Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these 
 
 import json
 import os
+import resource
 import secrets
 import sys
 
@@ -98,6 +99,8 @@ queue_url = f"http://{queue_host}:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
 catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
 fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
+# Seconds a request may wait in the queue before it ends as PENDING_TIMEOUT (the service's).
+pending_timeout = 3600
 
 # One student cannot hold the hub: every user gets this quota from the queue service, and the hub
 # refuses a named server past it before the spawner runs (both answer 4xx with a message).
@@ -144,6 +147,7 @@ c.JupyterHub.services = [
             f"--QueueService.user_quota={user_quota!r}",
             f"--QueueService.deployment_id={fgpu_deployment_id}",
             f"--QueueService.engine={engine}",
+            f"--QueueService.pending_timeout={pending_timeout}",
         ],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
@@ -245,8 +249,11 @@ c.FGPUSpawner.deployment_id = fgpu_deployment_id
 c.FGPUSpawner.fgpu_max = fgpu_max
 c.FGPUSpawner.gpu_sharing = "simulated" if simulated_gpus else "hami"
 c.Spawner.default_url = "/lab"
-# A spawn may wait in the queue; the queue's own pending timeout (an hour) ends it first.
-c.Spawner.start_timeout = 3600 + 120
+# A spawn may wait in the queue; the queue's own pending timeout ends it first, with a reason the
+# student sees. What is left is the start after the grant: the container, and its first answer
+# within http_timeout.
+c.Spawner.http_timeout = 60
+c.Spawner.start_timeout = pending_timeout + 120
 # Per user, at most sessions + pending named servers (3 + 2) may run or wait at once; stopped ones
 # do not count. The queue's quota refuses the default server past the same numbers.
 from fgpu_spawner.named_servers import ActiveNamedServerLimit  # noqa: E402
@@ -259,7 +266,30 @@ c.JupyterHub.named_server_limit_per_user = ActiveNamedServerLimit(active_session
 class_size = int(os.environ.get("FGPU_CLASS_SIZE", "200"))
 waiting_per_user = pending_per_user if pending_per_user is not None else 2
 c.JupyterHub.concurrent_spawn_limit = waiting_per_user * class_size + 100
-c.Spawner.http_timeout = 60
+
+
+def raise_open_file_limit(needed: int) -> None:
+    """Every waiting spawn keeps connections open for as long as it waits (its long-poll, one
+    file in the hub and one in the service; its student's progress stream). A service manager's
+    usual soft limit of 1,024 open files would stop the hub accepting connections at about 500
+    waiting spawns; Python does not raise it. The hub raises its own, up to the hard limit, and
+    its services (the queue service among them) inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        print(
+            f"WARNING: {needed} open files needed for {c.JupyterHub.concurrent_spawn_limit} spawn"
+            f" slots, and the hard limit allows {hard}: raise it (LimitNOFILE=)",
+            file=sys.stderr,
+        )
+
+
+from fgpu_spawner.queue_client import open_files_needed  # noqa: E402
+
+raise_open_file_limit(open_files_needed(c.JupyterHub.concurrent_spawn_limit))
 
 # The hub's pages carry the queue's Sessions (and, for admins, Cluster) links, the resource
 # indicator on the home page and spawn form, and the queue position on the spawn-pending page.

@@ -20,27 +20,53 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from .grant import Grant
 from .request import ResourceRequest
 
-#: Concurrent requests to the service from one hub. Every PENDING spawn holds one long-poll, and
-#: tornado's shared client allows 10, which would queue the rest until they time out.
-MAX_CONCURRENT_REQUESTS = 2048
+#: Requests to the service one hub may have in flight besides its spawn slots' long-polls: the
+#: catalog reads and grant requests of spawns, and the releases of stopping sessions.
+REQUEST_ROOM = 1024
+#: Times a catalog read or a grant request is made before a timeout fails the spawn.
+READ_ATTEMPTS = 3
+#: In flight when the hub sets no spawn limit (`concurrent_spawn_limit` 0).
+UNLIMITED_SLOTS_REQUESTS = 10_000
 _clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _http_client() -> AsyncHTTPClient:
-    """One client per event loop, of our own, so the hub's shared client is left alone."""
+def request_capacity(spawn_slots: int) -> int:
+    """Requests one hub may have in flight to the service. Every spawn slot (the hub's
+    `concurrent_spawn_limit`) may hold a long-poll while it waits in the queue, and every other
+    call needs room besides: a request past the capacity waits in tornado's queue, which fails
+    it after 20 s ("Timeout in request queue") while the long-polls ahead of it last 25 s."""
+    if spawn_slots <= 0:
+        return UNLIMITED_SLOTS_REQUESTS
+    return spawn_slots + REQUEST_ROOM
+
+
+def open_files_needed(spawn_slots: int) -> int:
+    """Open files one hub needs: a connection for each request it may have in flight to the
+    service (`request_capacity`), a progress stream from each waiting student's spawn-pending
+    page, and room for the rest (its DB, the proxy, running sessions' API calls, logs)."""
+    return request_capacity(spawn_slots) + max(spawn_slots, 0) + REQUEST_ROOM
+
+
+def _http_client(capacity: int) -> AsyncHTTPClient:
+    """One client per event loop, of our own, so the hub's shared client (10 requests) is left
+    alone; it holds the largest capacity any caller asked for."""
     loop = asyncio.get_running_loop()
-    if loop not in _clients:
-        _clients[loop] = AsyncHTTPClient(force_instance=True, max_clients=MAX_CONCURRENT_REQUESTS)
-    return _clients[loop]
+    client = _clients.get(loop)
+    if client is None or client.max_clients < capacity:
+        client = AsyncHTTPClient(force_instance=True, max_clients=capacity)
+        _clients[loop] = client
+    return client
 
 
 class QueueError(Exception):
-    """The service refused a request, or could not be reached (status 503)."""
+    """The service refused a request, or could not be reached (status 503); `timed_out` when no
+    answer came in time (the service, or this hub's own event loop, was busy)."""
 
-    def __init__(self, message: str, status: int):
+    def __init__(self, message: str, status: int, timed_out: bool = False):
         super().__init__(message)
         self.message = message
         self.status = status
+        self.timed_out = timed_out
 
 
 @dataclass(frozen=True)
@@ -89,10 +115,11 @@ class QueueRecord:
 
 
 class QueueClient:
-    def __init__(self, url: str, token: str, timeout: float = 30):
+    def __init__(self, url: str, token: str, timeout: float = 30, spawn_slots: int = 0):
         self.api = url.rstrip("/") + "/api"
         self.token = token
         self.timeout = timeout
+        self.capacity = request_capacity(spawn_slots)
 
     async def request_grant(
         self, user: str, server_name: str, request: ResourceRequest, key: str
@@ -110,7 +137,9 @@ class QueueClient:
             "fgpu": request.fgpu,
             "resource_group": request.resource_group,
         }
-        return QueueRecord.from_json(await self._call("POST", "/grants", body))
+        # Made again after a timeout, with the same key: a line of thousands makes each request
+        # wait for the passes of those before it, and the answer may come after the timeout.
+        return QueueRecord.from_json(await self._call_again("POST", "/grants", body))
 
     async def wait(self, seen: QueueRecord, wait_seconds: float = 25) -> QueueRecord:
         """The record once it differs from `seen` (status, position or reason), or after a while."""
@@ -129,8 +158,11 @@ class QueueClient:
         return await self._call("DELETE", f"/grants/{session_id}{query}")
 
     async def images_for(self, user: str) -> list[dict]:
-        """The catalog entries `user` may start (their groups, not hidden, not others' private)."""
-        return (await self._call("GET", f"/images?user={quote(user)}"))["images"]
+        """The catalog entries `user` may start (their groups, not hidden, not others' private).
+        A read that timed out is made again, up to READ_ATTEMPTS times: a burst of spawns can
+        hold the hub's event loop for longer than the timeout (JupyterHub's own work for each
+        start, 0.1-0.3 s on a busy machine), and every spawn of the burst reads the catalog."""
+        return (await self._call_again("GET", f"/images?user={quote(user)}"))["images"]
 
     async def image_for(self, user: str, name: str) -> dict:
         """One entry, or QueueError 403 (not allowed for `user`) / 400 (unknown)."""
@@ -141,6 +173,17 @@ class QueueClient:
         group, whether they may use it and what is free there for them."""
         return await self._call("GET", f"/resources?user={quote(user, safe='')}")
 
+    async def _call_again(self, method: str, path: str, body: dict | None = None) -> dict:
+        """`_call`, made again after a timeout, up to READ_ATTEMPTS times in all: only for calls
+        that may be repeated (a read, or a grant request named by its key)."""
+        for attempt in range(1, READ_ATTEMPTS + 1):
+            try:
+                return await self._call(method, path, body)
+            except QueueError as e:
+                if not e.timed_out or attempt == READ_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
     async def _call(self, method: str, path: str, body: dict | None = None, timeout=None) -> dict:
         request = HTTPRequest(
             self.api + path,
@@ -150,10 +193,11 @@ class QueueClient:
             request_timeout=timeout or self.timeout,
         )
         try:
-            response = await _http_client().fetch(request)
+            response = await _http_client(self.capacity).fetch(request)
         except HTTPClientError as e:
             # 599 is tornado's code for a connection that failed or dropped: the service is away.
-            raise QueueError(_message_of(e), 503 if e.code == 599 else e.code) from None
+            timed_out = e.code == 599 and "Timeout" in str(e.message)
+            raise QueueError(_message_of(e), 503 if e.code == 599 else e.code, timed_out) from None
         except OSError as e:
             raise QueueError(f"The queue service is not answering ({e}).", 503) from None
         return json.loads(response.body)

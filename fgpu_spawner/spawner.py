@@ -433,7 +433,10 @@ class FGPUSpawner(DockerSpawner):
                 reason="config",
                 status_code=500,
             )
-        return QueueClient(self.queue_url, self.queue_token)
+        # Each of the hub's spawn slots may hold a long-poll: the client makes room for them all.
+        settings = getattr(self.user, "settings", None) or {}
+        slots = settings.get("concurrent_spawn_limit", 0)
+        return QueueClient(self.queue_url, self.queue_token, spawn_slots=slots)
 
     async def acquire_grant(self, request: ResourceRequest) -> Grant:
         """The slice this session may use: from the queue service, waiting while PENDING."""

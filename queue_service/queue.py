@@ -241,6 +241,10 @@ class QueueManager:
                 self._watchers.pop(session_id, None)
         return await self.get(session_id)
 
+    def awaited(self, session_id: str) -> bool:
+        """Whether a spawn waits on this record right now (it holds a long-poll on it)."""
+        return bool(self._watchers.get(session_id))
+
     async def mark_running(self, session_id: str) -> dict:
         """Record that the granted session's server is up. Fail closed: a session whose grant has
         ended (released, reclaimed, cancelled) or never came is refused with 409, so that its

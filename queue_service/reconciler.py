@@ -235,12 +235,16 @@ class Reconciler:
     async def respawn_abandoned(self) -> None:
         """Issue again the spawns of records that no spawner waits for any more."""
         now = time.time()
+        # A record with a long-poll open on it has its spawn: the hub is not asked. Asking about
+        # every waiting student each round cost the hub a read per student every 5 s (200/s
+        # with 1,000 waiting), more than its event loop could serve beside its own API.
         waiting = [
             r
             for r in self.manager.active_records()
             if r.status in (Status.PENDING, Status.SCHEDULED)
             and r.id not in self._respawning
             and now - as_utc(r.created).timestamp() > self.respawn_grace
+            and not self.manager.awaited(r.id)
         ]
         for user in {r.user for r in waiting}:
             try:

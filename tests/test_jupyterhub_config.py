@@ -2,6 +2,7 @@
 
 import ast
 import re
+import resource
 
 import pytest
 from jupyterhub.auth import PAMAuthenticator
@@ -143,6 +144,38 @@ def test_a_site_raises_the_per_user_limits(monkeypatch):
     assert service_user_quota(config) == {"sessions": 6, "pending": 4, "fgpu": 8.0}
     assert config.JupyterHub.named_server_limit_per_user.limit == 10
     assert config.JupyterHub.concurrent_spawn_limit == 4 * 50 + 100
+
+
+def test_the_queue_ends_a_wait_before_the_hub_gives_up_on_the_start():
+    """The hub's start timeout covers a whole wait in the queue and the start after the grant,
+    so a request that waits too long ends as the queue's PENDING_TIMEOUT (a reason the student
+    sees), never as the hub's bare timeout; both come from one number in the config."""
+    config = load_shipped_config()
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    (flag,) = [a for a in queue["command"] if a.startswith("--QueueService.pending_timeout=")]
+    pending_timeout = float(flag.split("=", 1)[1])
+    assert pending_timeout > 0
+    assert config.Spawner.start_timeout >= pending_timeout + config.Spawner.http_timeout
+
+
+@pytest.fixture
+def open_file_limit():
+    """The test process's limit on open files, put back afterwards (loading the config sets it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    yield hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_hub_for_2000_waiting_spawns_raises_its_open_file_limit(monkeypatch, open_file_limit):
+    """Started by a service manager with its usual soft limit of 1,024 open files, the hub
+    raises its own (its services inherit it): each waiting spawn holds a long-poll to the service
+    and a progress stream, so 1,024 stopped the hub accepting connections near 500 of them."""
+    monkeypatch.setenv("FGPU_CLASS_SIZE", "1000")  # 2,100 spawn slots
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, open_file_limit))
+    slots = load_shipped_config().JupyterHub.concurrent_spawn_limit
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard == open_file_limit
+    assert soft >= min(hard, 2 * slots + 1024)
 
 
 def test_a_site_lifts_a_per_user_limit_with_null(monkeypatch):

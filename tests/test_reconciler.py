@@ -8,6 +8,7 @@ end in test_queue_service.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 
 import docker
@@ -283,3 +284,37 @@ async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_release
         "the hub had stopped its server",
     )
     assert containers_with({SESSION_LABEL: session["id"]}) == []
+
+
+class HubReads:
+    """Stands in for the hub's REST API: counts the reads of users (HubClient.user_now); the
+    hub lists every server as still spawning."""
+
+    def __init__(self):
+        self.reads: list[str] = []
+
+    async def user_now(self, name: str) -> dict:
+        self.reads.append(name)
+        return {"servers": {"s1": {"pending": "spawn"}}}
+
+
+async def test_a_spawn_waiting_on_its_long_poll_costs_the_hub_no_read(manager):
+    """With 1,000 students waiting, a read of each from the hub every round (5 s) was 200 reads
+    a second, and the hub's own API stalled for seconds. A record whose spawn holds a long-poll
+    on it is known alive; one with none is still checked with the hub."""
+    holder = {"user": "bob", "server_name": "s0", "image": "x", "cpu": 0.5, "mem": GIB, "fgpu": 2}
+    assert (await manager.submit(holder, ()))["status"] == Status.SCHEDULED
+    waiting = await manager.submit({**holder, "user": "alice", "server_name": "s1", "fgpu": 1}, ())
+    assert waiting["status"] == Status.PENDING
+    hub = HubReads()
+    reconciler = Reconciler(manager, None, hub=hub, respawn_grace=0)
+    poll = asyncio.create_task(manager.wait(waiting["id"], waiting["version"], 30))
+    while not manager.awaited(waiting["id"]):
+        await asyncio.sleep(0.01)
+    await reconciler.respawn_abandoned()
+    assert "alice" not in hub.reads
+    poll.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await poll
+    await reconciler.respawn_abandoned()  # no spawn waits on it now: the hub is asked
+    assert "alice" in hub.reads
