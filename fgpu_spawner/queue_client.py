@@ -171,7 +171,7 @@ class QueueClient:
     async def resources_for(self, user: str) -> dict:
         """What `user` holds and may still take (api/resources for that user): per resource
         group, whether they may use it and what is free there for them."""
-        return await self._call("GET", f"/resources?user={quote(user, safe='')}")
+        return await self._call_again("GET", f"/resources?user={quote(user, safe='')}")
 
     async def _call_again(self, method: str, path: str, body: dict | None = None) -> dict:
         """`_call`, made again after a timeout, up to READ_ATTEMPTS times in all: only for calls
