@@ -280,7 +280,7 @@ def spread(sessions: list[dict]) -> dict[str, str]:
     }
 
 
-def storm(hub, lab_env: dict[str, str], count: int, stagger: float) -> dict:
+def storm(hub, lab_env: dict[str, str], count: int, stagger: float, together: bool) -> dict:
     users = [f"storm{n:02d}" for n in range(count)]
     everyone = set(users)
     for user in users:
@@ -288,7 +288,7 @@ def storm(hub, lab_env: dict[str, str], count: int, stagger: float) -> dict:
     admin = QueueUser(hub, "admin")
     manager = engine_client(lab_env)
     log_start = len(hub.log_text())
-    figures = {"count": count, "stagger": stagger, "load": [uptime()]}
+    figures = {"count": count, "stagger": stagger, "together": together, "load": [uptime()]}
 
     start = time.perf_counter()
     posting = Background(hub, "POST", [(u, storm_options(n)) for n, u in enumerate(users)], stagger)
@@ -306,8 +306,9 @@ def storm(hub, lab_env: dict[str, str], count: int, stagger: float) -> dict:
     problems += grant_problems(sessions, manager, hub.run_id)
     figures.update(running=len(running), pending=count - len(running), spread=spread(sessions))
 
-    # Waiting ones first, so that no stop of a running one hands its slice to a waiting one.
-    waiting = [s["user"] for s in sessions if s["status"] == "PENDING"]
+    # Waiting ones first, so that no stop of a running one hands its slice to a waiting one;
+    # or all at once, so that slices are handed on while the servers that get them are stopped.
+    waiting = [] if together else [s["user"] for s in sessions if s["status"] == "PENDING"]
     stop_start = time.perf_counter()
     stops = send_all(hub, "DELETE", [(u, None) for u in waiting])
     stops += send_all(hub, "DELETE", [(u, None) for u in users if u not in waiting])
@@ -339,7 +340,8 @@ def print_storm(figures: dict, single: float) -> None:
     )
     print(f"  every request RUNNING or PENDING after {figures['settled']:6.2f} s")
     print(f"  every granted server ready after       {figures['ready']:6.2f} s")
-    print(f"  all stopped, nothing left after        {figures['stopped']:6.2f} s")
+    order = "all at once" if figures["together"] else "waiting ones first"
+    print(f"  all stopped ({order}), nothing left after {figures['stopped']:6.2f} s")
     print(f"  ratio (all RUNNING or PENDING / one Swarm spawn): {figures['settled'] / single:.2f}")
     print(f"  ratio (all granted ready / one Swarm spawn): {figures['ready'] / single:.2f}")
     print(f"  granted per node: {figures['spread']}")
@@ -404,6 +406,11 @@ def main() -> None:
     parser.add_argument("--lab-net", default=LAB_DEFAULTS["FGPU_SWARM_LAB_NET"])
     parser.add_argument("--lab-pool", default=LAB_DEFAULTS["FGPU_SWARM_LAB_POOL"])
     parser.add_argument(
+        "--stop-together",
+        action="store_true",
+        help="stop the storm's servers all at once, waiting and running alike",
+    )
+    parser.add_argument(
         "--keep-lab", action="store_true", help="leave a lab this run made up at the end"
     )
     parser.add_argument("--workdir", help="the hubs' state and logs (default: a temporary one)")
@@ -423,7 +430,7 @@ def main() -> None:
                 local, swarm = spawn_times(local_hub, swarm_hub, args.rounds)
                 print_spawn_times(local, swarm, uptime())
                 if args.storm:
-                    result = storm(swarm_hub, lab_env, args.storm, args.stagger)
+                    result = storm(swarm_hub, lab_env, args.storm, args.stagger, args.stop_together)
                     print_storm(result, statistics.median(swarm))
             finally:
                 remove_services(lab_env, swarm_hub.run_id)
