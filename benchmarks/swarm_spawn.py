@@ -246,14 +246,30 @@ def node_session_containers(lab_env: dict[str, str]) -> int:
     return count
 
 
-def nothing_left(hub, admin, lab_env, manager, users: set[str]) -> bool:
+def leftovers(hub, admin, lab_env, manager, users: set[str]) -> list[str]:
+    """What is left of the storm: servers, records, services, node containers, unended records."""
+    servers = {user for user, _ in hub.active_servers()} & users
+    records = storm_sessions(admin, users)
+    services = manager.services.list(filters={"label": f"{TEST_LABEL}={hub.run_id}"})
+    containers = node_session_containers(lab_env)
+    unended = set(record_counts(hub)) - FINAL
     return (
-        not hub.active_servers()
-        and not storm_sessions(admin, users)
-        and not manager.services.list(filters={"label": f"{TEST_LABEL}={hub.run_id}"})
-        and node_session_containers(lab_env) == 0
-        and not set(record_counts(hub)) - FINAL
+        [f"the hub lists {len(servers)} servers: {sorted(servers)}"] * bool(servers)
+        + [f"{len(records)} active records"] * bool(records)
+        + [f"{len(services)} session services on the manager"] * bool(services)
+        + [f"{containers} session containers on the nodes"] * bool(containers)
+        + [f"records in {sorted(unended)}"] * bool(unended)
     )
+
+
+def wait_until_nothing_left(hub, admin, lab_env, manager, users, timeout: float = 300):
+    """[] once nothing is left, else what still is after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while left := leftovers(hub, admin, lab_env, manager, users):
+        if time.monotonic() > deadline:
+            return [f"left after {timeout:g} s: {what}" for what in left]
+        time.sleep(0.5)
+    return []
 
 
 def hub_log_errors(text: str) -> tuple[list[str], int]:
@@ -312,8 +328,8 @@ def storm(hub, lab_env: dict[str, str], count: int, stagger: float, together: bo
     stop_start = time.perf_counter()
     stops = send_all(hub, "DELETE", [(u, None) for u in waiting])
     stops += send_all(hub, "DELETE", [(u, None) for u in users if u not in waiting])
-    wait_for(lambda: nothing_left(hub, admin, lab_env, manager, everyone), 300, "nothing left")
-    figures["stopped"] = time.perf_counter() - stop_start
+    left = wait_until_nothing_left(hub, admin, lab_env, manager, everyone)
+    figures.update(stopped=time.perf_counter() - stop_start, left=left)
 
     records = record_counts(hub)
     log_errors, figures["never_routed"] = hub_log_errors(hub.log_text()[log_start:])
@@ -328,6 +344,7 @@ def storm(hub, lab_env: dict[str, str], count: int, stagger: float, together: bo
             + [f"{records['ERROR']} records ended in ERROR"] * bool(records["ERROR"])
             + [f"hub log: {line[:200]}" for line in log_errors]
             + problems
+            + left
         ),
     )
     return figures
@@ -341,7 +358,8 @@ def print_storm(figures: dict, single: float) -> None:
     print(f"  every request RUNNING or PENDING after {figures['settled']:6.2f} s")
     print(f"  every granted server ready after       {figures['ready']:6.2f} s")
     order = "all at once" if figures["together"] else "waiting ones first"
-    print(f"  all stopped ({order}), nothing left after {figures['stopped']:6.2f} s")
+    outcome = "something left" if figures["left"] else "nothing left"
+    print(f"  all stopped ({order}), {outcome} after {figures['stopped']:6.2f} s")
     print(f"  ratio (all RUNNING or PENDING / one Swarm spawn): {figures['settled'] / single:.2f}")
     print(f"  ratio (all granted ready / one Swarm spawn): {figures['ready'] / single:.2f}")
     print(f"  granted per node: {figures['spread']}")
