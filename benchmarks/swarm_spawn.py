@@ -242,7 +242,9 @@ def node_session_containers(lab_env: dict[str, str]) -> int:
     for line in swarm_lab("status", lab_env=lab_env).stdout.splitlines():
         hostname, url, *_ = line.split()
         engine = engine_client({**lab_env, "DOCKER_HOST": url})
-        count += len(engine.containers.list(all=True, filters={"label": "fgpu.session_id"}))
+        # The low-level list: the high-level one inspects each container, and a container
+        # removed in between would fail the count.
+        count += len(engine.api.containers(all=True, filters={"label": "fgpu.session_id"}))
     return count
 
 
