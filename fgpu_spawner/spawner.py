@@ -319,6 +319,8 @@ class FGPUSpawner(DockerSpawner):
     gpu_order: list[str] = []
     session_id: str = ""
     _pending_message: str = ""
+    # The giving back of an interrupted start's slice, while it runs (start() and stop()).
+    _abandoning: asyncio.Future | None = None
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -526,7 +528,19 @@ class FGPUSpawner(DockerSpawner):
                 self.log.warning("Could not release grant %s: %s", session_id, e.message)
         self.session_id = ""
 
+    async def _abandoned(self) -> None:
+        """Wait until an interrupted start has given its slice back (it reads the session id and
+        object id as it goes, so neither a stop nor a new start may change them meanwhile)."""
+        abandoning, self._abandoning = self._abandoning, None
+        if abandoning is None:
+            return
+        try:
+            await asyncio.shield(abandoning)
+        except Exception:
+            self.log.exception("Giving back the slice of an interrupted start failed")
+
     async def start(self):
+        await self._abandoned()
         if self.resource_request is None:
             await apply_resource_options(self, self.user_options or {})
         self.forget_request_key()
@@ -537,9 +551,16 @@ class FGPUSpawner(DockerSpawner):
             ip, port = await super().start()
             await self.wait_until_ready(ip, port)
             await self._confirm_running()
+        except asyncio.CancelledError:
+            # The hub interrupts a start (a stop while it waits) and stops the server one second
+            # later only if the start has ended by then; otherwise it answers 500 and, once the
+            # start ends, keeps the server as if it ran. So the start ends now, and its slice
+            # goes back behind it (stop() waits for that).
+            self._abandoning = asyncio.ensure_future(self._abandon_start())
+            raise
         except BaseException:
-            # Cancelled or failed: the slice goes back to the queue now, not when someone notices,
-            # and only once the container that held it is gone.
+            # Failed: the slice goes back to the queue now, not when someone notices, and only
+            # once the container that held it is gone.
             await asyncio.shield(self._abandon_start())
             raise
         return ip, port
@@ -586,6 +607,7 @@ class FGPUSpawner(DockerSpawner):
         really gone. If the engine refuses, the grant is kept (its slice stays counted) and the
         error raised; the hub forgets the server all the same, and the service's reconciler
         stops the container of a session the hub no longer lists, and releases it then."""
+        await self._abandoned()
         # Read first: DockerSpawner.stop clears the state (and with it the session id).
         session_id, container_id = self.session_id, self.object_id
         await super().stop(now=now)

@@ -216,7 +216,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
         deadline = asyncio.get_running_loop().time() + self.task_start_timeout
         while True:
             task = await self.session_task()
-            state = task["Status"]["State"] if task else "missing"
+            state = task["Status"]["State"] if task else await self._state_without_task()
             if state == "running":
                 return
             if state not in STARTING_STATES:
@@ -224,6 +224,15 @@ class FGPUSwarmSpawner(FGPUSpawner):
             if asyncio.get_running_loop().time() > deadline:
                 raise self._task_failed(task, f"still {state} after {self.task_start_timeout:g} s")
             await asyncio.sleep(_TASK_POLL_SECONDS)
+
+    async def _state_without_task(self) -> str:
+        """The manager stores a service first and makes its task a moment later (longer on a
+        loaded manager): a service without a task yet is starting; a removed one is not."""
+        try:
+            await self.docker("inspect_service", self.object_id)
+        except docker.errors.NotFound:
+            return "missing: the service was removed"
+        return "new"
 
     def _task_failed(self, task: dict | None, state: str):
         status = (task or {}).get("Status") or {}

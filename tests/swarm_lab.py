@@ -30,16 +30,20 @@ NODES = 3
 GPUS = "1x8GiB"
 IMAGE = "fgpu/jupyter-base:py3.11"
 
-LAB_NAME = "fgpu-labt"
-LAB_NET = "10.212"
+# A developer whose own lab must not be touched by a run points the tests at another
+# (FGPU_TEST_SWARM_LAB_NAME, _NET, _POOL); the run takes it down and up as its own.
+LAB_NAME = os.environ.get("FGPU_TEST_SWARM_LAB_NAME", "fgpu-labt")
+LAB_NET = os.environ.get("FGPU_TEST_SWARM_LAB_NET", "10.212")
 LAB_DIR = Path("/var/lib/fgpu-swarm-lab") / LAB_NAME
 LAB_ENV = {
     "FGPU_SWARM_LAB_NAME": LAB_NAME,
     "FGPU_SWARM_LAB_NET": LAB_NET,
-    "FGPU_SWARM_LAB_POOL": "10.215.0.0/16",
+    "FGPU_SWARM_LAB_POOL": os.environ.get("FGPU_TEST_SWARM_LAB_POOL", "10.215.0.0/16"),
     "FGPU_PYTHON": sys.executable,
 }
-LOCK_PATH = "/run/lock/fgpu-swarm-lab-test.lock"
+LOCK_PATH = (
+    "/run/lock/fgpu-swarm-lab-test" + ("" if LAB_NAME == "fgpu-labt" else f"-{LAB_NAME}") + ".lock"
+)
 # Where the lab tracks its processes: cgroup v1's pids hierarchy, or the v2 tree.
 CGROUPS = (
     Path("/sys/fs/cgroup/pids") if Path("/sys/fs/cgroup/pids").is_dir() else Path("/sys/fs/cgroup")
@@ -76,11 +80,14 @@ def engine_client(env: dict[str, str], **tls: object) -> docker.DockerClient:
     return client
 
 
-def swarm_lab(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def swarm_lab(
+    *args: str, check: bool = True, lab_env: dict[str, str] = LAB_ENV
+) -> subprocess.CompletedProcess:
+    """Run `scripts/swarm-lab` on the lab `lab_env` names (the test run's by default)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
     return subprocess.run(
         [str(SCRIPT), *args],
-        env={**env, **LAB_ENV},
+        env={**env, **lab_env},
         capture_output=True,
         text=True,
         timeout=900,

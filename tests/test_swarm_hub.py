@@ -9,16 +9,22 @@ fGPU, so that a user's second GPU session waits for the first one's slice.
 
 from __future__ import annotations
 
+import asyncio
+import secrets
 import time
 from pathlib import Path
 
+import docker
 import pytest
 import requests
+from jupyterhub.spawner import SpawnException
 from playwright.sync_api import expect
+
+from fgpu_spawner.swarm_spawner import FGPUSwarmSpawner
 
 from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub
-from .swarm_lab import LAB_NAME, Lab, swarm_lab, wait_for
+from .swarm_lab import IMAGE, LAB_NAME, Lab, swarm_lab, wait_for
 
 GPU_SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
 NODE_DOWN_GRACE = 6
@@ -330,3 +336,57 @@ def test_the_node_agent_reports_usage_and_a_session_saved_on_its_node_starts_on_
     finally:
         node = lab.manager().nodes.get(first_node)
         node.update({**node.attrs["Spec"], "Availability": "active"})
+
+
+class _LabSpawner(FGPUSwarmSpawner):
+    """The Swarm spawner with an engine client of its own (DockerSpawner keeps one per class)."""
+
+
+def _service_without_task(lab: Lab):
+    """A real session-like service whose task is not made yet (0 replicas), and a spawner of it."""
+    service = lab.manager().services.create(
+        f"{lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE}",
+        command=["sleep", "600"],
+        name=f"fgpu-late-task-{secrets.token_hex(3)}",
+        mode=docker.types.ServiceMode("replicated", replicas=0),
+        restart_policy=docker.types.RestartPolicy(condition="none"),
+    )
+    spawner = _LabSpawner(
+        client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
+        object_name=service.name,
+        task_start_timeout=180,
+    )
+    spawner.object_id = service.id
+    return service, spawner
+
+
+def test_a_task_the_manager_has_not_made_yet_is_waited_for_not_taken_for_a_failure(lab: Lab):
+    """The manager stores a service and makes its task a moment later; a spawner looking in
+    between saw no task and failed the spawn ("did not start (missing)", seen in the benchmark on
+    a loaded machine). The gap is held open here: the service has 0 replicas at first, and gets
+    its task a few seconds later, as a late orchestrator would give it."""
+    service, spawner = _service_without_task(lab)
+
+    async def start_while_the_task_comes_late():
+        starting = asyncio.ensure_future(spawner.start_object())
+        await asyncio.sleep(3)
+        assert not starting.done(), f"gave up on a service without a task yet: {starting}"
+        await asyncio.to_thread(service.scale, 1)
+        await asyncio.wait_for(starting, 180)
+
+    try:
+        asyncio.run(start_while_the_task_comes_late())
+        (task,) = service.tasks()
+        assert task["Status"]["State"] == "running"
+    finally:
+        service.remove()
+
+    # A service removed before its task came is a failure at once, not a wait for the timeout.
+    service, spawner = _service_without_task(lab)
+    service.remove()
+
+    async def start_a_removed_service():
+        with pytest.raises(SpawnException, match="the service was removed"):
+            await asyncio.wait_for(spawner.start_object(), 30)
+
+    asyncio.run(start_a_removed_service())
