@@ -30,7 +30,7 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.p4_api_latency import percentile, poll
-from tests.harness import TEST_LABEL, QueueUser, containers_with, running_hub
+from tests.harness import TEST_LABEL, QueueUser, containers_with, running_hub, wait_until
 
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "256M", "fgpu": 1}
 SERVERS_PER_STUDENT = 2  # the shipped pending quota
@@ -180,16 +180,6 @@ async def each(hub, method: str, servers, concurrency: int, body: dict | None = 
 
         await asyncio.gather(*(one(user, server) for user, server in servers))
     return {"statuses": statuses, "times": times}
-
-
-def wait_until(check, timeout: float, what: str, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(interval)
-    raise AssertionError(f"not reached in {timeout:g} s: {what}")
 
 
 def count_pending(admin: QueueUser, crowd_users: set[str]) -> int:

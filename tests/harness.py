@@ -171,6 +171,18 @@ def _config_text(port: int, token: str, run_id: str, spawner_token: str, extra_c
     ) + textwrap.dedent(extra_config)
 
 
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
+    """`predicate()`'s first true value, polled every `interval` seconds; a failure naming
+    `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"not within {timeout:g} s: {what}")
+
+
 @contextmanager
 def running_hub(
     workdir: Path, extra_config: str = "", env: dict | None = None, ignore_sigint: bool = False

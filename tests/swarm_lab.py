@@ -23,6 +23,7 @@ import docker
 import pytest
 
 from .harness import docker_client
+from .harness import wait_until as wait_for  # noqa: F401 (the lab tests import it from here)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "swarm-lab"
@@ -110,16 +111,6 @@ def parse_exports(stdout: str) -> dict[str, str]:
         assert match, f"not an export line on stdout: {line!r}"
         env[match[1]] = "".join(shlex.split(match[2]))
     return env
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def node_states(lab: Lab) -> dict[str, str]:

@@ -11,7 +11,6 @@ import json
 import secrets
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from queue_service import private_images, stats
 from queue_service.node_reports import parse_report
 
 from .harness import TEST_LABEL, remove_containers
+from .harness import wait_until as _poll
 from .test_stats import V1_STATS, V2_STATS
 
 AGENT_FILE = Path(agent.__file__)
@@ -389,13 +389,3 @@ def test_a_commit_job_commits_the_session_container(docker_engine, session_conta
         for tag in (f"{repository}:t1", f"127.0.0.1:1/{repository}:t1"):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 docker_engine.images.remove(tag, force=True)
-
-
-def _poll(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout} s")

@@ -24,6 +24,7 @@ from queue_service.session_containers import SESSION_LABEL
 
 from .engine_proxy import EngineProxy
 from .harness import QueueUser, docker_client, relaunch, running_hub
+from .harness import wait_until as until
 
 pytestmark = pytest.mark.docker
 OPTIONS = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
@@ -32,16 +33,6 @@ for service in c.JupyterHub.services:
     if service["name"] == "queue":
         service["command"].append("--QueueService.reconcile_interval={interval}")
 """
-
-
-def until(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def queue_service_pids(parent: int | None = None) -> set[int]:
