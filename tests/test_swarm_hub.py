@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import docker
@@ -375,7 +376,7 @@ def test_a_task_the_manager_has_not_made_yet_is_waited_for_not_taken_for_a_failu
         await asyncio.wait_for(starting, 180)
 
     try:
-        asyncio.run(start_while_the_task_comes_late())
+        run_apart(start_while_the_task_comes_late())
         (task,) = service.tasks()
         assert task["Status"]["State"] == "running"
     finally:
@@ -384,9 +385,12 @@ def test_a_task_the_manager_has_not_made_yet_is_waited_for_not_taken_for_a_failu
     # A service removed before its task came is a failure at once, not a wait for the timeout.
     service, spawner = _service_without_task(lab)
     service.remove()
+    with pytest.raises(SpawnException, match="the service was removed"):
+        run_apart(asyncio.wait_for(spawner.start_object(), 30))
 
-    async def start_a_removed_service():
-        with pytest.raises(SpawnException, match="the service was removed"):
-            await asyncio.wait_for(spawner.start_object(), 30)
 
-    asyncio.run(start_a_removed_service())
+def run_apart(coroutine):
+    """Run `coroutine` on a loop of its own in another thread: the module's Chromium test leaves
+    Playwright's loop running in this one until the module ends."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
