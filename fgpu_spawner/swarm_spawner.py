@@ -35,6 +35,7 @@ from pathlib import Path
 import docker.errors
 from traitlets import CaselessStrEnum, Float, Unicode, default
 
+from .network import SessionNetwork
 from .service_spec import SwarmContext, build_service_spec, home_folder
 from .spawner import FGPUSpawner, spawn_error
 from .storage import account_tag, home_volume_name
@@ -138,7 +139,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
     async def session_network(self):
         """The attachable overlay of `overlay` endpoints (created when missing); none otherwise."""
         if self.endpoint == "host_port":
-            return _Network("")  # the node's bridge
+            return SessionNetwork("", "", "")  # the node's bridge
         try:
             return await asyncio.to_thread(self._ensure_overlay)
         except docker.errors.APIError as e:
@@ -155,12 +156,12 @@ class FGPUSwarmSpawner(FGPUSpawner):
                 attachable=True,
                 labels={"fgpu.role": "sessions"},
             )
-            return _Network(network["Id"])
+            return SessionNetwork(network["Id"], self.network_name, "")
         if network.get("Driver") != "overlay" or not network.get("Attachable"):
             raise docker.errors.APIError(
                 f"{self.network_name!r} exists but is not an attachable overlay network"
             )
-        return _Network(network["Id"])
+        return SessionNetwork(network["Id"], self.network_name, "")
 
     @property
     def storage_settings(self):
@@ -247,11 +248,12 @@ class FGPUSwarmSpawner(FGPUSpawner):
         tasks = await self._tasks()
         return max(tasks, key=lambda t: t.get("CreatedAt", ""), default=None)
 
-    async def _tasks(self) -> list[dict]:
+    async def _tasks(self, service_id: str = "") -> list[dict]:
         # By name, not by service: the tasks of a removed service are still listed (desired state
         # "remove") until its node has shut them down, and stop() waits for exactly that.
         tasks = await self.docker("tasks", filters={"name": self.object_name})
-        return [t for t in tasks if not self.object_id or t.get("ServiceID") == self.object_id]
+        service_id = service_id or self.object_id
+        return [t for t in tasks if not service_id or t.get("ServiceID") == service_id]
 
     async def get_ip_and_port(self):
         task = await self.session_task()
@@ -311,29 +313,20 @@ class FGPUSwarmSpawner(FGPUSpawner):
     async def _still_there(self, service_id: str) -> bool:
         """Whether the node still runs the removed service's task after `task_exit_timeout`."""
         deadline = asyncio.get_running_loop().time() + self.task_exit_timeout
-        self.object_id = service_id
-        try:
-            while asyncio.get_running_loop().time() < deadline:
-                live = [t for t in await self._tasks() if t["Status"]["State"] in LIVE_STATES]
-                # A node that is down stops nothing until it is back, and then it stops the
-                # tasks of removed services first; the queue service does not place on it
-                # meanwhile.
-                if not live or await self._all_on_down_nodes(live):
-                    return False
-                await asyncio.sleep(_TASK_POLL_SECONDS)
-            return True
-        finally:
-            self.object_id = ""
+        while asyncio.get_running_loop().time() < deadline:
+            tasks = await self._tasks(service_id)
+            live = [t for t in tasks if t["Status"]["State"] in LIVE_STATES]
+            # A node that is down stops nothing until it is back, and then it stops the tasks
+            # of removed services first; the queue service does not place on it meanwhile.
+            if not live or await self._all_on_down_nodes(live):
+                return False
+            await asyncio.sleep(_TASK_POLL_SECONDS)
+        return True
 
     async def _all_on_down_nodes(self, tasks: list[dict]) -> bool:
         nodes = await self.docker("nodes")
         down = {n["ID"] for n in nodes if (n.get("Status") or {}).get("State") == "down"}
         return all(t.get("NodeID") in down for t in tasks)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Network:
-    id: str
 
 
 def task_address(task: dict, network_id: str) -> str:

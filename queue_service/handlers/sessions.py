@@ -121,7 +121,7 @@ class SessionImageHandler(BaseHandler):
         if images.find(entry.name) is not None:
             raise CommitError(f"The catalog already has an image named {entry.name!r}.", "conflict")
         if self.settings.get("engine") == "swarm":
-            committed, undo = await self.commit_on_its_node(record, user, tag), None
+            committed, undo = await self.commit_on_its_node(record, user, tag)
         else:
             committed, undo = await self.commit_here(session_id, user, tag)
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
@@ -130,7 +130,7 @@ class SessionImageHandler(BaseHandler):
                 images.add, entry, source="private", check=check, owner_created=owner_created
             )
         except Exception:
-            if undo is not None:  # an image pushed from a node stays in the registry
+            if undo is not None:
                 await asyncio.to_thread(undo)
             raise
         self.write_json(
@@ -145,9 +145,10 @@ class SessionImageHandler(BaseHandler):
         )
         return committed, lambda: engine.images.remove(committed["id"], force=True)
 
-    async def commit_on_its_node(self, record: dict, user: str, tag: str) -> dict:
+    async def commit_on_its_node(self, record: dict, user: str, tag: str) -> tuple[dict, None]:
         """Commit on the session's node through its agent, which pushes the image to the site's
-        registry; the catalog names it without the registry, which the spawner puts in front."""
+        registry; the catalog names it without the registry, which the spawner puts in front.
+        Nothing to undo here: an image pushed from a node stays in the registry."""
         registry = self.settings.get("node_agent_registry") or ""
         if not registry:
             raise CommitError(
@@ -159,12 +160,13 @@ class SessionImageHandler(BaseHandler):
         result = await commit_on_node(
             self.settings["node_reports"], node, record["id"], user, tag, registry
         )
-        return {
+        committed = {
             "image": private_reference(user, tag),
             "id": result.get("image_id", ""),
             "node": node,
             "pushed": result.get("image"),
         }
+        return committed, None
 
 
 async def session_or_none(manager, session_id: str) -> dict | None:
