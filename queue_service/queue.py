@@ -611,8 +611,8 @@ class QueueManager:
         if len(differing) > 500:
             _load_active(db)
         elif differing:
-            changed = db.scalars(select(SessionRecord).where(SessionRecord.id.in_(differing)))
-            db.info.setdefault(_LOADED, []).extend(changed)
+            # Held by the session until it ends (`_hold_loaded`).
+            db.scalars(select(SessionRecord).where(SessionRecord.id.in_(differing))).all()
         return published.keys() - seen
 
     def _place_all(self, db, active: dict, quotas) -> tuple[dict, _Dirt]:
@@ -1146,6 +1146,7 @@ def _in_request_order(active: dict, added: list, previous: dict, everything: boo
 
 _COLUMNS = tuple(column.key for column in SessionRecord.__table__.columns)
 _FLUSHED, _DELETED, _LOADED = "fgpu_flushed", "fgpu_deleted", "fgpu_loaded"
+_WATCHED = "_fgpu_watched"
 
 
 def _schedule_key(record: SessionRecord | None) -> tuple | None:
@@ -1188,10 +1189,10 @@ def _attach(db, record: SessionRecord) -> SessionRecord:
 
 
 def _load_active(db) -> None:
-    """Read every active record into the session, held there until the transaction ends (the
-    session itself keeps an unchanged record only weakly)."""
-    loaded = list(db.scalars(_allocated_query())) + list(db.scalars(_pending_query()))
-    db.info.setdefault(_LOADED, []).extend(loaded)
+    """Read every active record into the session, held there until the transaction ends
+    (`_hold_loaded`)."""
+    db.scalars(_allocated_query()).all()
+    db.scalars(_pending_query()).all()
 
 
 def _keep_flushed(session, _context) -> None:
@@ -1205,6 +1206,13 @@ def _keep_flushed(session, _context) -> None:
     deleted.update(r.id for r in session.deleted if isinstance(r, SessionRecord))
 
 
+def _hold_loaded(session, record) -> None:
+    """Hold every record the session loads until the transaction ends: which unchanged records a
+    pass finds in the session must not depend on when the garbage collector runs."""
+    if isinstance(record, SessionRecord):
+        session.info.setdefault(_LOADED, []).append(record)
+
+
 def _forget_flushed(session, *_args) -> None:
     for key in (_FLUSHED, _DELETED, _LOADED):
         session.info.pop(key, None)
@@ -1215,8 +1223,15 @@ def _flushed(db) -> tuple[dict, set]:
 
 
 def watch_flushes(sessions: sessionmaker) -> None:
-    """Make the sessions of `sessions` hold what they flush (`_keep_flushed`) until they end."""
-    if not event.contains(sessions, "after_flush", _keep_flushed):
-        event.listen(sessions, "after_flush", _keep_flushed)
-        event.listen(sessions, "after_commit", _forget_flushed)
-        event.listen(sessions, "after_rollback", _forget_flushed)
+    """Make the sessions of `sessions` hold what they load and flush (`_hold_loaded`,
+    `_keep_flushed`) until they end."""
+    # A mark on the sessionmaker itself, not `event.contains`: SQLAlchemy keys its registry by
+    # `id(target)`, and a dead sessionmaker's entry outlives it until a garbage collection, so a
+    # new one at its address would look registered and get no listeners.
+    if getattr(sessions, _WATCHED, False):
+        return
+    setattr(sessions, _WATCHED, True)
+    event.listen(sessions, "after_flush", _keep_flushed)
+    event.listen(sessions, "loaded_as_persistent", _hold_loaded)
+    event.listen(sessions, "after_commit", _forget_flushed)
+    event.listen(sessions, "after_rollback", _forget_flushed)

@@ -8,6 +8,7 @@ quota test.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import random
@@ -17,8 +18,9 @@ from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import event, update
+from sqlalchemy.orm import sessionmaker
 
-from queue_service import scheduler
+from queue_service import queue, scheduler
 from queue_service.db import open_database
 from queue_service.models import SessionRecord, Status
 from queue_service.queue import QueueManager, Refused, SchedulerSettings
@@ -1052,3 +1054,33 @@ async def test_a_record_changed_outside_is_read_again_before_a_pass_changes_it(m
     assert waiting["id"] not in {s["id"] for s in manager.sessions()}
     assert (await manager.get(later["id"]))["status"] == Status.SCHEDULED
     assert gpu_use(manager.sessions()) == {GPU: 0.5}
+
+
+def test_a_new_sessionmaker_at_a_dead_ones_address_still_holds_what_it_flushes(tmp_path):
+    """SQLAlchemy keys its listener registry by `id(target)`, and an ended sessionmaker's entry
+    lives on until the garbage collector frees its Session class (a reference cycle): a new
+    sessionmaker at the same address once looked registered and got no listeners, so a pass lost
+    the records it had flushed (the flaky quota test on PostgreSQL). Every sessionmaker is
+    watched, whatever `id` it has."""
+    url = f"sqlite:///{tmp_path / 'queue.sqlite'}"
+    gc.disable()
+    try:
+        first = open_database(url)
+        queue.watch_flushes(first)
+        address, engine = id(first), first.kw["bind"]
+        del first
+        reused = []
+        for _ in range(10_000):
+            maker = sessionmaker(engine, expire_on_commit=False)
+            if id(maker) == address:
+                break
+            reused.append(maker)  # keep the others alive, so the address comes round
+        assert id(maker) == address, "no new sessionmaker came at the old address"
+        queue.watch_flushes(maker)
+        with maker.begin() as db:
+            db.add(SessionRecord(id="a" * 32, seq=1, user="alice", image="x", cpu=1.0, mem=1))
+            db.flush()
+            assert "a" * 32 in queue._flushed(db)[0]
+    finally:
+        gc.enable()
+    engine.dispose()
