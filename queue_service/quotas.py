@@ -128,6 +128,10 @@ class QuotaBook:
     def groups_of(self, user: str) -> tuple[str, ...]:
         return self._groups.get(user, ())
 
+    def memberships(self) -> dict[str, tuple[str, ...]]:
+        """Every known user's hub groups (a copy: compare it with a later one to see a change)."""
+        return dict(self._groups)
+
     def snapshot(self) -> scheduler.Quotas:
         """What the scheduler checks: the default user quota and every known group's quota."""
         groups = {name: quota for name, quota in self._group_quotas.items() if quota is not None}

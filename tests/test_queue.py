@@ -8,16 +8,19 @@ quota test.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
+import random
 import time
 from datetime import datetime
 from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import event, update
+from sqlalchemy.orm import sessionmaker
 
-from queue_service import scheduler
+from queue_service import queue, scheduler
 from queue_service.db import open_database
 from queue_service.models import SessionRecord, Status
 from queue_service.queue import QueueManager, Refused, SchedulerSettings
@@ -339,6 +342,25 @@ async def test_a_request_that_waits_too_long_times_out(open_manager):
     assert (await manager.get(first["id"]))["status"] == Status.SCHEDULED
     await manager.release(first["id"])
     assert (await manager.get(third["id"]))["status"] == Status.PENDING_TIMEOUT
+
+
+async def test_a_request_times_out_in_a_pass_about_another_resource_group(open_manager):
+    """A pass considers again only the requests its change concerns, but timeouts run over
+    every waiting one: a submit elsewhere ends the request that waited too long."""
+    lab = scheduler.Node("node-2", "lab", 4.0, 8 * GIB, (scheduler.Gpu("GPU-lab", 8 * GIB),))
+    settings = SchedulerSettings(units_per_gpu=2, pending_timeout=0.25)
+    manager = open_manager(settings, nodes=(NODE, lab))
+    asked = [ask(server=f"s{i}", resource_group="default") for i in range(3)]
+    _, _, third = [await manager.submit(request, groups=()) for request in asked]
+    assert third["status"] == Status.PENDING
+
+    await asyncio.sleep(0.4)
+    elsewhere = await manager.submit(ask(user="bob", resource_group="lab"), groups=())
+
+    assert elsewhere["status"] == Status.SCHEDULED
+    ended = await manager.get(third["id"])
+    assert (ended["status"], ended["reason"]) == (Status.PENDING_TIMEOUT, "waited over 0.25 s")
+    assert third["id"] not in {s["id"] for s in manager.sessions()}
 
 
 # -- quotas ------------------------------------------------------------------------------------
@@ -855,3 +877,210 @@ async def test_a_view_follows_a_new_inventory_though_its_record_stayed_the_same(
     manager.set_nodes([bigger])
     await manager.schedule()
     assert (await manager.get(granted["id"]))["gpu_memory"] == {GPU: 16 * GIB}
+
+
+# -- issue 12: a pass considers again only the requests a change concerns ----------------------
+
+GROUPS_OF_NODES = {
+    "a": [("a1", 2), ("a2", 1)],
+    "b": [("b1", 2)],
+    "c": [("c1", 0), ("c2", 1)],
+}
+RANDOM_NODES = tuple(
+    scheduler.Node(
+        name,
+        group,
+        cpu=2.0,
+        mem=4 * GIB,
+        gpus=tuple(scheduler.Gpu(f"GPU-{name}-{i}", 8 * GIB) for i in range(gpus)),
+    )
+    for group, nodes in GROUPS_OF_NODES.items()
+    for name, gpus in nodes
+)
+RANDOM_USERS = [f"u{n}" for n in range(6)]
+
+
+async def random_quotas(rng) -> QuotaBook:
+    """A user quota (or none) and a hub group of some users with a quota of its own (or none)."""
+    default = rng.choice([{}, {"fgpu": 2}, {"sessions": 2}, {"cpu": 2, "pending": 3}])
+    quotas = QuotaBook(user_default=default)
+    hub = FakeHub({"lab": {"fgpu_quota": rng.choice([{"fgpu": 3}, {"sessions": 3}, {}])}})
+    for user in RANDOM_USERS:
+        await quotas.refresh({"name": user, "groups": ["lab"] if rng.random() < 0.5 else []}, hub)
+    return quotas
+
+
+def random_request(rng, n: int) -> dict:
+    return {
+        **ask(
+            user=rng.choice(RANDOM_USERS),
+            server=f"s{rng.randrange(4)}",
+            fgpu=rng.choice([0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 3.0]),
+            cpu=rng.choice([0.25, 0.5, 1.0]),
+            mem=rng.choice([256, 512, 1024]) * MIB,
+        ),
+        "id": f"{rng.getrandbits(120):030x}{n:02x}"[-32:],
+        "resource_group": rng.choice(["a", "a", "b", "c", None]),
+    }
+
+
+async def random_operation(rng, n: int, ids: list[str]):
+    """One change (a callable run the same on each manager) with its name, for the message."""
+    known = rng.choice(ids) if ids else "0" * 32
+    kind = rng.choices(
+        ["submit", "launch", "release", "running", "lost", "schedule", "withdraw", "nodes"],
+        weights=[10, 2, 6, 3, 2, 1, 1, 1],
+    )[0]
+    if kind == "submit":
+        request = random_request(rng, n)
+        ids.append(request["id"])
+        return kind, lambda m: m.submit(request, groups=m.quotas.groups_of(request["user"]))
+    if kind == "launch":
+        user = rng.choice(RANDOM_USERS)
+        batch = [{**random_request(rng, n + i), "user": user} for i in range(rng.randint(1, 3))]
+        ids.extend(r["id"] for r in batch)
+        return kind, lambda m: m.submit_many(batch, groups=m.quotas.groups_of(user))
+    if kind == "release":
+        return kind, lambda m: m.release(known)
+    if kind == "running":
+        return kind, lambda m: m.mark_running(known)
+    if kind == "lost":
+        schedule = rng.random() < 0.5
+        return kind, lambda m: m.release_where([known], Status.TERMINATED, "lost", schedule)
+    if kind == "withdraw":
+        return kind, lambda m: m.withdraw([known])
+    if kind == "nodes":
+        nodes = [node for node in RANDOM_NODES if rng.random() < 0.9]
+
+        async def set_nodes(m):
+            m.set_nodes(nodes)
+            await m.schedule()
+
+        return kind, set_nodes
+    return kind, lambda m: m.schedule()
+
+
+async def outcome_of(manager: QueueManager, operation) -> tuple:
+    try:
+        await operation(manager)
+    except Refused as refusal:
+        return ("refused", refusal.cause, refusal.message)
+    except KeyError:
+        return ("unknown",)
+    return ("done",)
+
+
+def decisions(manager: QueueManager) -> list[tuple]:
+    """Every active record as a pass leaves it: what it holds, why it waits, where it stands."""
+    return [
+        (
+            view["id"],
+            view["status"],
+            view["grant"] and view["grant"]["gpus"],
+            view["reason"],
+            view["position"],
+            record.skips,
+        )
+        for view, record in zip(manager.sessions(), manager.active_records(), strict=True)
+    ]
+
+
+def assert_nothing_overbooked(manager: QueueManager) -> None:
+    """No GPU, node or quota holds more than it has (from the records, not the scheduler)."""
+    used: dict[str, float] = {}
+    for record in manager.active_records():
+        if record.status in (Status.SCHEDULED, Status.RUNNING):
+            for uuid, fraction in record.gpus.items():
+                used[uuid] = used.get(uuid, 0) + fraction
+            used[record.node] = used.get(record.node, 0) + record.cpu
+    assert all(share <= 1 + 1e-9 for key, share in used.items() if key.startswith("GPU")), used
+    assert all(used.get(node.name, 0) <= node.cpu + 1e-9 for node in RANDOM_NODES), used
+    quota = manager.quotas.snapshot().default_user
+    for user in RANDOM_USERS:
+        held = [r for r in manager.active_records() if r.user == user and r.status != "PENDING"]
+        if quota.max_sessions is not None:
+            assert len(held) <= quota.max_sessions
+        if quota.max_slots.fgpu is not None:
+            assert sum(r.fgpu for r in held) <= quota.max_slots.fgpu + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(10))
+async def test_the_incremental_pass_decides_as_a_pass_over_every_request(
+    open_manager, tmp_path, seed
+):
+    """Random submits, launches, releases, starts, losses, withdrawals and inventory changes, on
+    three resource groups with user and hub-group quotas: after every change the queue that
+    considers again only the requests the change concerns holds exactly what the reference
+    (every pass over every request, on a database of its own) holds, the same grants, reasons,
+    positions and skip counts, and never more than a GPU, a node or a quota has."""
+    rng = random.Random(seed)
+    quotas = await random_quotas(rng)
+    settings = SchedulerSettings(
+        units_per_gpu=2,
+        placement=rng.choice(scheduler.PLACEMENTS),
+        max_skips=rng.choice([1, 2, 3]),
+        pending_timeout=0,
+    )
+    fast = open_manager(settings=settings, quotas=quotas, nodes=RANDOM_NODES)
+    reference_db = open_database(f"sqlite:///{tmp_path / 'reference.sqlite'}")
+    reference = QueueManager(reference_db, RANDOM_NODES, settings, quotas, incremental=False)
+    ids: list[str] = []
+    for n in range(100):
+        kind, operation = await random_operation(rng, n, ids)
+        outcome = await outcome_of(fast, operation)
+        assert outcome == await outcome_of(reference, operation), (n, kind)
+        assert decisions(fast) == decisions(reference), (n, kind)
+        assert_nothing_overbooked(fast)
+    reference_db.kw["bind"].dispose()
+
+
+async def test_a_record_changed_outside_is_read_again_before_a_pass_changes_it(manager):
+    """A pass trusts the records in memory, but reads each one it changes from the DB first: one
+    ended outside this process (an admin's SQL) is never granted, and the pass runs over what
+    the DB holds."""
+    holder = await manager.submit(ask(server="s1", fgpu=2.0), groups=())
+    waiting = await manager.submit(ask(server="s2", fgpu=2.0), groups=())
+    later = await manager.submit(ask(server="s3", fgpu=1.0), groups=())
+    with manager.db.begin() as db:
+        db.execute(
+            update(SessionRecord)
+            .where(SessionRecord.id == waiting["id"])
+            .values(status=Status.CANCELLED, reason="cancelled by hand")
+        )
+    await manager.release(holder["id"])
+
+    gone = await manager.get(waiting["id"])
+    assert (gone["status"], gone["reason"]) == (Status.CANCELLED, "cancelled by hand")
+    assert waiting["id"] not in {s["id"] for s in manager.sessions()}
+    assert (await manager.get(later["id"]))["status"] == Status.SCHEDULED
+    assert gpu_use(manager.sessions()) == {GPU: 0.5}
+
+
+def test_a_new_sessionmaker_at_a_dead_ones_address_still_holds_what_it_flushes(tmp_path):
+    """SQLAlchemy keys its listener registry by `id(target)`, and an ended sessionmaker's entry
+    lives on until the garbage collector frees its Session class (a reference cycle): a new
+    sessionmaker at the same address once looked registered and got no listeners, so a pass lost
+    the records it had flushed (the flaky quota test on PostgreSQL). Every sessionmaker is
+    watched, whatever `id` it has."""
+    url = f"sqlite:///{tmp_path / 'queue.sqlite'}"
+    gc.disable()
+    try:
+        first = open_database(url)
+        queue.watch_flushes(first)
+        address, engine = id(first), first.kw["bind"]
+        del first
+        reused = []
+        for _ in range(10_000):
+            maker = sessionmaker(engine, expire_on_commit=False)
+            if id(maker) == address:
+                break
+            reused.append(maker)  # keep the others alive, so the address comes round
+        assert id(maker) == address, "no new sessionmaker came at the old address"
+        queue.watch_flushes(maker)
+        with maker.begin() as db:
+            db.add(SessionRecord(id="a" * 32, seq=1, user="alice", image="x", cpu=1.0, mem=1))
+            db.flush()
+            assert "a" * 32 in queue._flushed(db)[0]
+    finally:
+        gc.enable()
+    engine.dispose()
