@@ -110,14 +110,15 @@ def total(rows: Iterable[Figures]) -> Figures:
     return result
 
 
-def as_rows(table: dict[DayKey, Figures], digits: int = 6) -> list[dict]:
-    """The API's rows, oldest day first, then by user and resource group."""
+def as_rows(table: dict[DayKey, Figures]) -> list[dict]:
+    """The API's rows, oldest day first, then by user and resource group; figures unrounded, so
+    that they add up to slots × time (pages round them for people)."""
     return [
         {
             "day": day.isoformat(),
             "user": user,
             "resource_group": group,
-            **{f: round(figures.get(f), digits) for f in FIGURES},
+            **figures.as_dict(),
         }
         for (day, user, group), figures in sorted(table.items())
     ]

@@ -89,7 +89,7 @@ def test_merge_and_total_add_tables_and_figures():
     assert total(merged.values()) == Figures(2.5, 3.5, 4.5)
 
 
-def test_rows_are_oldest_day_first_and_rounded():
+def test_rows_are_oldest_day_first_with_figures_unrounded():
     table = {
         (D2, "alice", "default"): Figures(1 / 3, 0.0, 0.0),
         (D1, "bob", "default"): Figures(1.0, 2.0, 3.0),
@@ -100,7 +100,7 @@ def test_rows_are_oldest_day_first_and_rounded():
         "day": "2026-11-24",
         "user": "alice",
         "resource_group": "default",
-        "cpu_hours": 0.333333,
+        "cpu_hours": 1 / 3,
         "mem_gib_hours": 0.0,
         "fgpu_hours": 0.0,
     }

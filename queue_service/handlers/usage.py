@@ -46,7 +46,7 @@ class UsageHandler(BaseHandler):
         if kind == "csv":
             self.write_csv(rows, first, last)
             return
-        totals = {f: round(sum(row[f] for row in rows), 6) for f in usage.FIGURES}
+        totals = {f: sum(row[f] for row in rows) for f in usage.FIGURES}
         self.write_json(
             {"from": first.isoformat(), "to": last.isoformat(), "usage": rows, "totals": totals}
         )
