@@ -90,9 +90,14 @@ def refusal_message(budget: Budget, used: float, now: datetime) -> str:
     what = "fGPU" if slot == "fgpu" else "CPU" if slot == "cpu" else "memory"
     return (
         f"The group {budget.group} has used its budget of {budget.limit:g} {budget.label} "
-        f"per {budget.period} ({used:.2f} used this {budget.period}): no new session with "
+        f"per {budget.period} ({_hours(used)} used this {budget.period}): no new session with "
         f"{what} starts before it frees up at {frees:%Y-%m-%d %H:%M} UTC."
     )
+
+
+def _hours(used: float) -> str:
+    # Two decimals, or two significant digits for a small figure (0.0004 is not "0.00").
+    return f"{used:.2f}" if used >= 0.1 or used == 0 else f"{used:.2g}"
 
 
 def first_refusal(

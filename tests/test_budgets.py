@@ -55,6 +55,9 @@ def test_a_used_up_budget_refuses_naming_it_and_when_it_frees_up():
     assert "students" in message
     assert "20 fGPU-hours per week" in message
     assert "2026-11-30 00:00 UTC" in message
+    assert "(20.00 used this week)" in message
+    small = Budget("students", "fgpu_hours", "week", 0.0001)
+    assert "(0.00042 used" in first_refusal([small], {small: 0.00042}, FGPU_REQUEST, WEDNESDAY)
 
 
 def test_a_budget_with_room_or_not_charged_lets_the_request_in():
