@@ -39,6 +39,7 @@ from .reconciler import Reconciler
 from .session_containers import DockerSessionLister
 from .session_services import SwarmSessionLister
 from .stats import StatsSampler
+from .usage_store import UsageBook
 
 #: Largest body the server reads at all (the handlers refuse more than 64 KiB with a message).
 MAX_BODY_BACKSTOP = 1 << 20
@@ -344,6 +345,10 @@ class QueueService(Application):
             return SwarmSessionLister(docker_client, self.node_down_grace, time.time)
         return DockerSessionLister(docker_client)
 
+    def node_group(self, node: str | None) -> str | None:
+        """The resource group of a node of the inventory, by name."""
+        return next((n.resource_group for n in self.manager.nodes if n.name == node), None)
+
     def build(self) -> web.Application:
         # Connected on first use: the service starts, and answers, while the engine is down.
         docker_client = self.docker = Engine(timeout=30)
@@ -359,6 +364,9 @@ class QueueService(Application):
         db = open_database(self.db_url)
         self.manager = QueueManager(db, [], settings, self.quotas)
         self.manager.engine_problem = ENGINE_NOT_YET
+        # Usage accounting and budgets (usage_store.py): files each session's use as it ends.
+        self.usage = UsageBook(db, self.node_group, quotas=self.quotas)
+        self.manager.admission_check = self.usage.admission_check
         self.images = ImageStore(db)
         seeded = self.images.seed(load_catalog(self.catalog_path or None))
         self.log.info("Image catalog seeded: %s", seeded)
@@ -395,6 +403,7 @@ class QueueService(Application):
             hub_client=self.hub,
             launcher=Launcher(self.hub, self.manager),
             quotas=self.quotas,
+            usage=self.usage,
             images=self.images,
             docker=docker_client,
             # Committing a session copies its whole writable layer: minutes, not seconds.
@@ -421,6 +430,8 @@ class QueueService(Application):
             await self.reconciler.reconcile()
         except Exception as e:  # the engine is down: the reconciler's rounds try again
             self.log.warning("Queue service started without the Docker engine: %s", e)
+        # Sessions that ended while no service of this version ran, with their nodes now known.
+        self.log.info("Usage: %d ended sessions filed", self.usage.file_unfiled())
         await self.quotas.refresh_users((r.user for r in self.manager.active_records()), self.hub)
         await self.manager.schedule()
         self._stats_task = asyncio.create_task(self.stats.run())

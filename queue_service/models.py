@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import enum
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, String, Text
+from sqlalchemy import BigInteger, Boolean, Date, DateTime, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -115,3 +115,28 @@ class ImageSeed(Base):
 
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
     entry_json: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class UsageDay(Base):
+    """What ended sessions used, per UTC day, user and resource group (usage.py's arithmetic),
+    written in the transaction that ends each session: the figures outlive the session records."""
+
+    __tablename__ = "usage_days"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    user: Mapped[str] = mapped_column(String(255), primary_key=True)
+    resource_group: Mapped[str] = mapped_column(String(255), primary_key=True)
+    cpu_hours: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    mem_gib_hours: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+    fgpu_hours: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
+
+    __table_args__ = (Index("ix_usage_days_user_day", "user", "day"),)
+
+
+class UsageRecorded(Base):
+    """The sessions whose use is in `usage_days` already: each is added once, and a session
+    not listed here (running, or ended a moment ago) is counted from its record instead."""
+
+    __tablename__ = "usage_recorded"
+
+    session_id: Mapped[str] = mapped_column(String(32), primary_key=True)

@@ -132,6 +132,10 @@ class QueueManager:
         self._state = self._read_state()
         # Live usage by session id; the service wires in its stats sampler (stats.py).
         self.usage_of: Callable[[str], dict | None] = lambda session_id: None
+        # A further admission check, run in the write that admits a request, after the quotas:
+        # (db, request, groups) → a Refusal or None. The service wires in the usage budgets
+        # (usage_store.py).
+        self.admission_check: Callable[..., Refusal | None] = lambda db, request, groups: None
 
     def set_nodes(self, nodes) -> None:
         """The inventory, known at start or once the engine first answers; every view reads it."""
@@ -201,6 +205,8 @@ class QueueManager:
     def _queue_new(self, db, key: str, request: dict, groups, quotas) -> str:
         """Admit `request` (or raise the refusal) and add it, PENDING, at the end of the line."""
         refusal = self._admission_refusal(db, request, groups, quotas)
+        if refusal is None:
+            refusal = self.admission_check(db, request, groups)
         if refusal is not None:
             raise Refused(refusal.message, refusal.cause)
         seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
@@ -1005,6 +1011,7 @@ class QueueManager:
             "position": position,
             "reason": record.reason,
             "created": _iso(record.created),
+            "scheduled": _iso(record.scheduled_at),
             "started": _iso(record.started),
             "ended": _iso(record.ended),
             # Usage (added by _with_usage) is left out: a waiting spawner wakes for a change of

@@ -4,7 +4,8 @@ Admins edit them in the hub's admin panel, as a group property named `fgpu_quota
 
     {"cpu": 8, "mem": "16G", "fgpu": 2, "sessions": 4, "pending": 4, "resource_groups": ["default"]}
 
-Every key is optional; a missing key means no limit from that group. Each user also has the
+Every key is optional; a missing key means no limit from that group. The same mapping holds the
+group's budgets over a time window (`fgpu_hours_per_week`, ...: budgets.py). Each user also has the
 configured per-user default (`DEFAULT_USER_QUOTA` unless the site sets its own), so that one student
 cannot hold the hub. The scheduler needs these synchronously, so the book keeps what the hub last
 said, refreshed whenever a user asks for a session.
@@ -17,10 +18,11 @@ import math
 from image_catalog.units import parse_size
 
 from . import scheduler
+from .budgets import BUDGET_KEYS, Budget, BudgetError, parse_budgets
 from .hub_client import HubClient, HubError
 
 QUOTA_PROPERTY = "fgpu_quota"
-_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups"}
+_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups"} | BUDGET_KEYS
 
 
 #: What one user may hold unless the site says otherwise: enough for a class's work (a notebook, a
@@ -98,13 +100,17 @@ class QuotaBook:
         self.log = log
         self._groups: dict[str, tuple[str, ...]] = {}
         self._group_quotas: dict[str, scheduler.Quota | None] = {}
+        self._group_budgets: dict[str, tuple[Budget, ...]] = {}
+        self._members: dict[str, tuple[str, ...]] = {}
 
     async def refresh(self, user_model: dict, hub: HubClient) -> None:
         """Remember the user's groups and those groups' quotas, as the hub has them now."""
         groups = tuple(user_model.get("groups", []))
         self._groups[user_model["name"]] = groups
         for group in groups:
-            properties = (await hub.group(group)).get("properties") or {}
+            model = await hub.group(group)
+            properties = model.get("properties") or {}
+            self._members[group] = tuple(model.get("users") or ())
             try:
                 self._group_quotas[group] = parse_quota(
                     properties.get(QUOTA_PROPERTY), f"group {group}"
@@ -114,6 +120,16 @@ class QuotaBook:
                 if self.log:
                     self.log.error("Ignoring a malformed quota: %s", e)
                 self._group_quotas[group] = None
+            self._group_budgets[group] = self._parse_budgets(properties, group)
+
+    def _parse_budgets(self, properties: dict, group: str) -> tuple[Budget, ...]:
+        data = properties.get(QUOTA_PROPERTY)
+        try:
+            return parse_budgets(data if isinstance(data, dict) else None, group)
+        except BudgetError as e:
+            if self.log:
+                self.log.error("Ignoring a malformed budget: %s", e)
+            return ()
 
     async def refresh_users(self, names, hub: HubClient) -> None:
         """Refresh these users (say, everyone with an active session after a restart, when the
@@ -131,6 +147,14 @@ class QuotaBook:
     def memberships(self) -> dict[str, tuple[str, ...]]:
         """Every known user's hub groups (a copy: compare it with a later one to see a change)."""
         return dict(self._groups)
+
+    def budgets_of(self, group: str) -> tuple[Budget, ...]:
+        """The group's budgets (budgets.py), as the hub last said."""
+        return self._group_budgets.get(group, ())
+
+    def members_of(self, group: str) -> tuple[str, ...]:
+        """The group's members, as the hub last said: a budget counts all of their use."""
+        return self._members.get(group, ())
 
     def snapshot(self) -> scheduler.Quotas:
         """What the scheduler checks: the default user quota and every known group's quota."""

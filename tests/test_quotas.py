@@ -254,6 +254,30 @@ async def test_a_quota_that_turns_malformed_no_longer_counts():
     assert "students" not in book.snapshot().groups
 
 
+async def test_the_book_reads_group_budgets_and_members_next_to_the_quota(caplog):
+    class HubWithMembers(FakeHub):
+        async def group(self, name: str) -> dict:
+            return {**await super().group(name), "users": ["carol", "dave"]}
+
+    quota = {"fgpu": 2, "fgpu_hours_per_week": 20, "cpu_hours_per_day": 48}
+    hub = HubWithMembers({"students": {QUOTA_PROPERTY: quota}, "typo": {QUOTA_PROPERTY: {}}})
+    book = QuotaBook(log=logging.getLogger("test-budgets"))
+    await book.refresh({"name": "carol", "groups": ["students"]}, hub)
+    # The budget keys leave the quota as it was.
+    assert book.snapshot().for_group("students").max_slots.fgpu == 2.0
+    assert [(b.figure, b.period, b.limit) for b in book.budgets_of("students")] == [
+        ("cpu_hours", "day", 48.0),
+        ("fgpu_hours", "week", 20.0),
+    ]
+    assert book.members_of("students") == ("carol", "dave")
+
+    hub.properties["typo"] = {QUOTA_PROPERTY: {"fgpu_hours_per_week": "lots"}}
+    with caplog.at_level(logging.ERROR, logger="test-budgets"):
+        await book.refresh({"name": "dave", "groups": ["typo"]}, hub)
+    assert book.budgets_of("typo") == ()
+    assert "Ignoring a malformed budget: group typo: fgpu_hours_per_week" in caplog.text
+
+
 # -- the default per-user quota ----------------------------------------------------------------
 
 

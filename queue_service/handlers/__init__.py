@@ -6,6 +6,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `sessions`: people's `api/sessions` (launch, stop, save as an image);
 - `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
 - `images`: the catalog's `api/images`;
+- `usage`: `api/usage`, the daily usage figures (JSON or CSV);
 - `nodes`: the node agents' `api/nodes/{hostname}/report`, and `api/nodes` for admins;
 - `pages`: the HTML pages and their static files (and the 404 for anything else).
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 
-from . import grants, images, nodes, pages, resources, sessions
+from . import grants, images, nodes, pages, resources, sessions, usage
 
 
 def routes(prefix: str) -> list:
@@ -29,6 +30,7 @@ def routes(prefix: str) -> list:
         *resources.routes(prefix),
         *images.routes(prefix),
         *nodes.routes(prefix),
+        *usage.routes(prefix),
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         *pages.routes(prefix),
     ]

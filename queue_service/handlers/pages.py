@@ -1,4 +1,4 @@
-"""The queue service's pages: Sessions, Images, the resource indicator and the admin's cluster view.
+"""The queue service's pages: Sessions, Images, Usage, the resource indicator and the admin's cluster view.
 
 They extend JupyterHub's own `page.html`, so they look like the hub and carry its navigation bar:
 the Jinja loader searches the repository's templates first and JupyterHub's templates after, and
@@ -195,6 +195,17 @@ class ImagesPage(PageHandler):
         self.render_page("images.html", person, page_config=config)
 
 
+class UsagePage(PageHandler):
+    """The Usage page: your use per day, a chart of it, your groups' budgets, the CSV export;
+    admins see everyone's, with filters. `static/usage.js` reads `api/usage`, which decides who
+    sees what."""
+
+    @web.authenticated
+    async def get(self):
+        person = await self.person()
+        self.render_page("usage.html", person, page_config=self.page_config(person))
+
+
 class NotFound(PageHandler):
     """Anything unknown: JSON under api/, the hub's HTML 404 page elsewhere."""
 
@@ -215,6 +226,7 @@ def routes(prefix: str) -> list:
         (prefix + "indicator", IndicatorPage),
         (prefix + "cluster", ClusterPage),
         (prefix + "images", ImagesPage),
+        (prefix + "usage", UsagePage),
         (prefix + r"static/(.*)", web.StaticFileHandler, {"path": str(STATIC_DIR)}),
     ]
 

@@ -23,6 +23,8 @@ class ResourcesHandler(BaseHandler):
     - `allocated`, `allocatable`, `capacity`: slots over the whole cluster;
     - `resource_groups`: {name: {allocated, allocatable, capacity, allowed}}, the same per group;
     - `user`, `units_per_gpu`, `sessions` (how many of yours hold a slice);
+    - `budgets`: [{group, figure, label, period, limit, used, window_start, frees_at, used_up}],
+      the budgets of your groups with this window's use (budgets.py);
     - admins only, `nodes`: [{name, resource_group, cpu_total, cpu_free, mem_total, mem_free,
       gpus: [{uuid, index, fraction_free, fgpu_free,
               slices: [{session_id, user, server_name, fraction, fgpu}]}]}].
@@ -33,7 +35,9 @@ class ResourcesHandler(BaseHandler):
         subject, admin = await self.subject()
         groups = tuple(subject.get("groups", []))
         await self.refresh_quotas(subject)
-        self.write_json(await self.manager.resources(subject["name"], groups, admin=admin))
+        resources = await self.manager.resources(subject["name"], groups, admin=admin)
+        budgets = await self.settings["usage"].budget_status(subject["name"], groups)
+        self.write_json({**resources, "budgets": budgets})
 
     async def subject(self) -> tuple[dict, bool]:
         """(whose allowances are read, whether the caller sees nodes): `?user=NAME` for the

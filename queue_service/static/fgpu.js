@@ -20,6 +20,13 @@ var fgpu = (function () {
     return String(Math.round(number * 100) / 100);
   }
 
+  // Hours and the like: two decimals, or two significant digits for small ones (0.0001 is not 0).
+  function amount(number) {
+    number = Number(number);
+    if (number !== 0 && Math.abs(number) < 0.1) return String(Number(number.toPrecision(2)));
+    return trim(number);
+  }
+
   function cores(n) {
     return trim(n) + (Number(n) === 1 ? " core" : " cores");
   }
@@ -155,8 +162,23 @@ var fgpu = (function () {
       "Upper: in resource group " + (group || "default") + ". Lower: in total.",
       config.simulated ? " GPUs on this hub are simulated." : "",
     ]);
-    target.replaceChildren.apply(target, rows.concat([caption]));
+    target.replaceChildren.apply(target, rows.concat([caption], budgetLines(resources.budgets)));
     target.setAttribute("data-ready", "1");
+  }
+
+  // The budgets of the user's groups (api/resources `budgets`): use this window, and when it renews.
+  function budgetLines(budgets) {
+    return (budgets || []).map(function (b) {
+      var used = amount(b.used) + " of " + amount(b.limit) + " " + b.label + " this " + b.period;
+      return element("div", {
+        className: "fgpu-indicator-budget" + (b.used_up ? " fgpu-budget-used-up" : ""),
+        "data-budget": b.group + ":" + b.figure + ":" + b.period,
+        "data-used-up": b.used_up ? "1" : "0",
+      }, [
+        "Budget of " + b.group + ": " + used +
+          (b.used_up ? "; used up until " : "; renews ") + time(b.frees_at) + ".",
+      ]);
+    });
   }
 
   // Poll `path` every `seconds` while the page is visible; `render` gets each answer.
@@ -183,6 +205,7 @@ var fgpu = (function () {
     headers: headers,
     size: size,
     trim: trim,
+    amount: amount,
     cores: cores,
     ordinal: ordinal,
     duration: duration,

@@ -49,6 +49,26 @@ install_proxy() {
   as_root npm install -g --no-fund --no-audit configurable-http-proxy
 }
 
+# Chart.js draws the Usage page's chart. It comes from the npm registry at setup (never from a CDN)
+# into the service's static files, under static/vendor/, which git ignores.
+CHARTJS_VERSION=4.5.1
+CHARTJS_FILE=queue_service/static/vendor/chart.umd.min.js
+
+install_chartjs() {
+  head -c 200 "$CHARTJS_FILE" 2>/dev/null | grep -q "Chart.js v$CHARTJS_VERSION" && return
+  log "installing Chart.js $CHARTJS_VERSION from npm into $CHARTJS_FILE"
+  local tmp status
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "chart.js@$CHARTJS_VERSION" >/dev/null) &&
+    tar -xzf "$tmp/chart.js-$CHARTJS_VERSION.tgz" -C "$tmp" &&
+    mkdir -p "$(dirname "$CHARTJS_FILE")" &&
+    cp "$tmp/package/dist/chart.umd.min.js" "$CHARTJS_FILE" &&
+    cp "$tmp/package/LICENSE.md" "$(dirname "$CHARTJS_FILE")/chart.js-LICENSE.md"
+  status=$?
+  rm -rf "$tmp"
+  return $status
+}
+
 start_docker() {
   docker info >/dev/null 2>&1 && return
   log "starting dockerd (log: $DOCKERD_LOG)"
@@ -123,6 +143,7 @@ setup_all() {
   install_debian_packages
   quiet_packaged_registry
   install_proxy
+  install_chartjs
   start_docker
   start_postgres
   install_venv
