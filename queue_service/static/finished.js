@@ -21,6 +21,9 @@
       tabs[key].setAttribute("aria-selected", String(key === name));
       panes[key].classList.toggle("d-none", key !== name);
     });
+    // The Active tab's user filter (admins) does not apply here: the Finished tab has its own.
+    [document.getElementById("fgpu-user-filter"), document.querySelector('label[for="fgpu-user-filter"]')]
+      .forEach(function (node) { if (node) node.classList.toggle("d-none", name !== "active"); });
     clearTimeout(timer);
     if (name === "finished") load();
   }
