@@ -514,13 +514,16 @@ class FGPUSpawner(DockerSpawner):
                 "message": f"Granted on {self.grant.node}; starting the container",
             }
 
-    async def release_grant(self, session_id: str | None = None) -> None:
-        """Give back the grant of `session_id` (default: this spawn's)."""
+    async def release_grant(
+        self, session_id: str | None = None, end_reason: str | None = None
+    ) -> None:
+        """Give back the grant of `session_id` (default: this spawn's); `end_reason` "error" for
+        a start that failed (the queue's history says so)."""
         session_id = session_id or self.session_id
         if not session_id:
             return
         try:
-            await self.queue.release(session_id, self.user.name, self.name)
+            await self.queue.release(session_id, self.user.name, self.name, end_reason)
         except QueueError as e:
             # 404: the request never reached the queue (the service now refuses it if it comes).
             # Otherwise the reconciler ends it once it sees no container and no server.
@@ -561,7 +564,7 @@ class FGPUSpawner(DockerSpawner):
         except BaseException:
             # Failed: the slice goes back to the queue now, not when someone notices, and only
             # once the container that held it is gone.
-            await asyncio.shield(self._abandon_start())
+            await asyncio.shield(self._abandon_start(end_reason="error"))
             raise
         return ip, port
 
@@ -586,7 +589,7 @@ class FGPUSpawner(DockerSpawner):
         except QueueError as e:
             raise spawn_error(e.message, reason="no_grant", status_code=e.status) from None
 
-    async def _abandon_start(self) -> None:
+    async def _abandon_start(self, end_reason: str | None = None) -> None:
         if self.object_id:
             try:
                 await self.remove_now()
@@ -596,7 +599,7 @@ class FGPUSpawner(DockerSpawner):
                 # Still there: the reconciler stops it, since its grant ends just below.
                 self.log.exception("Could not remove the %s of a failed spawn", self.object_type)
             self.object_id = ""
-        await self.release_grant()
+        await self.release_grant(end_reason=end_reason)
 
     async def remove_now(self) -> None:
         """Remove the session's container at once, running or not (a failed start's)."""

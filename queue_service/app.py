@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from jupyterhub.traitlets import ByteSpecification
 from tornado import web
-from traitlets import CaselessStrEnum, Dict, Float, Integer, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from image_catalog import load_catalog
@@ -28,6 +28,7 @@ from . import handlers, inventory, scheduler
 from .db import open_database
 from .deployment import deployment_id
 from .engine import Engine
+from .history import History
 from .hub_client import HubClient
 from .images import ImageStore
 from .launches import Launcher
@@ -36,6 +37,7 @@ from .node_reports import NodeReports
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
+from .server_removal import ServerRemover
 from .session_containers import DockerSessionLister
 from .session_services import SwarmSessionLister
 from .stats import StatsSampler
@@ -178,6 +180,20 @@ class QueueService(Application):
     )
     reconcile_interval = Float(
         5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
+    )
+    remove_ended_servers = Bool(
+        True,
+        config=True,
+        help="""
+        Remove an ended session's named server from the hub once the hub has stopped it, so that
+        the hub's home page does not list every stopped server forever (the Sessions page's
+        Finished tab keeps the history). Failures are logged and tried again.
+        """,
+    )
+    server_removal_interval = Float(
+        5.0,
+        config=True,
+        help="""Seconds between two rounds that remove ended sessions' named servers from the hub.""",
     )
     start_grace = Float(
         180.0,
@@ -368,6 +384,12 @@ class QueueService(Application):
         self.usage = UsageBook(db, self.node_group, quotas=self.quotas)
         self.manager.admission_check = self.usage.admission_check
         self.images = ImageStore(db)
+        self.server_remover = ServerRemover(
+            db,
+            self.hub,
+            lambda: {(r.user, r.server_name) for r in self.manager.active_records()},
+            log=self.log,
+        )
         seeded = self.images.seed(load_catalog(self.catalog_path or None))
         self.log.info("Image catalog seeded: %s", seeded)
         self.reconciler = Reconciler(
@@ -400,6 +422,7 @@ class QueueService(Application):
             handlers.routes(prefix),
             **handlers.pages.settings(prefix, simulated=bool(self.simulated_gpus)),
             manager=self.manager,
+            history=History(db),
             hub_client=self.hub,
             launcher=Launcher(self.hub, self.manager),
             quotas=self.quotas,
@@ -435,6 +458,10 @@ class QueueService(Application):
         await self.quotas.refresh_users((r.user for r in self.manager.active_records()), self.hub)
         await self.manager.schedule()
         self._stats_task = asyncio.create_task(self.stats.run())
+        if self.remove_ended_servers:
+            self._removal_task = asyncio.create_task(
+                self.server_remover.run(self.server_removal_interval)
+            )
         await self.reconciler.run(self.reconcile_interval)
 
     async def deploy_node_agent(self) -> None:

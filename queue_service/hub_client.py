@@ -42,6 +42,10 @@ class HubClient:
         """The user as the hub has it this moment (servers and their pending state included)."""
         return (await self._call("GET", f"/users/{quote(name)}"))[1]
 
+    async def user_with_stopped_servers(self, name: str) -> dict:
+        """The user as the hub has it this moment, its stopped named servers listed too."""
+        return (await self._call("GET", f"/users/{quote(name)}?include_stopped_servers=1"))[1]
+
     async def account_created(self, name: str) -> str | None:
         """When the hub account now named `name` was created (ISO text, never cached: a user
         deleted and created again is another account), or None if there is no such user."""

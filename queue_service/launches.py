@@ -28,6 +28,7 @@ import uuid
 
 from image_catalog.units import parse_amount, parse_positive_size
 
+from . import end_reasons
 from .errors import Refusal
 from .hub_client import HubError
 from .models import FINAL, Status
@@ -172,7 +173,10 @@ class Launcher:
             return
         log.warning("The hub refused to start launched server %s/%s: %s", user, name, message)
         await self.manager.release_where(
-            [key], Status.ERROR, f"The hub did not start the server: {message}"
+            [key],
+            Status.ERROR,
+            f"The hub did not start the server: {message}",
+            end_reason=end_reasons.ERROR,
         )
         with contextlib.suppress(HubError):
             await self.hub.stop_server(user, name, remove=True)

@@ -65,10 +65,19 @@ class SessionRecord(Base):
     scheduled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     started: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     ended: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Why it ended, as a code of end_reasons.py (None while active); `reason` says it in words.
+    end_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # When its ended named server was removed from the hub (server_removal.py); None: not yet.
+    server_removed: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     __table_args__ = (
         Index("ix_sessions_status", "status"),
         Index("ix_sessions_user_server", "user", "server_name"),
+        # The history (history.py): newest ended first, everyone's or one user's.
+        Index("ix_sessions_ended", "ended"),
+        Index("ix_sessions_user_ended", "user", "ended"),
+        # The ended named servers still to remove from the hub, oldest first.
+        Index("ix_sessions_server_removed", "server_removed", "ended"),
     )
 
     @property

@@ -34,7 +34,7 @@ from datetime import datetime
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import sessionmaker
 
-from . import scheduler
+from . import end_reasons, scheduler
 from .errors import Refusal
 from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, utcnow
 
@@ -43,6 +43,8 @@ ENDED_VIEWS_KEPT = 10_000
 #: Request keys released before their request arrived, remembered so that a late request with one
 #: of them never queues. A spawn that gave up sends its release at once, so a few suffice.
 ABANDONED_KEYS_KEPT = 10_000
+#: Ends announced before they happen (`expect_end`), kept until the release comes.
+EXPECTED_ENDS_KEPT = 10_000
 _KEY_RE = re.compile(r"[0-9a-f]{32}")
 _FINAL_VALUES = [status.value for status in FINAL]
 _ACTIVE_VALUES = [Status.PENDING.value, *(status.value for status in ALLOCATED)]
@@ -118,6 +120,8 @@ class QueueManager:
         # Long-polls by session id, woken only when their own record's version changes.
         self._watchers: dict[str, set[asyncio.Future]] = {}
         self._ended_views: OrderedDict[str, dict] = OrderedDict()
+        # Why a session is being stopped through the hub: (code, reason) by id, for its release.
+        self._expected_ends: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         # None while the engine's containers are counted (the reconciler says so), else why not:
         # no slice is granted before every container that holds one is known.
         self.engine_problem: str | None = None
@@ -267,8 +271,31 @@ class QueueManager:
         await self._write(mark, place=False)
         return await self.get(session_id)
 
-    async def release(self, session_id: str) -> dict:
-        """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting.
+    def expect_end(self, session_id: str, code: str, reason: str | None = None) -> None:
+        """Say why a session is about to end, before stopping it through the hub: its release
+        (from the spawner, which does not know who asked) then ends it with this code and
+        reason. An expected end wins over the code its release or the reconciler names."""
+        self._expected_ends[session_id] = (code, reason)
+        self._expected_ends.move_to_end(session_id)
+        while len(self._expected_ends) > EXPECTED_ENDS_KEPT:
+            self._expected_ends.popitem(last=False)
+
+    def forget_expected_end(self, session_id: str) -> None:
+        """The stop announced by `expect_end` did not happen (the hub refused it)."""
+        self._expected_ends.pop(session_id, None)
+
+    def _end_code(self, session_id: str, code: str | None, reason: str | None):
+        expected = self._expected_ends.pop(session_id, None)
+        if expected is None:
+            return code, reason
+        return expected[0], expected[1] if expected[1] is not None else reason
+
+    async def release(
+        self, session_id: str, end_reason: str | None = None, reason: str | None = None
+    ) -> dict:
+        """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting; ERROR when
+        `end_reason` is `error` (a failed start). `end_reason` is a code of end_reasons.py (by
+        default `user`, or `cancelled` for a waiting one), `reason` the words beside it.
 
         The answer is the ended record, with `released_from`: the status this call ended, or None
         when it had ended already (a repeated release changes nothing)."""
@@ -281,23 +308,33 @@ class QueueManager:
             if record.status in FINAL:
                 return None
             released_from = str(record.status)
+            code, words = self._end_code(session_id, end_reason, reason)
             ending = Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED
-            _finish(record, ending)
+            if code == end_reasons.ERROR:
+                ending = Status.ERROR
+            _finish(record, ending, words, code)
             return released_from
 
         released_from = await self._write(end)
         return {**await self.get(session_id), "released_from": released_from}
 
     async def release_where(
-        self, ids: list[str], status: Status, reason: str, schedule: bool = True
+        self,
+        ids: list[str],
+        status: Status,
+        reason: str,
+        schedule: bool = True,
+        end_reason: str | None = None,
     ) -> None:
-        """Used by the reconciler: end these sessions with a reason, then schedule (unless told
-        not to: the P2 benchmark's polling baseline)."""
+        """Used by the reconciler: end these sessions with a reason and its code (end_reasons.py;
+        by default the status's), then schedule (unless told not to: the P2 benchmark's polling
+        baseline)."""
 
         def end(db, _quotas) -> None:
             for record in db.scalars(select(SessionRecord).where(SessionRecord.id.in_(ids))):
                 if record.status not in FINAL:
-                    _finish(record, status, reason)
+                    code, words = self._end_code(record.id, end_reason, reason)
+                    _finish(record, status, words, code)
 
         await self._write(end, place=schedule)
 
@@ -945,7 +982,12 @@ class QueueManager:
             if adopted is None and same and record.status in (Status.PENDING, Status.SCHEDULED):
                 adopted = record
             else:
-                _finish(record, Status.TERMINATED, "superseded by a new start of the same server")
+                _finish(
+                    record,
+                    Status.TERMINATED,
+                    "superseded by a new start of the same server",
+                    end_reasons.SUPERSEDED,
+                )
         return adopted
 
     def _scheduler_request(self, record: SessionRecord) -> scheduler.Request:
@@ -1014,6 +1056,7 @@ class QueueManager:
             "scheduled": _iso(record.scheduled_at),
             "started": _iso(record.started),
             "ended": _iso(record.ended),
+            "end_reason": record.end_reason,
             # Usage (added by _with_usage) is left out: a waiting spawner wakes for a change of
             # state, not of load.
             "version": f"{record.status}|{position}|{record.reason}",
@@ -1064,8 +1107,13 @@ def _allocatable(capacity: dict, used: dict, headroom: dict, may_use: bool) -> d
     return result
 
 
-def _finish(record: SessionRecord, status: Status, reason: str | None = None) -> None:
+def _finish(
+    record: SessionRecord, status: Status, reason: str | None = None, code: str | None = None
+) -> None:
+    """End `record` as `status`, with its reason and the reason's code (end_reasons.py; by
+    default the status's)."""
     record.status, record.ended = status, utcnow()
+    record.end_reason = code or end_reasons.default_for(status)
     if reason is not None:
         record.reason = reason
 

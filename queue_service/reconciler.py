@@ -38,6 +38,7 @@ import time
 import docker.errors
 import requests
 
+from . import end_reasons
 from .hub_client import HubError
 from .models import Status, as_utc
 from .session_containers import DockerSessionLister, deployment_of, session_from_labels
@@ -155,7 +156,10 @@ class Reconciler:
             )
             if stopped:
                 await self.manager.release_where(
-                    [record.id], Status.TERMINATED, "the hub had stopped its server"
+                    [record.id],
+                    Status.TERMINATED,
+                    "the hub had stopped its server",
+                    end_reason=end_reasons.HUB_STOPPED,
                 )
 
     async def _release_lost(self, active, running: dict) -> None:
@@ -175,7 +179,9 @@ class Reconciler:
                 reason = self.sessions.why_gone(session_id) or "the container stopped"
                 by_reason.setdefault(reason, []).append(session_id)
             for reason, session_ids in by_reason.items():
-                await self.manager.release_where(session_ids, Status.TERMINATED, reason)
+                await self.manager.release_where(
+                    session_ids, Status.TERMINATED, reason, end_reason=end_reasons.LOST
+                )
             await asyncio.get_running_loop().run_in_executor(None, self.sessions.remove_gone, gone)
             lost = set(gone)
             await self._hub_forgets(
@@ -184,7 +190,10 @@ class Reconciler:
         if never_started:
             self._say("grant never used, reclaiming %s", never_started)
             await self.manager.release_where(
-                never_started, Status.ERROR, f"no container started within {self.start_grace:g} s"
+                never_started,
+                Status.ERROR,
+                f"no container started within {self.start_grace:g} s",
+                end_reason=end_reasons.ERROR,
             )
 
     async def _hub_forgets(self, lost) -> None:

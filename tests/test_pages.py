@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 GIB = 1024**3
 SLOTS = ("cpu", "mem", "fgpu")
+SMALL = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
 
 
 @pytest.fixture(scope="module")
@@ -440,3 +441,53 @@ def test_launch_dialog_warns_before_a_request_that_can_never_start(gpu_hub, page
     assert (
         docker_engine.containers.list(all=True, filters={"label": f"fgpu.user={dave.name}"}) == []
     )
+
+
+# -- the Finished tab (issue 13, history) ---------------------------------------------------------
+
+
+def test_finished_tab_lists_ended_sessions_with_their_reasons_and_admins_filter_it(gpu_hub, pages):
+    fay, admin = QueueUser(gpu_hub, f"fay-{secrets.token_hex(3)}"), QueueUser(gpu_hub, "admin")
+    response = fay.call("POST", "sessions", json={**SMALL, "count": 2})
+    assert response.status_code == 201, response.text
+    own, others = (s["session"]["id"] for s in response.json()["servers"])
+    fay.wait_for(
+        lambda sessions: [s["status"] for s in sessions] == ["RUNNING"] * 2,
+        timeout=SPAWN_TIMEOUT_MS / 1000,
+    )
+    assert fay.call("DELETE", f"sessions/{own}").status_code == 200
+    assert admin.call("DELETE", f"sessions/{others}").status_code == 200
+    fay.wait_for(lambda sessions: sessions == [])
+
+    page = pages()
+    log_in(page, gpu_hub, fay.name)
+    open_sessions(page, gpu_hub)
+    page.click("#fgpu-tab-finished")
+    finished = page.locator("#fgpu-finished tbody tr")
+    expect(finished).to_have_count(2)
+    expect(page.locator("#fgpu-sessions")).to_be_hidden()
+    by_user = page.locator(f'#fgpu-finished tr[data-session="{own}"]')
+    expect(by_user.locator(".fgpu-end-reason")).to_have_text("Stopped by the user")
+    by_admin = page.locator(f'#fgpu-finished tr[data-session="{others}"]')
+    expect(by_admin.locator(".fgpu-end-reason")).to_have_text("Stopped by an admin")
+    expect(by_admin.locator(".fgpu-end-detail")).to_have_text("stopped by admin (an admin)")
+    for row in (by_user, by_admin):
+        expect(row.locator(".fgpu-duration")).to_have_text(re.compile(r"^\d+:\d\d:\d\d$"))
+        expect(row.locator(".fgpu-ended")).not_to_have_text("—")
+        expect(row).to_contain_text("256M")
+    assert page.locator("#fgpu-finished-user").count() == 0  # students filter by reason only
+    screenshot(page, "pages-finished-student")
+
+    page = pages()
+    log_in(page, gpu_hub, "admin")
+    open_sessions(page, gpu_hub)
+    page.click("#fgpu-tab-finished")
+    expect(page.locator("#fgpu-user-filter")).to_be_hidden()  # the Active tab's own
+    page.fill("#fgpu-finished-user", fay.name)
+    page.click("#fgpu-finished-apply")
+    expect(page.locator(f'#fgpu-finished tbody tr[data-user="{fay.name}"]')).to_have_count(2)
+    expect(page.locator("#fgpu-finished tbody tr")).to_have_count(2)
+    page.select_option("#fgpu-finished-reason", "admin")
+    expect(page.locator("#fgpu-finished tbody tr")).to_have_count(1)
+    expect(page.locator(f'#fgpu-finished tr[data-session="{others}"]')).to_be_visible()
+    screenshot(page, "pages-finished-admin")

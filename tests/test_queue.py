@@ -215,6 +215,7 @@ async def test_releasing_a_pending_request_cancels_it(manager):
     cancelled = await manager.release(third["id"])
 
     assert cancelled["status"] == Status.CANCELLED
+    assert cancelled["end_reason"] == "cancelled"
     assert cancelled["ended"] is not None
     assert cancelled["position"] is None
     assert cancelled["grant"] is None
@@ -230,6 +231,7 @@ async def test_release_is_idempotent(manager):
     twice = await manager.release(first["id"])
 
     assert (once["released_from"], twice["released_from"]) == (Status.SCHEDULED, None)
+    assert (once["status"], once["end_reason"]) == (Status.TERMINATED, "user")
     assert twice == {**once, "released_from": None}
     assert (await manager.get(third["id"])) == promoted
     cancelled = await manager.release(third["id"])
@@ -251,7 +253,63 @@ async def test_release_where_ends_with_the_reason_and_schedules(manager):
 
     ended = await manager.get(first["id"])
     assert (ended["status"], ended["reason"]) == (Status.ERROR, "the container stopped")
+    assert ended["end_reason"] == "error"  # the status's own code, when none is named
     assert (await manager.get(third["id"]))["status"] == Status.SCHEDULED
+
+
+async def test_release_where_keeps_the_code_it_is_given(manager):
+    first, second, _ = await submit_three(manager)
+
+    await manager.release_where([first["id"]], Status.TERMINATED, "idle for 1 h", end_reason="idle")
+    await manager.release_where([second["id"]], Status.TERMINATED, "node gone", end_reason="lost")
+
+    assert [(await manager.get(s["id"]))["end_reason"] for s in (first, second)] == ["idle", "lost"]
+    assert (await manager.get(first["id"]))["reason"] == "idle for 1 h"
+
+
+async def test_a_release_names_its_code_and_a_failed_start_ends_as_error(manager):
+    first, second, third = await submit_three(manager)
+
+    failed = await manager.release(first["id"], "error", "the container exited with code 3")
+    stopped = await manager.release(second["id"], "reclaimed")
+
+    assert (failed["status"], failed["end_reason"]) == (Status.ERROR, "error")
+    assert failed["reason"] == "the container exited with code 3"
+    assert (stopped["status"], stopped["end_reason"]) == (Status.TERMINATED, "reclaimed")
+    assert (await manager.get(third["id"]))["status"] == Status.SCHEDULED
+
+
+async def test_an_expected_end_names_the_release_that_follows(manager):
+    """An admin's stop goes through the hub, whose spawner releases without knowing who asked:
+    the code said beforehand is the one recorded, over the release's own."""
+    first, second, third = await submit_three(manager)
+    manager.expect_end(first["id"], "admin", "stopped by root (an admin)")
+    manager.expect_end(third["id"], "admin")
+    manager.expect_end(second["id"], "admin")
+    manager.forget_expected_end(second["id"])  # the hub refused that stop
+
+    cancelled = await manager.release(third["id"])
+    ended = await manager.release(first["id"], "error", "exited")
+    plain = await manager.release(second["id"])
+
+    assert (ended["status"], ended["end_reason"]) == (Status.TERMINATED, "admin")
+    assert ended["reason"] == "stopped by root (an admin)"
+    assert (cancelled["status"], cancelled["end_reason"]) == (Status.CANCELLED, "admin")
+    assert plain["end_reason"] == "user"
+    # Spent once used: a later end of the same id is not taken for the admin's.
+    assert manager._expected_ends == {}
+
+
+async def test_a_request_that_can_never_fit_ends_as_error(open_manager):
+    manager = open_manager(nodes=())
+    manager.set_nodes([NODE])
+    waiting = [await manager.submit(ask(server=f"s{i}", fgpu=2.0), groups=()) for i in range(2)]
+    assert waiting[1]["status"] == Status.PENDING
+    manager.set_nodes([scheduler.Node("small", "default", 4.0, 8 * GIB, ())])
+    await manager.schedule()
+
+    ended = await manager.get(waiting[1]["id"])
+    assert (ended["status"], ended["end_reason"]) == (Status.ERROR, "error")
 
 
 # -- restarts ----------------------------------------------------------------------------------
@@ -307,6 +365,7 @@ async def test_a_new_start_of_the_same_server_supersedes_the_old_record(manager)
     ended = await manager.get(old["id"])
     assert ended["status"] == Status.TERMINATED
     assert "superseded" in ended["reason"]
+    assert ended["end_reason"] == "superseded"
     assert [s["id"] for s in manager.sessions()] == [new["id"]]
     # Another server of the same user is not touched.
     other = await manager.submit(ask(server="other", fgpu=2.0), groups=())
@@ -336,6 +395,7 @@ async def test_a_request_that_waits_too_long_times_out(open_manager):
 
     ended = await manager.get(third["id"])
     assert ended["status"] == Status.PENDING_TIMEOUT
+    assert ended["end_reason"] == "pending_timeout"
     assert "waited over 0.25 s" in ended["reason"]
     assert ended["ended"] is not None
     # Only waiting requests time out; granted ones keep their slice.

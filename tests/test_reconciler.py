@@ -140,6 +140,7 @@ async def test_a_container_lost_outside_the_hub_frees_its_slice(
     await Reconciler(manager, docker_engine).reconcile()
     ended = await manager.get(session["id"])
     assert ended["status"] == Status.TERMINATED and ended["reason"] == "the container stopped"
+    assert ended["end_reason"] == "lost"
     assert (await manager.get(second["id"]))["status"] == Status.SCHEDULED
     assert (await manager.get(third["id"]))["status"] == Status.SCHEDULED
 
@@ -283,6 +284,7 @@ async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_release
         Status.TERMINATED,
         "the hub had stopped its server",
     )
+    assert ended["end_reason"] == "hub_stopped"
     assert containers_with({SESSION_LABEL: session["id"]}) == []
 
 

@@ -1,6 +1,8 @@
 """`api/sessions` (DESIGN.md, contract 4): people's sessions.
 
 - `GET api/sessions`: your own; everyone's for admins (`?all=0`: an admin's own only);
+- `GET api/sessions?finished=1`: the ended ones, newest first, from the DB (`history.py`), with
+  `user=` (admins), `reason=`, `from=`, `to=`, `limit=`, `offset=`;
 - `POST api/sessions` with `{image, cpu, mem, fgpu, count}`: launch `count` named servers; the
   answer comes with their queue records, before the hub has started them (`launches.py`);
 - `DELETE api/sessions/{id}`: stop a running session or cancel a pending one;
@@ -14,7 +16,8 @@ import asyncio
 
 from tornado import web
 
-from .. import launches
+from .. import end_reasons, launches
+from ..history import parse_filters
 from ..hub_client import HubError
 from ..images import CheckResult
 from ..models import Status, utcnow
@@ -37,10 +40,26 @@ class SessionsHandler(BaseHandler):
     @web.authenticated
     async def get(self):
         person = await self.person()
+        if self._finished_asked():
+            await self.get_finished(person)
+            return
         everyone = person["admin"] and self.get_argument("all", "1") != "0"
         self.write_json(
             {"sessions": self.manager.sessions(user=None if everyone else person["name"])}
         )
+
+    def _finished_asked(self) -> bool:
+        value = self.get_argument("finished", "0").lower()
+        if value not in ("0", "1", "true", "false", ""):
+            raise web.HTTPError(400, f"finished must be 1 or 0, not {value!r}.")
+        return value in ("1", "true")
+
+    async def get_finished(self, person: dict) -> None:
+        """The ended sessions (yours, or everyone's for admins), newest first, a page at a time."""
+        names = ("user", "reason", "from", "to", "limit", "offset")
+        args = {name: self.get_argument(name, "") for name in names}
+        wanted = parse_filters(args, person["name"], person["admin"])
+        self.write_json(await self.settings["history"].finished(wanted))
 
     @web.authenticated
     async def post(self):
@@ -62,7 +81,20 @@ class SessionHandler(BaseHandler):
 
     @web.authenticated
     async def delete(self, session_id):
+        person = await self.person()
         record = await self.own_session(session_id)
+        if record["user"] != person["name"]:
+            # The spawner's release does not know who asked the hub to stop: say it first.
+            self.manager.expect_end(
+                session_id, end_reasons.ADMIN, f"stopped by {person['name']} (an admin)"
+            )
+        try:
+            await self._end(session_id, record)
+        except BaseException:
+            self.manager.forget_expected_end(session_id)  # nothing was stopped
+            raise
+
+    async def _end(self, session_id: str, record: dict) -> None:
         # A granted session is stopped through the hub: its spawner removes the container and
         # only then gives the slice back, so the next grant never meets a container still holding
         # it. Releasing here afterwards ends what the spawner left (a server the hub had already

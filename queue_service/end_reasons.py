@@ -1,0 +1,62 @@
+"""Why a session ended, as a short code kept beside its free-text reason (DESIGN.md lifecycle).
+
+The code is what pages filter on and what the history API answers as `end_reason`; the label is
+what people read. Every place that ends a record names one of these codes (the queue manager's
+`release`, `release_where` and its pass; the reconciler; launches); a release that names none gets
+`default_for(status)`.
+"""
+
+from __future__ import annotations
+
+from .models import Status
+
+USER = "user"
+ADMIN = "admin"
+IDLE = "idle"
+LIFETIME = "lifetime"
+RECLAIMED = "reclaimed"
+LOST = "lost"
+ERROR = "error"
+PENDING_TIMEOUT = "pending_timeout"
+CANCELLED = "cancelled"
+SUPERSEDED = "superseded"
+HUB_STOPPED = "hub_stopped"
+
+#: Every code, in the order pages list them, with the words people read.
+LABELS: dict[str, str] = {
+    USER: "Stopped by the user",
+    ADMIN: "Stopped by an admin",
+    IDLE: "Idle",
+    LIFETIME: "Lifetime reached",
+    RECLAIMED: "Reclaimed for the queue",
+    LOST: "Container or node lost",
+    ERROR: "Failed to start or error",
+    PENDING_TIMEOUT: "Waited too long in the queue",
+    CANCELLED: "Cancelled while waiting",
+    SUPERSEDED: "Replaced by a new start of the same server",
+    HUB_STOPPED: "The hub stopped its server",
+}
+
+_DEFAULTS = {
+    Status.TERMINATED: USER,
+    Status.CANCELLED: CANCELLED,
+    Status.ERROR: ERROR,
+    Status.PENDING_TIMEOUT: PENDING_TIMEOUT,
+}
+
+
+def is_code(value: object) -> bool:
+    return isinstance(value, str) and value in LABELS
+
+
+def label(code: str | None) -> str:
+    """The words for `code`; an unknown one (from a newer version, say) is shown as it is."""
+    if code is None:
+        return ""
+    return LABELS.get(code, code)
+
+
+def default_for(status: str) -> str:
+    """The code of an end that named none: a release of a running session is the user's stop
+    (through the hub's home page, say), a release of a waiting one a cancel."""
+    return _DEFAULTS[Status(status)]

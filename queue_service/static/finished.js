@@ -1,0 +1,107 @@
+// The Sessions page's Finished tab: ended sessions, newest first, a page at a time, from
+// api/sessions?finished=1 (the service's DB); admins filter by user, everyone by reason.
+"use strict";
+
+(function () {
+  var config = fgpu.config, el = fgpu.element;
+  var PAGE = 50;
+  var tabs = { active: document.getElementById("fgpu-tab-active"), finished: document.getElementById("fgpu-tab-finished") };
+  var panes = { active: document.getElementById("fgpu-active-pane"), finished: document.getElementById("fgpu-finished-pane") };
+  var table = document.getElementById("fgpu-finished");
+  var tbody = table.querySelector("tbody");
+  var reasonSelect = document.getElementById("fgpu-finished-reason");
+  var userInput = document.getElementById("fgpu-finished-user");
+  var errorBox = document.getElementById("fgpu-finished-error");
+  var older = document.getElementById("fgpu-finished-older"), newer = document.getElementById("fgpu-finished-newer");
+  var offset = 0, timer = null, round = 0;
+
+  function show(name) {
+    Object.keys(tabs).forEach(function (key) {
+      tabs[key].classList.toggle("active", key === name);
+      tabs[key].setAttribute("aria-selected", String(key === name));
+      panes[key].classList.toggle("d-none", key !== name);
+    });
+    // The Active tab's user filter (admins) does not apply here: the Finished tab has its own.
+    [document.getElementById("fgpu-user-filter"), document.querySelector('label[for="fgpu-user-filter"]')]
+      .forEach(function (node) { if (node) node.classList.toggle("d-none", name !== "active"); });
+    clearTimeout(timer);
+    if (name === "finished") load();
+  }
+
+  function seconds(total) {
+    if (total === null || total === undefined) return "—";
+    var s = Math.floor(total), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+    return h + ":" + String(m).padStart(2, "0") + ":" + String(s % 60).padStart(2, "0");
+  }
+
+  function query() {
+    var parts = ["finished=1", "limit=" + PAGE, "offset=" + offset];
+    if (userInput && userInput.value.trim()) parts.push("user=" + encodeURIComponent(userInput.value.trim()));
+    if (reasonSelect.value) parts.push("reason=" + encodeURIComponent(reasonSelect.value));
+    return "sessions?" + parts.join("&");
+  }
+
+  function reasonCell(s) {
+    var children = [el("span", { className: "fgpu-end-reason", text: s.end_reason_label || s.end_reason || "—" })];
+    // The words beside the code, when they say more than its label (a node's name, an exit code).
+    if (s.reason) children.push(el("div", { className: "fgpu-pending-detail fgpu-end-detail", text: s.reason }));
+    return el("td", { "data-reason": s.end_reason || "" }, children);
+  }
+
+  function row(s) {
+    var cells = [
+      el("td", { className: "fgpu-id", title: s.id, text: s.id.slice(0, 8) }),
+      el("td", { text: s.server_name || "(default)" }),
+      config.admin ? el("td", { className: "fgpu-user", text: s.user }) : null,
+      el("td", { text: s.image }),
+      el("td", { text: fgpu.trim(s.cpu) }),
+      el("td", { text: fgpu.size(s.mem) }),
+      el("td", { text: fgpu.trim(s.fgpu) }),
+      el("td", { className: "fgpu-started", text: fgpu.time(s.started) }),
+      el("td", { className: "fgpu-ended", text: fgpu.time(s.ended) }),
+      el("td", { className: "fgpu-duration", text: seconds(s.duration) }),
+      reasonCell(s),
+    ];
+    return el("tr", { "data-session": s.id, "data-user": s.user, "data-end-reason": s.end_reason || "" }, cells);
+  }
+
+  function offerReasons(reasons) {
+    if (reasonSelect.options.length > 1) return;
+    Object.keys(reasons || {}).forEach(function (code) {
+      reasonSelect.appendChild(el("option", { value: code, text: reasons[code] }));
+    });
+  }
+
+  function render(data) {
+    offerReasons(data.reasons);
+    tbody.replaceChildren.apply(tbody, data.sessions.map(row));
+    document.getElementById("fgpu-finished-empty").classList.toggle("d-none", data.sessions.length > 0);
+    older.disabled = data.next_offset === null || data.next_offset === undefined;
+    newer.disabled = offset === 0;
+    errorBox.classList.add("d-none");
+    table.setAttribute("data-updated", String(Date.now()));
+  }
+
+  // Read now, then again every 10 s while the tab is open (sessions keep ending).
+  function load() {
+    var mine = ++round;
+    clearTimeout(timer);
+    fgpu.api("GET", query()).then(render, function (e) {
+      errorBox.textContent = "Could not read the finished sessions: " + e.message;
+      errorBox.classList.remove("d-none");
+    }).then(function () {
+      if (mine === round && !panes.finished.classList.contains("d-none")) timer = setTimeout(load, 10000);
+    });
+  }
+
+  tabs.active.addEventListener("click", function () { show("active"); });
+  tabs.finished.addEventListener("click", function () { show("finished"); });
+  document.getElementById("fgpu-finished-filters").addEventListener("submit", function (event) {
+    event.preventDefault();
+    offset = 0;
+    load();
+  });
+  reasonSelect.addEventListener("change", function () { offset = 0; load(); });
+  older.addEventListener("click", function () { offset += PAGE; load(); });
+  newer.addEventListener("click", function () { offset = Math.max(0, offset - PAGE); load(); });
+})();
