@@ -1,17 +1,15 @@
 """Usage accounting: per-day figures of ended sessions, and which sessions they hold already.
 
-Revision ID: 0005_usage
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-24
-
-(Written next to another revision after 0004 in the same issue; the chain is set when they merge.)
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_usage"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
