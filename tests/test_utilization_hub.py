@@ -1,6 +1,6 @@
 """Cluster utilization over time against the real hub, service and containers (one simulated 8 GiB
 GPU holding 2 fGPU, a sample every 2 seconds): the samples follow a real session from its grant
-to its end, `api/utilization` is for admins alone and refuses bad spans with a clear 400, and the
+to its end and outlive a restart, `api/utilization` is for admins alone and refuses bad spans with a clear 400, and the
 Cluster page draws its charts from the API's answer in Chromium (screenshot under
 test-output/browser/cluster-utilization.png)."""
 
@@ -14,7 +14,7 @@ import requests
 from playwright.sync_api import expect
 
 from .browser import log_in, screenshot
-from .harness import QueueUser, running_hub, wait_until
+from .harness import QueueUser, restart, running_hub, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -225,3 +225,17 @@ def test_the_cluster_page_draws_the_apis_samples(util_hub, pages, alice_ran):
     assert max(p["y"] for p in drawn["cpu"]["lines"]["Allocated"]) == 0.5
     expect(page.locator("#fgpu-util-note")).to_contain_text("points")
     screenshot(page, "cluster-utilization")
+
+
+def test_the_samples_outlive_a_restart_and_sampling_goes_on(util_hub, alice_ran):
+    """Last in the module: it restarts the hub (and with it the service)."""
+    admin, during = alice_ran["admin"], alice_ran["during"]
+    restart(util_hub)
+    restarted = datetime.now(UTC)
+    kept = utilization(admin, **{"from": during["at"], "to": during["at"]})["samples"]
+    assert kept == [during]
+    sample_where(
+        admin,
+        lambda s: datetime.fromisoformat(s["at"]) > restarted,
+        "a sample taken after the restart",
+    )

@@ -40,12 +40,22 @@
     return 60000 * (hours <= 1 ? 10 : hours <= 24 ? 180 : 1440);
   }
 
+  // Ticks on whole steps of the clock (in local time), not counted from the span's start.
+  function alignedTicks(axis) {
+    var step = tickStep(Number(range.value));
+    var offset = new Date(axis.min).getTimezoneOffset() * 60000;
+    var ticks = [];
+    for (var t = Math.ceil((axis.min - offset) / step) * step + offset; t <= axis.max; t += step) {
+      ticks.push({ value: t });
+    }
+    axis.ticks = ticks;
+  }
+
   function tickLabel(hours) {
     return function (value) {
       var when = new Date(value);
-      if (hours <= 24) return when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
-      return when.toLocaleDateString([], { month: "short", day: "numeric" }) + " " +
-        when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+      if (hours > 24) return when.toLocaleDateString([], { month: "short", day: "numeric" });
+      return when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
     };
   }
 
@@ -77,7 +87,6 @@
       chart.options.scales.x.min = from;
       chart.options.scales.x.max = to;
       chart.options.scales.x.ticks.callback = tickLabel(hours);
-      chart.options.scales.x.ticks.stepSize = tickStep(hours);
       chart.options.plugins.subtitle.text = subtitle(resource, data.samples);
       chart.update("none");
     } else {
@@ -90,7 +99,8 @@
           parsing: true,
           interaction: { mode: "nearest", axis: "x", intersect: false },
           scales: {
-            x: { type: "linear", min: from, max: to, ticks: { callback: tickLabel(hours), stepSize: tickStep(hours), maxTicksLimit: 10 } },
+            x: { type: "linear", min: from, max: to, afterBuildTicks: alignedTicks,
+              ticks: { callback: tickLabel(hours), maxRotation: 0 } },
             y: { type: "linear", beginAtZero: true },
           },
           plugins: {
