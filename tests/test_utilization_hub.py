@@ -226,6 +226,13 @@ def test_the_cluster_page_draws_the_apis_samples(util_hub, pages, alice_ran):
     expect(page.locator("#fgpu-util-note")).to_contain_text("points")
     screenshot(page, "cluster-utilization")
 
+    page.select_option("#fgpu-util-range", "168")  # a week: the same samples, a wider axis
+    for key in RESOURCES:
+        expect(page.locator(f'#fgpu-util-{key}[data-hours="168"]')).to_be_attached()
+    week = page.evaluate(DRAWN)["fgpu"]
+    assert max(p["y"] for p in week["lines"]["Allocated"]) == 1.0
+    assert any(r.url.endswith("utilization?hours=168") for r in answers)
+
 
 def test_the_samples_outlive_a_restart_and_sampling_goes_on(util_hub, alice_ran):
     """Last in the module: it restarts the hub (and with it the service)."""
