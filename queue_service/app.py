@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from urllib.parse import urlparse
 
 from jupyterhub.traitlets import ByteSpecification
@@ -42,6 +43,7 @@ from .session_containers import DockerSessionLister
 from .session_services import SwarmSessionLister
 from .stats import StatsSampler
 from .usage_store import UsageBook
+from .utilization_store import UtilizationLog, cluster_figures
 
 #: Largest body the server reads at all (the handlers refuse more than 64 KiB with a message).
 MAX_BODY_BACKSTOP = 1 << 20
@@ -219,6 +221,34 @@ class QueueService(Application):
         Seconds between two rounds of live stats (one `docker stats` call per running session,
         and NVML on GPU hosts). Pages and /metrics read the last round and never reach the engine.
         """,
+    )
+    utilization_interval = Float(
+        60.0,
+        config=True,
+        help="""
+        Seconds between two samples of the cluster's utilization (capacity, allocated and used
+        CPU, memory and fGPU), kept in the service's DB for the Cluster page's charts and
+        `api/utilization`. 0 takes no samples.
+        """,
+    )
+    utilization_retention_days = Float(
+        30.0,
+        config=True,
+        help="""Days the utilization samples are kept; older ones are deleted.""",
+    )
+    utilization_detail_hours = Float(
+        24.0,
+        config=True,
+        help="""
+        Hours each utilization sample is kept as it was taken; older ones are averaged into
+        buckets of `utilization_bucket_seconds`, so a long-running hub keeps about
+        detail / interval + retention / bucket rows (1440 + 4320 by default), not more.
+        """,
+    )
+    utilization_bucket_seconds = Float(
+        600.0,
+        config=True,
+        help="""Seconds of the buckets older utilization samples are averaged into.""",
     )
     cookie_secret_file = Unicode(
         "fgpu_queue_cookie_secret",
@@ -417,6 +447,16 @@ class QueueService(Application):
         self.manager.usage_of = (
             self.node_reports.usage if self.engine == "swarm" else self.stats.usage
         )
+        # Cluster utilization over time (utilization_store.py), for the Cluster page's charts.
+        self.utilization = UtilizationLog(
+            db,
+            lambda: cluster_figures(self.manager),
+            interval=self.utilization_interval,
+            retention=timedelta(days=self.utilization_retention_days),
+            detail=timedelta(hours=self.utilization_detail_hours),
+            bucket=self.utilization_bucket_seconds,
+            log=self.log,
+        )
         prefix = self.service_prefix
         return web.Application(
             handlers.routes(prefix),
@@ -427,6 +467,7 @@ class QueueService(Application):
             launcher=Launcher(self.hub, self.manager),
             quotas=self.quotas,
             usage=self.usage,
+            utilization=self.utilization,
             images=self.images,
             docker=docker_client,
             # Committing a session copies its whole writable layer: minutes, not seconds.
@@ -462,6 +503,8 @@ class QueueService(Application):
             self._removal_task = asyncio.create_task(
                 self.server_remover.run(self.server_removal_interval)
             )
+        if self.utilization_interval > 0:
+            self._utilization_task = asyncio.create_task(self.utilization.run())
         await self.reconciler.run(self.reconcile_interval)
 
     async def deploy_node_agent(self) -> None:

@@ -149,3 +149,27 @@ class UsageRecorded(Base):
     __tablename__ = "usage_recorded"
 
     session_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+
+
+class UtilizationSample(Base):
+    """The cluster's capacity, allocation and use at a moment (utilization.py's figures): one
+    sample per interval (`level` 0), averaged into buckets once older than the detail period
+    (`level` 1), dropped after the retention (utilization_store.py). Memory in bytes."""
+
+    __tablename__ = "utilization_samples"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    level: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    seconds: Mapped[float] = mapped_column(Float, nullable=False)
+    cpu_capacity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cpu_allocated: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cpu_used: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mem_capacity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mem_allocated: Mapped[float | None] = mapped_column(Float, nullable=True)
+    mem_used: Mapped[float | None] = mapped_column(Float, nullable=True)
+    fgpu_capacity: Mapped[float | None] = mapped_column(Float, nullable=True)
+    fgpu_allocated: Mapped[float | None] = mapped_column(Float, nullable=True)
+    fgpu_used: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ix_utilization_samples_at", "at"),)

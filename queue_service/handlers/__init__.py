@@ -7,6 +7,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
 - `images`: the catalog's `api/images`;
 - `usage`: `api/usage`, the daily usage figures (JSON or CSV);
+- `utilization`: `api/utilization`, the cluster's capacity, allocation and use over time (admins);
 - `nodes`: the node agents' `api/nodes/{hostname}/report`, and `api/nodes` for admins;
 - `pages`: the HTML pages and their static files (and the 404 for anything else).
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 
-from . import grants, images, nodes, pages, resources, sessions, usage
+from . import grants, images, nodes, pages, resources, sessions, usage, utilization
 
 
 def routes(prefix: str) -> list:
@@ -31,6 +32,7 @@ def routes(prefix: str) -> list:
         *images.routes(prefix),
         *nodes.routes(prefix),
         *usage.routes(prefix),
+        *utilization.routes(prefix),
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         *pages.routes(prefix),
     ]

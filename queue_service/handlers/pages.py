@@ -169,7 +169,8 @@ class IndicatorPage(PageHandler):
 
 
 class ClusterPage(PageHandler):
-    """Admins: every node and GPU with its slices and holders, the queue, use against quota."""
+    """Admins: every node and GPU with its slices and holders, the queue, use against quota,
+    and the cluster's utilization over time (static/cluster_utilization.js reads api/utilization)."""
 
     @web.authenticated
     async def get(self):
