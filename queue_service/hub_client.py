@@ -58,9 +58,17 @@ class HubClient:
 
     async def active_servers(self, page: int = 200) -> set[tuple[str, str]]:
         """(user, server name) of every server the hub runs, starts or stops this moment."""
+        return await self._servers_in("active", page)
+
+    async def ready_servers(self, page: int = 200) -> set[tuple[str, str]]:
+        """(user, server name) of every server that is up and running this moment: with
+        thousands of spawns waiting in the queue, a listing of these stays short."""
+        return await self._servers_in("ready", page)
+
+    async def _servers_in(self, state: str, page: int) -> set[tuple[str, str]]:
         servers, offset = set(), 0
         while True:
-            path = f"/users?state=active&offset={offset}&limit={page}"
+            path = f"/users?state={state}&offset={offset}&limit={page}"
             users = (await self._call("GET", path))[1]
             servers |= {(u["name"], name) for u in users for name in u.get("servers") or {}}
             if len(users) < page:
