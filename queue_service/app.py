@@ -356,7 +356,7 @@ class QueueService(Application):
             f"{n.name} ({n.resource_group}: {n.cpu:g} CPU, {len(n.gpus)} GPU)" for n in found
         )
         self.log.info("Swarm nodes taking sessions: %s", described or "none")
-        self.manager.set_nodes(found)
+        await self.manager.replace_nodes(found)
 
     async def discover_node(self) -> None:
         """Read the node from the engine, once: at start, or when the engine first answers."""
@@ -383,7 +383,7 @@ class QueueService(Application):
             len(node.gpus),
             " (simulated)" if node.simulated else "",
         )
-        self.manager.set_nodes([scheduler_node(node)])
+        await self.manager.replace_nodes([scheduler_node(node)])
 
     def session_lister(self, docker_client):
         """How the reconciler lists what runs: containers on one engine, or Swarm services."""

@@ -28,6 +28,10 @@ class HubError(Exception):
         self.status = status
 
 
+#: JupyterHub's paginated form of a list: {"items": [...], "_pagination": {"next": ...}}.
+PAGINATED = "application/jupyterhub-pagination+json"
+
+
 class HubClient:
     def __init__(self, api_url: str | None = None, token: str | None = None):
         self.api_url = (api_url or os.environ["JUPYTERHUB_API_URL"]).rstrip("/")
@@ -58,14 +62,24 @@ class HubClient:
 
     async def active_servers(self, page: int = 200) -> set[tuple[str, str]]:
         """(user, server name) of every server the hub runs, starts or stops this moment."""
+        return await self._servers_in("active", page)
+
+    async def ready_servers(self, page: int = 200) -> set[tuple[str, str]]:
+        """(user, server name) of every server that is up and running this moment: with
+        thousands of spawns waiting in the queue, a listing of these stays short."""
+        return await self._servers_in("ready", page)
+
+    async def _servers_in(self, state: str, page: int) -> set[tuple[str, str]]:
+        """Page by the hub's own pagination: it pages over the active users and leaves out the
+        ones not `ready` afterwards, so a short page is not the last one."""
         servers, offset = set(), 0
-        while True:
-            path = f"/users?state=active&offset={offset}&limit={page}"
-            users = (await self._call("GET", path))[1]
+        while offset is not None:
+            path = f"/users?state={state}&offset={offset}&limit={page}"
+            answer = (await self._call("GET", path, accept=PAGINATED))[1]
+            users = answer["items"]
             servers |= {(u["name"], name) for u in users for name in u.get("servers") or {}}
-            if len(users) < page:
-                return servers
-            offset += len(users)
+            offset = (answer["_pagination"].get("next") or {}).get("offset")
+        return servers
 
     async def group(self, name: str) -> dict:
         return await self._cached(f"/groups/{quote(name)}")
@@ -94,11 +108,13 @@ class HubClient:
         self._cache[path] = (time.monotonic(), model)
         return model
 
-    async def _call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    async def _call(
+        self, method: str, path: str, body: dict | None = None, accept: str = "application/json"
+    ) -> tuple[int, dict]:
         request = HTTPRequest(
             self.api_url + path,
             method=method,
-            headers={"Authorization": f"token {self.token}"},
+            headers={"Authorization": f"token {self.token}", "Accept": accept},
             body=None if body is None else json.dumps(body),
             allow_nonstandard_methods=True,
             request_timeout=30,

@@ -141,8 +141,15 @@ class QueueManager:
         # (usage_store.py).
         self.admission_check: Callable[..., Refusal | None] = lambda db, request, groups: None
 
+    async def replace_nodes(self, nodes) -> None:
+        """A new inventory (a Swarm node joined, drained or failed), taken between writes: a pass
+        on the DB thread reads the inventory throughout, and must see one, whole."""
+        async with self._lock:
+            self.set_nodes(nodes)
+
     def set_nodes(self, nodes) -> None:
-        """The inventory, known at start or once the engine first answers; every view reads it."""
+        """The inventory, known at start or once the engine first answers; every view reads it.
+        Once the service runs, `replace_nodes` sets it."""
         self.nodes = list(nodes)
         self._inventory_version += 1
         self._gpu_memory = {gpu.uuid: gpu.memory_bytes for n in self.nodes for gpu in n.gpus}

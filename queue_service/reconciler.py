@@ -135,12 +135,18 @@ class Reconciler:
         if not candidates:
             return
         try:
-            listed = await self.hub.active_servers()
+            # Only the ready ones: the active ones include every spawn waiting in the queue, and
+            # listing thousands of them every round held the hub's loop for seconds.
+            listed = await self.hub.ready_servers()
         except (HubError, OSError) as e:
             self._say("cannot list the hub's servers (%s); checking again later", e)
             return
         for record in candidates:
             if (record.user, record.server_name) in listed:
+                continue
+            # Not ready, yet maybe still known: the hub checks a new server for a while before
+            # it is ready, and is slow to under load. Its user's own model says.
+            if await self._hub_still_has(record):
                 continue
             # Read again: a release may have ended it while the hub was asked.
             if (await self.manager.get(record.id))["status"] != Status.RUNNING:
@@ -161,6 +167,15 @@ class Reconciler:
                     "the hub had stopped its server",
                     end_reason=end_reasons.HUB_STOPPED,
                 )
+
+    async def _hub_still_has(self, record) -> bool:
+        try:
+            servers = (await self.hub.user_now(record.user)).get("servers") or {}
+        except HubError as e:
+            return e.status != 404  # a user the hub deleted has no server; else ask again later
+        except OSError:
+            return True
+        return record.server_name in servers
 
     async def _release_lost(self, active, running: dict) -> None:
         gone, never_started = [], []

@@ -12,6 +12,7 @@ import gc
 import json
 import logging
 import random
+import threading
 import time
 from datetime import datetime
 from types import SimpleNamespace
@@ -937,6 +938,27 @@ async def test_a_view_follows_a_new_inventory_though_its_record_stayed_the_same(
     manager.set_nodes([bigger])
     await manager.schedule()
     assert (await manager.get(granted["id"]))["gpu_memory"] == {GPU: 16 * GIB}
+
+
+async def test_a_new_inventory_waits_for_the_pass_in_progress(manager):
+    """The service reads the Swarm's nodes on the loop while a pass may run on the DB thread: the
+    pass must see one inventory, whole, so a new one is taken between writes."""
+    entered, go_on = threading.Event(), threading.Event()
+
+    def held_admission(db, request, groups):
+        entered.set()
+        go_on.wait(10)
+
+    manager.admission_check = held_admission
+    submitted = asyncio.create_task(manager.submit(ask(), groups=()))
+    assert await asyncio.get_running_loop().run_in_executor(None, entered.wait, 10)
+    replaced = asyncio.create_task(manager.replace_nodes([]))
+    await asyncio.sleep(0.2)
+    assert manager.nodes == [NODE], "the inventory changed under a pass"
+    go_on.set()
+    assert (await submitted)["status"] == Status.SCHEDULED
+    await replaced
+    assert manager.nodes == []
 
 
 # -- issue 12: a pass considers again only the requests a change concerns ----------------------

@@ -259,13 +259,18 @@ async def test_an_engine_that_does_not_answer_stops_grants_until_it_does(
 
 
 class HubListing:
-    """Stands in for the hub's REST API: which servers the hub lists (HubClient.active_servers)."""
+    """Stands in for the hub's REST API: which servers the hub has ready
+    (HubClient.ready_servers), and which others it still starts or stops (in `user_now`)."""
 
-    def __init__(self, servers: set):
-        self.servers = servers
+    def __init__(self, servers: set, starting: set = frozenset()):
+        self.servers, self.starting = servers, starting
 
-    async def active_servers(self) -> set:
+    async def ready_servers(self) -> set:
         return self.servers
+
+    async def user_now(self, name: str) -> dict:
+        known = self.servers | self.starting
+        return {"servers": {server: {} for user, server in known if user == name}}
 
 
 async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_released(
@@ -286,6 +291,19 @@ async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_release
     )
     assert ended["end_reason"] == "hub_stopped"
     assert containers_with({SESSION_LABEL: session["id"]}) == []
+
+
+async def test_a_running_session_whose_server_the_hub_still_checks_is_left_alone(
+    manager, docker_engine, run_id
+):
+    """Under load the hub takes a while to find a new server ready: not listed as ready, but
+    still the hub's, its container keeps running."""
+    session, container = await running_session(manager, docker_engine, run_id)
+    hub = HubListing(set(), starting={("alice", "s1")})
+    reconciler = Reconciler(manager, docker_engine, hub=hub, unlisted_grace=0)
+    await reconciler.reconcile()
+    assert (await manager.get(session["id"]))["status"] == Status.RUNNING
+    assert containers_with({SESSION_LABEL: session["id"]}) != []
 
 
 class HubReads:
