@@ -151,10 +151,14 @@ class QueueClient:
     async def mark_running(self, session_id: str) -> QueueRecord:
         return QueueRecord.from_json(await self._call("POST", f"/grants/{session_id}/running", {}))
 
-    async def release(self, session_id: str, user: str, server_name: str) -> dict:
+    async def release(
+        self, session_id: str, user: str, server_name: str, end_reason: str | None = None
+    ) -> dict:
         """End the request `session_id`, if it is this server's (the service refuses with 409
-        a key that names another server's record)."""
+        a key that names another server's record); `end_reason` `idle` for the idle culler's."""
         query = f"?user={quote(user, safe='')}&server_name={quote(server_name, safe='')}"
+        if end_reason:
+            query += f"&end_reason={quote(end_reason, safe='')}"
         return await self._call("DELETE", f"/grants/{session_id}{query}")
 
     async def images_for(self, user: str) -> list[dict]:

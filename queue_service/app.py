@@ -25,6 +25,7 @@ from traitlets.config import Application
 from image_catalog import load_catalog
 
 from . import handlers, inventory, scheduler
+from .automatic_ends import AutomaticEnds, DockerNotifier
 from .db import open_database
 from .deployment import deployment_id
 from .engine import Engine
@@ -278,6 +279,32 @@ class QueueService(Application):
         the state directory. The service hands it to the agents as a Swarm secret.
         """,
     )
+    idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""
+        The idle culler's timeout in seconds (the shipped config passes FGPU_IDLE_TIMEOUT): the
+        Sessions page and the session itself are told when an unused session will be stopped.
+        0: no culler runs, no idle end is predicted.
+        """,
+    )
+    lifetime_warning = Float(
+        600.0,
+        config=True,
+        help="""
+        Seconds before an automatic end (a group's `max_session_lifetime`, an idle cull) that the
+        session is warned: a line on the Sessions page, ~/FGPU-WARNING.txt in the session and, for
+        a lifetime end, a message in its terminals.
+        """,
+    )
+    ends_interval = Float(
+        5.0,
+        config=True,
+        help="""
+        Seconds between two checks of the sessions' automatic ends: a session over its lifetime
+        is stopped within this long, and warnings are given as close to their lead.
+        """,
+    )
     service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
     service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
 
@@ -387,6 +414,17 @@ class QueueService(Application):
         self.manager.usage_of = (
             self.node_reports.usage if self.engine == "swarm" else self.stats.usage
         )
+        self.automatic_ends = AutomaticEnds(
+            self.manager,
+            self.hub,
+            self.quotas,
+            idle_timeout=self.idle_timeout,
+            warning_lead=self.lifetime_warning,
+            # Sessions on other machines (Swarm) are warned on the page only.
+            notifier=DockerNotifier(docker_client) if self.engine == "docker" else None,
+            log=self.log,
+        )
+        self.manager.ends_of = self.automatic_ends.view
         prefix = self.service_prefix
         return web.Application(
             handlers.routes(prefix),
@@ -394,6 +432,7 @@ class QueueService(Application):
             manager=self.manager,
             hub_client=self.hub,
             launcher=Launcher(self.hub, self.manager),
+            automatic_ends=self.automatic_ends,
             quotas=self.quotas,
             images=self.images,
             docker=docker_client,
@@ -424,6 +463,7 @@ class QueueService(Application):
         await self.quotas.refresh_users((r.user for r in self.manager.active_records()), self.hub)
         await self.manager.schedule()
         self._stats_task = asyncio.create_task(self.stats.run())
+        self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))
         await self.reconciler.run(self.reconcile_interval)
 
     async def deploy_node_agent(self) -> None:

@@ -63,6 +63,20 @@ class HubClient:
                 return servers
             offset += len(users)
 
+    async def server_activity(self, page: int = 200) -> dict[tuple[str, str], str | None]:
+        """The hub's `last_activity` (ISO text) of every active server, by (user, server name):
+        the field jupyterhub-idle-culler decides on."""
+        servers, offset = {}, 0
+        while True:
+            path = f"/users?state=active&offset={offset}&limit={page}"
+            users = (await self._call("GET", path))[1]
+            for user in users:
+                for name, server in (user.get("servers") or {}).items():
+                    servers[(user["name"], name)] = (server or {}).get("last_activity")
+            if len(users) < page:
+                return servers
+            offset += len(users)
+
     async def group(self, name: str) -> dict:
         return await self._cached(f"/groups/{quote(name)}")
 

@@ -89,6 +89,8 @@ class QueueManager:
         self._state = self._read_state(self.quotas.snapshot())
         # Live usage by session id; the service wires in its stats sampler (stats.py).
         self.usage_of: Callable[[str], dict | None] = lambda session_id: None
+        # A running session's next automatic end; the service wires in automatic_ends.py.
+        self.ends_of: Callable[[str], dict | None] = lambda session_id: None
 
     def set_nodes(self, nodes) -> None:
         """The inventory, known at start or once the engine first answers; every view reads it."""
@@ -217,8 +219,13 @@ class QueueManager:
         await self._write(mark, place=False)
         return await self.get(session_id)
 
-    async def release(self, session_id: str) -> dict:
+    async def release(
+        self, session_id: str, end_reason: str | None = None, reason: str | None = None
+    ) -> dict:
         """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting.
+
+        `end_reason` is the end's code when it is an automatic one (`idle`, `lifetime`:
+        automatic_ends.py), `reason` its text for people; neither for an ordinary stop.
 
         The answer is the ended record, with `released_from`: the status this call ended, or None
         when it had ended already (a repeated release changes nothing)."""
@@ -232,7 +239,8 @@ class QueueManager:
                 return None
             released_from = str(record.status)
             ending = Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED
-            _finish(record, ending)
+            # The code goes to the record's end-reason column where there is one (history).
+            _finish(record, ending, reason)
             return released_from
 
         released_from = await self._write(end)
@@ -676,8 +684,9 @@ class QueueManager:
         return record
 
     def _with_usage(self, view: dict) -> dict:
-        usage = self.usage_of(view["id"]) if view["status"] == Status.RUNNING else None
-        return {**view, "usage": usage}
+        running = view["status"] == Status.RUNNING
+        usage = self.usage_of(view["id"]) if running else None
+        return {**view, "usage": usage, "ends": self.ends_of(view["id"]) if running else None}
 
     def _base_view(self, record: SessionRecord, positions: dict) -> dict:
         position = positions.get(record.id) if record.status == Status.PENDING else None

@@ -2,8 +2,9 @@
 
 - `POST api/grants`: a slice for one server (the record, PENDING or SCHEDULED);
 - `GET api/grants/{id}?wait=&version=`: the record once it changes (long-poll);
-- `DELETE api/grants/{id}[?user=&server_name=]`: release (only if the record is that server's,
-  when named); `POST api/grants/{id}/running`: the server is up.
+- `DELETE api/grants/{id}[?user=&server_name=&end_reason=]`: release (only if the record is that
+  server's, when named; `end_reason=idle` when the spawner stops it for the idle culler);
+  `POST api/grants/{id}/running`: the server is up.
 
 Only the hub service whose token the spawner holds (`spawner_service`) may call them: a student's
 token, even one with access to the service, gets 403.
@@ -73,7 +74,10 @@ class GrantHandler(SpawnerHandler):
     @web.authenticated
     async def delete(self, session_id):
         await self.check_server_of(session_id)
-        self.write_json(await self.session_answer(self.manager.release(session_id)))
+        claimed = self.get_argument("end_reason", None)
+        code, reason = self.settings["automatic_ends"].release_reason(session_id, claimed)
+        released = self.manager.release(session_id, end_reason=code, reason=reason)
+        self.write_json(await self.session_answer(released))
 
     async def check_server_of(self, session_id: str) -> None:
         """A release that names its server (`?user=&server_name=`, as the spawner's do) ends

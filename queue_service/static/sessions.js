@@ -35,7 +35,19 @@
       children.push(el("div", { className: "fgpu-pending-detail fgpu-position", text: where }));
       if (s.reason) children.push(el("div", { className: "fgpu-pending-detail fgpu-reason", text: s.reason }));
     }
+    if (s.status === "RUNNING" && s.ends) children.push(endsLine(s.ends));
     return el("td", {}, children);
+  }
+
+  // When and why a running session will end by itself (api/sessions `ends`); highlighted once
+  // its warning is due.
+  function endsLine(ends) {
+    var idle = ends.why === "idle";
+    var text = (idle ? "Stops if unused from " : "Ends at ") + fgpu.time(ends.at) + " (" + ends.text + ")";
+    return el("div", {
+      className: "fgpu-pending-detail fgpu-ends" + (ends.warning ? " fgpu-ends-soon" : ""),
+      text: text, "data-why": ends.why,
+    });
   }
 
   // Live usage from the service's stats sampler (api/sessions `usage`); "—" until it reports.
