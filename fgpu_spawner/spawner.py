@@ -565,6 +565,7 @@ class FGPUSpawner(DockerSpawner):
             ip, port = await super().start()
             await self.wait_until_ready(ip, port)
             await self._confirm_running()
+            self.start_idle_clock()
         except asyncio.CancelledError:
             # The hub interrupts a start (a stop while it waits) and stops the server one second
             # later only if the start has ended by then; otherwise it answers 500 and, once the
@@ -635,6 +636,19 @@ class FGPUSpawner(DockerSpawner):
         await self.release_grant(session_id, end_reason)
         if self.gpu_sharing == "hami" and session_id:
             await asyncio.to_thread(self.remove_hami_cache, session_id)
+
+    def start_idle_clock(self) -> None:
+        """The hub stamps a server's last activity when its spawn begins, which for a request
+        that waited in the queue may be longer ago than the idle timeout: the culler would stop
+        the session as soon as it is ready (the server's own activity report corrects the stamp,
+        where the image reports at all). The session's idle time counts from its start."""
+        orm_spawner = self.orm_spawner
+        if orm_spawner is None:
+            return
+        orm_spawner.last_activity = datetime.now(UTC).replace(tzinfo=None)  # the hub's naive UTC
+        db = object_session(orm_spawner)
+        if db is not None:
+            db.commit()
 
     def stop_reason(self) -> str | None:
         """`idle` if the idle culler's test holds for this server now (idle.py), else None."""

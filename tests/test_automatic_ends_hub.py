@@ -43,7 +43,10 @@ def ends_hub(tmp_path_factory, docker_engine):
         "FGPU_IDLE_CULL_EVERY": "2",
         "FGPU_END_WARNING": str(WARNING_LEAD),
     }
+    # The sessions send the hub no activity reports of their own: the hub's last_activity is
+    # then what the hub and the spawner stamp, as for an image without JupyterHub's extension.
     extra = """
+c.Spawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": "0"}
 for service in c.JupyterHub.services:
     if service["name"] == "queue":
         service["command"].append("--QueueService.ends_interval=1")
@@ -95,7 +98,8 @@ def start_running(hub, user: QueueUser, options: dict, server: str = "") -> dict
 def test_the_culler_stops_an_idle_session_its_record_ends_idle_and_the_waiting_request_runs(
     ends_hub,
 ):
-    idle, waiting = QueueUser(ends_hub, "idler"), QueueUser(ends_hub, "waiter")
+    suffix = secrets.token_hex(3)  # container names are the engine's: other runs share it
+    idle, waiting = QueueUser(ends_hub, f"idler-{suffix}"), QueueUser(ends_hub, f"waiter-{suffix}")
     held = start_running(ends_hub, idle, {**SESSION, "fgpu": 1})
     response = ends_hub.start_server(waiting.name, {**SESSION, "fgpu": 1})
     assert response.status_code == 202, response.text
@@ -118,13 +122,28 @@ def test_the_culler_stops_an_idle_session_its_record_ends_idle_and_the_waiting_r
     )
     assert granted
     ends_hub.wait_ready(waiting.name)
+    # It waited about as long as the timeout: its idle time counts from its start, not from its
+    # request, or the culler would stop it on arrival.
+    (running,) = waiting.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"])
+    started = datetime.fromisoformat(running["started"]).timestamp()
+
+    def idle_end_counts_from_the_start() -> bool:
+        (session,) = waiting.sessions() or [{"status": "gone: culled on arrival", "ends": None}]
+        assert session["status"] == "RUNNING", session
+        ends = session["ends"]
+        return ends is not None and datetime.fromisoformat(ends["at"]).timestamp() >= (
+            started + IDLE_TIMEOUT - 1
+        )
+
+    wait_until(idle_end_counts_from_the_start, 10, "the new session's idle end after its start")
+    assert ends_hub.server_model(waiting.name)["ready"]
     assert ends_hub.server_model(idle.name) is None
     assert containers_with({"fgpu.session_id": held["id"]}) == []
-    assert "Culling server idler (inactive for" in ends_hub.log_text()
+    assert f"Culling server {idle.name} (inactive for" in ends_hub.log_text()
 
     # The figure for the notes: from the culler's decision (its log line) and from the record's
     # end to the waiting request's grant (the same pass).
-    culled = culler_log_time(ends_hub.log_text(), "idler")
+    culled = culler_log_time(ends_hub.log_text(), idle.name)
     times, grant = stored_times(ends_hub, held["id"]), stored_times(ends_hub, pending["id"])
     print(
         f"FIGURE cull->grant: {grant['scheduled_at'] - culled:.3f} s from the culler's log line;"
