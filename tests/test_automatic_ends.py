@@ -6,6 +6,7 @@ inside a real container is tested in tests/test_automatic_ends_hub.py."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -14,12 +15,16 @@ from fgpu_spawner.idle import stop_reason
 from queue_service.automatic_ends import (
     IDLE,
     LIFETIME,
+    RECLAIMED,
     AutomaticEnds,
+    IdlePolicy,
     LifetimeError,
     PlannedEnd,
+    group_idle_policy,
     group_lifetime,
     parse_duration,
     planned_end,
+    strictest,
     tightest,
     warning_message,
 )
@@ -220,3 +225,141 @@ def test_only_idle_may_be_claimed_by_a_spawner():
     assert code == IDLE and reason == "idle: no activity for 1 min, stopped by the idle culler"
     with pytest.raises(Refusal, match="Unknown end reason 'lifetime'"):
         ends.release_reason("x", "lifetime")
+
+
+def test_an_idle_policy_is_read_and_checked():
+    policy = group_idle_policy(
+        "gpu", {"idle_policy": {"fgpu_timeout": "20m", "timeout": "1h", "reclaim": "when_waiting"}}
+    )
+    assert (policy.limit_for(1), policy.limit_for(0)) == (1200, 3600)
+    assert policy.when_waiting and policy.cpu_percent == 10
+    assert policy.busy({"cpu_percent": 12.0}) and policy.busy({"gpu_util_percent": 50.0})
+    assert not policy.busy({"cpu_percent": 0.5, "gpu_util_percent": None}) and not policy.busy(None)
+    assert group_idle_policy("gpu", {}) is None
+    for bad, message in [
+        ("20m", "must be a mapping"),
+        ({"timeout": "soon"}, "'soon' is not a duration"),
+        ({"cpu_percent": 150}, "150 is not a percentage"),
+        ({"reclaim": "never"}, "reclaim must be always or when_waiting"),
+        ({"timout": 5}, "unknown key(s) timout"),
+    ]:
+        with pytest.raises(LifetimeError, match=re.escape(message)) as refused:
+            group_idle_policy("gpu", {"idle_policy": bad})
+        assert str(refused.value).startswith("group gpu: idle_policy")
+
+
+def test_the_strictest_policy_of_the_groups_applies():
+    a = IdlePolicy(timeout=3600, fgpu_timeout=None, cpu_percent=5, when_waiting=True, group="a")
+    b = IdlePolicy(timeout=7200, fgpu_timeout=600, cpu_percent=20, when_waiting=False, group="b")
+    both = strictest([a, b])
+    assert (both.timeout, both.fgpu_timeout, both.cpu_percent) == (3600, 600, 20)
+    assert not both.when_waiting and both.group == "a, b"
+    assert strictest([]) is None
+
+
+async def test_an_idle_gpu_session_is_kept_while_nobody_waits_then_reclaimed(open_manager):  # noqa: F811
+    clock = [0.0]
+    policy = {"idle_policy": {"fgpu_timeout": "20m", "timeout": "2h", "reclaim": "when_waiting"}}
+    manager, hub, ends, notes = await keeper_for(open_manager, {"cs101": policy}, clock)
+    usage = {"cpu_percent": 0.0}
+    manager.usage_of = lambda session_id: usage
+    session = await manager.mark_running(
+        (await manager.submit(ask(user="alice", fgpu=2, cpu=1), groups=("cs101",)))["id"]
+    )
+    started = datetime.fromisoformat(session["started"]).timestamp()
+
+    # Busy (CPU over the threshold) 10 minutes in: idle only 20 minutes after that.
+    clock[0] = started + 600
+    usage["cpu_percent"] = 80.0
+    await ends.round()
+    usage["cpu_percent"] = 0.5
+    clock[0] = started + 600 + 1199
+    await ends.round()
+    assert (await manager.get(session["id"]))["ends"] is None
+    clock[0] = started + 1800
+    await ends.round()
+    view = (await manager.get(session["id"]))["ends"]
+    assert view["kept_idle"] and view["at"] is None  # idle, but nobody waits
+
+    # A request that needs a GPU slice arrives: warned now, reclaimed after the lead.
+    bob = await manager.submit(ask(user="bob", fgpu=1, cpu=1), groups=("cs101",))
+    assert bob["status"] == Status.PENDING
+    await ends.round()
+    view = (await manager.get(session["id"]))["ends"]
+    assert (view["why"], view["warning"], view["kept_idle"]) == (RECLAIMED, True, False)
+    assert datetime.fromisoformat(view["at"]).timestamp() == started + 1800 + 600
+    assert notes.calls[-1][:3] == ("warn", session["id"], False)  # no terminal: it is activity
+    assert "another student waits" in notes.calls[-1][3]
+
+    # The request is cancelled: the warning goes; it comes again with the next one.
+    await manager.release(bob["id"])
+    clock[0] += 60
+    await ends.round()
+    assert notes.calls[-1] == ("clear", session["id"])
+    assert (await manager.get(session["id"]))["ends"]["kept_idle"]
+    carol = await manager.submit(ask(user="bob", server="b", fgpu=1, cpu=1), groups=("cs101",))
+    await ends.round()
+    clock[0] += 599
+    await ends.round()
+    assert hub.stopped == []
+    clock[0] += 1
+    await ends.round()
+    for task in list(ends._tasks):
+        await task
+    assert hub.stopped == [("alice", "")]
+    code, reason = ends.release_reason(session["id"], "idle")  # the service's plan wins
+    ended = await manager.release(session["id"], end_reason=code, reason=reason)
+    assert code == RECLAIMED
+    assert ended["reason"] == (
+        "reclaimed for the queue: idle for 20 min while a request waited (group cs101)"
+    )
+    assert (await manager.get(carol["id"]))["status"] == Status.SCHEDULED
+
+
+async def test_a_cpu_request_does_not_reclaim_for_a_gpu_request_it_cannot_serve(open_manager):  # noqa: F811
+    clock = [0.0]
+    policy = {"idle_policy": {"timeout": "10m", "reclaim": "when_waiting"}}
+    manager, hub, ends, notes = await keeper_for(open_manager, {"cs101": policy}, clock)
+    session = await running_session(manager)  # CPU only
+    await manager.submit(ask(user="bob", fgpu=2, cpu=1), groups=("cs101",))
+    await manager.submit(ask(user="bob", server="b", fgpu=1, cpu=1), groups=("cs101",))
+    clock[0] = datetime.fromisoformat(session["started"]).timestamp() + 601
+    await ends.round()
+    # The GPU requests wait for GPU slices, which the CPU session does not hold.
+    assert (await manager.get(session["id"]))["ends"]["kept_idle"]
+
+
+async def test_an_always_policy_ends_an_idle_session_at_its_timeout(open_manager):  # noqa: F811
+    clock = [0.0]
+    policy = {"idle_policy": {"timeout": "10m"}}
+    manager, hub, ends, notes = await keeper_for(open_manager, {"cs101": policy}, clock)
+    session = await running_session(manager)
+    started = datetime.fromisoformat(session["started"]).timestamp()
+    clock[0] = started + 600
+    await ends.round()
+    for task in list(ends._tasks):
+        await task
+    assert hub.stopped == [("alice", "")]
+    assert ends.release_reason(session["id"], None) == (
+        IDLE,
+        "idle: no use for 10 min (group cs101)",
+    )
+
+
+async def test_one_waiting_request_reclaims_one_idle_session_the_longest_idle(open_manager):  # noqa: F811
+    clock = [0.0]
+    policy = {"idle_policy": {"fgpu_timeout": "10m", "reclaim": "when_waiting"}}
+    manager, hub, ends, notes = await keeper_for(open_manager, {"cs101": policy}, clock)
+    manager.usage_of = lambda session_id: {"cpu_percent": 0.0}
+    first, second = [
+        await manager.mark_running(
+            (await manager.submit(ask(server=name, fgpu=1, cpu=1), groups=("cs101",)))["id"]
+        )
+        for name in ("a", "b")
+    ]
+    await manager.submit(ask(user="bob", fgpu=1, cpu=1), groups=("cs101",))
+    clock[0] = datetime.fromisoformat(second["started"]).timestamp() + 601
+    await ends.round()
+    why = [(await manager.get(s["id"]))["ends"] for s in (first, second)]
+    # One request, one reclaim: the other idle session is kept.
+    assert (why[0]["why"], why[1]["why"], why[1]["kept_idle"]) == (RECLAIMED, None, True)

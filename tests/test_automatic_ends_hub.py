@@ -178,9 +178,13 @@ def open_terminal(hub, user: QueueUser) -> websocket.WebSocket:
 def terminal_output_until(terminal: websocket.WebSocket, text: str, timeout: float) -> str:
     seen, deadline = "", time.monotonic() + timeout
     while time.monotonic() < deadline and text not in seen:
-        message = json.loads(terminal.recv())
+        try:
+            message = json.loads(terminal.recv())
+        except websocket.WebSocketException:  # the session ended
+            break
         if message[0] == "stdout":
             seen += message[1]
+    assert text in seen, f"not in the terminal: {text!r}; it showed {seen!r}"
     return seen
 
 
@@ -232,3 +236,53 @@ def test_a_malformed_lifetime_is_logged_and_ignored(ends_hub):
     # Only the idle end is planned; the session runs on.
     assert view["status"] == "RUNNING" and view["ends"]["why"] == "idle", view
     assert record(ends_hub, session["id"])["status"] == "RUNNING"
+
+
+def test_an_idle_gpu_session_is_kept_while_nobody_waits_then_reclaimed_for_a_waiting_request(
+    ends_hub,
+):
+    suffix = secrets.token_hex(3)
+    holder, waiting = QueueUser(ends_hub, f"holder-{suffix}"), QueueUser(ends_hub, f"next-{suffix}")
+    policy = {"fgpu_timeout": "10s", "cpu_percent": 50, "reclaim": "when_waiting"}
+    group = join_group(ends_hub, holder.name, {"idle_policy": policy})
+    held = start_running(ends_hub, holder, {**SESSION, "fgpu": 1})
+
+    # Idle past its 10 s, and kept: nobody waits for a GPU slice.
+    wait_until(
+        lambda: (holder.sessions()[0]["ends"] or {}).get("kept_idle"), 30, "the session kept idle"
+    )
+    assert record(ends_hub, held["id"])["status"] == "RUNNING"
+
+    response = ends_hub.start_server(waiting.name, {**SESSION, "fgpu": 1})
+    assert response.status_code == 202, response.text
+    (pending,) = waiting.wait_for(lambda s: [x["status"] for x in s] == ["PENDING"])
+    ends = wait_until(
+        lambda: (e := holder.sessions()[0]["ends"]) and e["why"] == "reclaimed" and e,
+        15,
+        "the reclaim announced",
+    )
+    assert ends["warning"] and ends["text"] == "idle for 10 s while a request waits for its slice"
+    (container,) = containers_with({"fgpu.session_id": held["id"]})
+    note = wait_until(
+        lambda: (
+            (n := container.exec_run(["cat", "/home/jovyan/FGPU-WARNING.txt"])).exit_code == 0
+            and n.output.decode()
+        ),
+        10,
+        "the warning in the session's home",
+    )
+    assert "another student waits for its resources" in note
+
+    ended = wait_until(
+        lambda: (r := record(ends_hub, held["id"]))["status"] == "TERMINATED" and r,
+        WARNING_LEAD + 20,
+        "the session reclaimed",
+        interval=0.5,
+    )
+    assert ended["reason"] == (
+        f"reclaimed for the queue: idle for 10 s while a request waited (group {group})"
+    )
+    ends_hub.wait_ready(waiting.name)
+    times, grant = stored_times(ends_hub, held["id"]), stored_times(ends_hub, pending["id"])
+    print(f"FIGURE reclaim->grant: {grant['scheduled_at'] - times['ended']:.3f} s (record end)")
+    assert 0 <= grant["scheduled_at"] - times["ended"] < 1

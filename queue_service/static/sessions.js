@@ -43,10 +43,13 @@
   // its warning is due.
   function endsLine(ends) {
     var idle = ends.why === "idle";
-    var text = (idle ? "Stops if unused from " : "Ends at ") + fgpu.time(ends.at) + " (" + ends.text + ")";
+    var parts = [];
+    if (ends.at) parts.push((idle ? "Stops if unused from " : "Ends at ") + fgpu.time(ends.at) + " (" + ends.text + ")");
+    // Idle past its group's limit, kept while no waiting request needs its resources.
+    if (ends.kept_idle) parts.push("Idle: kept while nobody waits for its resources");
     return el("div", {
       className: "fgpu-pending-detail fgpu-ends" + (ends.warning ? " fgpu-ends-soon" : ""),
-      text: text, "data-why": ends.why,
+      text: parts.join(". "), "data-why": ends.why || "kept",
     });
   }
 
