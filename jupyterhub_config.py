@@ -205,14 +205,22 @@ if node_agent_url:
     if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
         socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
         queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")
+# The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a
+# shell's `cmd &` (scripts/up in the background) passes SIGINT on ignored, and the culler, which
+# sets no handler of its own, would hold every shutdown up for those 10 s. So it gets Python's
+# own SIGINT handler back before it starts (it ends on the KeyboardInterrupt).
+CULLER_MAIN = (
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler);"
+    " from jupyterhub_idle_culler import main; main()"
+)
 if idle_timeout:
     c.JupyterHub.services.append(
         {
             "name": "idle-culler",
             "command": [
                 sys.executable,
-                "-m",
-                "jupyterhub_idle_culler",
+                "-c",
+                CULLER_MAIN,
                 f"--timeout={idle_timeout}",
                 f"--cull-every={cull_every}",
                 "--cull-named-servers=True",

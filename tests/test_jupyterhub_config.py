@@ -273,7 +273,7 @@ def test_the_idle_culler_runs_as_a_hub_service_with_the_site_timeout(monkeypatch
             monkeypatch.setenv("FGPU_IDLE_TIMEOUT", value)
         config = load_shipped_config()
         command = culler_of(config)["command"]
-        assert command[1:3] == ["-m", "jupyterhub_idle_culler"]
+        assert command[1] == "-c" and "from jupyterhub_idle_culler import main" in command[2]
         assert {"--timeout=3600", "--cull-every=60", "--cull-named-servers=True"} <= set(command)
         assert config.FGPUSpawner.idle_timeout == 3600
     (role,) = [r for r in config.JupyterHub.load_roles if r["name"] == "idle-culler"]
