@@ -239,12 +239,14 @@ def test_a_malformed_lifetime_is_logged_and_ignored(ends_hub):
 
 
 def test_an_idle_gpu_session_is_kept_while_nobody_waits_then_reclaimed_for_a_waiting_request(
-    ends_hub,
+    ends_hub, pages
 ):
     suffix = secrets.token_hex(3)
     holder, waiting = QueueUser(ends_hub, f"holder-{suffix}"), QueueUser(ends_hub, f"next-{suffix}")
     policy = {"fgpu_timeout": "10s", "cpu_percent": 50, "reclaim": "when_waiting"}
     group = join_group(ends_hub, holder.name, {"idle_policy": policy})
+    page = pages()
+    log_in(page, ends_hub, holder.name)
     held = start_running(ends_hub, holder, {**SESSION, "fgpu": 1})
 
     # Idle past its 10 s, and kept: nobody waits for a GPU slice.
@@ -252,6 +254,10 @@ def test_an_idle_gpu_session_is_kept_while_nobody_waits_then_reclaimed_for_a_wai
         lambda: (holder.sessions()[0]["ends"] or {}).get("kept_idle"), 30, "the session kept idle"
     )
     assert record(ends_hub, held["id"])["status"] == "RUNNING"
+    page.goto(ends_hub.url + SESSIONS_PAGE)
+    line = rows(page, "RUNNING").locator(".fgpu-ends")
+    expect(line).to_contain_text("Idle: kept while nobody waits for its resources")
+    screenshot(page, "ends-idle-kept")
 
     response = ends_hub.start_server(waiting.name, {**SESSION, "fgpu": 1})
     assert response.status_code == 202, response.text
@@ -262,6 +268,10 @@ def test_an_idle_gpu_session_is_kept_while_nobody_waits_then_reclaimed_for_a_wai
         "the reclaim announced",
     )
     assert ends["warning"] and ends["text"] == "idle for 10 s while a request waits for its slice"
+    soon = rows(page, "RUNNING").locator(".fgpu-ends-soon")
+    expect(soon).to_contain_text("Ends at")
+    expect(soon).to_contain_text("idle for 10 s while a request waits for its slice")
+    screenshot(page, "ends-reclaim-warning")
     (container,) = containers_with({"fgpu.session_id": held["id"]})
     note = wait_until(
         lambda: (
