@@ -16,6 +16,11 @@ Environment variables:
   FGPU_USER_QUOTA      per-user quota as JSON, merged on the default {"sessions": 3, "pending": 2,
                        "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
   FGPU_CLASS_SIZE      students expected at once, to size the hub's spawn slots (default 200)
+  FGPU_IDLE_TIMEOUT    seconds without activity after which jupyterhub-idle-culler stops a
+                       session, named ones included (0 or unset: 3600); `off` runs no culler
+  FGPU_IDLE_CULL_EVERY seconds between the culler's rounds (default 60)
+  FGPU_END_WARNING     seconds before an automatic end (idle, a group's max_session_lifetime)
+                       that the session and the Sessions page warn (default 600)
 
 Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these for the local lab):
   FGPU_ENGINE          `swarm`: sessions are Swarm services on the nodes of the Swarm whose manager
@@ -124,6 +129,27 @@ from queue_service.node_agent_deploy import TOKEN_FILE, node_agent_token  # noqa
 
 node_agent_service_token = node_agent_token(os.path.join(os.getcwd(), TOKEN_FILE))
 
+# Idle sessions end, the ecosystem's way: jupyterhub-idle-culler stops servers (named ones too)
+# whose hub last_activity is older than the timeout. The default is an hour, Zero to JupyterHub's:
+# the hub learns of activity only every 5 minutes (its last_activity_interval and the servers'
+# activity reports), so the culler's own 10 minutes would stop a student who read a notebook for
+# a while, and a class's pauses (a lecture part, a break) last well under an hour while a session
+# forgotten over a night or a weekend is still reclaimed. The spawner, knowing the same timeout,
+# ends the record of a culled session as `idle` (fgpu_spawner/idle.py), and its slice goes to the
+# next request at once.
+idle_setting = os.environ.get("FGPU_IDLE_TIMEOUT", "").strip()
+try:
+    idle_timeout = 0 if idle_setting == "off" else int(idle_setting or "0") or 3600
+    cull_every = int(os.environ.get("FGPU_IDLE_CULL_EVERY") or "60")
+    end_warning = float(os.environ.get("FGPU_END_WARNING") or "600")
+    if idle_timeout < 0 or cull_every <= 0 or end_warning < 0:
+        raise ValueError("negative")
+except ValueError:
+    raise SystemExit(
+        "FGPU_IDLE_TIMEOUT must be whole seconds (0: 3600) or `off`, FGPU_IDLE_CULL_EVERY whole"
+        " seconds above 0 and FGPU_END_WARNING seconds"
+    ) from None
+
 # The scopes the service reads (queue_service/scopes.py, where the choice of admin:servers for
 # admin powers is explained).
 from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles  # noqa: E402
@@ -148,6 +174,8 @@ c.JupyterHub.services = [
             f"--QueueService.deployment_id={fgpu_deployment_id}",
             f"--QueueService.engine={engine}",
             f"--QueueService.pending_timeout={pending_timeout}",
+            f"--QueueService.idle_timeout={idle_timeout}",
+            f"--QueueService.lifetime_warning={end_warning}",
         ],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
@@ -177,6 +205,29 @@ if node_agent_url:
     if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
         socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
         queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")
+# The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a
+# shell's `cmd &` (scripts/up in the background) passes SIGINT on ignored, and the culler, which
+# sets no handler of its own, would hold every shutdown up for those 10 s. So it gets Python's
+# own SIGINT handler back before it starts (it ends on the KeyboardInterrupt).
+CULLER_MAIN = (
+    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler);"
+    " from jupyterhub_idle_culler import main; main()"
+)
+if idle_timeout:
+    c.JupyterHub.services.append(
+        {
+            "name": "idle-culler",
+            "command": [
+                sys.executable,
+                "-c",
+                CULLER_MAIN,
+                f"--timeout={idle_timeout}",
+                f"--cull-every={cull_every}",
+                "--cull-named-servers=True",
+            ],
+        }
+    )
+c.FGPUSpawner.idle_timeout = idle_timeout
 c.JupyterHub.load_roles = [
     {"name": "user", "scopes": ["self", "access:services!service=queue"]},
     {
@@ -204,6 +255,17 @@ c.JupyterHub.load_roles = [
         "services": ["fgpu-node-agent"],
     },
 ]
+
+if idle_timeout:
+    c.JupyterHub.load_roles.append(
+        {
+            "name": "idle-culler",
+            "description": "Stops servers idle past FGPU_IDLE_TIMEOUT (jupyterhub-idle-culler)",
+            # The scopes its README lists for culling servers (not users).
+            "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+            "services": ["idle-culler"],
+        }
+    )
 
 # Instructors: members of this group manage the image catalog (the role above). Admins add
 # members in the admin panel; loading the group only adds, never removes members.

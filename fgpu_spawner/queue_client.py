@@ -23,7 +23,7 @@ from .request import ResourceRequest
 #: Requests to the service one hub may have in flight besides its spawn slots' long-polls: the
 #: catalog reads and grant requests of spawns, and the releases of stopping sessions.
 REQUEST_ROOM = 1024
-#: Times a catalog read or a grant request is made before a timeout fails the spawn.
+#: Times a catalog read, a grant request or a release is made before a timeout fails it.
 READ_ATTEMPTS = 3
 #: In flight when the hub sets no spawn limit (`concurrent_spawn_limit` 0).
 UNLIMITED_SLOTS_REQUESTS = 10_000
@@ -157,11 +157,15 @@ class QueueClient:
         self, session_id: str, user: str, server_name: str, end_reason: str | None = None
     ) -> dict:
         """End the request `session_id`, if it is this server's (the service refuses with 409
-        a key that names another server's record); `end_reason="error"` for a failed start."""
+        a key that names another server's record); `end_reason`: `error` for a failed start,
+        `idle` for the idle culler's stop."""
         query = f"?user={quote(user, safe='')}&server_name={quote(server_name, safe='')}"
         if end_reason:
             query += f"&end_reason={quote(end_reason, safe='')}"
-        return await self._call("DELETE", f"/grants/{session_id}{query}")
+        # Made again after a timeout (a repeated release changes nothing): a storm of stops holds
+        # the hub's loop past the timeout, and a release that never lands leaves the request
+        # waiting for a spawn that was cancelled.
+        return await self._call_again("DELETE", f"/grants/{session_id}{query}")
 
     async def images_for(self, user: str) -> list[dict]:
         """The catalog entries `user` may start (their groups, not hidden, not others' private).
@@ -181,7 +185,7 @@ class QueueClient:
 
     async def _call_again(self, method: str, path: str, body: dict | None = None) -> dict:
         """`_call`, made again after a timeout, up to READ_ATTEMPTS times in all: only for calls
-        that may be repeated (a read, or a grant request named by its key)."""
+        that may be repeated (a read, a grant request named by its key, a release)."""
         for attempt in range(1, READ_ATTEMPTS + 1):
             try:
                 return await self._call(method, path, body)

@@ -15,6 +15,7 @@ import dataclasses
 import os
 import shutil
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,7 +32,7 @@ from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
 from image_catalog.engine_client import api_client_from_env
 
-from . import form
+from . import form, idle
 from .container_spec import (
     ContainerContext,
     LayerLimitSupport,
@@ -194,6 +195,16 @@ class FGPUSpawner(DockerSpawner):
         help="""
         Host folder of the CUDA MPS control daemon's pipes (its CUDA_MPS_PIPE_DIRECTORY), mounted
         into `mps` sessions.
+        """,
+    )
+    idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""
+        Timeout in seconds of the hub's idle culler (the shipped config runs
+        jupyterhub-idle-culler with FGPU_IDLE_TIMEOUT and sets this to the same). A stop of a
+        server idle that long is the culler's, and its record ends with reason `idle`
+        (fgpu_spawner/idle.py says why). 0: no culler; no stop is taken for one.
         """,
     )
     pids_limit = Integer(
@@ -517,8 +528,8 @@ class FGPUSpawner(DockerSpawner):
     async def release_grant(
         self, session_id: str | None = None, end_reason: str | None = None
     ) -> None:
-        """Give back the grant of `session_id` (default: this spawn's); `end_reason` "error" for
-        a start that failed (the queue's history says so)."""
+        """Give back the grant of `session_id` (default: this spawn's); `end_reason` says why:
+        "error" for a start that failed, "idle" for the idle culler's stop."""
         session_id = session_id or self.session_id
         if not session_id:
             return
@@ -554,6 +565,7 @@ class FGPUSpawner(DockerSpawner):
             ip, port = await super().start()
             await self.wait_until_ready(ip, port)
             await self._confirm_running()
+            self.start_idle_clock()
         except asyncio.CancelledError:
             # The hub interrupts a start (a stop while it waits) and stops the server one second
             # later only if the start has ended by then; otherwise it answers 500 and, once the
@@ -611,17 +623,41 @@ class FGPUSpawner(DockerSpawner):
         error raised; the hub forgets the server all the same, and the service's reconciler
         stops the container of a session the hub no longer lists, and releases it then."""
         await self._abandoned()
-        # Read first: DockerSpawner.stop clears the state (and with it the session id).
+        # Read first: DockerSpawner.stop clears the state (and with it the session id); the
+        # hub's last activity is read before the stop, the culler's test on it (idle.py).
         session_id, container_id = self.session_id, self.object_id
+        end_reason = self.stop_reason()
         await super().stop(now=now)
         if container_id and await self._still_there(container_id):
             raise RuntimeError(
                 f"{self.object_type.capitalize()} {container_id[:12]} is still there after "
                 f"stop; its grant {session_id} is kept until the queue service removes it"
             )
-        await self.release_grant(session_id)
+        await self.release_grant(session_id, end_reason)
         if self.gpu_sharing == "hami" and session_id:
             await asyncio.to_thread(self.remove_hami_cache, session_id)
+
+    def start_idle_clock(self) -> None:
+        """The hub stamps a server's last activity when its spawn begins, which for a request
+        that waited in the queue may be longer ago than the idle timeout: the culler would stop
+        the session as soon as it is ready (the server's own activity report corrects the stamp,
+        where the image reports at all). The session's idle time counts from its start."""
+        orm_spawner = self.orm_spawner
+        if orm_spawner is None:
+            return
+        orm_spawner.last_activity = datetime.now(UTC).replace(tzinfo=None)  # the hub's naive UTC
+        db = object_session(orm_spawner)
+        if db is not None:
+            db.commit()
+
+    def stop_reason(self) -> str | None:
+        """`idle` if the idle culler's test holds for this server now (idle.py), else None."""
+        orm_spawner = self.orm_spawner
+        if orm_spawner is None:
+            return None
+        return idle.stop_reason(
+            orm_spawner.last_activity, orm_spawner.started, self.idle_timeout, datetime.now(UTC)
+        )
 
     async def _still_there(self, container_id: str) -> bool:
         """True unless the engine says the container is gone (or, kept by `remove = False`,

@@ -26,6 +26,7 @@ from traitlets.config import Application
 from image_catalog import load_catalog
 
 from . import handlers, inventory, scheduler
+from .automatic_ends import AutomaticEnds, DockerNotifier
 from .db import open_database
 from .deployment import deployment_id
 from .engine import Engine
@@ -207,11 +208,13 @@ class QueueService(Application):
         """,
     )
     respawn_grace = Float(
-        20.0,
+        120.0,
         config=True,
         help="""
-        Seconds after a request was made before the reconciler may issue its spawn again when no
-        spawner waits for it (after a hub restart), so that a spawn just being set up is left be.
+        Seconds a waiting request must be seen with no spawn waiting on it before the reconciler
+        issues its spawn again (a spawn lost with a hub restart). Keep it above the time a
+        cancelled spawn's release may take to arrive (a release is made again after a timeout,
+        3 × 30 s), or a cancel under a storm of stops is undone.
         """,
     )
     stats_interval = Float(
@@ -323,6 +326,32 @@ class QueueService(Application):
         File holding the node agents' hub API token (the shipped config declares the
         `fgpu-node-agent` service with it), made (mode 0600) when missing; relative paths are in
         the state directory. The service hands it to the agents as a Swarm secret.
+        """,
+    )
+    idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""
+        The idle culler's timeout in seconds (the shipped config passes FGPU_IDLE_TIMEOUT): the
+        Sessions page and the session itself are told when an unused session will be stopped.
+        0: no culler runs, no idle end is predicted.
+        """,
+    )
+    lifetime_warning = Float(
+        600.0,
+        config=True,
+        help="""
+        Seconds before an automatic end (a group's `max_session_lifetime`, an idle cull) that the
+        session is warned: a line on the Sessions page, ~/FGPU-WARNING.txt in the session and, for
+        a lifetime end, a message in its terminals.
+        """,
+    )
+    ends_interval = Float(
+        5.0,
+        config=True,
+        help="""
+        Seconds between two checks of the sessions' automatic ends: a session over its lifetime
+        is stopped within this long, and warnings are given as close to their lead.
         """,
     )
     service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
@@ -457,6 +486,17 @@ class QueueService(Application):
             bucket=self.utilization_bucket_seconds,
             log=self.log,
         )
+        self.automatic_ends = AutomaticEnds(
+            self.manager,
+            self.hub,
+            self.quotas,
+            idle_timeout=self.idle_timeout,
+            warning_lead=self.lifetime_warning,
+            # Sessions on other machines (Swarm) are warned on the page only.
+            notifier=DockerNotifier(docker_client) if self.engine == "docker" else None,
+            log=self.log,
+        )
+        self.manager.ends_of = self.automatic_ends.view
         prefix = self.service_prefix
         return web.Application(
             handlers.routes(prefix),
@@ -465,6 +505,7 @@ class QueueService(Application):
             history=History(db),
             hub_client=self.hub,
             launcher=Launcher(self.hub, self.manager),
+            automatic_ends=self.automatic_ends,
             quotas=self.quotas,
             usage=self.usage,
             utilization=self.utilization,
@@ -505,6 +546,7 @@ class QueueService(Application):
             )
         if self.utilization_interval > 0:
             self._utilization_task = asyncio.create_task(self.utilization.run())
+        self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))
         await self.reconciler.run(self.reconcile_interval)
 
     async def deploy_node_agent(self) -> None:

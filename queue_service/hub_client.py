@@ -70,16 +70,35 @@ class HubClient:
         return await self._servers_in("ready", page)
 
     async def _servers_in(self, state: str, page: int) -> set[tuple[str, str]]:
-        """Page by the hub's own pagination: it pages over the active users and leaves out the
-        ones not `ready` afterwards, so a short page is not the last one."""
-        servers, offset = set(), 0
+        return {key async for key, _ in self._servers_of_users_in(state, page)}
+
+    async def _servers_of_users_in(self, state: str, page: int):
+        """((user, server name), server model) of the servers in `state` (a user's model lists
+        all of its active servers, the ones still starting beside a ready one too)."""
+        async for user in self._users_in(state, page):
+            for name, server in (user.get("servers") or {}).items():
+                if state != "ready" or (server or {}).get("ready"):
+                    yield (user["name"], name), server or {}
+
+    async def _users_in(self, state: str, page: int):
+        """The users with a server in `state`, by the hub's own pagination: it pages over the
+        active users and leaves out the ones not `ready` afterwards, so a short page is not the
+        last one."""
+        offset = 0
         while offset is not None:
             path = f"/users?state={state}&offset={offset}&limit={page}"
             answer = (await self._call("GET", path, accept=PAGINATED))[1]
-            users = answer["items"]
-            servers |= {(u["name"], name) for u in users for name in u.get("servers") or {}}
+            for user in answer["items"]:
+                yield user
             offset = (answer["_pagination"].get("next") or {}).get("offset")
-        return servers
+
+    async def server_activity(self, page: int = 200) -> dict[tuple[str, str], str | None]:
+        """The hub's `last_activity` (ISO text) of every ready server, by (user, server name):
+        the field jupyterhub-idle-culler decides on (a spawn still waiting is never idle)."""
+        return {
+            key: server.get("last_activity")
+            async for key, server in self._servers_of_users_in("ready", page)
+        }
 
     async def group(self, name: str) -> dict:
         return await self._cached(f"/groups/{quote(name)}")

@@ -140,6 +140,8 @@ class QueueManager:
         # (db, request, groups) → a Refusal or None. The service wires in the usage budgets
         # (usage_store.py).
         self.admission_check: Callable[..., Refusal | None] = lambda db, request, groups: None
+        # A running session's next automatic end; the service wires in automatic_ends.py.
+        self.ends_of: Callable[[str], dict | None] = lambda session_id: None
 
     async def replace_nodes(self, nodes) -> None:
         """A new inventory (a Swarm node joined, drained or failed), taken between writes: a pass
@@ -302,7 +304,8 @@ class QueueManager:
     ) -> dict:
         """End a session: TERMINATED if it held a slice, CANCELLED if it was waiting; ERROR when
         `end_reason` is `error` (a failed start). `end_reason` is a code of end_reasons.py (by
-        default `user`, or `cancelled` for a waiting one), `reason` the words beside it.
+        default `user`, or `cancelled` for a waiting one; `idle`, `lifetime`, `reclaimed` for the
+        automatic ends of automatic_ends.py), `reason` the words beside it.
 
         The answer is the ended record, with `released_from`: the status this call ended, or None
         when it had ended already (a repeated release changes nothing)."""
@@ -1036,8 +1039,9 @@ class QueueManager:
         return record
 
     def _with_usage(self, view: dict) -> dict:
-        usage = self.usage_of(view["id"]) if view["status"] == Status.RUNNING else None
-        return {**view, "usage": usage}
+        running = view["status"] == Status.RUNNING
+        usage = self.usage_of(view["id"]) if running else None
+        return {**view, "usage": usage, "ends": self.ends_of(view["id"]) if running else None}
 
     def _base_view(self, record: SessionRecord, positions: dict) -> dict:
         position = positions.get(record.id) if record.status == Status.PENDING else None

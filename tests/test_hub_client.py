@@ -22,6 +22,8 @@ USERS = [
     ("eve", "s-1", False),
 ]
 
+ACTIVITY = "2026-11-24T06:00:00.000000Z"
+
 
 class Users(web.RequestHandler):
     """`GET /users` as JupyterHub pages it: offset and limit apply before the `ready` filter."""
@@ -32,7 +34,7 @@ class Users(web.RequestHandler):
         offset, limit = int(self.get_argument("offset")), int(self.get_argument("limit"))
         page = USERS[offset : offset + limit]
         items = [
-            {"name": name, "servers": {server: {"ready": ready}}}
+            {"name": name, "servers": {server: {"ready": ready, "last_activity": ACTIVITY}}}
             for name, server, ready in page
             if state == "active" or ready
         ]
@@ -64,3 +66,10 @@ async def test_the_ready_servers_past_a_page_of_waiting_spawns_are_all_listed(hu
 async def test_the_active_servers_are_all_listed_page_by_page(hub_api):
     client = HubClient(hub_api, "secret")
     assert await client.active_servers(page=2) == {(name, server) for name, server, _ in USERS}
+
+
+async def test_the_activity_of_ready_servers_alone_is_read(hub_api):
+    """The idle rules read the activity of running sessions: the waiting spawns before them are
+    paged past, never counted."""
+    client = HubClient(hub_api, "secret")
+    assert await client.server_activity(page=2) == {("dan", "s-2"): ACTIVITY}

@@ -242,7 +242,10 @@ def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_th
     assert oct((state_dir / "fgpu_node_agent_token").stat().st_mode & 0o777) == "0o600"
     (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
     assert not [arg for arg in queue["command"] if "node_agent" in arg]
-    assert load_shipped_config().JupyterHub.services[-1]["api_token"] == kept  # kept, not new
+    (agents,) = [
+        s for s in load_shipped_config().JupyterHub.services if s["name"] == agents["name"]
+    ]
+    assert agents["api_token"] == kept  # kept, not new
 
     monkeypatch.setenv("FGPU_NODE_AGENT_URL", "http://10.213.0.1:8000/services/queue/")
     monkeypatch.setenv("FGPU_SWARM_REGISTRY", "10.213.0.1:5000")
@@ -255,3 +258,53 @@ def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_th
         in queue["command"]
     )
     assert "--QueueService.node_agent_registry=10.213.0.1:5000" in queue["command"]
+
+
+def culler_of(config) -> dict | None:
+    found = [s for s in config.JupyterHub.services if s["name"] == "idle-culler"]
+    return found[0] if found else None
+
+
+def test_the_idle_culler_runs_as_a_hub_service_with_the_site_timeout(monkeypatch):
+    for value in (None, "0"):  # unset or 0: the site default, an hour
+        if value is None:
+            monkeypatch.delenv("FGPU_IDLE_TIMEOUT", raising=False)
+        else:
+            monkeypatch.setenv("FGPU_IDLE_TIMEOUT", value)
+        config = load_shipped_config()
+        command = culler_of(config)["command"]
+        assert command[1] == "-c" and "from jupyterhub_idle_culler import main" in command[2]
+        assert {"--timeout=3600", "--cull-every=60", "--cull-named-servers=True"} <= set(command)
+        assert config.FGPUSpawner.idle_timeout == 3600
+    (role,) = [r for r in config.JupyterHub.load_roles if r["name"] == "idle-culler"]
+    assert role["services"] == ["idle-culler"]
+    assert set(role["scopes"]) == {
+        "list:users",
+        "read:users:activity",
+        "read:servers",
+        "delete:servers",
+    }
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert "--QueueService.idle_timeout=3600" in queue["command"]
+    assert "--QueueService.lifetime_warning=600.0" in queue["command"]
+
+    monkeypatch.setenv("FGPU_IDLE_TIMEOUT", "900")
+    monkeypatch.setenv("FGPU_IDLE_CULL_EVERY", "30")
+    config = load_shipped_config()
+    assert {"--timeout=900", "--cull-every=30"} <= set(culler_of(config)["command"])
+    assert config.FGPUSpawner.idle_timeout == 900
+
+    monkeypatch.setenv("FGPU_IDLE_TIMEOUT", "off")
+    config = load_shipped_config()
+    assert culler_of(config) is None and config.FGPUSpawner.idle_timeout == 0
+    assert not [r for r in config.JupyterHub.load_roles if r["name"] == "idle-culler"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("FGPU_IDLE_TIMEOUT", "an hour"), ("FGPU_IDLE_TIMEOUT", "-5"), ("FGPU_IDLE_CULL_EVERY", "0")],
+)
+def test_a_bad_idle_setting_stops_the_hub_with_a_message(monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit, match="FGPU_IDLE_TIMEOUT must be whole seconds"):
+        load_shipped_config()

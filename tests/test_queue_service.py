@@ -515,4 +515,4 @@ def test_the_hub_stops_at_once_when_started_in_the_background(tmp_path, docker_e
     with running_hub(tmp_path / "hub", ignore_sigint=True) as hub:
         hub.process.terminate()
         hub.process.wait(timeout=8)
-        assert "Cleaning up 1 services" in hub.log_text()
+        assert "Cleaning up 2 services" in hub.log_text()  # the queue and the idle culler

@@ -3,7 +3,8 @@
 - `POST api/grants`: a slice for one server (the record, PENDING or SCHEDULED);
 - `GET api/grants/{id}?wait=&version=`: the record once it changes (long-poll);
 - `DELETE api/grants/{id}[?user=&server_name=][&end_reason=]`: release (only if the record is
-  that server's, when named; `end_reason=error` for a failed start, end_reasons.py);
+  that server's, when named; `end_reason` `error` for a failed start, `idle` when the spawner
+  stops it for the idle culler: end_reasons.py);
   `POST api/grants/{id}/running`: the server is up.
 
 Only the hub service whose token the spawner holds (`spawner_service`) may call them: a student's
@@ -78,7 +79,11 @@ class GrantHandler(SpawnerHandler):
         if code is not None and not end_reasons.is_code(code):
             raise web.HTTPError(400, f"Unknown end_reason {code!r}.")
         await self.check_server_of(session_id)
-        self.write_json(await self.session_answer(self.manager.release(session_id, code)))
+        # The service's own planned end (lifetime, reclaim) first, else the spawner's claim.
+        claimed = code if code == end_reasons.IDLE else None
+        planned, reason = self.settings["automatic_ends"].release_reason(session_id, claimed)
+        released = self.manager.release(session_id, end_reason=planned or code, reason=reason)
+        self.write_json(await self.session_answer(released))
 
     async def check_server_of(self, session_id: str) -> None:
         """A release that names its server (`?user=&server_name=`, as the spawner's do) ends

@@ -35,7 +35,22 @@
       children.push(el("div", { className: "fgpu-pending-detail fgpu-position", text: where }));
       if (s.reason) children.push(el("div", { className: "fgpu-pending-detail fgpu-reason", text: s.reason }));
     }
+    if (s.status === "RUNNING" && s.ends) children.push(endsLine(s.ends));
     return el("td", {}, children);
+  }
+
+  // When and why a running session will end by itself (api/sessions `ends`); highlighted once
+  // its warning is due.
+  function endsLine(ends) {
+    var idle = ends.why === "idle";
+    var parts = [];
+    if (ends.at) parts.push((idle ? "Stops if unused from " : "Ends at ") + fgpu.time(ends.at) + " (" + ends.text + ")");
+    // Idle past its group's limit, kept while no waiting request needs its resources.
+    if (ends.kept_idle) parts.push("Idle: kept while nobody waits for its resources");
+    return el("div", {
+      className: "fgpu-pending-detail fgpu-ends" + (ends.warning ? " fgpu-ends-soon" : ""),
+      text: parts.join(". "), "data-why": ends.why || "kept",
+    });
   }
 
   // Live usage from the service's stats sampler (api/sessions `usage`); "—" until it reports.
