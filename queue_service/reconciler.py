@@ -56,7 +56,7 @@ class Reconciler:
         log=None,
         start_grace: float = 180.0,
         hub=None,
-        respawn_grace: float = 20.0,
+        respawn_grace: float = 120.0,
         deployment_id: str = "",
         unlisted_grace: float = 10.0,
         prepare=None,
@@ -67,6 +67,8 @@ class Reconciler:
         self.start_grace = start_grace
         self.hub = hub
         self.respawn_grace = respawn_grace
+        # When each waiting record was first seen with no spawn waiting on it (its long-poll).
+        self._unwatched_since: dict[str, float] = {}
         # Empty: containers are not told apart by hub (tests of one hub; nothing is adopted).
         self.deployment_id = deployment_id
         self.unlisted_grace = unlisted_grace
@@ -262,14 +264,19 @@ class Reconciler:
         # A record with a long-poll open on it has its spawn: the hub is not asked. Asking about
         # every waiting student each round cost the hub a read per student every 5 s (200/s
         # with 1,000 waiting), more than its event loop could serve beside its own API.
-        waiting = [
+        unwatched = [
             r
             for r in self.manager.active_records()
             if r.status in (Status.PENDING, Status.SCHEDULED)
             and r.id not in self._respawning
-            and now - as_utc(r.created).timestamp() > self.respawn_grace
             and not self.manager.awaited(r.id)
         ]
+        # Counted from when no spawn was seen waiting on it, not from the request: a cancelled
+        # spawn's long-poll ends before its release arrives, which a storm of stops delays by
+        # tens of seconds; issuing it again then would undo the cancel.
+        since = {r.id: self._unwatched_since.get(r.id, now) for r in unwatched}
+        self._unwatched_since = since
+        waiting = [r for r in unwatched if now - since[r.id] >= self.respawn_grace]
         for user in {r.user for r in waiting}:
             try:
                 servers = (await self.hub.user_now(user)).get("servers", {})

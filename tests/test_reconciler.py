@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import time
 
 import docker
 import pytest
@@ -18,6 +19,7 @@ from sqlalchemy import update
 from fgpu_spawner.container_spec import ContainerContext, session_labels
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
+from queue_service import reconciler as reconciler_module
 from queue_service import scheduler
 from queue_service.db import open_database
 from queue_service.models import SessionRecord, Status
@@ -316,6 +318,31 @@ class HubReads:
     async def user_now(self, name: str) -> dict:
         self.reads.append(name)
         return {"servers": {"s1": {"pending": "spawn"}}}
+
+
+async def test_a_spawn_is_issued_again_only_after_none_was_seen_waiting_for_the_grace(
+    manager, monkeypatch
+):
+    """A cancelled spawn's long-poll ends before its release arrives, and a storm of stops
+    delays that release by tens of seconds: counting the grace from the request's creation, the
+    reconciler issued the spawn again and undid the cancel (70 times in pending_spawns). The
+    grace now counts from when no spawn was first seen waiting."""
+    holder = {"user": "bob", "server_name": "s0", "image": "x", "cpu": 0.5, "mem": GIB, "fgpu": 2}
+    assert (await manager.submit(holder, ()))["status"] == Status.SCHEDULED
+    waiting = await manager.submit({**holder, "user": "alice", "server_name": "s1", "fgpu": 1}, ())
+    clock = [time.time() + 3600]  # the request is an hour old: past any grace since creation
+    monkeypatch.setattr(reconciler_module.time, "time", lambda: clock[0])
+    hub = HubReads()
+    reconciler = Reconciler(manager, None, hub=hub, respawn_grace=60)
+    await reconciler.respawn_abandoned()
+    assert hub.reads == []  # first seen unwatched now: left be
+    clock[0] += 59
+    await reconciler.respawn_abandoned()
+    assert hub.reads == []
+    clock[0] += 2
+    await reconciler.respawn_abandoned()
+    assert "alice" in hub.reads  # (the holder's grant has no spawn either: asked too)
+    assert (await manager.get(waiting["id"]))["status"] == Status.PENDING
 
 
 async def test_a_spawn_waiting_on_its_long_poll_costs_the_hub_no_read(manager):
