@@ -22,7 +22,7 @@ from sqlalchemy.orm import sessionmaker
 
 from . import end_reasons
 from .errors import Refusal
-from .models import FINAL, SessionRecord, as_utc
+from .models import FINAL, SessionRecord, as_utc, request_view
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -118,15 +118,7 @@ def finished_view(record: SessionRecord) -> dict:
     started = as_utc(record.started) if record.started else None
     ended = as_utc(record.ended)
     return {
-        "id": record.id,
-        "user": record.user,
-        "server_name": record.server_name,
-        "status": record.status,
-        "image": record.image,
-        "cpu": record.cpu,
-        "mem": record.mem,
-        "fgpu": record.fgpu,
-        "resource_group": record.resource_group,
+        **request_view(record),
         "node": record.node,
         "created": as_utc(record.created).isoformat(),
         "started": started.isoformat() if started else None,

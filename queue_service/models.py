@@ -173,3 +173,18 @@ class UtilizationSample(Base):
     fgpu_used: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_utilization_samples_at", "at"),)
+
+
+def request_view(record: SessionRecord) -> dict:
+    """What a session is and asked for, as every view of it (queue, history) begins."""
+    return {
+        "id": record.id,
+        "user": record.user,
+        "server_name": record.server_name,
+        "status": record.status,
+        "image": record.image,
+        "cpu": record.cpu,
+        "mem": record.mem,
+        "fgpu": record.fgpu,
+        "resource_group": record.resource_group,
+    }

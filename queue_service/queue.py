@@ -36,7 +36,7 @@ from sqlalchemy.orm import sessionmaker
 
 from . import end_reasons, scheduler
 from .errors import Refusal
-from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, utcnow
+from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, request_view, utcnow
 
 #: Views of ended records kept in memory, so a spawn that reads its ended record needs no DB call.
 ENDED_VIEWS_KEPT = 10_000
@@ -1047,15 +1047,7 @@ class QueueManager:
         position = positions.get(record.id) if record.status == Status.PENDING else None
         grant = json.loads(record.grant_json) if record.grant_json else None
         return {
-            "id": record.id,
-            "user": record.user,
-            "server_name": record.server_name,
-            "status": record.status,
-            "image": record.image,
-            "cpu": record.cpu,
-            "mem": record.mem,
-            "fgpu": record.fgpu,
-            "resource_group": record.resource_group,
+            **request_view(record),
             "grant": grant,
             "gpu_memory": {
                 uuid_: self._gpu_memory.get(uuid_, 0) for uuid_ in (grant or {}).get("gpus", {})

@@ -26,7 +26,14 @@ SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
 def gpu_hub(tmp_path_factory, docker_engine):
     """One simulated 8 GiB GPU holding 2 fGPU, as in the seed's walk-through."""
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    with running_hub(tmp_path_factory.mktemp("gpu-hub"), env=env) as hub:
+    # A spawn lost with a hub restart is issued again 15 s after none is seen waiting (the
+    # default's 120 s leaves room for a release delayed by a storm of stops, which none makes here).
+    extra = """
+for service in c.JupyterHub.services:
+    if service["name"] == "queue":
+        service["command"].append("--QueueService.respawn_grace=15")
+"""
+    with running_hub(tmp_path_factory.mktemp("gpu-hub"), env=env, extra_config=extra) as hub:
         yield hub
 
 
