@@ -529,3 +529,47 @@ def _remove_network_once_unused(lab: Lab, service_name: str, network_name: str) 
         return True
 
     wait_for(removed, timeout=60, interval=1, what=f"the overlay {network_name} removed")
+
+
+class _LateOverlaySpawner(FGPUSwarmSpawner):
+    """A spawner that finds no overlay, and another hub's spawn makes it just after it looked:
+    the gap between look-up and create, held open (it is a few milliseconds otherwise)."""
+
+    made_meanwhile = ""
+
+    def _find_overlay(self):
+        found = super()._find_overlay()
+        if found is None and not self.made_meanwhile:
+            other_hub = self.client.create_network(
+                self.network_name, driver="overlay", attachable=True
+            )
+            type(self).made_meanwhile = other_hub["Id"]
+        return found
+
+
+def test_spawns_that_race_to_make_the_overlay_all_use_the_one_the_manager_kept(lab: Lab):
+    """The first overlay spawns of a hub all found no network and all made it; the manager kept
+    the first and refused the others (409), whose spawns failed ("No overlay network ...:
+    Conflict"; 3 of 8 spawners at once, before the fix)."""
+    name = f"fgpu-ovl-race-{secrets.token_hex(3)}"
+    kwargs = dict(
+        client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
+        endpoint="overlay",
+        network_name=name,
+    )
+    try:
+        late = run_apart(_LateOverlaySpawner(**kwargs).session_network())
+        assert late.id == _LateOverlaySpawner.made_meanwhile
+
+        async def at_once():
+            return await asyncio.gather(
+                *(
+                    _OverlaySpawner(**{**kwargs, "network_name": f"{name}-b"}).session_network()
+                    for _ in range(8)
+                )
+            )
+
+        assert len({network.id for network in run_apart(at_once())}) == 1
+    finally:
+        for network in lab.manager().networks.list(names=[name, f"{name}-b"]):
+            network.remove()
