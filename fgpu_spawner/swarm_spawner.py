@@ -35,7 +35,7 @@ from pathlib import Path
 import docker.errors
 from traitlets import CaselessStrEnum, Float, Unicode, default
 
-from .network import SessionNetwork
+from .network import SessionNetwork, pick_network
 from .service_spec import SwarmContext, build_service_spec, home_folder
 from .spawner import FGPUSpawner, spawn_error
 from .storage import account_tag, home_volume_name
@@ -147,21 +147,34 @@ class FGPUSwarmSpawner(FGPUSpawner):
             raise spawn_error(message, reason="config", status_code=500) from None
 
     def _ensure_overlay(self):
-        found = self.client.networks(names=[self.network_name])
-        network = next((n for n in found if n["Name"] == self.network_name), None)
+        network = self._find_overlay()
         if network is None:
-            network = self.client.create_network(
-                self.network_name,
-                driver="overlay",
-                attachable=True,
-                labels={"fgpu.role": "sessions"},
-            )
-            return SessionNetwork(network["Id"], self.network_name, "")
+            try:
+                created = self.client.create_network(
+                    self.network_name,
+                    driver="overlay",
+                    attachable=True,
+                    labels={"fgpu.role": "sessions"},
+                )
+                return SessionNetwork(created["Id"], self.network_name, "")
+            except docker.errors.APIError as e:
+                # The first spawns of a hub (or of two hubs) all find no network and all make
+                # it; the manager keeps names unique and refuses every one but the first (409),
+                # whose network the others then use.
+                if e.status_code != 409:
+                    raise
+                network = self._find_overlay()
+                if network is None:
+                    raise
         if network.get("Driver") != "overlay" or not network.get("Attachable"):
             raise docker.errors.APIError(
                 f"{self.network_name!r} exists but is not an attachable overlay network"
             )
         return SessionNetwork(network["Id"], self.network_name, "")
+
+    def _find_overlay(self) -> dict | None:
+        """The network called exactly `network_name` (the engine's filter matches parts)."""
+        return pick_network(self.network_name, self.client.networks(names=[self.network_name]))
 
     @property
     def storage_settings(self):

@@ -10,6 +10,8 @@ fGPU, so that a user's second GPU session waits for the first one's slice.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import json
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,14 +20,18 @@ from pathlib import Path
 import docker
 import pytest
 import requests
+from dockerspawner import DockerSpawner
 from jupyterhub.spawner import SpawnException
 from playwright.sync_api import expect
 
-from fgpu_spawner.swarm_spawner import FGPUSwarmSpawner
+from fgpu_spawner.container_spec import ContainerContext
+from fgpu_spawner.grant import Grant
+from fgpu_spawner.request import ResourceRequest
+from fgpu_spawner.swarm_spawner import LIVE_STATES, FGPUSwarmSpawner
 
 from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub
-from .swarm_lab import IMAGE, LAB_NAME, Lab, swarm_lab, wait_for
+from .swarm_lab import IMAGE, LAB_ENV, LAB_NAME, Lab, swarm_lab, wait_for
 
 GPU_SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
 NODE_DOWN_GRACE = 6
@@ -394,3 +400,176 @@ def run_apart(coroutine):
     Playwright's loop running in this one until the module ends."""
     with ThreadPoolExecutor(1) as thread:
         return thread.submit(asyncio.run, coroutine).result()
+
+
+class _OverlaySpawner(FGPUSwarmSpawner):
+    """The Swarm spawner with `endpoint="overlay"`, without a hub: its context is made from its
+    own traits, leaving out what only a hub gives (the API token and URLs in the environment,
+    `jupyterhub-singleuser`'s arguments). Everything else is the spawner's own: the overlay it
+    makes, the spec, the service it creates, its wait for the task, the address it reports."""
+
+    async def container_context(self) -> ContainerContext:
+        return ContainerContext(
+            name=self.object_name,
+            user="ovl",
+            server_name="",
+            command=self.cmd,
+            env={},
+            port=self.port,
+            network=(await self.session_network()).id,
+            run_as=self.run_as,
+            pids_limit=self.pids_limit,
+        )
+
+
+#: What the probe runs on the other node: the service's name as the overlay's DNS resolves it,
+#: and the session's answer at the address and port the spawner reported.
+PROBE = """
+import json, socket, sys, urllib.request
+name, url = sys.argv[1:]
+out = {"resolved": sorted(socket.gethostbyname_ex(name)[2])}
+with urllib.request.urlopen(url, timeout=3) as reply:
+    out["status"], out["body"] = reply.status, reply.read().decode().strip()
+print(json.dumps(out))
+"""
+
+
+def test_an_overlay_session_is_reached_at_its_reported_address_from_another_node(lab: Lab):
+    """`endpoint="overlay"` end to end, as far as a hub beside the Swarm allows: the proxy of a
+    hub on the overlay is stood in for by a probe container attached to the same attachable
+    overlay on another node. The session serves HTTP on its port with a plain command (the
+    spawner's `cmd`), since `jupyterhub-singleuser` needs a hub; the hub's own proxy on the
+    overlay is not run here."""
+    session_node, probe_node = lab.nodes[0], lab.nodes[1]
+    tag = secrets.token_hex(3)
+    image = f"{lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE}"
+    spawner = _OverlaySpawner(
+        client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
+        endpoint="overlay",
+        network_name=f"fgpu-ovl-{tag}",
+        registry=lab.env["FGPU_SWARM_REGISTRY"],
+        object_name=f"fgpu-overlay-{tag}",
+        task_start_timeout=180,
+    )
+    # Serves a file naming the container, so the answer says which container gave it.
+    spawner.cmd = [
+        "sh",
+        "-c",
+        "mkdir -p /tmp/www && hostname > /tmp/www/who && cd /tmp/www && "
+        f"exec python3 -m http.server {spawner.port}",
+    ]
+    spawner.resource_request = ResourceRequest("python-3.11", IMAGE, cpu=0.5, mem=256 * 2**20)
+    spawner.grant = Grant(f"ovl-{tag}", session_node)
+    manager = lab.manager()
+    probe = None
+    try:
+        # DockerSpawner's start, as FGPUSpawner.start runs it once the grant is there.
+        ip, port = run_apart(DockerSpawner.start(spawner))
+        (task,) = manager.services.get(spawner.object_id).tasks()
+        assert manager.nodes.get(task["NodeID"]).attrs["Description"]["Hostname"] == session_node
+        network = manager.networks.get(spawner.network_name)
+        assert network.attrs["Driver"] == "overlay" and network.attrs["Attachable"]
+
+        # The address is the task's on the overlay (from the Swarm's pool), and the port the
+        # server's own: nothing is published on the node.
+        assert ipaddress.ip_address(ip) in ipaddress.ip_network(LAB_ENV["FGPU_SWARM_LAB_POOL"])
+        assert port == spawner.port
+        assert not (task["Status"].get("PortStatus") or {}).get("Ports")
+        container = session_container_by_task(lab, session_node, task)
+        assert container.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"] == ip
+
+        probe_engine = lab.engine(node_urls()[probe_node])
+        probe = probe_engine.containers.run(
+            image, ["sleep", "600"], network=network.name, user="1000", detach=True
+        )
+        assert probe.attrs["Config"]["Hostname"] != container.attrs["Config"]["Hostname"]
+
+        def reached() -> dict | None:
+            url = f"http://{ip}:{port}/who"
+            done = probe.exec_run(["python3", "-c", PROBE, spawner.object_name, url])
+            return done.exit_code == 0 and json.loads(done.output.decode().splitlines()[-1])
+
+        answer = wait_for(
+            reached, timeout=60, interval=1, what=f"the session at {ip}:{port} from {probe_node}"
+        )
+        assert answer["status"] == 200
+        assert answer["body"] == container.attrs["Config"]["Hostname"]
+        # DNS round robin: the service's name is its one task's address, no virtual IP.
+        assert answer["resolved"] == [ip]
+    finally:
+        if probe is not None:
+            probe.remove(force=True)
+        if spawner.object_id:
+            run_apart(spawner.remove_object())
+        _remove_network_once_unused(lab, spawner.object_name, spawner.network_name)
+
+
+def session_container_by_task(lab: Lab, node: str, task: dict):
+    engine = lab.engine(node_urls()[node])
+    return engine.containers.get(task["Status"]["ContainerStatus"]["ContainerID"])
+
+
+def _remove_network_once_unused(lab: Lab, service_name: str, network_name: str) -> None:
+    """The overlay goes once the removed service's task has left it on its node."""
+    manager = lab.manager()
+
+    def no_live_task() -> bool:
+        tasks = manager.api.tasks(filters={"name": service_name})
+        return not [t for t in tasks if t["Status"]["State"] in LIVE_STATES]
+
+    wait_for(no_live_task, timeout=60, what=f"the tasks of {service_name} gone")
+
+    def removed() -> bool:
+        try:
+            manager.networks.get(network_name).remove()
+        except docker.errors.NotFound:
+            return True
+        except docker.errors.APIError:
+            return False  # still has endpoints while the node detaches the task
+        return True
+
+    wait_for(removed, timeout=60, interval=1, what=f"the overlay {network_name} removed")
+
+
+class _LateOverlaySpawner(FGPUSwarmSpawner):
+    """A spawner that finds no overlay, and another hub's spawn makes it just after it looked:
+    the gap between look-up and create, held open (it is a few milliseconds otherwise)."""
+
+    made_meanwhile = ""
+
+    def _find_overlay(self):
+        found = super()._find_overlay()
+        if found is None and not self.made_meanwhile:
+            other_hub = self.client.create_network(
+                self.network_name, driver="overlay", attachable=True
+            )
+            type(self).made_meanwhile = other_hub["Id"]
+        return found
+
+
+def test_spawns_that_race_to_make_the_overlay_all_use_the_one_the_manager_kept(lab: Lab):
+    """The first overlay spawns of a hub all found no network and all made it; the manager kept
+    the first and refused the others (409), whose spawns failed ("No overlay network ...:
+    Conflict"; 3 of 8 spawners at once, before the fix)."""
+    name = f"fgpu-ovl-race-{secrets.token_hex(3)}"
+    kwargs = dict(
+        client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
+        endpoint="overlay",
+        network_name=name,
+    )
+    try:
+        late = run_apart(_LateOverlaySpawner(**kwargs).session_network())
+        assert late.id == _LateOverlaySpawner.made_meanwhile
+
+        async def at_once():
+            return await asyncio.gather(
+                *(
+                    _OverlaySpawner(**{**kwargs, "network_name": f"{name}-b"}).session_network()
+                    for _ in range(8)
+                )
+            )
+
+        assert len({network.id for network in run_apart(at_once())}) == 1
+    finally:
+        for network in lab.manager().networks.list(names=[name, f"{name}-b"]):
+            network.remove()
