@@ -420,10 +420,6 @@ class QueueService(Application):
             return SwarmSessionLister(docker_client, self.node_down_grace, time.time)
         return DockerSessionLister(docker_client)
 
-    def node_group(self, node: str | None) -> str | None:
-        """The resource group of a node of the inventory, by name."""
-        return next((n.resource_group for n in self.manager.nodes if n.name == node), None)
-
     def build(self) -> web.Application:
         # Connected on first use: the service starts, and answers, while the engine is down.
         docker_client = self.docker = Engine(timeout=30)
@@ -440,7 +436,7 @@ class QueueService(Application):
         self.manager = QueueManager(db, [], settings, self.quotas)
         self.manager.engine_problem = ENGINE_NOT_YET
         # Usage accounting and budgets (usage_store.py): files each session's use as it ends.
-        self.usage = UsageBook(db, self.node_group, quotas=self.quotas)
+        self.usage = UsageBook(db, self.manager.group_of_node, quotas=self.quotas)
         self.manager.admission_check = self.usage.admission_check
         self.images = ImageStore(db)
         self.server_remover = ServerRemover(

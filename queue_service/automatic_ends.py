@@ -524,14 +524,11 @@ class AutomaticEnds:
         taken: set[str] = set()
         for request in sorted(pending, key=lambda r: r.seq):
             for record in candidates:
-                group = self._node_group(record.node)
+                group = self.manager.group_of_node(record.node)
                 if record.id not in taken and needs_slice_of(request, record, group):
                     taken.add(record.id)
                     break
         return taken
-
-    def _node_group(self, node: str | None) -> str | None:
-        return next((n.resource_group for n in self.manager.nodes if n.name == node), None)
 
     def _forget_all_but(self, ids: set[str]) -> None:
         """What was kept about sessions that no longer run."""

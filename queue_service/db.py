@@ -6,6 +6,9 @@ finds its old queue intact.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from alembic import command
@@ -46,3 +49,14 @@ def _sqlite_pragmas(connection, _record) -> None:
 def open_database(db_url: str) -> sessionmaker:
     upgrade(db_url)
     return sessionmaker(make_engine(db_url), expire_on_commit=False)
+
+
+class DbThread:
+    """A thread of its own for one part's DB work, off the event loop and apart from the queue's:
+    a year of history or usage never holds up a grant, nor a grant them."""
+
+    def __init__(self, name: str):
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=name)
+
+    async def run(self, work: Callable, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work, *args)

@@ -12,8 +12,6 @@ so that it neither waits for nor holds up the queue's passes.
 
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -21,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
 from . import end_reasons
+from .db import DbThread
 from .errors import Refusal
 from .models import FINAL, SessionRecord, as_utc, request_view
 
@@ -135,7 +134,7 @@ class History:
 
     def __init__(self, db: sessionmaker):
         self.db = db
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="fgpu-history")
+        self._thread = DbThread("fgpu-history")
 
     async def finished(self, wanted: HistoryFilter) -> dict:
         """One page: `sessions`, and `next_offset` (None on the last page)."""
@@ -144,7 +143,7 @@ class History:
             with self.db() as db:
                 return [finished_view(r) for r in db.scalars(finished_query(wanted))]
 
-        views = await asyncio.get_running_loop().run_in_executor(self._thread, read)
+        views = await self._thread.run(read)
         more = len(views) > wanted.limit
         return {
             "sessions": views[: wanted.limit],

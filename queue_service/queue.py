@@ -162,6 +162,10 @@ class QueueManager:
         for n in self.nodes:
             self._nodes_by_group.setdefault(n.resource_group, set()).add(n.name)
 
+    def group_of_node(self, node: str | None) -> str | None:
+        """The resource group of a node of the inventory, by name (None for an unknown one)."""
+        return self._group_of_node.get(node)
+
     # -- requests from the spawner -------------------------------------------------------------
 
     async def submit(self, data: dict, groups: tuple[str, ...]) -> dict:

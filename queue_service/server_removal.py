@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import sessionmaker
 
+from .db import DbThread
 from .hub_client import HubError
 from .models import FINAL, SessionRecord, utcnow
 
@@ -75,7 +75,7 @@ class ServerRemover:
         self.batch = batch
         self.retry_after = retry_after
         self.clock = clock
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="fgpu-server-removal")
+        self._thread = DbThread("fgpu-server-removal")
         # (user, server name) → when a failed removal may be tried again.
         self._failed_until: dict[tuple[str, str], float] = {}
 
@@ -93,7 +93,7 @@ class ServerRemover:
         now, round_start = self.clock(), utcnow()
         servers = [
             server
-            for server in dict.fromkeys(await self._in_thread(self._candidates))
+            for server in dict.fromkeys(await self._thread.run(self._candidates))
             if self._failed_until.get(server, 0) <= now
         ][: self.batch]
         done = []
@@ -101,7 +101,7 @@ class ServerRemover:
             names = [name for u, name in servers if u == user]
             done += await self._settle_user(user, names)
         if done:
-            await self._in_thread(self._mark_removed, done, round_start)
+            await self._thread.run(self._mark_removed, done, round_start)
         return done
 
     async def _settle_user(self, user: str, names: list[str]) -> list[tuple[str, str]]:
@@ -177,6 +177,3 @@ class ServerRemover:
                     )
                     .values(server_removed=now)
                 )
-
-    async def _in_thread(self, work: Callable, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._thread, work, *args)

@@ -16,9 +16,7 @@ The clock (`UsageBook.clock`) can be set, so tests move time instead of sleeping
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timedelta
 
 from sqlalchemy import event, or_, select
@@ -26,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from . import budgets as budget_rules
 from . import usage
+from .db import DbThread
 from .errors import Refusal
 from .models import FINAL, SessionRecord, UsageDay, UsageRecorded, as_utc, utcnow
 
@@ -49,7 +48,7 @@ class UsageBook:
         self.quotas = quotas
         # Reads for the API and pages, apart from the queue's thread: a year of figures never
         # holds up a grant.
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="fgpu-usage")
+        self._thread = DbThread("fgpu-usage")
         event.listen(db, "before_flush", _collect_ended)
         event.listen(db, "before_commit", self._file_ended)
 
@@ -155,7 +154,7 @@ class UsageBook:
                     db.connection(execution_options={"isolation_level": "REPEATABLE READ"})
                 return self.table(db, first, last, users)
 
-        return await asyncio.get_running_loop().run_in_executor(self._thread, read)
+        return await self._thread.run(read)
 
     # -- budgets ----------------------------------------------------------------------------------
 
@@ -196,7 +195,7 @@ class UsageBook:
 
         if not self._budgets(groups):
             return []
-        return await asyncio.get_running_loop().run_in_executor(self._thread, read)
+        return await self._thread.run(read)
 
 
 def _collect_ended(db: Session, _flush_context, _instances) -> None:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import utilization
+from .db import DbThread
 from .models import UtilizationSample, as_utc, utcnow
 
 #: Most samples one answer carries (a week of 60-second samples is averaged into 14-minute ones).
@@ -70,7 +70,7 @@ class UtilizationLog:
         self.bucket = bucket
         self.clock = clock
         self.log = log
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="fgpu-utilization")
+        self._thread = DbThread("fgpu-utilization")
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ class UtilizationLog:
         if figures is None:
             return False
         at = self.clock()
-        await asyncio.get_running_loop().run_in_executor(self._thread, self.record, figures, at)
+        await self._thread.run(self.record, figures, at)
         return True
 
     async def run(self) -> None:
@@ -152,7 +152,7 @@ class UtilizationLog:
             with self.db() as db:
                 return utilization.thin(self.samples(db, start, end), start, end, max_points)
 
-        return await asyncio.get_running_loop().run_in_executor(self._thread, read)
+        return await self._thread.run(read)
 
 
 def _row(sample: utilization.Sample, level: int) -> UtilizationSample:
