@@ -1,0 +1,50 @@
+"""What the hub keeps in its state directory (the directory it is started from), and where its two
+databases are.
+
+One list serves the config, the backup and the checks, so that a new state file is backed up and
+checked the day it is added. The database URLs are read from the environment in one place: the
+shipped config, ``fgpu-hub backup``/``restore`` and ``fgpu-hub doctor`` all call these functions,
+and a service manager sets the variables once (for example in the systemd unit's environment file).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+HUB_DB_ENV = "FGPU_HUB_DB_URL"
+QUEUE_DB_ENV = "FGPU_QUEUE_DB_URL"
+#: JupyterHub's own default, and the queue service's: files in the state directory.
+DEFAULT_HUB_DB_URL = "sqlite:///jupyterhub.sqlite"
+DEFAULT_QUEUE_DB_URL = "sqlite:///fgpu_queue.sqlite"
+
+
+def hub_db_url(environ: Mapping[str, str] = os.environ) -> str:
+    """The hub's database (JupyterHub.db_url): FGPU_HUB_DB_URL, or SQLite in the state directory."""
+    return environ.get(HUB_DB_ENV) or DEFAULT_HUB_DB_URL
+
+
+def queue_db_url(environ: Mapping[str, str] = os.environ) -> str:
+    """The queue service's database (QueueService.db_url): FGPU_QUEUE_DB_URL, or SQLite in the
+    state directory."""
+    return environ.get(QUEUE_DB_ENV) or DEFAULT_QUEUE_DB_URL
+
+
+@dataclass(frozen=True)
+class StateFile:
+    name: str
+    what: str
+    #: Readable by its owner alone, in the state directory and in a backup.
+    secret: bool
+
+
+#: The small files beside the databases. Without the secrets every login and every session's
+#: token is void after a restore; without the deployment id the service no longer recognises (and
+#: so cannot adopt) its own running containers.
+STATE_FILES = (
+    StateFile("jupyterhub_cookie_secret", "the hub's cookie secret", secret=True),
+    StateFile("fgpu_queue_cookie_secret", "the queue service's cookie secret", secret=True),
+    StateFile("fgpu_node_agent_token", "the node agents' token", secret=True),
+    StateFile("fgpu_deployment_id", "which containers are this hub's", secret=False),
+)
