@@ -1,7 +1,9 @@
 """Usage accounting and budgets against the real hub, service and containers (one simulated 8 GiB
 GPU holding 2 fGPU): the figures of a real session are its slots × the time it held them, who may
 read whose, the CSV export, a budget that refuses a launch with its message, and the Usage page
-with its chart in Chromium (screenshots under test-output/browser/usage-*)."""
+with its chart in Chromium (screenshots under test-output/browser/usage-*). The service's clock
+is moved (tests/service_clock.py) to show a used-up budget letting a launch in once its window has
+moved."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from sqlalchemy import create_engine, text
 
 from .browser import log_in, screenshot
 from .harness import QueueUser, running_hub, wait_until
+from .service_clock import ServiceClock
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -27,9 +30,15 @@ FIGURES = tuple(SLOTS)
 
 
 @pytest.fixture(scope="module")
-def gpu_hub(tmp_path_factory, docker_engine):
+def service_clock(tmp_path_factory):
+    return ServiceClock(tmp_path_factory.mktemp("service-clock"))
+
+
+@pytest.fixture(scope="module")
+def gpu_hub(tmp_path_factory, docker_engine, service_clock):
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    with running_hub(tmp_path_factory.mktemp("usage-hub"), env=env) as hub:
+    workdir = tmp_path_factory.mktemp("usage-hub")
+    with running_hub(workdir, env=env, extra_config=service_clock.config()) as hub:
         yield hub
 
 
@@ -173,7 +182,9 @@ def test_bad_usage_queries_get_a_clear_400(gpu_hub, params, message):
     assert message in response.json()["message"]
 
 
-def test_a_used_up_budget_refuses_a_launch_with_its_message(gpu_hub, pages, docker_engine):
+def test_a_used_up_budget_refuses_a_launch_until_the_window_moves(
+    gpu_hub, pages, docker_engine, service_clock
+):
     dana = QueueUser(gpu_hub, f"dana-{secrets.token_hex(3)}")
     group = f"budget-{secrets.token_hex(3)}"
     assert gpu_hub.request("POST", f"groups/{group}").status_code == 201
@@ -209,6 +220,19 @@ def test_a_used_up_budget_refuses_a_launch_with_its_message(gpu_hub, pages, dock
     expect(line).to_contain_text("used up until")
     screenshot(page, "usage-budget-indicator")
     end(dana, first["id"])
+
+    # Next Monday the window has moved: the same launch is let through (the service's clock
+    # moves; the test sleeps through nothing).
+    service_clock.move_to(datetime.combine(monday, datetime.min.time(), UTC) + timedelta(minutes=1))
+    try:
+        budgets = dana.call("GET", "resources").json()["budgets"]
+        assert [(b["used"], b["used_up"]) for b in budgets] == [(0, False)], budgets
+        assert budgets[0]["window_start"].startswith(str(monday)), budgets
+        second = launch_and_wait(dana, fgpu=0.5)
+        assert second["id"] != first["id"]
+        end(dana, second["id"])
+    finally:
+        service_clock.reset()
 
 
 def test_the_usage_page_shows_the_figures_and_their_chart(gpu_hub, pages, alice_used):
