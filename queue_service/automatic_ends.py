@@ -383,8 +383,9 @@ class AutomaticEnds:
         self.clock = clock
         self.log = log
         self._ends: dict[str, PlannedEnd] = {}
-        # Ends this service has asked the hub for: the release that follows takes its reason.
-        self._ending: dict[str, PlannedEnd] = {}
+        # Sessions this service has asked the hub to stop (once each). Why is told to the manager
+        # (`expect_end`), whose release of the session then takes that reason, whoever releases.
+        self._stopping: set[str] = set()
         self._warned: dict[str, PlannedEnd] = {}
         # Running sessions seen so far: a new one has its home's warning file from an earlier
         # session (homes outlive sessions) taken away.
@@ -417,12 +418,11 @@ class AutomaticEnds:
             "kept_idle": kept,
         }
 
-    def release_reason(self, session_id: str, claimed: str | None) -> tuple[str | None, str | None]:
-        """(end code, reason text) of a release: the service's own planned end first, else what
-        the spawner says (only `idle`); (None, None) for an ordinary stop."""
-        if session_id in self._ending:
-            end = self._ending[session_id]
-            return end.why, end.reason()
+    def spawner_claim(self, claimed: str | None) -> tuple[str | None, str | None]:
+        """(end code, reason text) that a spawner's release may claim: only `idle`; (None, None)
+        for an ordinary stop. The service's own planned ends (lifetime, reclaim, a policy's idle
+        end) need no claim: the manager was told of them before the stop (`expect_end`), and
+        they win over what a release names."""
         if claimed is None or claimed == "":
             return None, None
         if claimed not in SPAWNER_CLAIMS:
@@ -533,7 +533,8 @@ class AutomaticEnds:
     def _forget_all_but(self, ids: set[str]) -> None:
         """What was kept about sessions that no longer run."""
         self._seen &= ids
-        for kept in (self._ending, self._warned, self._busy_at, self._needed_since):
+        self._stopping &= ids
+        for kept in (self._warned, self._busy_at, self._needed_since):
             for gone in set(kept) - ids:
                 kept.pop(gone)
 
@@ -605,9 +606,10 @@ class AutomaticEnds:
             self._say("could not %s inside session %s: %s", action, session_id, e)
 
     def _end(self, record, end: PlannedEnd) -> None:
-        if record.id in self._ending:
+        if record.id in self._stopping:
             return
-        self._ending[record.id] = end
+        self._stopping.add(record.id)
+        self.manager.expect_end(record.id, end.why, end.reason())
         self._say(
             "session %s of %s reached its %s; stopping it", record.id, record.user, end.text()
         )
@@ -620,7 +622,8 @@ class AutomaticEnds:
             await self.hub.stop_server(record.user, record.server_name)
         except HubError as e:
             # Tried again next round.
-            self._ending.pop(record.id, None)
+            self._stopping.discard(record.id)
+            self.manager.forget_expected_end(record.id)
             self._say("the hub cannot stop %s/%s: %s", record.user, record.server_name, e.message)
 
     def _complain(self, key: tuple[str, str], message: str) -> None:

@@ -29,6 +29,7 @@ from queue_service.automatic_ends import (
     warning_message,
 )
 from queue_service.errors import Refusal
+from queue_service.hub_client import HubError
 from queue_service.models import Status
 from queue_service.quotas import QuotaBook
 
@@ -177,11 +178,30 @@ async def test_a_session_is_warned_then_ended_at_its_lifetime(open_manager):  # 
         await task
     assert hub.stopped == [("alice", "")]  # asked once
     # The hub's stop reaches the spawner, whose release names no reason: the planned one counts.
-    code, reason = ends.release_reason(session["id"], None)
-    ended = await manager.release(session["id"], end_reason=code, reason=reason)
-    assert (code, ended["status"]) == (LIFETIME, Status.TERMINATED)
+    ended = await manager.release(session["id"])
+    assert (ended["end_reason"], ended["status"]) == (LIFETIME, Status.TERMINATED)
     assert ended["reason"] == "lifetime: reached the maximum of 1 h (group cs101)"
     assert (await manager.get(bob["id"]))["status"] == Status.SCHEDULED  # the slice went on
+
+
+async def test_a_stop_the_hub_refuses_leaves_no_planned_reason_behind(open_manager):  # noqa: F811
+    clock = [0.0]
+    manager, hub, ends, notes = await keeper_for(
+        open_manager, {"cs101": {"max_session_lifetime": "1h"}}, clock
+    )
+
+    async def refuse(user, server_name):
+        raise HubError(503, "the hub is restarting")
+
+    hub.stop_server = refuse
+    session = await running_session(manager)
+    clock[0] = datetime.fromisoformat(session["started"]).timestamp() + 3600
+    await ends.round()
+    for task in list(ends._tasks):
+        await task
+    # The student then stops it: an ordinary stop, not the lifetime end that never happened.
+    ended = await manager.release(session["id"])
+    assert (ended["end_reason"], ended["reason"]) == ("user", "")
 
 
 async def test_a_bad_lifetime_is_logged_once_and_ignored(open_manager, caplog):  # noqa: F811
@@ -220,11 +240,11 @@ async def test_an_idle_end_is_predicted_warned_in_the_file_only_and_withdrawn(op
 
 def test_only_idle_may_be_claimed_by_a_spawner():
     ends = AutomaticEnds(None, None, None, idle_timeout=60)
-    assert ends.release_reason("x", None) == (None, None)
-    code, reason = ends.release_reason("x", "idle")
+    assert ends.spawner_claim(None) == (None, None)
+    code, reason = ends.spawner_claim("idle")
     assert code == IDLE and reason == "idle: no activity for 1 min, stopped by the idle culler"
     with pytest.raises(Refusal, match="Unknown end reason 'lifetime'"):
-        ends.release_reason("x", "lifetime")
+        ends.spawner_claim("lifetime")
 
 
 def test_an_idle_policy_is_read_and_checked():
@@ -307,9 +327,9 @@ async def test_an_idle_gpu_session_is_kept_while_nobody_waits_then_reclaimed(ope
     for task in list(ends._tasks):
         await task
     assert hub.stopped == [("alice", "")]
-    code, reason = ends.release_reason(session["id"], "idle")  # the service's plan wins
+    code, reason = ends.spawner_claim("idle")  # the service's plan wins over the claim
     ended = await manager.release(session["id"], end_reason=code, reason=reason)
-    assert code == RECLAIMED
+    assert ended["end_reason"] == RECLAIMED
     assert ended["reason"] == (
         "reclaimed for the queue: idle for 20 min while a request waited (group cs101)"
     )
@@ -340,7 +360,8 @@ async def test_an_always_policy_ends_an_idle_session_at_its_timeout(open_manager
     for task in list(ends._tasks):
         await task
     assert hub.stopped == [("alice", "")]
-    assert ends.release_reason(session["id"], None) == (
+    ended = await manager.release(session["id"])
+    assert (ended["end_reason"], ended["reason"]) == (
         IDLE,
         "idle: no use for 10 min (group cs101)",
     )

@@ -79,10 +79,11 @@ class GrantHandler(SpawnerHandler):
         if code is not None and not end_reasons.is_code(code):
             raise web.HTTPError(400, f"Unknown end_reason {code!r}.")
         await self.check_server_of(session_id)
-        # The service's own planned end (lifetime, reclaim) first, else the spawner's claim.
+        # The spawner may claim an idle end (the culler's); the service's own planned ends were
+        # told to the manager before it stopped the server, and win there.
         claimed = code if code == end_reasons.IDLE else None
-        planned, reason = self.settings["automatic_ends"].release_reason(session_id, claimed)
-        released = self.manager.release(session_id, end_reason=planned or code, reason=reason)
+        idle, reason = self.settings["automatic_ends"].spawner_claim(claimed)
+        released = self.manager.release(session_id, end_reason=idle or code, reason=reason)
         self.write_json(await self.session_answer(released))
 
     async def check_server_of(self, session_id: str) -> None:
