@@ -829,12 +829,33 @@ class FGPUSpawner(DockerSpawner):
             mps_pipe_dir=self.mps_pipe_dir,
         )
 
+    def prepare_hami_host_paths(self, session_id: str) -> None:
+        """HAMi-core's host folders for a `hami` session, made before the engine would make them
+        root's own: the session user (`run_as`, no capabilities) must create its shared-region
+        file in its cache folder, and open the host-wide lock file read-write. The cache folder
+        becomes the session user's (the hub runs as root), or, where the hub may not give it
+        away, writable by all under a base folder that only the hub writes."""
+        cache = Path(session_cache_dir(self.gpu_paths, session_id))
+        cache.mkdir(parents=True, exist_ok=True)
+        uid, _, gid = self.run_as.partition(":")
+        if os.geteuid() == 0:
+            os.chown(cache, int(uid), int(gid or uid))
+            cache.chmod(0o700)
+        else:
+            cache.chmod(0o777)
+        lock = Path(self.hami_lock_dir) / "lock"
+        if not lock.exists():
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            lock.touch()
+            lock.chmod(0o666)
+
     async def create_object(self):
         if self.gpu_sharing == "hami" and self.grant.gpus:
             try:
                 await asyncio.to_thread(self.write_hami_preload_file)
-            except OSError as e:
-                message = f"Cannot write HAMi-core's preload file {self.hami_preload_path}: {e}"
+                await asyncio.to_thread(self.prepare_hami_host_paths, self.grant.session_id)
+            except (OSError, ValueError) as e:
+                message = f"Cannot prepare HAMi-core's host files for this session: {e}"
                 raise spawn_error(message, reason="config", status_code=500) from None
         try:
             spec = build_container_spec(

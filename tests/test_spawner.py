@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import requests
@@ -15,7 +18,7 @@ from fgpu_spawner.gpu_sharing import build_gpu_settings
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.spawner import FGPUSpawner
 
-from .harness import containers_with, free_port, running_hub
+from .harness import containers_with, docker_client, free_port, running_hub
 
 GIB = 1024**3
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -227,6 +230,45 @@ def test_a_stopped_hami_session_leaves_no_cache_folder(tmp_path):
     spawner.remove_hami_cache("sess-10")
     assert not os.path.exists(cache)
     assert tmp_path.exists()
+
+
+def test_a_hami_session_user_can_write_its_cache_and_the_lock_file():
+    """The session (uid 1000, no capabilities) must create HAMi-core's shared-region file in its
+    cache folder and open the lock file read-write; a folder the engine makes for a missing bind
+    source is root's own and refuses both. Checked in a real container with the spawner's binds."""
+    base = Path(tempfile.mkdtemp(prefix="fgpu-hami-test-"))
+    base.chmod(0o755)  # pytest's own temporary folders are root's alone
+    try:
+        config = Config()
+        config.FGPUSpawner.hami_cache_base = str(base / "vgpu")
+        config.FGPUSpawner.hami_lock_dir = str(base / "vgpulock")
+        spawner = FGPUSpawner(config=config)
+        spawner.prepare_hami_host_paths("sess-11")
+        cache = base / "vgpu" / "sess-11"
+        assert (cache.stat().st_uid, cache.stat().st_gid) == (1000, 100)
+        assert oct(cache.stat().st_mode & 0o777) == "0o700"
+        assert oct((base / "vgpulock" / "lock").stat().st_mode & 0o777) == "0o666"
+        spawner.prepare_hami_host_paths("sess-11")  # again: no error, nothing changes
+        grant = Grant("sess-11", "node-a", {"GPU-a": 0.5})
+        binds = build_gpu_settings(grant, {"GPU-a": 2**33}, "hami", spawner.gpu_paths).binds
+        output = docker_client().containers.run(
+            "fgpu/jupyter-base:py3.11",
+            [
+                "sh",
+                "-c",
+                "touch /usr/local/vgpu/cache/cudevshr.cache && : >>/tmp/vgpulock/lock && id -u",
+            ],
+            user="1000:100",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            network_mode="none",
+            volumes={**binds, str(base / "vgpulock"): {"bind": "/tmp/vgpulock", "mode": "rw"}},
+            remove=True,
+        )
+        assert output.decode().strip() == "1000"
+        assert (cache / "cudevshr.cache").stat().st_uid == 1000
+    finally:
+        shutil.rmtree(base)
 
 
 def test_the_preload_file_names_the_library_and_is_rewritten_only_when_wrong(tmp_path):
