@@ -108,13 +108,15 @@ def upgrade(
         )
     backup = take_backup(db_url, current, head, settings, what, log) if has_tables else None
     if has_tables:
-        log.info(
-            "Upgrading the %s %s from schema revision %s to %s; backup: %s",
+        # A warning, so that it shows at the services' default log level: an admin looks for it.
+        log.warning(
+            "Upgrading the %s %s from schema revision %s to %s; backup: %s%s",
             what,
             safe_url(db_url),
             current or "base",
             head,
             backup or "none (allowed by the settings)",
+            f" (the last {settings.kept} upgrade backups are kept)" if backup else "",
         )
     try:
         command.upgrade(config, "head")
@@ -124,7 +126,7 @@ def upgrade(
             f" rolled back, so it is as it was{_where(backup)}: {type(e).__name__}: {e}"
         ) from e
     if has_tables:
-        log.info("The %s is at schema revision %s", what, head)
+        log.warning("The %s is at schema revision %s", what, head)
     return backup
 
 
@@ -227,7 +229,7 @@ def prune(
     backups = sorted(folder.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in backups[max(kept, 1) :]:
         old.unlink(missing_ok=True)
-        log.info("Deleted an old upgrade backup of the %s (%d kept): %s", what, kept, old)
+        log.warning("Deleted an old upgrade backup of the %s (%d kept): %s", what, kept, old)
 
 
 def backup_before_hub_upgrade(
@@ -246,10 +248,12 @@ def backup_before_hub_upgrade(
     if current == head or not has_tables:
         return None
     backup = take_backup(db_url, current, head, settings, "hub DB", log or default_log)
-    (log or default_log).info(
-        "JupyterHub upgrades the hub DB from schema revision %s to %s; backup: %s",
+    (log or default_log).warning(
+        "JupyterHub upgrades the hub DB from schema revision %s to %s; backup: %s (the last %d"
+        " upgrade backups are kept)",
         current,
         head,
         backup,
+        settings.kept,
     )
     return backup
