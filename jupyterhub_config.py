@@ -46,7 +46,13 @@ import sys
 import docker
 
 from fgpu_spawner.network import SESSION_NETWORK, ensure_session_network
-from queue_service.state_dir import QUEUE_DB_ENV, hub_db_url, queue_db_url
+from queue_service.state_dir import (
+    HUB_DB_ENV,
+    QUEUE_DB_ENV,
+    db_url_problem,
+    hub_db_url,
+    queue_db_url,
+)
 
 c = get_config()  # noqa: F821 (injected by traitlets when JupyterHub loads this file)
 
@@ -87,6 +93,9 @@ c.JupyterHub.cleanup_servers = False
 # Both databases are configured in one place, the environment (FGPU_HUB_DB_URL,
 # FGPU_QUEUE_DB_URL: queue_service/state_dir.py). A new JupyterHub's schema is applied at start,
 # as the queue service applies its own, each after a backup (queue_service/db_upgrade.py).
+for variable, url in ((HUB_DB_ENV, hub_db_url()), (QUEUE_DB_ENV, queue_db_url())):
+    if problem := db_url_problem(url, variable):
+        raise SystemExit(problem)
 c.JupyterHub.db_url = hub_db_url()
 c.JupyterHub.upgrade_db = True
 

@@ -34,6 +34,23 @@ def queue_db_url(environ: Mapping[str, str] = os.environ) -> str:
     return with_driver(environ.get(QUEUE_DB_ENV) or DEFAULT_QUEUE_DB_URL)
 
 
+def db_url_problem(db_url: str, variable: str) -> str | None:
+    """What is wrong with `db_url` (read from `variable`), in one line, or None: a SQLite or
+    PostgreSQL URL, with a database named."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(db_url)
+    except ArgumentError:
+        return f"{variable} is not a database URL (e.g. postgresql://user:password@host/db)"
+    if url.get_backend_name() not in ("sqlite", "postgresql"):
+        return f"{variable} names a {url.get_backend_name()} database: SQLite or PostgreSQL only"
+    if not url.database:
+        return f"{variable} names no database (e.g. postgresql://user:password@host/db)"
+    return None
+
+
 def with_driver(db_url: str) -> str:
     """`db_url` as SQLAlchemy reads it with the installed drivers: a libpq-style
     ``postgresql://`` (or ``postgres://``) URL gets psycopg 3; any other URL is kept as it is."""

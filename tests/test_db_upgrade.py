@@ -378,24 +378,30 @@ def test_backup_names_say_from_which_revision_to_which_and_when():
     assert backup_name("q", None, "0007", now).startswith("q.before-base-to-0007-")
 
 
-def test_the_hub_db_is_backed_up_before_jupyterhub_upgrades_it(db_url, tmp_path, monkeypatch):
+def hub_db_one_revision_behind(db_url: str) -> tuple[str, str]:
+    """A hub DB made by the installed JupyterHub, marked as one revision older: (its revision,
+    JupyterHub's newest)."""
     from jupyterhub import orm
 
-    monkeypatch.chdir(tmp_path)  # a PostgreSQL dump goes to the state directory
-    if make_url(db_url).get_backend_name() == "sqlite":
-        db_url = f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
-    orm.new_session_factory(db_url).kw["bind"].dispose()  # JupyterHub's schema, at its head
-    assert backup_before_hub_upgrade(db_url) is None
-
+    orm.new_session_factory(db_url).kw["bind"].dispose()
     scripts = ScriptDirectory.from_config(
         alembic_config(db_url, Path(orm.__file__).with_name("alembic"))
     )
     head = scripts.get_current_head()
+    assert backup_before_hub_upgrade(db_url) is None  # at JupyterHub's head: nothing to do
     previous = scripts.get_revision(head).down_revision
     engine = create_engine(db_url)
     with engine.begin() as connection:
         connection.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": previous})
     engine.dispose()
+    return previous, head
+
+
+def test_the_hub_db_is_backed_up_before_jupyterhub_upgrades_it(db_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a PostgreSQL dump goes to the state directory
+    if make_url(db_url).get_backend_name() == "sqlite":
+        db_url = f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
+    previous, head = hub_db_one_revision_behind(db_url)
 
     backup = backup_before_hub_upgrade(db_url)
 
@@ -404,3 +410,22 @@ def test_the_hub_db_is_backed_up_before_jupyterhub_upgrades_it(db_url, tmp_path,
         f"{make_url(db_url).database.split('/')[-1]}.before-{previous}-to-{head}-"
     )
     assert backup.stat().st_size > 0
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_without_pg_dump_the_hub_db_is_not_left_to_jupyterhub_to_upgrade(
+    db_url, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    hub_db_one_revision_behind(db_url)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+
+    with pytest.raises(UpgradeRefused) as refused:
+        backup_before_hub_upgrade(db_url)
+
+    message = str(refused.value)
+    assert f"the hub DB {make_url(db_url).render_as_string()} needs an upgrade" in message
+    assert "pg_dump is not installed" in message and "jupyterhub upgrade-db" in message
+    assert list(tmp_path.glob("*.dump")) == []

@@ -95,6 +95,12 @@ def test_both_databases_are_set_in_the_environment_and_no_password_reaches_a_com
     assert not any("secret" in arg or "db_url" in arg for arg in queue["command"])
 
 
+def test_a_database_url_that_cannot_serve_stops_the_hub_with_a_message(monkeypatch):
+    monkeypatch.setenv("FGPU_HUB_DB_URL", "db.example/fgpu_hub")
+    with pytest.raises(SystemExit, match="FGPU_HUB_DB_URL is not a database URL"):
+        load_shipped_config()
+
+
 def test_without_the_variables_the_queue_service_gets_its_sqlite_file(monkeypatch):
     monkeypatch.delenv("FGPU_QUEUE_DB_URL", raising=False)
     (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
