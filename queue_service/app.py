@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from jupyterhub.traitlets import ByteSpecification
+from sqlalchemy.exc import OperationalError
 from tornado import web
 from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Unicode, default, validate
 from traitlets.config import Application
@@ -29,7 +30,7 @@ from image_catalog import load_catalog
 from . import handlers, inventory, scheduler
 from .automatic_ends import AutomaticEnds, DockerNotifier
 from .db import open_database
-from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused
+from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
 from .deployment import deployment_id
 from .engine import Engine
 from .history import History
@@ -125,9 +126,9 @@ class QueueService(Application):
         False,
         config=True,
         help="""
-        Upgrade a PostgreSQL database even when no backup can be taken first (`pg_dump` missing
-        or failing). Off: the service refuses to start, and says why, rather than migrate a
-        database it could not restore.
+        Upgrade the database even when no backup can be taken first (`pg_dump` missing or
+        failing, a backup folder it cannot write). Off: the service refuses to start, and says
+        why, rather than migrate a database it could not restore.
         """,
     )
     units_per_gpu = Integer(1, config=True, help="""fGPU units in one physical GPU.""")
@@ -481,6 +482,13 @@ class QueueService(Application):
         except UpgradeRefused as e:
             # Before the service listens: the hub reports its service as gone, and the log why.
             self.log.critical("Not starting: %s", e)
+            raise SystemExit(1) from None
+        except OperationalError as e:
+            self.log.critical(
+                "Not starting: the queue DB %s does not answer: %s",
+                safe_url(self.db_url),
+                str(e.orig).strip().splitlines()[0] if e.orig else e,
+            )
             raise SystemExit(1) from None
         self.manager = QueueManager(db, [], settings, self.quotas)
         self.manager.engine_problem = ENGINE_NOT_YET

@@ -45,7 +45,7 @@ class BackupSettings:
     #: current directory (the hub's state directory) for a PostgreSQL dump.
     folder: Path | None = None
     kept: int = DEFAULT_KEPT
-    #: Upgrade a PostgreSQL database even when pg_dump is missing or fails.
+    #: Upgrade even when no backup can be taken (pg_dump missing or failing, a full disk).
     allow_without_backup: bool = False
     #: What the admin may do instead, in a refusal.
     instead: str = (
@@ -149,42 +149,56 @@ def take_backup(
     what: str,
     log: logging.Logger = default_log,
 ) -> Path | None:
+    """The backup before an upgrade from `current` to `head`, the older ones pruned; None when
+    none could be taken and the settings allow that, else UpgradeRefused saying why."""
     url = make_url(db_url)
-    now = datetime.now(UTC)
-    if url.get_backend_name() == "sqlite":
-        source = Path(url.database)
-        folder = settings.folder or source.parent
-        target = folder / f"{backup_name(source.name, current, head, now)}.sqlite"
-        backup_sqlite(source, target)
-        prune(folder, f"{source.name}.before-*.sqlite", settings.kept, what, log)
-        return target
-    if url.get_backend_name() == "postgresql":
-        folder = settings.folder or Path.cwd()
-        target = folder / f"{backup_name(url.database, current, head, now)}.dump"
-        try:
+    backend = url.get_backend_name()
+    try:
+        if backend == "sqlite":
+            source = Path(url.database)
+            database, folder, suffix = source.name, settings.folder or source.parent, ".sqlite"
+        elif backend == "postgresql":
+            database, folder, suffix = url.database, settings.folder or Path.cwd(), ".dump"
+        else:
+            raise UpgradeRefused(f"no backup of a {backend} database")
+        name = backup_name(database, current, head, datetime.now(UTC))
+        target = folder / f"{name}{suffix}"
+        if backend == "sqlite":
+            backup_sqlite(source, target)
+        else:
             dump_postgres(url, target)
-        except UpgradeRefused as e:
-            if not settings.allow_without_backup:
-                raise UpgradeRefused(
-                    f"the {what} {safe_url(db_url)} needs an upgrade from schema revision"
-                    f" {current or 'base'} to {head}, and no backup could be taken first: {e}."
-                    f" Install pg_dump (Debian: postgresql-client), {settings.instead}"
-                ) from None
-            log.warning("Upgrading the %s without a backup (allowed): %s", what, e)
-            return None
-        prune(folder, f"{url.database}.before-*.dump", settings.kept, what, log)
-        return target
-    raise UpgradeRefused(f"no backup for a {url.get_backend_name()} {what}: SQLite or PostgreSQL")
+    except UpgradeRefused as e:
+        if not settings.allow_without_backup:
+            raise UpgradeRefused(
+                f"the {what} {safe_url(db_url)} needs an upgrade from schema revision"
+                f" {current or 'base'} to {head}, and no backup could be taken first: {e}."
+                f" Fix that, {settings.instead}"
+            ) from None
+        log.warning("Upgrading the %s without a backup (allowed): %s", what, e)
+        return None
+    prune(folder, f"{database}.before-*{suffix}", settings.kept, what, log)
+    return target
+
+
+def _private_file(target: Path) -> None:
+    """An empty file readable by its owner alone, in a folder made if missing: a backup holds
+    what the database holds. Refused if it cannot be made."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as e:
+        raise UpgradeRefused(f"cannot write {target}: {e.strerror}") from None
 
 
 def backup_sqlite(source: Path, target: Path) -> None:
     """SQLite's online backup: a consistent copy even while another connection writes."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Private from the start: it holds what the database holds.
-    os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    _private_file(target)
     src, dst = sqlite3.connect(source), sqlite3.connect(target)
     try:
         src.backup(dst)
+    except sqlite3.Error as e:
+        target.unlink(missing_ok=True)
+        raise UpgradeRefused(f"the backup to {target} failed: {e}") from None
     finally:
         dst.close()
         src.close()
@@ -211,10 +225,9 @@ def libpq_dsn(url: URL) -> str:
 
 def dump_postgres(url: URL, target: Path) -> None:
     if shutil.which("pg_dump") is None:
-        raise UpgradeRefused("pg_dump is not installed")
-    target.parent.mkdir(parents=True, exist_ok=True)
+        raise UpgradeRefused("pg_dump is not installed (Debian: postgresql-client)")
+    _private_file(target)
     args, env = pg_dump_command(url, target)
-    os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     done = subprocess.run(args, env={**os.environ, **env}, capture_output=True, text=True)
     if done.returncode != 0:
         target.unlink(missing_ok=True)

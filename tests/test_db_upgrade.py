@@ -349,6 +349,18 @@ def test_without_pg_dump_postgresql_is_not_upgraded_unless_allowed(db_url, tmp_p
     assert snapshot(db_url)["alembic_version"][2] == [(HEAD,)]
 
 
+def test_a_backup_that_cannot_be_written_stops_the_upgrade(db_url, tmp_path):
+    database_at(db_url, "0004")
+    before = snapshot(db_url)
+    (tmp_path / "not-a-folder").write_text("")
+
+    with pytest.raises(UpgradeRefused) as refused:
+        upgrade(db_url, BackupSettings(folder=tmp_path / "not-a-folder"))
+
+    assert "no backup could be taken first: cannot write" in str(refused.value)
+    assert snapshot(db_url) == before
+
+
 def test_only_the_newest_upgrade_backups_are_kept(tmp_path):
     db_url = f"sqlite:///{tmp_path / 'queue.sqlite'}"
     database_at(db_url, "0004")

@@ -569,3 +569,27 @@ def test_a_database_it_cannot_upgrade_stops_the_service_with_why_and_untouched(t
     assert "Traceback" not in done.stderr
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fgpu_queue.sqlite"]
+
+
+def test_a_database_that_does_not_answer_stops_the_service_in_one_line(tmp_path):
+    env = {
+        **os.environ,
+        "FGPU_QUEUE_DB_URL": "postgresql://fgpu:s3cret@127.0.0.1:9/fgpu_queue",
+        "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9",
+        "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
+        "JUPYTERHUB_API_TOKEN": "unused",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "queue_service"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        "Not starting: the queue DB postgresql+psycopg://fgpu:***@127.0.0.1:9/fgpu_queue does"
+        in (done.stderr)
+    )
+    assert "Traceback" not in done.stderr and "s3cret" not in done.stderr
