@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from queue_service.db import make_engine
 from queue_service.db_upgrade import (
     MIGRATIONS_DIR,
     BackupSettings,
@@ -141,9 +142,10 @@ PLANTS = {"0004": plant_0004, "0006": plant_0006}
 
 
 def database_at(db_url: str, revision: str) -> None:
-    """A database as the release at `revision` left it, with its rows."""
+    """A database as the release at `revision` left it, with its rows (written through the
+    service's engine: a SQLite file is in WAL mode)."""
     command.upgrade(alembic_config(db_url), revision)
-    engine = create_engine(db_url)
+    engine = make_engine(db_url)
     with engine.begin() as connection:
         PLANTS[revision](connection)
     engine.dispose()
