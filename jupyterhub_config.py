@@ -12,6 +12,9 @@ Environment variables:
   FGPU_DUMMY_PASSWORD  shared password for the demo login (default: none asked)
   FGPU_DEMO_LOGIN_ON_NETWORK  1: let the demo login run on a non-loopback FGPU_HUB_IP
   FGPU_QUEUE_PORT      port of the queue service on 127.0.0.1 (default 10101)
+  FGPU_HUB_DB_URL      the hub's database, e.g. postgresql://fgpu:secret@db/fgpu_hub (default:
+                       jupyterhub.sqlite in the state directory)
+  FGPU_QUEUE_DB_URL    the queue service's database (default: fgpu_queue.sqlite there)
   FGPU_CATALOG_PATH    catalog.yaml that seeds the image catalog (default: the shipped one)
   FGPU_USER_QUOTA      per-user quota as JSON, merged on the default {"sessions": 3, "pending": 2,
                        "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
@@ -43,6 +46,13 @@ import sys
 import docker
 
 from fgpu_spawner.network import SESSION_NETWORK, ensure_session_network
+from queue_service.state_dir import (
+    HUB_DB_ENV,
+    QUEUE_DB_ENV,
+    db_url_problem,
+    hub_db_url,
+    queue_db_url,
+)
 
 c = get_config()  # noqa: F821 (injected by traitlets when JupyterHub loads this file)
 
@@ -79,6 +89,15 @@ else:
 c.JupyterHub.allow_named_servers = True
 # Sessions outlive a hub restart; the queue service's reconciler owns their clean-up.
 c.JupyterHub.cleanup_servers = False
+
+# Both databases are configured in one place, the environment (FGPU_HUB_DB_URL,
+# FGPU_QUEUE_DB_URL: queue_service/state_dir.py). A new JupyterHub's schema is applied at start,
+# as the queue service applies its own, each after a backup (queue_service/db_upgrade.py).
+for variable, url in ((HUB_DB_ENV, hub_db_url()), (QUEUE_DB_ENV, queue_db_url())):
+    if problem := db_url_problem(url, variable):
+        raise SystemExit(problem)
+c.JupyterHub.db_url = hub_db_url()
+c.JupyterHub.upgrade_db = True
 
 # A demo login: any user name; `admin` is an admin. It refuses to start on an address other than
 # a loopback one unless FGPU_DEMO_LOGIN_ON_NETWORK=1. Its settings are the demo class's own, so a
@@ -179,7 +198,12 @@ c.JupyterHub.services = [
         ],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
-        "environment": {key: os.environ[key] for key in DOCKER_ENV if key in os.environ},
+        # Its database URL goes there too, not on its command line, where `ps` would show a
+        # password to every user of the machine.
+        "environment": {
+            **{key: os.environ[key] for key in DOCKER_ENV if key in os.environ},
+            QUEUE_DB_ENV: queue_db_url(),
+        },
         # The service sees these scopes on the login of users who hold them: instructors curate
         # the catalog; admin:servers (hub admins) is the service's admin power.
         "oauth_client_allowed_scopes": [MANAGE_SCOPE, ADMIN_SCOPE],
@@ -301,6 +325,31 @@ def check_roles_when_the_hub_starts() -> None:
 
 
 check_roles_when_the_hub_starts()
+
+
+def back_up_the_hub_db_before_its_upgrade() -> None:
+    """JupyterHub upgrades its database at start (upgrade_db above) and backs up only SQLite, by
+    copying the file; the hub's database is backed up here first, as the queue's is, PostgreSQL
+    included (pg_dump), when it is behind the installed JupyterHub. Without a backup the hub does
+    not start. Read by a tool rather than a starting hub, this file backs up nothing."""
+    from jupyterhub.app import JupyterHub
+    from sqlalchemy.exc import OperationalError
+
+    from queue_service.db_upgrade import UpgradeRefused, backup_before_hub_upgrade
+
+    if not JupyterHub.initialized():
+        return
+    hub = JupyterHub.instance()
+    try:
+        backup_before_hub_upgrade(c.JupyterHub.db_url, log=hub.log)
+    except OperationalError:
+        return  # unreachable: JupyterHub says so itself, with its advice
+    except UpgradeRefused as e:
+        hub.log.critical("Refusing to start: %s", e)
+        raise SystemExit(1) from None
+
+
+back_up_the_hub_db_before_its_upgrade()
 
 c.JupyterHub.spawner_class = "fgpu-swarm" if engine == "swarm" else "fgpu"
 c.FGPUSpawner.units_per_gpu = units_per_gpu

@@ -16,11 +16,13 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 from urllib.parse import urlparse
 
 from jupyterhub.traitlets import ByteSpecification
+from sqlalchemy.exc import OperationalError
 from tornado import web
-from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Unicode, default, validate
 from traitlets.config import Application
 
 from image_catalog import load_catalog
@@ -28,6 +30,7 @@ from image_catalog import load_catalog
 from . import handlers, inventory, scheduler
 from .automatic_ends import AutomaticEnds, DockerNotifier
 from .db import open_database
+from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
 from .deployment import deployment_id
 from .engine import Engine
 from .history import History
@@ -42,6 +45,7 @@ from .reconciler import Reconciler
 from .server_removal import ServerRemover
 from .session_containers import DockerSessionLister
 from .session_services import SwarmSessionLister
+from .state_dir import queue_db_url, with_driver
 from .stats import StatsSampler
 from .usage_store import UsageBook
 from .utilization_store import UtilizationLog, cluster_figures
@@ -97,9 +101,35 @@ class QueueService(Application):
     description = "The fGPU hub's queue: grants, accounting and quotas."
 
     db_url = Unicode(
-        "sqlite:///fgpu_queue.sqlite",
         config=True,
-        help="""SQLAlchemy URL of the service's own database (SQLite or PostgreSQL).""",
+        help="""
+        SQLAlchemy URL of the service's own database (SQLite or PostgreSQL). Default:
+        FGPU_QUEUE_DB_URL from the environment (where `ps` does not show a password), else
+        `sqlite:///fgpu_queue.sqlite` in the state directory. A `postgresql://` URL is read with
+        psycopg 3.
+        """,
+    )
+    upgrade_backup_dir = Unicode(
+        "",
+        config=True,
+        help="""
+        Where the backup taken before a schema upgrade of the database goes. Empty: beside a
+        SQLite file, and in the state directory for a PostgreSQL dump (`pg_dump -Fc`).
+        """,
+    )
+    upgrade_backups_kept = Integer(
+        DEFAULT_KEPT,
+        config=True,
+        help="""Upgrade backups of the database kept; older ones are deleted after a new one.""",
+    )
+    upgrade_without_backup = Bool(
+        False,
+        config=True,
+        help="""
+        Upgrade the database even when no backup can be taken first (`pg_dump` missing or
+        failing, a backup folder it cannot write). Off: the service refuses to start, and says
+        why, rather than migrate a database it could not restore.
+        """,
     )
     units_per_gpu = Integer(1, config=True, help="""fGPU units in one physical GPU.""")
     simulated_gpus = Unicode(
@@ -357,6 +387,21 @@ class QueueService(Application):
     service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
     service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
 
+    @default("db_url")
+    def _db_url_default(self) -> str:
+        return queue_db_url()
+
+    @validate("db_url")
+    def _db_url_with_driver(self, proposal) -> str:
+        return with_driver(proposal.value)
+
+    def upgrade_backups(self) -> BackupSettings:
+        return BackupSettings(
+            folder=Path(self.upgrade_backup_dir) if self.upgrade_backup_dir else None,
+            kept=self.upgrade_backups_kept,
+            allow_without_backup=self.upgrade_without_backup,
+        )
+
     @default("service_url")
     def _default_service_url(self):
         return os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
@@ -432,7 +477,19 @@ class QueueService(Application):
             max_skips=self.max_skips,
             pending_timeout=self.pending_timeout,
         )
-        db = open_database(self.db_url)
+        try:
+            db = open_database(self.db_url, self.upgrade_backups(), self.log)
+        except UpgradeRefused as e:
+            # Before the service listens: the hub reports its service as gone, and the log why.
+            self.log.critical("Not starting: %s", e)
+            raise SystemExit(1) from None
+        except OperationalError as e:
+            self.log.critical(
+                "Not starting: the queue DB %s does not answer: %s",
+                safe_url(self.db_url),
+                str(e.orig).strip().splitlines()[0] if e.orig else e,
+            )
+            raise SystemExit(1) from None
         self.manager = QueueManager(db, [], settings, self.quotas)
         self.manager.engine_problem = ENGINE_NOT_YET
         # Usage accounting and budgets (usage_store.py): files each session's use as it ends.

@@ -1,34 +1,30 @@
 """Database set-up: an engine for `db_url`, and the schema brought up to date by alembic.
 
 The schema is only ever changed through migrations (as JupyterHub does), so an upgraded service
-finds its old queue intact.
+finds its old queue intact; db_upgrade.py takes a backup before and runs them in one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
-MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+from .db_upgrade import MIGRATIONS_DIR, BackupSettings, alembic_config, upgrade
 
-
-def alembic_config(db_url: str) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.set_main_option("sqlalchemy.url", db_url.replace("%", "%%"))
-    return config
-
-
-def upgrade(db_url: str) -> None:
-    command.upgrade(alembic_config(db_url), "head")
+__all__ = [
+    "MIGRATIONS_DIR",
+    "DbThread",
+    "alembic_config",
+    "make_engine",
+    "open_database",
+    "upgrade",
+]
 
 
 def make_engine(db_url: str) -> Engine:
@@ -46,8 +42,10 @@ def _sqlite_pragmas(connection, _record) -> None:
     cursor.close()
 
 
-def open_database(db_url: str) -> sessionmaker:
-    upgrade(db_url)
+def open_database(
+    db_url: str, backups: BackupSettings | None = None, log: logging.Logger | None = None
+) -> sessionmaker:
+    upgrade(db_url, backups, log=log)
     return sessionmaker(make_engine(db_url), expire_on_commit=False)
 
 

@@ -18,17 +18,46 @@ QUEUE_DB_ENV = "FGPU_QUEUE_DB_URL"
 #: JupyterHub's own default, and the queue service's: files in the state directory.
 DEFAULT_HUB_DB_URL = "sqlite:///jupyterhub.sqlite"
 DEFAULT_QUEUE_DB_URL = "sqlite:///fgpu_queue.sqlite"
+#: The PostgreSQL driver installed with the hub (psycopg 3); SQLAlchemy's default for a bare
+#: ``postgresql://`` is psycopg2, which is not.
+POSTGRES_DRIVER = "postgresql+psycopg"
 
 
 def hub_db_url(environ: Mapping[str, str] = os.environ) -> str:
     """The hub's database (JupyterHub.db_url): FGPU_HUB_DB_URL, or SQLite in the state directory."""
-    return environ.get(HUB_DB_ENV) or DEFAULT_HUB_DB_URL
+    return with_driver(environ.get(HUB_DB_ENV) or DEFAULT_HUB_DB_URL)
 
 
 def queue_db_url(environ: Mapping[str, str] = os.environ) -> str:
     """The queue service's database (QueueService.db_url): FGPU_QUEUE_DB_URL, or SQLite in the
     state directory."""
-    return environ.get(QUEUE_DB_ENV) or DEFAULT_QUEUE_DB_URL
+    return with_driver(environ.get(QUEUE_DB_ENV) or DEFAULT_QUEUE_DB_URL)
+
+
+def db_url_problem(db_url: str, variable: str) -> str | None:
+    """What is wrong with `db_url` (read from `variable`), in one line, or None: a SQLite or
+    PostgreSQL URL, with a database named."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(db_url)
+    except ArgumentError:
+        return f"{variable} is not a database URL (e.g. postgresql://user:password@host/db)"
+    if url.get_backend_name() not in ("sqlite", "postgresql"):
+        return f"{variable} names a {url.get_backend_name()} database: SQLite or PostgreSQL only"
+    if not url.database:
+        return f"{variable} names no database (e.g. postgresql://user:password@host/db)"
+    return None
+
+
+def with_driver(db_url: str) -> str:
+    """`db_url` as SQLAlchemy reads it with the installed drivers: a libpq-style
+    ``postgresql://`` (or ``postgres://``) URL gets psycopg 3; any other URL is kept as it is."""
+    scheme, sep, rest = db_url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        return f"{POSTGRES_DRIVER}://{rest}"
+    return db_url
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, inspect, text
 from image_catalog import load_catalog, parse_image
 from image_catalog.catalog import parse_catalog
 from queue_service.db import alembic_config, open_database
+from queue_service.db_upgrade import BackupSettings
 from queue_service.images import CheckResult, ImageError, ImageStore
 from queue_service.models import Base
 
@@ -183,7 +184,7 @@ def test_the_shipped_catalog_seeds(store):
     assert all(e["check"]["ok"] is None for e in store.all()), "seeded images are not yet checked"
 
 
-def test_migration_0002_upgrades_a_0001_database_keeping_its_queue(db_url):
+def test_migration_0002_upgrades_a_0001_database_keeping_its_queue(db_url, tmp_path):
     command.upgrade(alembic_config(db_url), "0001")
     engine = create_engine(db_url)
     with engine.begin() as connection:
@@ -194,7 +195,8 @@ def test_migration_0002_upgrades_a_0001_database_keeping_its_queue(db_url):
                 " 1, 1024, 0, '', 0)"
             )
         )
-    db = open_database(db_url)
+    # The backup taken before the upgrade goes to the test's folder, not the current one.
+    db = open_database(db_url, BackupSettings(folder=tmp_path))
     try:
         with engine.connect() as connection:
             assert connection.execute(text("SELECT id FROM sessions")).scalars().all() == ["a1"]

@@ -60,7 +60,13 @@ def test_environment_variables_set_port_and_fgpu_units(monkeypatch):
 
 
 def test_defaults_are_a_local_hub_that_keeps_sessions_across_restarts(monkeypatch):
-    for name in ("FGPU_HUB_PORT", "FGPU_HUB_IP", "FGPU_UNITS_PER_GPU", "FGPU_DUMMY_PASSWORD"):
+    for name in (
+        "FGPU_HUB_PORT",
+        "FGPU_HUB_IP",
+        "FGPU_UNITS_PER_GPU",
+        "FGPU_DUMMY_PASSWORD",
+        "FGPU_HUB_DB_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
     config = load_shipped_config()
     assert config.JupyterHub.bind_url == "http://127.0.0.1:8000"
@@ -68,7 +74,37 @@ def test_defaults_are_a_local_hub_that_keeps_sessions_across_restarts(monkeypatc
     assert config.JupyterHub.cleanup_servers is False
     assert config.JupyterHub.authenticator_class == "fgpu_spawner.demo_login.DemoAuthenticator"
     # State follows JupyterHub's convention: nothing moves the DB or cookie secret out of the cwd.
-    assert "db_url" not in config.JupyterHub and "cookie_secret_file" not in config.JupyterHub
+    assert config.JupyterHub.db_url == "sqlite:///jupyterhub.sqlite"
+    assert "cookie_secret_file" not in config.JupyterHub
+
+
+def test_both_databases_are_set_in_the_environment_and_no_password_reaches_a_command_line(
+    monkeypatch,
+):
+    monkeypatch.setenv("FGPU_HUB_DB_URL", "postgresql://hub:hub-secret@db.example/fgpu_hub")
+    monkeypatch.setenv("FGPU_QUEUE_DB_URL", "postgresql://queue:q-secret@db.example/fgpu_queue")
+    config = load_shipped_config()
+    assert config.JupyterHub.db_url == "postgresql+psycopg://hub:hub-secret@db.example/fgpu_hub"
+    # A new JupyterHub's schema is applied at start, after the config's own backup.
+    assert config.JupyterHub.upgrade_db is True
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert queue["environment"]["FGPU_QUEUE_DB_URL"] == (
+        "postgresql+psycopg://queue:q-secret@db.example/fgpu_queue"
+    )
+    # `ps` shows every process's arguments to every user of the machine.
+    assert not any("secret" in arg or "db_url" in arg for arg in queue["command"])
+
+
+def test_a_database_url_that_cannot_serve_stops_the_hub_with_a_message(monkeypatch):
+    monkeypatch.setenv("FGPU_HUB_DB_URL", "db.example/fgpu_hub")
+    with pytest.raises(SystemExit, match="FGPU_HUB_DB_URL is not a database URL"):
+        load_shipped_config()
+
+
+def test_without_the_variables_the_queue_service_gets_its_sqlite_file(monkeypatch):
+    monkeypatch.delenv("FGPU_QUEUE_DB_URL", raising=False)
+    (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
+    assert queue["environment"]["FGPU_QUEUE_DB_URL"] == "sqlite:///fgpu_queue.sqlite"
 
 
 def test_every_spawner_setting_explains_itself():

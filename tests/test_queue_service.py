@@ -9,6 +9,7 @@ import secrets
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -523,3 +524,72 @@ def test_the_hub_stops_at_once_when_started_in_the_background(tmp_path, docker_e
         hub.process.terminate()
         hub.process.wait(timeout=8)
         assert "Cleaning up 2 services" in hub.log_text()  # the queue and the idle culler
+
+
+def test_the_service_reads_its_database_from_the_environment_with_the_installed_driver(
+    monkeypatch,
+):
+    from queue_service.app import QueueService
+
+    monkeypatch.delenv("FGPU_QUEUE_DB_URL", raising=False)
+    assert QueueService().db_url == "sqlite:///fgpu_queue.sqlite"
+    monkeypatch.setenv("FGPU_QUEUE_DB_URL", "postgresql://queue:pw@db.example/fgpu_queue")
+    assert QueueService().db_url == "postgresql+psycopg://queue:pw@db.example/fgpu_queue"
+    given = QueueService(db_url="postgres://queue:pw@db.example/other")
+    assert given.db_url == "postgresql+psycopg://queue:pw@db.example/other"
+
+
+def test_a_database_it_cannot_upgrade_stops_the_service_with_why_and_untouched(tmp_path):
+    """A queue DB from a newer release: the service exits before it listens, says why, and
+    neither the database nor the state directory changes."""
+    from queue_service.db import upgrade
+
+    db = tmp_path / "fgpu_queue.sqlite"
+    upgrade(f"sqlite:///{db}")
+    with contextlib.closing(sqlite3.connect(db)) as connection, connection:
+        connection.execute("UPDATE alembic_version SET version_num = '0999'")
+    before = db.read_bytes()
+    env = {
+        **os.environ,
+        "FGPU_QUEUE_DB_URL": f"sqlite:///{db}",
+        "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9",
+        "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
+        "JUPYTERHUB_API_TOKEN": "unused",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "queue_service"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Not starting: the queue DB is at schema revision 0999" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fgpu_queue.sqlite"]
+
+
+def test_a_database_that_does_not_answer_stops_the_service_in_one_line(tmp_path):
+    env = {
+        **os.environ,
+        "FGPU_QUEUE_DB_URL": "postgresql://fgpu:s3cret@127.0.0.1:9/fgpu_queue",
+        "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9",
+        "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
+        "JUPYTERHUB_API_TOKEN": "unused",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "queue_service"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        "Not starting: the queue DB postgresql+psycopg://fgpu:***@127.0.0.1:9/fgpu_queue does"
+        in (done.stderr)
+    )
+    assert "Traceback" not in done.stderr and "s3cret" not in done.stderr
