@@ -114,17 +114,36 @@ def read_checked(path: Path) -> dict:
     return manifest
 
 
+#: What a cut or damaged gzip or tar raises while it is read.
+_DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
 def _members(path: Path):
     """(member, its chunks) in archive order; a damaged or cut archive is an ArchiveError."""
     try:
-        with tarfile.open(path, "r|gz") as tar:
+        # gzip's own reader checks the CRC at the end; tarfile's stream reader does not.
+        with gzip.open(path, "rb") as packed, tarfile.open(fileobj=packed, mode="r|") as tar:
             for member in tar:
                 if not member.isfile():
                     raise ArchiveError(f"{path} holds {member.name!r}, which is not a file")
-                file = tar.extractfile(member)
-                yield member, iter(lambda f=file: f.read(CHUNK), b"")
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise ArchiveError(f"{path} is truncated or damaged ({e or type(e).__name__})") from None
+                yield member, _chunks(tar.extractfile(member), path)
+            # Read to the end: what follows the tar's end mark is checked too.
+            while packed.read(CHUNK):
+                pass
+    except _DAMAGED as e:
+        raise _damaged(path, e) from None
+
+
+def _chunks(file, path: Path):
+    try:
+        while chunk := file.read(CHUNK):
+            yield chunk
+    except _DAMAGED as e:
+        raise _damaged(path, e) from None
+
+
+def _damaged(path: Path, error: Exception) -> ArchiveError:
+    return ArchiveError(f"{path} is truncated or damaged ({error or type(error).__name__})")
 
 
 def known_revisions() -> dict[str, set[str]]:

@@ -19,7 +19,7 @@ from .browser import browser, pages  # noqa: F401
 from .harness import ROOT, docker_client, running_hub
 
 # A hub's two databases on SQLite and PostgreSQL, for the backup and restore tests.
-from .hub_state import hub_dbs  # noqa: F401
+from .hub_state import hub_dbs, private_image  # noqa: F401
 
 # One Swarm lab serves every module that needs it.
 from .swarm_lab import lab  # noqa: F401

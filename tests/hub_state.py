@@ -7,11 +7,15 @@ the same kind of state.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import secrets
+import tarfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import docker.errors
 import pytest
 from jupyterhub import orm
 from sqlalchemy import text
@@ -158,3 +162,37 @@ def hub_dbs(db_url, request, monkeypatch):
     finally:
         with admin.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def private_image(docker_engine):
+    """A tiny image in the private repository (one file, imported): saved and loaded in a blink."""
+    reference = f"fgpu-private/backup-test:{secrets.token_hex(4)}"
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        info = tarfile.TarInfo("hello.txt")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"hello"))
+    repository, tag = reference.split(":")
+    docker_engine.api.import_image_from_data(data.getvalue(), repository=repository, tag=tag)
+    yield reference
+    with contextlib.suppress(docker.errors.NotFound):  # a failed restore test may have lost it
+        docker_engine.images.remove(reference, force=True)
+
+
+def fill_home_volume(engine, user: str) -> str:
+    """A home volume as the spawner makes it, with a notebook owned by the session user."""
+    name = f"fgpu-home-{user}"
+    engine.volumes.create(name, labels={"fgpu.user": user, "fgpu.volume": "home"})
+    engine.containers.run(
+        "fgpu/jupyter-base:py3.11",
+        [
+            "sh",
+            "-c",
+            "mkdir -p /h/work && echo '{}' > /h/work/notes.ipynb && chown -R 1000:100 /h/work",
+        ],
+        user="0",
+        volumes={name: {"bind": "/h", "mode": "rw"}},
+        remove=True,
+    )
+    return name

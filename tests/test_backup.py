@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import secrets
 import sqlite3
 import subprocess
 import tarfile
@@ -21,7 +20,7 @@ from fgpu_admin.cli import main
 from queue_service import state_dir
 
 from .harness import VENV_BIN
-from .hub_state import file_modes, make_hub_state
+from .hub_state import file_modes, fill_home_volume, make_hub_state
 
 pytestmark = [pytest.mark.docker]
 
@@ -212,21 +211,6 @@ def _cli(cwd: Path, *args: str, env: dict | None = None) -> subprocess.Completed
     )
 
 
-@pytest.fixture
-def private_image(docker_engine):
-    """A tiny image in the private repository (one file, imported): saved and loaded in a blink."""
-    reference = f"fgpu-private/backup-test:{secrets.token_hex(4)}"
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w") as tar:
-        info = tarfile.TarInfo("hello.txt")
-        info.size = 5
-        tar.addfile(info, io.BytesIO(b"hello"))
-    repository, tag = reference.split(":")
-    docker_engine.api.import_image_from_data(data.getvalue(), repository=repository, tag=tag)
-    yield reference
-    docker_engine.images.remove(reference, force=True)
-
-
 def test_private_images_are_listed_and_saved_when_asked(
     tmp_path, monkeypatch, capsys, private_image, docker_engine
 ):
@@ -287,21 +271,3 @@ def test_home_volumes_are_listed_and_saved_when_asked(tmp_path, monkeypatch, cap
             assert tar.extractfile(notebook).read() == b"{}\n"
     finally:
         docker_engine.volumes.get(volume).remove(force=True)
-
-
-def fill_home_volume(engine, user: str) -> str:
-    """A home volume as the spawner makes it, with a notebook owned by the session user."""
-    name = f"fgpu-home-{user}"
-    engine.volumes.create(name, labels={"fgpu.user": user, "fgpu.volume": "home"})
-    engine.containers.run(
-        "fgpu/jupyter-base:py3.11",
-        [
-            "sh",
-            "-c",
-            "mkdir -p /h/work && echo '{}' > /h/work/notes.ipynb && chown -R 1000:100 /h/work",
-        ],
-        user="0",
-        volumes={name: {"bind": "/h", "mode": "rw"}},
-        remove=True,
-    )
-    return name
