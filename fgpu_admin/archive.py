@@ -201,6 +201,16 @@ def check_revisions(manifest: Mapping, known: Mapping[str, Iterable[str]]) -> No
             )
 
 
+_REVISION_RE = re.compile(r"""^revision\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.MULTILINE)
+
+
+def revision_of(script: str) -> str | None:
+    """The revision id an alembic migration script declares (`revision = "0007"`): read from
+    its text, as alembic reads it, without importing every migration of JupyterHub's."""
+    match = _REVISION_RE.search(script)
+    return match.group(1) if match else None
+
+
 def engine_parts(manifest: Mapping) -> tuple[list[dict], list[dict]]:
     """The images and home folders in the archive (they need the Docker engine to restore)."""
     included = [i for i in manifest.get("images", []) if i.get("member")]

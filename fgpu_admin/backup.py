@@ -29,10 +29,7 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-
 from queue_service import state_dir
-from queue_service.private_images import in_private_repository
 
 from . import archive
 from .archive import ArchiveError, Digest
@@ -218,6 +215,9 @@ def _fill(writer, staging, state, now, args, hub_url, queue_url, engine) -> dict
         writer.add_file(member, staging / Path(member).name, mode)
     files = list(_add_files(writer, state, args.config))
     users = [row[0] for row in query(databases["hub"], hub_url, staging, "SELECT name FROM users")]
+    # Here, not at the top: it brings the Docker client, which `fgpu-hub --help` does not need.
+    from queue_service.private_images import in_private_repository
+
     catalog = query(databases["queue"], queue_url, staging, "SELECT image FROM images")
     private = sorted({image for (image,) in catalog if in_private_repository(image)})
     images = list(_images(writer, staging, private, engine, args.with_images))
@@ -279,6 +279,13 @@ def _add_files(writer, state: Path, extra_configs: Iterable[str]) -> Iterator[di
 # ---------------------------------------------------------------------------------------------
 # The databases.
 # ---------------------------------------------------------------------------------------------
+
+
+def make_url(url: str):
+    # Here, not at the top: SQLAlchemy takes a third of a second to import.
+    from sqlalchemy.engine import make_url as parse
+
+    return parse(url)
 
 
 def sqlite_file(url: str) -> Path | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import importlib.util
 import os
 import sys
 import tarfile
@@ -24,14 +25,19 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from alembic.script import ScriptDirectory
-
 from queue_service import state_dir
-from queue_service.db import MIGRATIONS_DIR
 
 from . import archive
 from .archive import ArchiveError, Digest
-from .backup import HOME_MOUNT, PROJECT_CONFIG, copy_sqlite, engine_for, psql, sqlite_file
+from .backup import (
+    HOME_MOUNT,
+    PROJECT_CONFIG,
+    copy_sqlite,
+    engine_for,
+    make_url,
+    psql,
+    sqlite_file,
+)
 from .cli import AdminError
 
 #: Files of the archive that belong elsewhere (the project's config, the service's env file) are
@@ -148,17 +154,18 @@ def _damaged(path: Path, error: Exception) -> ArchiveError:
 
 def known_revisions() -> dict[str, set[str]]:
     """Every schema revision this install's migrations know, for the queue DB and the hub DB."""
-    import jupyterhub
-
-    hub_scripts = Path(jupyterhub.__file__).with_name("alembic")
+    # Found, not imported: importing jupyterhub takes a second.
+    (hub_package,) = importlib.util.find_spec("jupyterhub").submodule_search_locations
+    queue_package = Path(__file__).resolve().parent.parent / "queue_service"
     return {
-        "queue": _revisions(MIGRATIONS_DIR),
-        "hub": _revisions(hub_scripts),
+        "queue": _revisions(queue_package / "migrations" / "versions"),
+        "hub": _revisions(Path(hub_package) / "alembic" / "versions"),
     }
 
 
 def _revisions(folder: Path) -> set[str]:
-    return {script.revision for script in ScriptDirectory(str(folder)).walk_revisions()}
+    found = (archive.revision_of(path.read_text()) for path in folder.glob("*.py"))
+    return {revision for revision in found if revision}
 
 
 def refuse_if_hub_runs(state: Path) -> None:
@@ -253,8 +260,6 @@ _ANY_TABLE = "SELECT 1 FROM pg_tables WHERE schemaname = 'public' LIMIT 1"
 
 
 def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
     return make_url(url).render_as_string(hide_password=True)
 
 

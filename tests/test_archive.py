@@ -175,3 +175,9 @@ def test_human_sizes():
     assert archive.human_size(512) == "512 B"
     assert archive.human_size(1536) == "1.5 KiB"
     assert archive.human_size(5 * 1024**4) == "5120.0 GiB"
+
+
+def test_a_migration_script_declares_its_revision():
+    assert archive.revision_of('"""Doc."""\nrevision = "0007"\ndown_revision = "0006"\n') == "0007"
+    assert archive.revision_of("revision: str = 'f460b0348206'\n") == "f460b0348206"
+    assert archive.revision_of("down_revision = '0006'\n") is None

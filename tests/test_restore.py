@@ -301,3 +301,19 @@ def test_images_and_homes_come_back_and_need_the_engine(
     finally:
         with contextlib.suppress(docker.errors.NotFound):
             docker_engine.volumes.get(volume).remove(force=True)
+
+
+def test_the_known_revisions_are_alembics_own():
+    """Read from the scripts' text (fast), they are what alembic itself finds."""
+    import jupyterhub
+    from alembic.script import ScriptDirectory
+
+    from fgpu_admin.restore import known_revisions
+    from queue_service.db import MIGRATIONS_DIR
+
+    def walked(folder) -> set[str]:
+        return {script.revision for script in ScriptDirectory(str(folder)).walk_revisions()}
+
+    known = known_revisions()
+    assert known["queue"] == walked(MIGRATIONS_DIR) and "0007" in known["queue"]
+    assert known["hub"] == walked(Path(jupyterhub.__file__).with_name("alembic"))
