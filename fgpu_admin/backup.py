@@ -195,6 +195,10 @@ def write_archive(output, state, now, args, hub_url, queue_url, engine) -> dict:
             partial.unlink()
         if isinstance(e, AdminError):
             raise ArchiveError(f"backup failed, no archive written: {e}") from None
+        if engine_error(e):
+            raise ArchiveError(
+                f"backup failed, no archive written: the Docker engine refused: {short_error(e)}"
+            ) from None
         if isinstance(e, OSError):
             where = f" ({e.filename})" if e.filename else ""
             raise ArchiveError(
@@ -438,12 +442,18 @@ def engine_for(args):
             if on
         )
         raise AdminError(
-            f"the Docker engine does not answer ({_short(e)}); {wanted} needs it"
+            f"the Docker engine does not answer ({short_error(e)}); {wanted} needs it"
         ) from None
     return client
 
 
-def _short(error: Exception) -> str:
+def engine_error(error: BaseException) -> bool:
+    import docker.errors
+
+    return isinstance(error, docker.errors.DockerException)
+
+
+def short_error(error: Exception) -> str:
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
     return text[:200]
 
@@ -458,7 +468,7 @@ def _quiet_engine():
         return client
     except Exception as e:
         print(
-            f"note: no Docker engine ({_short(e)}); sizes of images and homes unknown",
+            f"note: no Docker engine ({short_error(e)}); sizes of images and homes unknown",
             file=sys.stderr,
         )
         return None

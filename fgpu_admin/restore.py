@@ -33,9 +33,11 @@ from .backup import (
     HOME_MOUNT,
     PROJECT_CONFIG,
     copy_sqlite,
+    engine_error,
     engine_for,
     make_url,
     psql,
+    short_error,
     sqlite_file,
 )
 from .cli import AdminError
@@ -317,13 +319,15 @@ def extract(path: Path, manifest: dict, staging: Path) -> None:
 
 
 def apply(manifest: dict, staging: Path, targets: Targets, engine, helper_image: str) -> None:
-    images, homes = archive.engine_parts(manifest)
-    for image in images:
-        with open(staging / image["member"], "rb") as file:
-            engine.images.load(file)
-        print(f"loaded {image['name']}", file=sys.stderr)
-    for home in homes:
-        _restore_home(engine, home, staging / home["member"], helper_image)
+    # First what the engine takes: a refusal there leaves the databases and files as they were.
+    try:
+        _restore_engine_parts(manifest, staging, engine, helper_image)
+    except Exception as e:
+        if not engine_error(e):
+            raise
+        raise AdminError(
+            f"the Docker engine refused ({short_error(e)}); the databases and files are unchanged"
+        ) from None
     for what, url in targets.databases.items():
         database = manifest["databases"][what]
         mode = manifest["members"][database["member"]].get("mode", 0o600) & 0o777
@@ -341,6 +345,16 @@ def apply(manifest: dict, staging: Path, targets: Targets, engine, helper_image:
                     dst.write(chunk)
             os.chmod(aside, manifest["members"][member].get("mode", 0o600) & 0o777)
             os.replace(aside, target)
+
+
+def _restore_engine_parts(manifest: dict, staging: Path, engine, helper_image: str) -> None:
+    images, homes = archive.engine_parts(manifest)
+    for image in images:
+        with open(staging / image["member"], "rb") as file:
+            engine.images.load(file)
+        print(f"loaded {image['name']}", file=sys.stderr)
+    for home in homes:
+        _restore_home(engine, home, staging / home["member"], helper_image)
 
 
 def _restore_database(url: str, staged: Path, mode: int) -> None:
@@ -393,6 +407,8 @@ def _report(path: Path, manifest: dict, targets: Targets) -> None:
     for member, target in targets.files.items():
         if target.parent.name == ASIDE_DIR:
             print(f"kept for comparison, not installed: {target} ({member})")
+        elif member.startswith("catalog/") and not os.environ.get("FGPU_CATALOG_PATH"):
+            print(f"the catalog file is at {target}: set FGPU_CATALOG_PATH={target} for the hub")
     for line in archive.not_saved(manifest):
         print(line)
     print("start the hub again with the same command as before")

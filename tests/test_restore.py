@@ -317,3 +317,29 @@ def test_the_known_revisions_are_alembics_own():
     known = known_revisions()
     assert known["queue"] == walked(MIGRATIONS_DIR) and "0007" in known["queue"]
     assert known["hub"] == walked(Path(jupyterhub.__file__).with_name("alembic"))
+
+
+def test_the_catalog_file_comes_back_where_the_hub_reads_it(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    for name in (state_dir.HUB_DB_ENV, state_dir.QUEUE_DB_ENV):
+        monkeypatch.delenv(name, raising=False)
+    catalog = tmp_path / "site" / "catalog.yaml"
+    catalog.parent.mkdir()
+    catalog.write_text("images: []\n")
+    monkeypatch.setenv("FGPU_CATALOG_PATH", str(catalog))
+    make_hub_state(folder, state_dir.DEFAULT_HUB_DB_URL, state_dir.DEFAULT_QUEUE_DB_URL)
+    assert main(["backup", "--output", str(tmp_path / "hub.tar.gz")]) == 0
+    wipe(folder, ())
+    catalog.unlink()
+    capsys.readouterr()
+    code, _, err = restore(capsys, str(tmp_path / "hub.tar.gz"))
+    assert code == 0, err
+    assert catalog.read_text() == "images: []\n"
+    # Where no catalog is configured, it is put beside the state, for FGPU_CATALOG_PATH to name.
+    monkeypatch.delenv("FGPU_CATALOG_PATH")
+    code, out, err = restore(capsys, str(tmp_path / "hub.tar.gz"), "--yes")
+    assert code == 0, err
+    assert (folder / "catalog.yaml").read_text() == "images: []\n"
+    assert f"set FGPU_CATALOG_PATH={folder / 'catalog.yaml'}" in out
