@@ -107,8 +107,15 @@ def run(args) -> int:
         print(line)
     if args.keep_days is not None:
         for name in archive.expired(os.listdir(output.parent), now, args.keep_days):
-            if name != output.name:
+            if name == output.name:
+                continue
+            try:
                 (output.parent / name).unlink()
+            except OSError as e:
+                print(
+                    f"warning: cannot delete {output.parent / name}: {e.strerror}", file=sys.stderr
+                )
+            else:
                 print(f"deleted {output.parent / name} (older than {args.keep_days} days)")
     print(output)
     return 0
@@ -172,9 +179,9 @@ class _Digesting:
 
 
 def write_archive(output, state, now, args, hub_url, queue_url, engine) -> dict:
-    output.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     partial = output.with_name(f".{output.name}.partial-{secrets.token_hex(4)}")
     try:
+        output.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
         raise ArchiveError(f"cannot write the archive in {output.parent}: {e.strerror}") from None
@@ -267,6 +274,8 @@ def _add_files(writer, state: Path, extra_configs: Iterable[str]) -> Iterator[di
         yield {"member": "catalog/catalog.yaml", "kind": "catalog", "source": catalog}
     # The site's config files beside the state (a file that loads jupyterhub_config.py).
     for path in sorted(state.glob("*.py")):
+        if path.resolve() == PROJECT_CONFIG:  # a hub started from the checkout itself
+            continue
         member = f"config/site/{path.name}"
         writer.add_file(member, path, path.stat().st_mode & 0o777)
         yield {"member": member, "kind": "site-config", "restore_to": path.name}

@@ -89,8 +89,19 @@ def run(args) -> int:
     if existing:
         _confirm(existing, args.yes)
     with tempfile.TemporaryDirectory(dir=state, prefix=".fgpu-restore-") as staging:
-        extract(path, manifest, Path(staging))
-        apply(manifest, Path(staging), targets, engine, args.helper_image)
+        try:
+            extract(path, manifest, Path(staging))
+        except OSError as e:  # a full disk, say
+            raise AdminError(
+                f"cannot unpack the archive here ({e.strerror or e}); nothing changed"
+            ) from None
+        try:
+            apply(manifest, Path(staging), targets, engine, args.helper_image)
+        except OSError as e:
+            raise AdminError(
+                f"the restore stopped part-way ({e.strerror or e}: {e.filename or ''});"
+                " fix that and run it again with --yes"
+            ) from None
     _report(path, manifest, targets)
     return 0
 
@@ -226,7 +237,8 @@ class Targets:
             path = sqlite_file(url)
             if (path is None) != (kind == "postgresql"):
                 raise AdminError(
-                    f"the archive's {what} database is {kind}, and this hub's ({url}) is not:"
+                    f"the archive's {what} database is {kind}, and this hub's"
+                    f" ({_safe_url(url)}) is not:"
                     f" set {'FGPU_HUB_DB_URL' if what == 'hub' else 'FGPU_QUEUE_DB_URL'} to match"
                 )
             if path is not None and path.exists():

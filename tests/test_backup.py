@@ -165,6 +165,8 @@ def test_an_output_that_cannot_be_written_is_refused(sqlite_state, capsys, tmp_p
     code, out, err = backup(capsys, "--output", "/proc/fgpu-backup.tar.gz")
     assert code == 1 and out == ""
     assert err.startswith("error: cannot write the archive in /proc")
+    code, out, err = backup(capsys, "--output", "/proc/no-such/folder/hub.tar.gz")
+    assert code == 1 and out == "" and "cannot write the archive in /proc/no-such" in err
     code, _, err = backup(capsys, "--output", str(tmp_path))
     assert code == 1 and "is a folder" in err
 

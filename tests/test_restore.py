@@ -343,3 +343,25 @@ def test_the_catalog_file_comes_back_where_the_hub_reads_it(tmp_path, monkeypatc
     assert code == 0, err
     assert (folder / "catalog.yaml").read_text() == "images: []\n"
     assert f"set FGPU_CATALOG_PATH={folder / 'catalog.yaml'}" in out
+
+
+def test_a_full_disk_stops_the_restore_before_it_changes_anything(
+    backed_up, capsys, tmp_path, hub_dbs
+):
+    folder, path, _, _ = backed_up
+    before = snapshot(folder, hub_dbs)
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(tiny)], check=True)
+    try:
+        os.chdir(tiny)
+        code, out, err = restore(capsys, str(path), "--yes")  # PostgreSQL holds a hub already
+        assert code == 1 and out == ""
+        assert err.endswith(
+            "error: cannot unpack the archive here (No space left on device); nothing changed\n"
+        )
+        assert os.listdir(tiny) == []
+        assert snapshot(folder, hub_dbs)["rows"] == before["rows"]
+    finally:
+        os.chdir(tmp_path)
+        subprocess.run(["umount", str(tiny)], check=True)
