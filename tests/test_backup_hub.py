@@ -1,8 +1,8 @@
 """Back up a running hub, lose its state directory, restore it, start it again: everything is back.
 
 One cycle on the real stack (JupyterHub, the queue service, real containers, simulated GPUs): a
-session running on the one GPU, a request waiting behind it, a finished session, a group quota
-and a catalog edit. The backup is taken while all of that runs; the hub is stopped, its
+session running on the one GPU, a request waiting behind it, a finished session, a group quota,
+a catalog edit and a private image (listed, not saved). The backup is taken while all of that runs; the hub is stopped, its
 directory wiped, the archive restored there with `fgpu-hub restore`, and the hub started again
 with the same command. The running session is adopted (same container), the rest is as it was,
 and ending the running session lets the waiting one start by itself.
@@ -49,7 +49,7 @@ def fgpu_hub(*args: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine):
+def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine, request):
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "1"}
     with running_hub(tmp_path / "hub", env=env, extra_config=EXTRA) as hub:
         admin = QueueUser(hub, "admin")
@@ -75,12 +75,19 @@ def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine):
         (running,) = by_status(sessions, "RUNNING")
         (pending,) = by_status(sessions, "PENDING")
         (container,) = containers_with({"fgpu.session_id": running["id"]})
+        # A private image of the running session (left out of the archive, listed instead).
+        tag = f"t{secrets.token_hex(3)}"
+        commit = admin.call("POST", f"sessions/{running['id']}/image", json={"tag": tag})
+        assert commit.status_code == 201, commit.text
+        private = commit.json()["image"]
+        request.addfinalizer(lambda: docker_engine.images.remove(private, force=True))
 
         # The backup, while all of that runs.
         backups = tmp_path / "backups"
         made = fgpu_hub("backup", cwd=hub.workdir, env={**hub.env, "FGPU_BACKUP_DIR": str(backups)})
         assert made.returncode == 0, made.stderr
         archive = Path(made.stdout.strip().splitlines()[-1])
+        assert f"not in the archive: {private} (" in made.stdout
         assert archive.parent == backups and archive.is_file()
 
         # The machine's disk dies: the hub stops (its sessions run on) and its state is gone.
@@ -114,6 +121,8 @@ def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine):
             i for i in admin.call("GET", "images").json()["images"] if i["name"] == "python-3.11"
         )
         assert image["display_name"] == EDITED
+        # Its owner sees the private image in the catalog again (the image itself stayed).
+        assert private in {i["image"] for i in student.call("GET", "images").json()["images"]}
 
         # The waiting request starts by itself once the running one ends.
         assert student.call("DELETE", f"sessions/{running['id']}").status_code == 200
