@@ -258,6 +258,11 @@ class Targets:
         for home in homes:
             if home.get("kind") == "volume" and _volume_exists(engine, home["name"]):
                 found.append(f"home volume {home['name']}")
+            elif (
+                home.get("kind") == "folder"
+                and _home_root(home).joinpath(Path(home["name"]).name).exists()
+            ):
+                found.append(f"home folder {_home_root(home) / Path(home['name']).name}")
         return found
 
 
@@ -369,6 +374,11 @@ def _restore_engine_parts(manifest: dict, staging: Path, engine, helper_image: s
         _restore_home(engine, home, staging / home["member"], helper_image)
 
 
+def _home_root(home: dict) -> Path:
+    """Where a Swarm home folder goes back: this hub's shared home root, else where it was."""
+    return Path(os.environ.get("FGPU_SWARM_HOME_ROOT") or Path(home["name"]).parent)
+
+
 def _restore_database(url: str, staged: Path, mode: int) -> None:
     path = sqlite_file(url)
     if path is None:
@@ -388,9 +398,8 @@ def _restore_database(url: str, staged: Path, mode: int) -> None:
 
 def _restore_home(engine, home: dict, staged: Path, helper_image: str) -> None:
     if home.get("kind") == "folder":
-        root = Path(os.environ.get("FGPU_SWARM_HOME_ROOT") or Path(home["name"]).parent)
         with tarfile.open(staged) as tar:
-            tar.extractall(root, filter="tar")
+            tar.extractall(_home_root(home), filter="tar")
         return
     labels = home.get("labels") or {}
     with contextlib.suppress(Exception):

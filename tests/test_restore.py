@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -67,7 +68,10 @@ def restore(capsys, *args: str) -> tuple[int, str, str]:
 def wipe(folder: Path, hub_dbs: tuple[str, str]) -> None:
     """A broken machine: the state directory emptied and the PostgreSQL databases too."""
     for path in folder.iterdir():
-        path.unlink()
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     for url in hub_dbs:
         if url.startswith("postgresql"):
             engine = create_engine(url)
@@ -365,3 +369,31 @@ def test_a_full_disk_stops_the_restore_before_it_changes_anything(
     finally:
         os.chdir(tmp_path)
         subprocess.run(["umount", str(tiny)], check=True)
+
+
+def test_swarm_home_folders_come_back_with_their_owners(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    for name in (state_dir.HUB_DB_ENV, state_dir.QUEUE_DB_ENV, "FGPU_CATALOG_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    homes = tmp_path / "shared-homes"
+    (homes / "alice" / "work").mkdir(parents=True)
+    (homes / "alice" / "work" / "notes.ipynb").write_text("{}\n")
+    os.chown(homes / "alice" / "work" / "notes.ipynb", 1000, 100)
+    monkeypatch.setenv("FGPU_SWARM_HOME_ROOT", str(homes))
+    make_hub_state(folder, state_dir.DEFAULT_HUB_DB_URL, state_dir.DEFAULT_QUEUE_DB_URL)
+    assert main(["backup"]) == 0
+    out = capsys.readouterr().out
+    assert f"not in the archive: {homes / 'alice'} (3 B); save it with: tar czf" in out
+    assert main(["backup", "--with-homes", "--output", str(tmp_path / "homes.tar.gz")]) == 0
+    capsys.readouterr()
+    wipe(folder, ())
+    code, _, err = restore(capsys, str(tmp_path / "homes.tar.gz"))
+    assert code == 1 and f"home folder {homes / 'alice'}" in err  # it is still there
+    shutil.rmtree(homes / "alice")
+    code, _, err = restore(capsys, str(tmp_path / "homes.tar.gz"))
+    assert code == 0, err
+    notebook = homes / "alice" / "work" / "notes.ipynb"
+    assert notebook.read_text() == "{}\n"
+    assert (notebook.stat().st_uid, notebook.stat().st_gid) == (1000, 100)
