@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import pty
 import shutil
 import sqlite3
 import subprocess
@@ -397,3 +398,28 @@ def test_swarm_home_folders_come_back_with_their_owners(tmp_path, monkeypatch, c
     notebook = homes / "alice" / "work" / "notes.ipynb"
     assert notebook.read_text() == "{}\n"
     assert (notebook.stat().st_uid, notebook.stat().st_gid) == (1000, 100)
+
+
+def test_on_a_terminal_the_restore_asks_first(backed_up, hub_dbs):
+    folder, path, _, _ = backed_up
+    before = snapshot(folder, hub_dbs)
+    for answer, code in (("n", 1), ("y", 0)):
+        main_side, terminal = pty.openpty()
+        process = subprocess.Popen(
+            [str(VENV_BIN / "fgpu-hub"), "restore", str(path)],
+            cwd=folder,
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.write(main_side, f"{answer}\n".encode())
+        out, err = process.communicate(timeout=120)
+        os.close(main_side)
+        os.close(terminal)
+        assert process.returncode == code, err
+        if answer == "n":
+            assert err.strip().endswith("error: nothing restored")
+            assert snapshot(folder, hub_dbs) == before
+        else:
+            assert "start the hub again" in out
