@@ -12,7 +12,10 @@ import importlib
 import sys
 
 #: command → module under fgpu_admin
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "backup": "backup",
+    "restore": "restore",
+}
 
 
 class AdminError(Exception):

@@ -50,6 +50,10 @@ _FINAL_VALUES = [status.value for status in FINAL]
 _ACTIVE_VALUES = [Status.PENDING.value, *(status.value for status in ALLOCATED)]
 
 
+#: Why a record that was still waiting runs: its container ran already (an older DB restored).
+ADOPTED_WAITING_REASON = "adopted from its container: the service's record of it was still waiting"
+
+
 class Refused(Refusal):
     """A request that must not wait: it can never fit, or it breaks a quota outright."""
 
@@ -391,18 +395,23 @@ class QueueManager:
         return await self._read(lambda db: list(db.scalars(query)))
 
     async def adopt(self, sessions, reason: str) -> list[str]:
-        """Record running sessions that have no record (the DB was lost or replaced by an older
-        copy) from their containers' labels, as RUNNING with their grants, so that their slices
-        count in the next pass. Returns the ids adopted."""
+        """Record running sessions from their containers' labels, as RUNNING with their grants,
+        so that their slices count in the next pass: those that have no record (the DB was lost)
+        and those whose record still waits (the DB was replaced by an older copy, a restored
+        backup, taken before the request was granted). Returns the ids adopted."""
 
         def record_sessions(db, _quotas) -> list[str]:
             adopted = []
             seq = db.scalar(select(func.max(SessionRecord.seq))) or 0
             for session in sessions:
-                if db.get(SessionRecord, session.id) is not None:
+                record = db.get(SessionRecord, session.id)
+                if record is None:
+                    seq += 1
+                    db.add(self._adopted_record(session, seq, reason))
+                elif record.status == Status.PENDING:  # read again here: a grant may have come
+                    self._take_grant(record, session)
+                else:
                     continue
-                seq += 1
-                db.add(self._adopted_record(session, seq, reason))
                 adopted.append(session.id)
             return adopted
 
@@ -427,6 +436,14 @@ class QueueManager:
             scheduled_at=now,
             started=now,
         )
+
+    def _take_grant(self, record: SessionRecord, session) -> None:
+        """A waiting record takes the grant its running container carries."""
+        record.status = Status.RUNNING
+        record.node, record.grant_json = session.node, session.grant_json
+        record.resource_group = self._group_of(session.node) or record.resource_group
+        record.scheduled_at = record.started = utcnow()
+        record.reason = ADOPTED_WAITING_REASON
 
     def _group_of(self, node: str) -> str | None:
         return next((n.resource_group for n in self.nodes if n.name == node), None)

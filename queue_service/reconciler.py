@@ -20,9 +20,10 @@ the engine.
 
 Nothing runs unaccounted:
 - a live container of this deployment (its `fgpu.deployment` label) whose session has no record at
-  all (the DB was lost, or replaced by an older copy) is adopted from its labels as RUNNING, its
-  grant with it, before any slice is granted again (the queue grants nothing until the engine's
-  containers have been counted once);
+  all (the DB was lost, or replaced by an older copy), or a record still PENDING (an older copy,
+  such as a restored backup, taken before the request was granted), is adopted from its labels as
+  RUNNING, its grant with it, before any slice is granted again (the queue grants nothing until
+  the engine's containers have been counted once);
 - a RUNNING session whose container lives on although the hub no longer lists its server (a stop
   whose `docker stop` or remove failed: the spawner then keeps the grant) is stopped here, and its
   grant given back once the container is gone. An adopted session the hub does not know ends so.
@@ -111,11 +112,14 @@ class Reconciler:
         await self._stop_unlisted(active, running)
 
     async def _adopt_orphans(self, running: dict) -> None:
-        """Record the sessions of this hub's containers that the DB does not know at all."""
+        """Record the sessions of this hub's containers that the DB does not know, or knows as
+        still waiting."""
         if not self.deployment_id:
             return
         ours = {sid for sid, c in running.items() if deployment_of(c) == self.deployment_id}
-        orphans = [running[sid] for sid in await self.manager.unknown_among(ours)]
+        waiting = {r.id for r in self.manager.active_records() if r.status == Status.PENDING}
+        unknown = await self.manager.unknown_among(ours)
+        orphans = [running[sid] for sid in sorted(unknown | (waiting & ours))]
         sessions = [s for s in map(session_from_labels, orphans) if s is not None]
         if sessions:
             adopted = await self.manager.adopt(sessions, ADOPTED_REASON)

@@ -18,6 +18,9 @@ from image_catalog.catalog import DEFAULT_CATALOG_PATH
 from .browser import browser, pages  # noqa: F401
 from .harness import ROOT, docker_client, running_hub
 
+# A hub's two databases on SQLite and PostgreSQL, for the backup and restore tests.
+from .hub_state import hub_dbs, private_image  # noqa: F401
+
 # One Swarm lab serves every module that needs it.
 from .swarm_lab import lab  # noqa: F401
 

@@ -234,6 +234,36 @@ async def test_a_container_of_this_hub_with_no_record_is_adopted_with_its_slice(
         assert kept.status == "running"
 
 
+async def test_a_waiting_record_whose_container_runs_takes_its_grant(
+    manager, docker_engine, run_id
+):
+    """A restored backup is older than the engine: a request it has as PENDING was granted and
+    started since. Its container runs on, and its slice counts before anything is granted."""
+    request = {"user": "orphan", "server_name": "lost", "image": "python-3.11", "cpu": 0.5}
+    session = await manager.submit({**request, "mem": GIB, "fgpu": 2}, groups=())
+    with manager.db.begin() as db:  # the older copy of the record
+        db.execute(
+            update(SessionRecord)
+            .where(SessionRecord.id == session["id"])
+            .values(status=Status.PENDING, node=None, grant_json=None, scheduled_at=None)
+        )
+    await manager.refresh()
+    assert (await manager.get(session["id"]))["status"] == Status.PENDING
+    container = labelled_container(
+        docker_engine, run_id, session["id"], DEPLOYMENT, {"GPU-r-0": 1.0}
+    )
+    manager.engine_problem = "not counted yet"  # as the service starts
+    await Reconciler(manager, docker_engine, deployment_id=DEPLOYMENT).reconcile()
+    adopted = await manager.get(session["id"])
+    assert adopted["status"] == Status.RUNNING
+    assert adopted["grant"]["gpus"] == {"GPU-r-0": 1.0}
+    assert "still waiting" in adopted["reason"]
+    other = {"user": "bob", "server_name": "", "image": "x", "cpu": 0.5, "mem": GIB, "fgpu": 1}
+    assert (await manager.submit(other, ()))["status"] == Status.PENDING
+    container.reload()
+    assert container.status == "running"
+
+
 async def test_a_paused_container_still_holds_its_slice(manager, docker_engine, run_id):
     """A commit pauses the container; the session is not taken for lost meanwhile."""
     session, container = await running_session(manager, docker_engine, run_id)
