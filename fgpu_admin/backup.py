@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from queue_service import state_dir
+from queue_service.db_upgrade import libpq_dsn
 
 from . import archive
 from .archive import ArchiveError, Digest
@@ -336,10 +337,9 @@ def libpq(url: str) -> tuple[str, dict]:
     environment, never on a command line that `ps` shows."""
     parsed = make_url(url)
     env = {**os.environ}
-    if parsed.password:
+    if parsed.password is not None:
         env["PGPASSWORD"] = str(parsed.password)
-    plain = parsed.set(drivername="postgresql", password=None)
-    return plain.render_as_string(hide_password=False), env
+    return libpq_dsn(parsed), env
 
 
 def psql(url: str, *args: str, stdin=None) -> str:
