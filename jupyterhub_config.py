@@ -32,6 +32,11 @@ Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these 
   FGPU_HUB_CONNECT_IP  this host's address as the nodes reach it: the hub's API listens there
   FGPU_SWARM_HOME_ROOT shared storage mounted at this path on every node and here: home folders
   FGPU_SWARM_ENDPOINT  `host_port` (default; a hub beside the Swarm) or `overlay` (a hub on it)
+  FGPU_SWARM_HUB_CONTAINER  with `overlay`: the container on the manager in whose network the hub
+                       and its proxy run; the spawner joins it to the sessions' overlays, and the
+                       hub's API and the queue service then listen there, not at FGPU_HUB_CONNECT_IP
+  FGPU_SWARM_NETWORK_PER_SESSION  1: with FGPU_SWARM_HUB_CONTAINER, an overlay of its own per
+                       session, so that sessions cannot reach one another
   FGPU_NODE_AGENT_URL  the queue service as nodes reach it (default in Swarm mode: the service's
                        own address at FGPU_HUB_CONNECT_IP); the node agent is deployed to report there
   FGPU_NODE_AGENT_SOCKET  each node's engine socket (default /var/run/docker.sock)
@@ -81,6 +86,16 @@ if engine == "swarm":
     c.FGPUSwarmSpawner.registry = os.environ.get("FGPU_SWARM_REGISTRY", "")
     c.FGPUSwarmSpawner.home_root = os.environ.get("FGPU_SWARM_HOME_ROOT", "")
     c.FGPUSwarmSpawner.endpoint = os.environ.get("FGPU_SWARM_ENDPOINT", "host_port")
+hub_container = os.environ.get("FGPU_SWARM_HUB_CONTAINER", "") if engine == "swarm" else ""
+if hub_container:
+    # The hub runs in that container's network, which joins every session's overlay: sessions
+    # reach the hub's API at the container's name there; the proxy, beside the hub, at loopback.
+    c.JupyterHub.hub_ip = "0.0.0.0"
+    c.JupyterHub.hub_connect_ip = "127.0.0.1"
+    c.FGPUSwarmSpawner.hub_container = hub_container
+    c.FGPUSwarmSpawner.network_per_session = (
+        os.environ.get("FGPU_SWARM_NETWORK_PER_SESSION", "") == "1"
+    )
 else:
     # Sessions run on their own bridge, where they cannot reach one another; the hub's API
     # listens on its gateway, so sessions can call it and nothing outside can.
@@ -117,7 +132,9 @@ simulated_gpus = os.environ.get("FGPU_SIMULATED_GPUS", "")
 # reports (every request is still authenticated with a hub token; sessions reach the hub's API
 # there too).
 queue_host = (
-    os.environ.get("FGPU_HUB_CONNECT_IP", "127.0.0.1") if engine == "swarm" else "127.0.0.1"
+    os.environ.get("FGPU_HUB_CONNECT_IP", "127.0.0.1")
+    if engine == "swarm" and not hub_container
+    else "127.0.0.1"
 )
 queue_url = f"http://{queue_host}:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
@@ -215,8 +232,10 @@ c.JupyterHub.services = [
 # agents report to this URL, the service as a node reaches it: by default the service's own
 # address on the nodes' network (above); a site may name its proxy instead, e.g.
 # http://hub.example.org/services/queue/. Outside Swarm mode no agent is deployed unless set.
+# With the hub in a container on the overlay, the nodes reach the service only through the proxy's
+# public address, which only the site knows: no agent unless FGPU_NODE_AGENT_URL names it.
 node_agent_url = os.environ.get("FGPU_NODE_AGENT_URL") or (
-    f"{queue_url}/services/queue/" if engine == "swarm" else ""
+    f"{queue_url}/services/queue/" if engine == "swarm" and not hub_container else ""
 )
 if node_agent_url:
     (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]

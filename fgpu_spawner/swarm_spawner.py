@@ -16,7 +16,12 @@ How the proxy reaches a session (`endpoint`):
 - `overlay`: the task joins `network_name`, an attachable overlay network (created when missing),
   and the proxy reaches the task's own address on it: for a hub that runs on the overlay itself
   (as a Swarm service or a container attached to it). Endpoints are DNS round-robin, because a
-  kernel without IPVS cannot serve VIPs.
+  kernel without IPVS cannot serve VIPs. The hub, not only its proxy, must be on the overlay: it
+  checks a new server's own address before it routes to it. With `hub_container` the spawner
+  joins that container (the hub's, on the manager's engine) to the session's overlay, and the
+  session reaches the hub's API at the container's name there. An overlay has no `icc` switch, so
+  on one shared overlay every session reaches every other: `network_per_session` gives each session
+  an overlay of its own, which only it and the hub's container join.
 - `vip`: the same overlay, with a VIP endpoint, and the proxy reaches the service by its name:
   for sites whose kernels have IPVS. Not testable here (no IPVS); the spec is unit-tested.
 
@@ -30,10 +35,12 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import docker.errors
-from traitlets import CaselessStrEnum, Float, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Float, Unicode, default
 
 from .network import SessionNetwork, pick_network
 from .service_spec import SwarmContext, build_service_spec, home_folder
@@ -87,6 +94,34 @@ class FGPUSwarmSpawner(FGPUSpawner):
         virtual IP, for sites whose kernels have IPVS (these machines' do not).
         """,
     )
+    hub_container = Unicode(
+        "",
+        config=True,
+        help="""
+        With `endpoint = "overlay"`: the container, on the engine `DOCKER_HOST` names (the
+        manager), in whose network the hub and its proxy run: the hub's own container at a site;
+        in the lab, the container whose network namespace the hub's process entered. Before a
+        session starts, the spawner joins this container to the session's overlay, and the
+        session reaches the hub's API at the container's name there (Docker's DNS on the overlay)
+        and the hub's port; the hub should then listen on all its addresses. The manager must be
+        `active`: Swarm gives a drained or paused node's containers no place on an overlay.
+        Empty: the hub is on the overlay by other means, and sessions use the hub's connect URL.
+        """,
+    )
+    network_per_session = Bool(
+        False,
+        config=True,
+        help="""
+        With `endpoint = "overlay"` and `hub_container`: each session gets an attachable overlay of
+        its own (named as its service), which only the session and the hub's container join, so
+        sessions cannot reach one another (an overlay has no `icc` switch: on one shared overlay
+        every session reaches every other). The hub's container leaves the network, and the
+        network is removed, once the session's task has left it. Each such network takes one
+        subnet of the Swarm's address pool (a /24 unless `docker swarm init
+        --default-addr-pool-mask-length` says otherwise: 256 sessions in a /16), and one attachment
+        of the hub's container.
+        """,
+    )
     task_start_timeout = Float(
         300.0,
         config=True,
@@ -114,6 +149,18 @@ class FGPUSwarmSpawner(FGPUSpawner):
     @default("network_name")
     def _default_network_name(self):
         return "fgpu-sessions-overlay"
+
+    @default("hub_connect_url")
+    def _default_hub_connect_url(self):
+        # The hub's container is on every session's overlay, where Docker's DNS knows its name.
+        if self.endpoint == "overlay" and self.hub_container:
+            return f"http://{self.hub_container}:{urlparse(self.hub.url).port}"
+        return None
+
+    @property
+    def overlay_name(self) -> str:
+        """The session's overlay: its own (named as its service) or the shared one."""
+        return self.object_name if self.network_per_session else self.network_name
 
     @property
     def swarm_context(self) -> SwarmContext:
@@ -143,20 +190,26 @@ class FGPUSwarmSpawner(FGPUSpawner):
         try:
             return await asyncio.to_thread(self._ensure_overlay)
         except docker.errors.APIError as e:
-            message = f"No overlay network {self.network_name!r}: {e.explanation or e}"
+            message = f"No overlay network {self.overlay_name!r}: {e.explanation or e}"
             raise spawn_error(message, reason="config", status_code=500) from None
 
     def _ensure_overlay(self):
+        network = self._overlay()
+        if self.hub_container:
+            self._attach_hub(network)
+        return network
+
+    def _overlay(self) -> SessionNetwork:
         network = self._find_overlay()
         if network is None:
             try:
                 created = self.client.create_network(
-                    self.network_name,
+                    self.overlay_name,
                     driver="overlay",
                     attachable=True,
-                    labels={"fgpu.role": "sessions"},
+                    labels={"fgpu.role": "session" if self.network_per_session else "sessions"},
                 )
-                return SessionNetwork(created["Id"], self.network_name, "")
+                return SessionNetwork(created["Id"], self.overlay_name, "")
             except docker.errors.APIError as e:
                 # The first spawns of a hub (or of two hubs) all find no network and all make
                 # it; the manager keeps names unique and refuses every one but the first (409),
@@ -168,13 +221,68 @@ class FGPUSwarmSpawner(FGPUSpawner):
                     raise
         if network.get("Driver") != "overlay" or not network.get("Attachable"):
             raise docker.errors.APIError(
-                f"{self.network_name!r} exists but is not an attachable overlay network"
+                f"{self.overlay_name!r} exists but is not an attachable overlay network"
             )
-        return SessionNetwork(network["Id"], self.network_name, "")
+        return SessionNetwork(network["Id"], self.overlay_name, "")
 
     def _find_overlay(self) -> dict | None:
-        """The network called exactly `network_name` (the engine's filter matches parts)."""
-        return pick_network(self.network_name, self.client.networks(names=[self.network_name]))
+        """The network called exactly `overlay_name` (the engine's filter matches parts)."""
+        return pick_network(self.overlay_name, self.client.networks(names=[self.overlay_name]))
+
+    def _attach_hub(self, network: SessionNetwork) -> None:
+        """Join the hub's container to the session's overlay, unless it is there already (the
+        shared overlay, after the first spawn; two spawns racing to join it)."""
+        if self._hub_attached(network.id):
+            return
+        try:
+            self.client.connect_container_to_network(self.hub_container, network.id)
+        except docker.errors.APIError:
+            if not self._hub_attached(network.id):
+                raise
+
+    def _hub_attached(self, network_id: str) -> bool:
+        attached = self.client.inspect_container(self.hub_container)["NetworkSettings"]["Networks"]
+        return any(n.get("NetworkID") == network_id for n in attached.values())
+
+    def _remove_session_network(self) -> None:
+        """The hub's container leaves the session's own overlay, and the overlay goes once the
+        session's task has left it (the manager refuses to remove a network in use)."""
+        network = self._find_overlay()
+        if network is None:
+            return
+        if self.hub_container:
+            with contextlib.suppress(docker.errors.APIError):
+                self.client.disconnect_container_from_network(self.hub_container, network["Id"])
+        deadline = time.monotonic() + self.task_exit_timeout
+        while True:
+            try:
+                self.client.remove_network(network["Id"])
+                return
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as e:
+                if time.monotonic() > deadline:
+                    self.log.warning("Overlay %s not removed: %s", network["Name"], e)
+                    return
+            time.sleep(_TASK_POLL_SECONDS)
+
+    async def drop_session_network(self) -> None:
+        if self.endpoint == "host_port" or not self.network_per_session or not self.object_name:
+            return
+        try:
+            await asyncio.to_thread(self._remove_session_network)
+        except docker.errors.APIError as e:
+            self.log.warning("Overlay %s not removed: %s", self.overlay_name, e)
+
+    async def stop(self, now=False):
+        try:
+            await super().stop(now=now)
+        finally:
+            await self.drop_session_network()
+
+    async def _abandon_start(self, end_reason: str | None = None) -> None:
+        await super()._abandon_start(end_reason)
+        await self.drop_session_network()
 
     @property
     def storage_settings(self):

@@ -185,12 +185,19 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
 
 @contextmanager
 def running_hub(
-    workdir: Path, extra_config: str = "", env: dict | None = None, ignore_sigint: bool = False
+    workdir: Path,
+    extra_config: str = "",
+    env: dict | None = None,
+    ignore_sigint: bool = False,
+    launcher: tuple[str, ...] = (),
+    url: str = "",
 ):
     """Start a hub in `workdir`; on exit stop its servers, the hub, and any container it left.
 
     `ignore_sigint` starts it as a shell's `cmd &` does (scripts/up in the background): with SIGINT
-    ignored, which its children inherit."""
+    ignored, which its children inherit. `launcher` is a command that runs the hub's command
+    (`nsenter --net=...`: the hub in another network namespace), and `url` its public URL
+    where it is not http://127.0.0.1:<port>."""
     workdir.mkdir(parents=True, exist_ok=True)
     port, token, run_id = free_port(), secrets.token_hex(16), secrets.token_hex(6)
     # The spawner's own token is known to the tests, so they can call the grants API as it does.
@@ -205,8 +212,11 @@ def running_hub(
         **(env or {}),
     }
     hub_env["PATH"] = f"{VENV_BIN}:{hub_env['PATH']}"
-    hub = Hub(workdir, port, token, run_id, _start_process(workdir, hub_env, ignore_sigint))
+    process = _start_process(workdir, hub_env, ignore_sigint, launcher)
+    hub = Hub(workdir, port, token, run_id, process)
+    hub.url = url or hub.url
     hub.env = hub_env
+    hub.launcher = launcher
     hub.spawner_token = spawner_token
     try:
         _wait_for_hub(hub)
@@ -215,10 +225,12 @@ def running_hub(
         _shut_down(hub)
 
 
-def _start_process(workdir: Path, env: dict, ignore_sigint: bool = False) -> subprocess.Popen:
+def _start_process(
+    workdir: Path, env: dict, ignore_sigint: bool = False, launcher: tuple[str, ...] = ()
+) -> subprocess.Popen:
     with open(workdir / "hub.log", "ab") as log:
         return subprocess.Popen(
-            [str(VENV_BIN / "jupyterhub"), "-f", "test_config.py"],
+            [*launcher, str(VENV_BIN / "jupyterhub"), "-f", "test_config.py"],
             cwd=workdir,
             env=env,
             stdout=log,
@@ -235,7 +247,7 @@ def restart(hub: Hub) -> None:
     """Stop the hub as an admin would (SIGTERM) and start it again on the same state and ports."""
     hub.process.terminate()
     hub.process.wait(30)
-    hub.process = _start_process(hub.workdir, hub.env)
+    hub.process = _start_process(hub.workdir, hub.env, launcher=hub.launcher)
     _wait_for_hub(hub)
 
 
@@ -289,5 +301,5 @@ def remove_volumes(labels: dict[str, str]) -> None:
 def relaunch(hub: Hub) -> None:
     """Start the hub again on the same state and ports, after its process ended (killed, say)."""
     hub.process.wait(30)
-    hub.process = _start_process(hub.workdir, hub.env)
+    hub.process = _start_process(hub.workdir, hub.env, launcher=hub.launcher)
     _wait_for_hub(hub)

@@ -16,6 +16,7 @@ import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlparse
 
 import docker
 import pytest
@@ -573,3 +574,159 @@ def test_spawns_that_race_to_make_the_overlay_all_use_the_one_the_manager_kept(l
     finally:
         for network in lab.manager().networks.list(names=[name, f"{name}-b"]):
             network.remove()
+
+
+@pytest.fixture(scope="module")
+def overlay_hub(lab: Lab, tmp_path_factory):
+    """A hub in `FGPU_SWARM_ENDPOINT=overlay` mode, with an overlay per session, whose process and
+    proxy run in the network of a container on the manager, as a site runs the hub's container
+    there: the lab's hub process enters that container's network namespace (`nsenter --net`, as
+    the lab's engines enter theirs) instead of running from an image. Students reach the proxy at
+    the port the container publishes on the manager's address."""
+    manager = lab.manager()
+    tag = secrets.token_hex(3)
+    anchor = manager.containers.run(
+        f"{lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE}",
+        ["sleep", "infinity"],
+        name=f"fgpu-hub-{tag}",
+        detach=True,
+        ports={"8000/tcp": None},
+        user="1000",
+        cap_drop=["ALL"],
+        labels={TEST_LABEL: tag},
+    )
+    try:
+        anchor.reload()
+        public = f"http://{urlparse(lab.env['DOCKER_HOST']).hostname}:"
+        public += anchor.ports["8000/tcp"][0]["HostPort"]
+        env = {
+            **lab.env,
+            "FGPU_SWARM_ENDPOINT": "overlay",
+            "FGPU_SWARM_HUB_CONTAINER": anchor.name,
+            "FGPU_SWARM_NETWORK_PER_SESSION": "1",
+            "FGPU_HUB_IP": "0.0.0.0",
+            "FGPU_HUB_PORT": "8000",
+            "FGPU_DEMO_LOGIN_ON_NETWORK": "1",
+        }
+        launcher = ("nsenter", f"--net=/proc/{anchor.attrs['State']['Pid']}/ns/net")
+        workdir = tmp_path_factory.mktemp("overlay-hub")
+        with running_hub(workdir, env=env, launcher=launcher, url=public) as hub:
+            hub.lab, hub.anchor = lab, anchor
+            try:
+                yield hub
+            finally:
+                for service in manager.services.list(
+                    filters={"label": f"{TEST_LABEL}={hub.run_id}"}
+                ):
+                    service.remove()
+    finally:
+        anchor.remove(force=True)
+
+
+def proxy_target(hub, path: str) -> str:
+    """Where the hub's proxy sends `path` (the hub's own view of its routes)."""
+    routes = hub.request("GET", "proxy").json()
+    return routes[path]["target"]
+
+
+#: Run in a session: GET a URL, print the status (or the error) as JSON.
+FETCH = """
+import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])) as reply:
+        print(json.dumps({"status": reply.status}))
+except Exception as e:
+    print(json.dumps({"error": repr(e)}))
+"""
+
+
+def fetch_from(container, url: str, timeout: float = 5) -> dict:
+    done = container.exec_run(["python3", "-c", FETCH, url, str(timeout)])
+    return json.loads(done.output.decode().splitlines()[-1])
+
+
+def test_the_hubs_proxy_reaches_sessions_on_other_nodes_over_their_own_overlays_and_they_not_each_other(
+    overlay_hub, pages
+):
+    """A student's request through the public URL reaches a real `jupyterhub-singleuser` on a
+    worker over the session's overlay; the session reaches the hub's API on it (JupyterLab's
+    login is the server's OAuth exchange with the hub); two sessions on overlays of their own
+    cannot reach each other; a stopped session's overlay goes."""
+    hub, lab = overlay_hub, overlay_hub.lab
+    manager = lab.manager()
+    sessions = {"kim": "a", "lee": "b"}
+    try:
+        for user, server in sessions.items():
+            response = hub.start_server(user, GPU_SESSION, server)
+            assert response.status_code in (201, 202), response.text
+        models = {
+            user: hub.wait_ready(user, server, timeout=240) for user, server in sessions.items()
+        }
+        admin = QueueUser(hub, "admin")
+        records = {user: session_of(admin, user, server) for user, server in sessions.items()}
+        nodes = {user: record["grant"]["node"] for user, record in records.items()}
+        # One GPU per node: the two sessions run on two workers, neither of them the hub's node.
+        assert len(set(nodes.values())) == 2 and set(nodes.values()) <= set(lab.nodes)
+
+        # Through the public URL: the proxy, beside the hub on the manager, reaches the server.
+        token = hub.user_token("kim")
+        reply = requests.get(
+            f"{hub.url}{models['kim']['url']}api/status",
+            headers={"Authorization": f"token {token}"},
+            timeout=30,
+        )
+        assert reply.status_code == 200, reply.text
+        target = proxy_target(hub, models["kim"]["url"])
+        assert ipaddress.ip_address(urlparse(target).hostname) in ipaddress.ip_network(
+            LAB_ENV["FGPU_SWARM_LAB_POOL"]
+        )
+
+        containers = {
+            user: session_container(lab, nodes[user], record["id"])
+            for user, record in records.items()
+        }
+        # Each session is on an overlay of its own, which the hub's container has joined.
+        hub.anchor.reload()
+        anchor_networks = hub.anchor.attrs["NetworkSettings"]["Networks"]
+        for container in containers.values():
+            own = set(container.attrs["NetworkSettings"]["Networks"])
+            assert own == {container.labels["com.docker.swarm.service.name"]}, own
+            assert own <= set(anchor_networks)
+
+        # The session reaches the hub's API, at the hub container's name on its overlay.
+        api_url = dict(e.split("=", 1) for e in containers["kim"].attrs["Config"]["Env"])[
+            "JUPYTERHUB_API_URL"
+        ]
+        assert urlparse(api_url).hostname == hub.anchor.name
+        assert fetch_from(containers["kim"], api_url) == {"status": 200}
+
+        # kim, in a browser: the hub's login, then JupyterLab, once her server has had the
+        # hub's API confirm the login (OAuth), over the overlay.
+        page = pages()
+        log_in(page, hub, "kim")
+        page.goto(f"{hub.url}{models['kim']['url']}lab")
+        expect(page.locator(".jp-Launcher")).to_be_visible(timeout=120_000)
+        screenshot(page, "swarm-overlay-jupyterlab")
+
+        # lee's session cannot reach kim's server, which the proxy reaches; lee's own server
+        # answers the same request from there.
+        lee_target = proxy_target(hub, models["lee"]["url"])
+        own = fetch_from(containers["lee"], f"{lee_target}{models['lee']['url']}api")
+        assert own == {"status": 200}
+        other = fetch_from(containers["lee"], f"{target}{models['kim']['url']}api")
+        assert "timed out" in other.get("error", "") or "unreachable" in other.get("error", ""), (
+            other
+        )
+
+        # Stopped: kim's overlay is gone, and the hub's container has left it.
+        kim_network = containers["kim"].labels["com.docker.swarm.service.name"]
+        hub.stop_server("kim", "a")
+        wait_for(
+            lambda: not manager.networks.list(names=[kim_network]),
+            timeout=60,
+            what=f"{kim_network} removed",
+        )
+        hub.anchor.reload()
+        assert kim_network not in hub.anchor.attrs["NetworkSettings"]["Networks"]
+    finally:
+        hub.stop_servers(set(sessions.items()) & hub.active_servers())
