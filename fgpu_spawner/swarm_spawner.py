@@ -210,12 +210,11 @@ class FGPUSwarmSpawner(FGPUSpawner):
                     labels={"fgpu.role": "session" if self.network_per_session else "sessions"},
                 )
                 return SessionNetwork(created["Id"], self.overlay_name, "")
-            except docker.errors.APIError as e:
+            except docker.errors.APIError:
                 # The first spawns of a hub (or of two hubs) all find no network and all make
-                # it; the manager keeps names unique and refuses every one but the first (409),
-                # whose network the others then use.
-                if e.status_code != 409:
-                    raise
+                # it; the manager keeps names unique and refuses every one but the first, whose
+                # network the others then use. It refuses with 409, or, when its store sees the
+                # clash first, with 500 "name conflicts with an existing object" (seen here).
                 network = self._find_overlay()
                 if network is None:
                     raise

@@ -86,7 +86,7 @@ def test_every_worker_reports_and_a_sessions_usage_comes_from_its_node(lab, lab_
         what="a fresh report from every worker",
     )
     figures = {"deploy until every node reported (s)": round(time.monotonic() - start, 1)}
-    assert set(fresh) == set(nodes), "the drained manager runs no agent"
+    assert set(fresh) == set(nodes), "the manager runs no agent"
     (agent_service,) = manager.services.list(filters={"name": "fgpu-node-agent"})
     assert agent_service.attrs["Spec"]["Mode"] == {"Global": {}}
 

@@ -576,6 +576,44 @@ def test_spawns_that_race_to_make_the_overlay_all_use_the_one_the_manager_kept(l
             network.remove()
 
 
+def test_the_hubs_container_joins_the_shared_overlay_once_however_many_spawns_race(lab: Lab):
+    """On the shared overlay (no overlay per session) the first spawns of a hub all find the
+    hub's container off the network and all join it; the engine refuses every join but one."""
+    manager = lab.manager()
+    tag = secrets.token_hex(3)
+    hub_container = manager.containers.run(
+        f"{lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE}",
+        ["sleep", "600"],
+        name=f"fgpu-hubc-{tag}",
+        detach=True,
+        user="1000",
+    )
+    name = f"fgpu-ovl-shared-{tag}"
+    kwargs = dict(
+        client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
+        endpoint="overlay",
+        network_name=name,
+        hub_container=hub_container.name,
+    )
+    try:
+
+        async def at_once():
+            return await asyncio.gather(
+                *(_OverlaySpawner(**kwargs).session_network() for _ in range(6))
+            )
+
+        (network_id,) = {network.id for network in run_apart(at_once())}
+        hub_container.reload()
+        joined = hub_container.attrs["NetworkSettings"]["Networks"]
+        assert joined[name]["NetworkID"] == network_id
+        # Later spawns find it there and change nothing.
+        assert run_apart(_OverlaySpawner(**kwargs).session_network()).id == network_id
+    finally:
+        hub_container.remove(force=True)
+        for network in manager.networks.list(names=[name]):
+            network.remove()
+
+
 @pytest.fixture(scope="module")
 def overlay_hub(lab: Lab, tmp_path_factory):
     """A hub in `FGPU_SWARM_ENDPOINT=overlay` mode, with an overlay per session, whose process and

@@ -1,6 +1,8 @@
 """`fgpu_spawner.swarm_spawner`: the pure parts of the Swarm spawner. The spawner itself runs
 against the lab in tests/test_swarm_hub.py."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from fgpu_spawner.swarm_spawner import FGPUSwarmSpawner, published_port, task_address
@@ -55,3 +57,21 @@ def test_images_come_from_the_sites_registry_unless_they_name_their_own(
 
 def test_the_command_is_the_catalogs_not_read_from_an_image_the_manager_lacks():
     assert FGPUSwarmSpawner().cmd == ["jupyterhub-singleuser"]
+
+
+def test_sessions_reach_the_hub_at_its_containers_name_on_their_overlay():
+    hub = SimpleNamespace(url="http://127.0.0.1:8081/hub/")
+    on_overlay = FGPUSwarmSpawner(endpoint="overlay", hub_container="fgpu-hub", hub=hub)
+    assert on_overlay.hub_connect_url == "http://fgpu-hub:8081"
+    # Without the hub's container, or beside the Swarm: the hub's own connect URL.
+    assert FGPUSwarmSpawner(endpoint="overlay", hub=hub).hub_connect_url is None
+    assert FGPUSwarmSpawner(hub_container="fgpu-hub", hub=hub).hub_connect_url is None
+
+
+def test_a_session_of_its_own_overlay_names_it_as_its_service():
+    shared = FGPUSwarmSpawner(endpoint="overlay")
+    shared.object_name = "jupyter-ann-s1"  # otherwise made from the user, whom this test lacks
+    assert shared.overlay_name == "fgpu-sessions-overlay"
+    own = FGPUSwarmSpawner(endpoint="overlay", hub_container="hub", network_per_session=True)
+    own.object_name = "jupyter-ann-s1"
+    assert own.overlay_name == "jupyter-ann-s1"
