@@ -12,12 +12,15 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 import docker
 import pytest
@@ -158,3 +161,57 @@ def lab():
         finally:
             swarm_lab("down", check=False)
             print(f"\nswarm-lab timings (s): {running.timings}", file=sys.stderr)
+
+
+@dataclass
+class HubContainer:
+    """A container on the manager in whose network a hub runs (`FGPU_SWARM_HUB_CONTAINER`)."""
+
+    container: object
+    #: Runs a command in the container's network namespace (the hub's process, here).
+    launcher: tuple[str, ...]
+    #: The hub's public URL: the port the container publishes on the manager's address.
+    url: str
+
+    def env(self, per_session: bool = True) -> dict[str, str]:
+        """What the shipped config needs to run the hub in this container's network."""
+        return {
+            "FGPU_SWARM_ENDPOINT": "overlay",
+            "FGPU_SWARM_HUB_CONTAINER": self.container.name,
+            "FGPU_SWARM_NETWORK_PER_SESSION": "1" if per_session else "",
+            "FGPU_HUB_IP": "0.0.0.0",
+            "FGPU_HUB_PORT": str(HUB_CONTAINER_PORT),
+            "FGPU_DEMO_LOGIN_ON_NETWORK": "1",
+        }
+
+
+HUB_CONTAINER_PORT = 8000
+
+
+@contextmanager
+def hub_container(lab_env: dict[str, str], labels: dict[str, str] | None = None):
+    """A container on the lab's manager that a site's hub container stands for: no hub image is
+    built here, so the hub's process enters this container's network namespace (`nsenter
+    --net`, as the lab's engines enter theirs) and runs from this machine's files. It publishes
+    the proxy's port on the manager's address. Removed at the end."""
+    manager = engine_client(lab_env)
+    container = manager.containers.run(
+        f"{lab_env['FGPU_SWARM_REGISTRY']}/{IMAGE}",
+        ["sleep", "infinity"],
+        name=f"fgpu-hub-{secrets.token_hex(3)}",
+        detach=True,
+        ports={f"{HUB_CONTAINER_PORT}/tcp": None},
+        user="1000",
+        cap_drop=["ALL"],
+        labels=labels or {},
+    )
+    try:
+        container.reload()
+        port = container.ports[f"{HUB_CONTAINER_PORT}/tcp"][0]["HostPort"]
+        yield HubContainer(
+            container,
+            ("nsenter", f"--net=/proc/{container.attrs['State']['Pid']}/ns/net"),
+            f"http://{urlparse(lab_env['DOCKER_HOST']).hostname}:{port}",
+        )
+    finally:
+        container.remove(force=True)

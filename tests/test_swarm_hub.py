@@ -32,7 +32,7 @@ from fgpu_spawner.swarm_spawner import LIVE_STATES, FGPUSwarmSpawner
 
 from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub
-from .swarm_lab import IMAGE, LAB_ENV, LAB_NAME, Lab, swarm_lab, wait_for
+from .swarm_lab import IMAGE, LAB_ENV, LAB_NAME, Lab, hub_container, swarm_lab, wait_for
 
 GPU_SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
 NODE_DOWN_GRACE = 6
@@ -618,47 +618,20 @@ def test_the_hubs_container_joins_the_shared_overlay_once_however_many_spawns_ra
 def overlay_hub(lab: Lab, tmp_path_factory):
     """A hub in `FGPU_SWARM_ENDPOINT=overlay` mode, with an overlay per session, whose process and
     proxy run in the network of a container on the manager, as a site runs the hub's container
-    there: the lab's hub process enters that container's network namespace (`nsenter --net`, as
-    the lab's engines enter theirs) instead of running from an image. Students reach the proxy at
-    the port the container publishes on the manager's address."""
-    manager = lab.manager()
-    tag = secrets.token_hex(3)
-    anchor = manager.containers.run(
-        f"{lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE}",
-        ["sleep", "infinity"],
-        name=f"fgpu-hub-{tag}",
-        detach=True,
-        ports={"8000/tcp": None},
-        user="1000",
-        cap_drop=["ALL"],
-        labels={TEST_LABEL: tag},
-    )
-    try:
-        anchor.reload()
-        public = f"http://{urlparse(lab.env['DOCKER_HOST']).hostname}:"
-        public += anchor.ports["8000/tcp"][0]["HostPort"]
-        env = {
-            **lab.env,
-            "FGPU_SWARM_ENDPOINT": "overlay",
-            "FGPU_SWARM_HUB_CONTAINER": anchor.name,
-            "FGPU_SWARM_NETWORK_PER_SESSION": "1",
-            "FGPU_HUB_IP": "0.0.0.0",
-            "FGPU_HUB_PORT": "8000",
-            "FGPU_DEMO_LOGIN_ON_NETWORK": "1",
-        }
-        launcher = ("nsenter", f"--net=/proc/{anchor.attrs['State']['Pid']}/ns/net")
+    there (`swarm_lab.hub_container`). Students reach the proxy at the port the container
+    publishes on the manager's address."""
+    with hub_container(lab.env, labels={TEST_LABEL: secrets.token_hex(3)}) as anchor:
         workdir = tmp_path_factory.mktemp("overlay-hub")
-        with running_hub(workdir, env=env, launcher=launcher, url=public) as hub:
-            hub.lab, hub.anchor = lab, anchor
+        env = {**lab.env, **anchor.env(per_session=True)}
+        with running_hub(workdir, env=env, launcher=anchor.launcher, url=anchor.url) as hub:
+            hub.lab, hub.anchor = lab, anchor.container
             try:
                 yield hub
             finally:
-                for service in manager.services.list(
+                for service in lab.manager().services.list(
                     filters={"label": f"{TEST_LABEL}={hub.run_id}"}
                 ):
                     service.remove()
-    finally:
-        anchor.remove(force=True)
 
 
 def proxy_target(hub, path: str) -> str:
