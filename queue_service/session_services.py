@@ -15,6 +15,11 @@ the nodes in three calls, and `live_sessions` (pure) tells which sessions still 
 
 `SessionService` stands in for docker-py's container in the reconciler: its labels are the
 service's, and stopping it removes the service (Swarm then stops the task on its node).
+
+A session's own overlay (the spawner's `network_per_session`) is named as its service and labelled
+`fgpu.role=session`. The spawner removes it when the session stops; one whose service has been
+gone for `down_grace` seconds (the spawner failed to remove it, or the hub stopped meanwhile) is
+removed here, after its other members (the hub's container) have been sent away from it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import docker.errors
 
 from .session_containers import SESSION_LABEL
 
+#: The label of a session's own overlay (fgpu_spawner.swarm_spawner, `network_per_session`).
+SESSION_NETWORK_LABEL = "fgpu.role=session"
 #: Task states from "new" to "running" (docker's TaskState): the task holds, or will hold, a container.
 LIVE_TASK_STATES = frozenset(
     {"new", "pending", "assigned", "accepted", "preparing", "ready", "starting", "running"}
@@ -121,6 +128,19 @@ def nodes_down(nodes: Iterable[Mapping], down_since: Mapping[str, float], now: f
     return {name: down_since.get(name, now) for name in down}
 
 
+def orphan_networks(
+    networks: Iterable[Mapping],
+    services: Iterable[Mapping],
+    orphan_since: Mapping[str, float],
+    now: float,
+) -> dict[str, float]:
+    """`orphan_since` brought up to date: every session overlay (by id) that no service of its
+    name uses, with when it was first seen so. A service is made just after its overlay, so an
+    overlay is an orphan only once it has been one for a while."""
+    names = {(s.get("Spec") or {}).get("Name") for s in services}
+    return {n["Id"]: orphan_since.get(n["Id"], now) for n in networks if n.get("Name") not in names}
+
+
 def _hostname(node: Mapping) -> str:
     return (node.get("Description") or {}).get("Hostname") or node.get("ID", "")
 
@@ -134,6 +154,7 @@ class SwarmSessionLister:
         self.clock = clock
         self.down_since: dict[str, float] = {}
         self.gone: dict[str, tuple[str, SessionService]] = {}
+        self.orphan_since: dict[str, float] = {}
 
     def __call__(self) -> dict[str, SessionService]:
         api = self.client.api
@@ -147,7 +168,26 @@ class SwarmSessionLister:
         for service in [*found.alive.values(), *(s for _, s in found.gone.values())]:
             service.client = self.client
         self.gone = found.gone
+        self.remove_orphan_networks(services, now)
         return found.alive
+
+    def remove_orphan_networks(self, services: list[Mapping], now: float) -> None:
+        """Remove the session overlays whose service has been gone for `down_grace` seconds; one
+        the manager refuses to remove now (a task still leaving it) is tried again next round."""
+        networks = self.client.api.networks(filters={"label": SESSION_NETWORK_LABEL})
+        self.orphan_since = orphan_networks(networks, services, self.orphan_since, now)
+        for network_id, since in self.orphan_since.items():
+            if now - since >= self.down_grace:
+                with contextlib.suppress(docker.errors.APIError):
+                    self._remove_network(network_id)
+
+    def _remove_network(self, network_id: str) -> None:
+        api = self.client.api
+        # The members on the manager's own engine: the hub's container.
+        for container_id in api.inspect_network(network_id).get("Containers") or {}:
+            with contextlib.suppress(docker.errors.APIError):
+                api.disconnect_container_from_network(container_id, network_id, force=True)
+        api.remove_network(network_id)
 
     def why_gone(self, session_id: str) -> str | None:
         """Why the last round did not count a labelled session as alive (None: no service)."""

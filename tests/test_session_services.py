@@ -2,7 +2,7 @@
 
 import pytest
 
-from queue_service.session_services import live_sessions, nodes_down
+from queue_service.session_services import live_sessions, nodes_down, orphan_networks
 
 NODES = [
     {"ID": "n1", "Description": {"Hostname": "node-1"}, "Status": {"State": "ready"}},
@@ -82,3 +82,16 @@ def test_nodes_down_keeps_the_first_time_a_node_was_seen_down_and_forgets_it_onc
     assert nodes_down(NODES, first, now=20.0) == {"node-2": 10.0}
     back = [NODES[0], {**NODES[1], "Status": {"State": "ready"}}]
     assert nodes_down(back, first, now=30.0) == {}
+
+
+def test_a_session_overlay_is_an_orphan_from_the_first_round_its_service_is_missing():
+    networks = [{"Id": "net-a", "Name": "jupyter-ann"}, {"Id": "net-b", "Name": "jupyter-bob"}]
+    services = [{"ID": "svc-a", "Spec": {"Name": "jupyter-ann", "Labels": {}}}]
+    first = orphan_networks(networks, services, {}, now=10.0)
+    assert first == {"net-b": 10.0}
+    # Still an orphan later: seen first at 10; and forgotten once it is gone.
+    assert orphan_networks(networks, services, first, now=20.0) == {"net-b": 10.0}
+    assert orphan_networks(networks[:1], services, first, now=30.0) == {}
+    # Its service back (a session of that name again): no longer an orphan.
+    both = [*services, {"ID": "svc-b", "Spec": {"Name": "jupyter-bob"}}]
+    assert orphan_networks(networks, both, first, now=40.0) == {}

@@ -10,6 +10,7 @@ fGPU, so that a user's second GPU session waits for the first one's slice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import secrets
@@ -344,6 +345,35 @@ def test_the_node_agent_reports_usage_and_a_session_saved_on_its_node_starts_on_
     finally:
         node = lab.manager().nodes.get(first_node)
         node.update({**node.attrs["Spec"], "Availability": "active"})
+
+
+def test_a_session_overlay_left_without_its_service_is_removed_by_the_reconciler(swarm_hub):
+    """The spawner removes a session's own overlay when the session stops; one it left (a hub
+    that stopped meanwhile) goes in the queue service's reconciler rounds, once its service has
+    been missing for the node-down grace, with the hub's container sent away from it first."""
+    manager = swarm_hub.lab.manager()
+    name = f"fgpu-orphan-{secrets.token_hex(3)}"
+    member = manager.containers.run(
+        f"{swarm_hub.lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE}", ["sleep", "600"], detach=True
+    )
+    network = manager.networks.create(
+        name, driver="overlay", attachable=True, labels={"fgpu.role": "session"}
+    )
+    left_at = time.monotonic()
+    try:
+        network.connect(member)
+        wait_for(
+            lambda: not manager.networks.list(names=[name]),
+            timeout=NODE_DOWN_GRACE + 30,
+            what=f"the orphan overlay {name} removed",
+        )
+        assert time.monotonic() - left_at >= NODE_DOWN_GRACE - 1
+        member.reload()
+        assert name not in member.attrs["NetworkSettings"]["Networks"]
+    finally:
+        member.remove(force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            network.remove()
 
 
 class _LabSpawner(FGPUSwarmSpawner):
