@@ -86,6 +86,11 @@ if engine == "swarm":
     c.FGPUSwarmSpawner.registry = os.environ.get("FGPU_SWARM_REGISTRY", "")
     c.FGPUSwarmSpawner.home_root = os.environ.get("FGPU_SWARM_HOME_ROOT", "")
     c.FGPUSwarmSpawner.endpoint = os.environ.get("FGPU_SWARM_ENDPOINT", "host_port")
+else:
+    # Sessions run on their own bridge, where they cannot reach one another; the hub's API
+    # listens on its gateway, so sessions can call it and nothing outside can.
+    c.FGPUSpawner.network_name = SESSION_NETWORK
+    c.JupyterHub.hub_ip = session_network_gateway(SESSION_NETWORK)
 hub_container = os.environ.get("FGPU_SWARM_HUB_CONTAINER", "") if engine == "swarm" else ""
 if hub_container:
     # The hub runs in that container's network, which joins every session's overlay: sessions
@@ -96,11 +101,6 @@ if hub_container:
     c.FGPUSwarmSpawner.network_per_session = (
         os.environ.get("FGPU_SWARM_NETWORK_PER_SESSION", "") == "1"
     )
-else:
-    # Sessions run on their own bridge, where they cannot reach one another; the hub's API
-    # listens on its gateway, so sessions can call it and nothing outside can.
-    c.FGPUSpawner.network_name = SESSION_NETWORK
-    c.JupyterHub.hub_ip = session_network_gateway(SESSION_NETWORK)
 c.JupyterHub.allow_named_servers = True
 # Sessions outlive a hub restart; the queue service's reconciler owns their clean-up.
 c.JupyterHub.cleanup_servers = False

@@ -257,6 +257,36 @@ def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
     assert "network_name" not in config.FGPUSpawner
 
 
+def test_a_hub_in_a_container_on_the_overlay_listens_there_and_sessions_reach_it_by_its_name(
+    monkeypatch,
+):
+    for name, value in {
+        "FGPU_ENGINE": "swarm",
+        "FGPU_HUB_CONNECT_IP": "10.213.0.1",
+        "FGPU_SWARM_ENDPOINT": "overlay",
+        "FGPU_SWARM_HUB_CONTAINER": "fgpu-hub",
+        "FGPU_SWARM_NETWORK_PER_SESSION": "1",
+        "FGPU_QUEUE_PORT": "10101",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("FGPU_NODE_AGENT_URL", raising=False)
+    config = load_shipped_config()
+    # The hub's API on every address of the container (sessions come from their overlays), the
+    # proxy beside it at loopback; the queue service only at loopback.
+    assert (config.JupyterHub.hub_ip, config.JupyterHub.hub_connect_ip) == ("0.0.0.0", "127.0.0.1")
+    assert config.FGPUSwarmSpawner.hub_container == "fgpu-hub"
+    assert config.FGPUSwarmSpawner.network_per_session is True
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert queue["url"] == "http://127.0.0.1:10101"
+    # No node agent can reach the service's loopback: none unless FGPU_NODE_AGENT_URL names one.
+    assert not [arg for arg in queue["command"] if "node_agent" in arg]
+    monkeypatch.setenv("FGPU_NODE_AGENT_URL", "https://hub.example.org/services/queue/")
+    (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
+    assert (
+        "--QueueService.node_agent_url=https://hub.example.org/services/queue/" in queue["command"]
+    )
+
+
 def test_single_host_stays_the_default_and_a_bad_engine_is_refused(monkeypatch):
     config = load_shipped_config()
     assert config.JupyterHub.spawner_class == "fgpu"
