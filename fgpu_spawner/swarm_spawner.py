@@ -187,6 +187,13 @@ class FGPUSwarmSpawner(FGPUSpawner):
         """The attachable overlay of `overlay` endpoints (created when missing); none otherwise."""
         if self.endpoint == "host_port":
             return SessionNetwork("", "", "")  # the node's bridge
+        if self.network_per_session and not self.hub_container:
+            raise spawn_error(
+                "FGPUSwarmSpawner.network_per_session needs hub_container: no proxy could join "
+                "each session's own overlay",
+                reason="config",
+                status_code=500,
+            )
         try:
             return await asyncio.to_thread(self._ensure_overlay)
         except docker.errors.APIError as e:

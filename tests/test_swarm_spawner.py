@@ -4,6 +4,7 @@ against the lab in tests/test_swarm_hub.py."""
 from types import SimpleNamespace
 
 import pytest
+from jupyterhub.spawner import SpawnException
 
 from fgpu_spawner.swarm_spawner import FGPUSwarmSpawner, published_port, task_address
 
@@ -75,3 +76,9 @@ def test_a_session_of_its_own_overlay_names_it_as_its_service():
     own = FGPUSwarmSpawner(endpoint="overlay", hub_container="hub", network_per_session=True)
     own.object_name = "jupyter-ann-s1"
     assert own.overlay_name == "jupyter-ann-s1"
+
+
+async def test_an_overlay_per_session_without_the_hubs_container_is_refused_before_any_engine_call():
+    spawner = FGPUSwarmSpawner(endpoint="overlay", network_per_session=True)
+    with pytest.raises(SpawnException, match="network_per_session needs hub_container"):
+        await spawner.session_network()
