@@ -376,7 +376,9 @@ c.JupyterHub.named_server_limit_per_user = ActiveNamedServerLimit(active_session
 # container (100), so that a full queue never turns everyone else's start into a 429.
 class_size = int(os.environ.get("FGPU_CLASS_SIZE", "200"))
 waiting_per_user = pending_per_user if pending_per_user is not None else 2
-c.JupyterHub.concurrent_spawn_limit = waiting_per_user * class_size + 100
+from fgpu_spawner.queue_client import open_files_needed, spawn_slots  # noqa: E402
+
+c.JupyterHub.concurrent_spawn_limit = spawn_slots(class_size, waiting_per_user)
 
 
 def raise_open_file_limit(needed: int) -> None:
@@ -397,8 +399,6 @@ def raise_open_file_limit(needed: int) -> None:
             file=sys.stderr,
         )
 
-
-from fgpu_spawner.queue_client import open_files_needed  # noqa: E402
 
 raise_open_file_limit(open_files_needed(c.JupyterHub.concurrent_spawn_limit))
 
