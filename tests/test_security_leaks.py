@@ -104,11 +104,23 @@ def test_the_service_starts_without_the_engine_refuses_at_once_and_recovers(
             assert response.status_code == 503, response.text
             assert "Docker engine" in response.json()["message"], response.text
             assert hub.server_model(username) is None
+            # A load balancer or probe hears it too, from the service's health (no token).
+            health = requests.get(f"{hub.url}/services/queue/api/health", timeout=30)
+            assert (health.status_code, health.json()) == (503, {"status": "fail"})
             engine.up()
             until(
                 lambda: hub.start_server(username, OPTIONS).status_code in (201, 202),
                 30,
                 "a spawn succeeds once the engine is back",
+                interval=1,
+            )
+            until(
+                lambda: (
+                    requests.get(f"{hub.url}/services/queue/api/health", timeout=30).json()
+                    == {"status": "ok"}
+                ),
+                30,
+                "the service's health is ok again",
                 interval=1,
             )
             hub.wait_ready(username)
