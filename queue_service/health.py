@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import text
 
+from .db import DbThread
+
 OK, DEGRADED, FAIL = "ok", "degraded", "fail"
 _RANK = {OK: 0, DEGRADED: 1, FAIL: 2}
 #: A loop is late past this many of its intervals (one slow round is no fault), plus a margin.
@@ -140,6 +142,9 @@ class HealthMonitor:
         self.started_at = clock()
         self._last: tuple[float, list[Check]] | None = None
         self._running: asyncio.Future | None = None
+        # A thread of its own: neither the queue's (a long pass must not read as a dead
+        # database) nor the default executor (slow engine calls there must not either).
+        self._thread = DbThread("fgpu-health")
 
     async def checks(self) -> list[Check]:
         if self._last is not None and self.clock() - self._last[0] < self.min_interval:
@@ -168,8 +173,7 @@ class HealthMonitor:
     async def _database(self) -> Check:
         began = time.monotonic()
         try:
-            # Its own thread, not the queue's: a long pass must not read as a dead database.
-            await asyncio.wait_for(asyncio.to_thread(self.db_probe), DB_TIMEOUT_SECONDS)
+            await asyncio.wait_for(self._thread.run(self.db_probe), DB_TIMEOUT_SECONDS)
         except TimeoutError:
             return database_check(f"no answer in {DB_TIMEOUT_SECONDS:g} s", 0.0)
         except Exception as e:
