@@ -56,18 +56,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-free-docker",
         type=_size,
+        metavar="SIZE",
         default="10G",
         help="least free space on the engine's data root (default: %(default)s)",
     )
     parser.add_argument(
         "--min-free-backup",
         type=_size,
+        metavar="SIZE",
         default="5G",
         help="least free space in the backup folder (default: %(default)s)",
     )
     parser.add_argument(
         "--max-clock-skew",
-        type=float,
+        type=_seconds,
+        metavar="SECONDS",
         default=5.0,
         help="seconds this clock may differ from the engine's (default: %(default)s)",
     )
@@ -80,17 +83,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hami-library",
+        metavar="PATH",
         default=DEFAULT_HAMI_LIBRARY,
         help="HAMi-core's libvgpu.so on this host (default: %(default)s)",
     )
     parser.add_argument(
         "--hub-url",
+        metavar="URL",
         default=None,
         help="the hub, to ask the queue service's health (default: http://127.0.0.1:"
         "$FGPU_HUB_PORT, or :8000)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=10.0, help="seconds to wait for each answer"
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        default=10.0,
+        help="seconds to wait for each answer (default: %(default)s)",
     )
 
 
@@ -99,6 +108,16 @@ def _size(value: str) -> int:
         return parse_size(value)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds is needed, not {value!r}") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {value}")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:

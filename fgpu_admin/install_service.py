@@ -32,15 +32,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         type=_absolute_path,
+        metavar="DIR",
         default=service_unit.DEFAULT_STATE_DIR,
         help="the hub's state directory, made when missing (default: %(default)s)",
     )
     parser.add_argument(
-        "--user", help="run the hub as this account, a member of `docker` (default: root)"
+        "--user",
+        metavar="NAME",
+        help="run the hub as this account, a member of `docker` (default: root)",
     )
     parser.add_argument(
         "--keep-days",
         type=_positive_int,
+        metavar="N",
         default=14,
         help="delete backups older than this many days (default: %(default)s)",
     )
@@ -53,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--class-size",
         type=_positive_int,
+        metavar="N",
         default=None,
         help="students expected at once, to size the open-file limit"
         " (default: FGPU_CLASS_SIZE, or 200)",
@@ -60,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--root",
         type=_absolute_path,
+        metavar="DIR",
         default=None,
         help="write under this directory instead of / (a package's staging root, a test);"
         " implies --write-only",
