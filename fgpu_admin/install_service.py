@@ -59,8 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive_int,
         metavar="N",
         default=None,
-        help="students expected at once, to size the open-file limit"
-        " (default: FGPU_CLASS_SIZE, or 200)",
+        help="students expected at once, to size the open-file limit (default: FGPU_CLASS_SIZE"
+        " from /etc/fgpu-hub/env or the environment, or 200)",
     )
     parser.add_argument(
         "--root",
@@ -147,13 +147,26 @@ def settings_from(args: argparse.Namespace, environ) -> ServiceSettings:
         keep_days=args.keep_days,
         backup_every=args.backup_every,
         open_files=service_unit.open_files_for_class(
-            args.class_size or _class_size_from(environ), DEFAULT_PENDING_PER_USER
+            args.class_size or _class_size_from(_site_settings(args), environ),
+            DEFAULT_PENDING_PER_USER,
         ),
     )
 
 
-def _class_size_from(environ) -> int:
-    text = environ.get("FGPU_CLASS_SIZE") or str(DEFAULT_CLASS_SIZE)
+def _site_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The settings in the site's environment file, if it has one already."""
+    path = under(Path(args.root or "/"), service_unit.ENV_FILE)
+    try:
+        return service_unit.read_env_file(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise AdminError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _class_size_from(site: dict[str, str], environ) -> int:
+    """FGPU_CLASS_SIZE as the hub will see it: the site's file first, then this environment."""
+    text = site.get("FGPU_CLASS_SIZE") or environ.get("FGPU_CLASS_SIZE") or str(DEFAULT_CLASS_SIZE)
     try:
         return _positive_int(text)
     except argparse.ArgumentTypeError as e:

@@ -235,6 +235,21 @@ def example_env_file(settings: ServiceSettings) -> str:
 """
 
 
+def read_env_file(text: str) -> dict[str, str]:
+    """The NAME=value lines of an environment file (comments and blank lines skipped, one level
+    of quotes taken off), as systemd reads the simple ones."""
+    found = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")) or "=" not in line:
+            continue
+        name, value = (part.strip() for part in line.split("=", 1))
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        found[name] = value
+    return found
+
+
 def systemctl_commands() -> list[list[str]]:
     """What makes the units take effect: read them, then start the hub and the timer now and at
     every boot."""

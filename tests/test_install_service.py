@@ -103,6 +103,24 @@ def test_installing_again_updates_the_units_and_never_the_sites_settings(tmp_pat
     assert not [p for p in files_under(root) if p.name.endswith(".partial")]
 
 
+def test_the_open_file_limit_follows_the_class_size_of_the_sites_settings(tmp_path):
+    root = tmp_path / "root"
+    env = root / "etc" / "fgpu-hub" / "env"
+    env.parent.mkdir(parents=True)
+    env.write_text("FGPU_CLASS_SIZE=1000\n")
+    assert install("--root", str(root)).returncode == 0
+    hub = (root / "etc" / "systemd" / "system" / service_unit.HUB_UNIT).read_text()
+    needed = service_unit.open_files_for_class(1000, install_service.DEFAULT_PENDING_PER_USER)
+    assert f"LimitNOFILE={needed}:" in hub
+    # The option wins.
+    assert install("--root", str(root), "--class-size", "10").returncode == 0
+    hub = (root / "etc" / "systemd" / "system" / service_unit.HUB_UNIT).read_text()
+    assert f"LimitNOFILE={service_unit.open_files_for_class(10, 2)}:" in hub
+    env.write_text("FGPU_CLASS_SIZE=lots\n")
+    done = install("--root", str(root))
+    assert done.returncode == 1 and "FGPU_CLASS_SIZE" in done.stderr
+
+
 @pytest.mark.parametrize(
     "args, code, message",
     [

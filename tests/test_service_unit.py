@@ -134,3 +134,12 @@ def test_the_units_take_effect_and_start_now_and_at_every_boot():
         ["systemctl", "daemon-reload"],
         ["systemctl", "enable", "--now", "fgpu-hub.service", "fgpu-hub-backup.timer"],
     ]
+
+
+def test_the_sites_settings_file_is_read_as_systemd_reads_it():
+    text = "# comment\n\n; also a comment\nFGPU_CLASS_SIZE=50\nFGPU_HUB_IP = \"0.0.0.0\"\nX='a b'\n"
+    assert service_unit.read_env_file(text) == {
+        "FGPU_CLASS_SIZE": "50",
+        "FGPU_HUB_IP": "0.0.0.0",
+        "X": "a b",
+    }
