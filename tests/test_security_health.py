@@ -28,6 +28,8 @@ def test_anyone_learns_the_status_and_nothing_more(hub):
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
     assert response.headers["Cache-Control"] == "no-store"
+    probe = requests.head(health_url(hub), timeout=60)
+    assert (probe.status_code, probe.content) == (200, b"")
 
 
 def test_an_admin_reads_every_check_with_what_to_do(hub):

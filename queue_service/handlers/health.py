@@ -1,8 +1,9 @@
 """`api/health`: is the service able to serve (health.py's checks)?
 
 `GET api/health` answers anyone, a load balancer or a monitoring probe with no token included:
-`{"status": "ok" | "degraded" | "fail"}`, with 200, or 503 on `fail`. Admins (the token's
-`admin:servers`) get the checks as well: `{"status", "checks": [{name, status, message, fix}]}`.
+`{"status": "ok" | "degraded" | "fail"}`, with 200, or 503 on `fail` (`HEAD`: the code alone).
+Admins (the token's `admin:servers`) get the checks as well:
+`{"status", "checks": [{name, status, message, fix}]}`.
 It reads and changes nothing else, and the checks run at most once every two seconds whoever
 asks (`HealthMonitor`).
 """
@@ -14,6 +15,13 @@ from .base import BaseHandler
 
 
 class HealthHandler(BaseHandler):
+    async def head(self):
+        """The status code alone, for probes that ask with HEAD (HAProxy's `httpchk`)."""
+        status = health.overall(await self.settings["health"].checks())
+        self.set_header("Cache-Control", "no-store")
+        self.set_status(health.http_status(status))
+        self.finish()
+
     async def get(self):
         checks = await self.settings["health"].checks()
         status = health.overall(checks)
