@@ -91,8 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hub-url",
         metavar="URL",
         default=None,
-        help="the hub, to ask the queue service's health (default: http://127.0.0.1:"
-        "$FGPU_HUB_PORT, or :8000)",
+        help="the hub, to ask the queue service's health (default: http://$FGPU_HUB_IP:"
+        "$FGPU_HUB_PORT, or 127.0.0.1:8000)",
     )
     parser.add_argument(
         "--timeout",
@@ -633,7 +633,13 @@ def check_clock(engine: EngineFacts, max_skew: float) -> Result:
 
 
 def default_hub_url(environ: Mapping[str, str]) -> str:
-    return f"http://127.0.0.1:{environ.get('FGPU_HUB_PORT') or '8000'}"
+    """The hub where the shipped config makes it listen (FGPU_HUB_IP, FGPU_HUB_PORT)."""
+    host = environ.get("FGPU_HUB_IP") or "127.0.0.1"
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{environ.get('FGPU_HUB_PORT') or '8000'}"
 
 
 def check_service_health(hub_url: str, timeout: float) -> Result:

@@ -54,6 +54,7 @@ def make_state(tmp_path, monkeypatch, db_url):
     monkeypatch.setenv("FGPU_QUEUE_DB_URL", db_url)
     monkeypatch.setenv("FGPU_SIMULATED_GPUS", "1x8GiB")
     monkeypatch.setenv("FGPU_HUB_PORT", str(free_port()))
+    monkeypatch.delenv("FGPU_HUB_IP", raising=False)
     monkeypatch.delenv("FGPU_BACKUP_DIR", raising=False)
     return tmp_path
 
@@ -194,11 +195,14 @@ def test_the_running_services_health_is_asked(state, hub):
     assert service["status"] == "ok" and "/services/queue/api/health" in service["message"]
 
 
-def test_a_bad_threshold_is_refused_by_the_options(capsys):
+@pytest.mark.parametrize(
+    "option, value", [("--min-free-docker", "lots"), ("--max-clock-skew", "-1")]
+)
+def test_a_bad_threshold_is_refused_by_the_options(capsys, option, value):
     with pytest.raises(SystemExit) as refused:
-        cli.main(["doctor", "--min-free-docker", "lots"])
+        cli.main(["doctor", option, value])
     assert refused.value.code == 2
-    assert "--min-free-docker" in capsys.readouterr().err
+    assert option in capsys.readouterr().err
 
 
 # -- the pure parts ----------------------------------------------------------------------------
@@ -243,6 +247,15 @@ def test_image_references_without_a_tag_are_latest():
     assert swarm.status == "warn" and "registry" in swarm.fix
 
 
+def test_the_hub_is_asked_where_the_config_makes_it_listen():
+    assert doctor.default_hub_url({}) == "http://127.0.0.1:8000"
+    assert doctor.default_hub_url({"FGPU_HUB_IP": "0.0.0.0", "FGPU_HUB_PORT": "80"}) == (
+        "http://127.0.0.1:80"
+    )
+    assert doctor.default_hub_url({"FGPU_HUB_IP": "10.0.0.5"}) == "http://10.0.0.5:8000"
+    assert doctor.default_hub_url({"FGPU_HUB_IP": "fd00::5"}) == "http://[fd00::5]:8000"
+
+
 def test_the_report_puts_each_fix_under_its_check():
     results = [
         doctor.Result("engine", "ok", "answers"),
@@ -255,3 +268,16 @@ def test_the_report_puts_each_fix_under_its_check():
         "2 checks: 1 ok, 0 warnings, 1 failed\n"
     )
     assert doctor.exit_code(results) == 1 and doctor.exit_code(results[:1]) == 0
+
+
+def test_in_swarm_mode_the_labs_nodes_are_checked(state, lab, monkeypatch):
+    for name, value in lab.env.items():
+        monkeypatch.setenv(name, value)
+    code, report = doctor_says(*SMALL)
+    checks = by_name(report)
+    assert (
+        checks["engine"]["status"] == "ok" and lab.env["DOCKER_HOST"] in checks["engine"]["message"]
+    )
+    nodes = checks["swarm nodes"]
+    assert nodes["status"] == "ok", nodes
+    assert nodes["message"] == f"{len(lab.nodes)} node(s): {len(lab.nodes)} ready"
