@@ -14,11 +14,13 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 from alembic.runtime.migration import MigrationContext
@@ -140,7 +142,7 @@ def run_checks(args: argparse.Namespace, environ: Mapping[str, str]) -> list[Res
     results += [
         check_hub_db(hub_url, args.timeout),
         check_queue_db(queue_url, args.timeout),
-        check_docker_disk(engine, args.min_free_docker),
+        check_docker_disk(engine, args.min_free_docker, environ.get("DOCKER_HOST")),
         check_backup_disk(backup_dir(environ), args.min_free_backup),
         check_images(engine, catalog_images(queue_url, environ), swarm),
         check_gpus(environ, swarm),
@@ -431,11 +433,26 @@ def free_bytes(path: Path) -> tuple[Path, int]:
     return path, shutil.disk_usage(path).free
 
 
-def check_docker_disk(engine: EngineFacts, minimum: int) -> Result:
+def engine_is_local(docker_host: str | None) -> bool:
+    """Whether the engine runs on this machine: its socket, or a TCP address of this machine's
+    own (which only then can a socket bind to). Its data root's path means nothing elsewhere."""
+    if not docker_host or docker_host.startswith("unix://"):
+        return True
+    host = urlsplit(docker_host).hostname
+    try:
+        for family, _, _, _, address in socket.getaddrinfo(host, None):
+            with socket.socket(family, socket.SOCK_STREAM) as probe:
+                probe.bind((address[0], 0))
+    except OSError:
+        return False
+    return True
+
+
+def check_docker_disk(engine: EngineFacts, minimum: int, docker_host: str | None = None) -> Result:
     if engine.info is None:
         return Result("docker disk", WARN, NO_ENGINE)
     root = Path(engine.info.get("DockerRootDir") or "/var/lib/docker")
-    if not root.exists():
+    if not engine_is_local(docker_host) or not root.exists():
         return Result(
             "docker disk",
             WARN,

@@ -256,6 +256,13 @@ def test_the_hub_is_asked_where_the_config_makes_it_listen():
     assert doctor.default_hub_url({"FGPU_HUB_IP": "fd00::5"}) == "http://[fd00::5]:8000"
 
 
+def test_an_engine_on_another_machine_has_its_disk_checked_there():
+    assert doctor.engine_is_local(None) and doctor.engine_is_local("unix:///run/docker.sock")
+    assert doctor.engine_is_local("tcp://127.0.0.1:2376")
+    # TEST-NET-3 (RFC 5737): an address for documentation, which no machine here has.
+    assert not doctor.engine_is_local("tcp://203.0.113.200:2376")
+
+
 def test_the_report_puts_each_fix_under_its_check():
     results = [
         doctor.Result("engine", "ok", "answers"),
