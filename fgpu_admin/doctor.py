@@ -37,6 +37,8 @@ from queue_service import inventory, state_dir
 from queue_service.db import alembic_config, make_engine
 from queue_service.images import ImageStore
 
+from .backup import BACKUP_DIR_ENV, DEFAULT_BACKUP_DIR
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
 #: Where the hub's spawner looks for HAMi-core by default (c.FGPUSpawner.hami_library_path).
@@ -415,7 +417,8 @@ def revision_result(where: str, revision: str | None, head: str, known: set[str]
 
 
 def backup_dir(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("FGPU_BACKUP_DIR") or "backups")
+    """Where `fgpu-hub backup` writes, from the state directory."""
+    return Path(environ.get(BACKUP_DIR_ENV) or DEFAULT_BACKUP_DIR)
 
 
 def disk_result(name: str, path: Path, free: int, minimum: int, fix: str) -> Result:
