@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import pwd
+import shlex
 import shutil
 import stat
 import subprocess
@@ -16,8 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from jupyterhub import orm
 
 from fgpu_admin import cli, install_service, service_unit
+from queue_service.db import open_database
 
 FGPU_HUB = str(Path(sys.executable).parent / "fgpu-hub")
 UNITS = (service_unit.HUB_UNIT, service_unit.BACKUP_UNIT, service_unit.BACKUP_TIMER)
@@ -165,3 +169,32 @@ def test_without_systemd_it_says_so_writes_nothing_and_offers_the_foreground_way
     assert "0 3 * * * cd /var/lib/fgpu-hub" in done.stdout
     assert "backup --keep-days 14" in done.stdout
     assert {path: path.exists() for path in before} == before
+
+
+def unit_value(text: str, key: str) -> str:
+    (value,) = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(key + "=")]
+    return value
+
+
+def test_the_backup_units_command_writes_an_archive_in_the_state_directory(tmp_path):
+    # What systemd would run for the timer: the unit's ExecStart in its WorkingDirectory.
+    root, state = tmp_path / "root", tmp_path / "state"
+    state.mkdir()
+    orm.new_session_factory(f"sqlite:///{state / 'jupyterhub.sqlite'}").kw["bind"].dispose()
+    open_database(f"sqlite:///{state / 'fgpu_queue.sqlite'}").kw["bind"].dispose()
+    done = install("--root", str(root), "--state-dir", str(state), "--keep-days", "3")
+    assert done.returncode == 0, done.stderr
+    unit = (root / "etc" / "systemd" / "system" / service_unit.BACKUP_UNIT).read_text()
+    assert unit_value(unit, "WorkingDirectory") == str(state)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FGPU_")}
+    ran = subprocess.run(
+        shlex.split(unit_value(unit, "ExecStart")),
+        cwd=unit_value(unit, "WorkingDirectory"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    archive = Path(ran.stdout.strip().splitlines()[-1])
+    assert archive.parent == state / "backups" and archive.is_file()
