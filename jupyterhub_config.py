@@ -251,9 +251,15 @@ if node_agent_url:
 # The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a
 # shell's `cmd &` (scripts/up in the background) passes SIGINT on ignored, and the culler, which
 # sets no handler of its own, would hold every shutdown up for those 10 s. So it gets Python's
-# own SIGINT handler back before it starts (it ends on the KeyboardInterrupt).
+# own SIGINT handler back before it starts (it ends on the KeyboardInterrupt). And it ends with
+# its hub, as the queue service does: a hub killed outright (an OOM kill, kill -9) cannot stop it,
+# and an orphaned culler would go on calling the next hub's API. The kernel sends it SIGTERM when
+# the hub dies (Linux's parent-death signal); a hub gone before that was set is seen by its pid.
 CULLER_MAIN = (
-    "import signal; signal.signal(signal.SIGINT, signal.default_int_handler);"
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+    " sys.platform.startswith('linux') and"
+    " __import__('ctypes').CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0);"
+    f" os.getppid() == {os.getpid()} or sys.exit('the hub that started the culler is gone');"
     " from jupyterhub_idle_culler import main; main()"
 )
 if idle_timeout:
@@ -395,7 +401,9 @@ c.JupyterHub.named_server_limit_per_user = ActiveNamedServerLimit(active_session
 # container (100), so that a full queue never turns everyone else's start into a 429.
 class_size = int(os.environ.get("FGPU_CLASS_SIZE", "200"))
 waiting_per_user = pending_per_user if pending_per_user is not None else 2
-c.JupyterHub.concurrent_spawn_limit = waiting_per_user * class_size + 100
+from fgpu_spawner.queue_client import open_files_needed, spawn_slots  # noqa: E402
+
+c.JupyterHub.concurrent_spawn_limit = spawn_slots(class_size, waiting_per_user)
 
 
 def raise_open_file_limit(needed: int) -> None:
@@ -416,8 +424,6 @@ def raise_open_file_limit(needed: int) -> None:
             file=sys.stderr,
         )
 
-
-from fgpu_spawner.queue_client import open_files_needed  # noqa: E402
 
 raise_open_file_limit(open_files_needed(c.JupyterHub.concurrent_spawn_limit))
 

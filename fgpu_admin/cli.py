@@ -15,6 +15,8 @@ import sys
 COMMANDS: dict[str, str] = {
     "backup": "backup",
     "restore": "restore",
+    "doctor": "doctor",
+    "install-service": "install_service",
 }
 
 

@@ -40,6 +40,18 @@ def request_capacity(spawn_slots: int) -> int:
     return spawn_slots + REQUEST_ROOM
 
 
+#: Spawn slots beyond the waiting ones: room for spawns that are starting a container.
+STARTING_SPAWN_ROOM = 100
+
+
+def spawn_slots(class_size: int, pending_per_user: int) -> int:
+    """The hub's `concurrent_spawn_limit` for a class: every student may have `pending_per_user`
+    spawns waiting in the queue (each holds a slot while it waits), and the rest is room for
+    spawns that are starting a container, so that a full queue never turns another's start into
+    a 429. One formula for the config and the service unit's open-file limit."""
+    return pending_per_user * class_size + STARTING_SPAWN_ROOM
+
+
 def open_files_needed(spawn_slots: int) -> int:
     """Open files one hub needs: a connection for each request it may have in flight to the
     service (`request_capacity`), a progress stream from each waiting student's spawn-pending

@@ -33,6 +33,7 @@ from .db import open_database
 from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
 from .deployment import deployment_id
 from .engine import Engine
+from .health import HealthMonitor, select_one
 from .history import History
 from .hub_client import HubClient
 from .images import ImageStore
@@ -550,6 +551,9 @@ class QueueService(Application):
             log=self.log,
         )
         self.manager.ends_of = self.automatic_ends.view
+        self.health = HealthMonitor(
+            self.manager, self.reconciler, lambda: select_one(db), self.reconcile_interval
+        )
         prefix = self.service_prefix
         return web.Application(
             handlers.routes(prefix),
@@ -574,6 +578,7 @@ class QueueService(Application):
             node_reports=self.node_reports,
             node_agent_registry=self.node_agent_registry,
             engine=self.engine,
+            health=self.health,
             cookie_secret=read_or_create_secret(self.cookie_secret_file),
         )
 

@@ -78,6 +78,10 @@ class Reconciler:
         # What runs: containers on one engine, or services on a Swarm (session_services.py).
         self.sessions = sessions or DockerSessionLister(docker_client)
         self._respawning: set[str] = set()
+        # When the engine last listed the sessions, and when `run`'s last round ended: the
+        # health checks (health.py) read them.
+        self.engine_answered_at: float | None = None
+        self.round_ended_at: float | None = None
         # The event loop keeps only weak references to tasks: hold them until they are done.
         self._tasks: set[asyncio.Task] = set()
 
@@ -98,6 +102,7 @@ class Reconciler:
                 "now. Try again in a minute; the hub recovers by itself once the engine is back."
             )
             raise
+        self.engine_answered_at = time.time()
         running = {
             session_id: container
             for session_id, container in listed.items()
@@ -332,6 +337,7 @@ class Reconciler:
                 except Exception:  # tried again next round
                     if self.log:
                         self.log.exception("reconciler: %s failed", step.__name__)
+            self.round_ended_at = time.time()
 
     def _say(self, message: str, *args) -> None:
         if self.log:

@@ -37,6 +37,11 @@ for service in c.JupyterHub.services:
 
 def queue_service_pids(parent: int | None = None) -> set[int]:
     """Pids of `python -m queue_service` processes (children of `parent`, if given)."""
+    return pids_of(b"queue_service", parent)
+
+
+def pids_of(marker: bytes, parent: int | None = None) -> set[int]:
+    """Pids of processes with `marker` in their command line (children of `parent`, if given)."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -46,7 +51,7 @@ def queue_service_pids(parent: int | None = None) -> set[int]:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if b"queue_service" in command and (parent is None or ppid == parent):
+        if any(marker in part for part in command) and (parent is None or ppid == parent):
             pids.add(int(entry.name))
     return pids
 
@@ -72,10 +77,14 @@ def short_dir():
 def test_the_service_ends_with_a_killed_hub_and_the_next_one_takes_over(tmp_path, docker_engine):
     with running_hub(tmp_path / "hub") as hub:
         old = until(lambda: queue_service_pids(hub.process.pid), 30, "the queue service runs")
+        old_culler = until(
+            lambda: pids_of(b"jupyterhub_idle_culler", hub.process.pid), 30, "the culler runs"
+        )
         # As an OOM kill does: no chance for the hub to stop its services.
         hub.process.send_signal(signal.SIGKILL)
         relaunch(hub)
         until(lambda: not any(alive(pid) for pid in old), 20, f"old service {old} ended")
+        until(lambda: not any(alive(pid) for pid in old_culler), 20, "the old culler ended")
         new = until(lambda: queue_service_pids(hub.process.pid), 30, "a new service runs")
         assert not new & old
         user = QueueUser(hub, f"student-{secrets.token_hex(4)}")
@@ -86,8 +95,17 @@ def test_the_service_ends_with_a_killed_hub_and_the_next_one_takes_over(tmp_path
         )
         assert answer.json()["user"] == user.name
         assert "Address already in use" not in hub.log_text()
-    # Stopped cleanly: no service of this hub is left either.
-    until(lambda: not any(alive(pid) for pid in new), 20, f"service {new} ended with its hub")
+        # What a service manager stops with the hub (systemd's KillMode=mixed signals the hub
+        # alone): its idle culler and its proxy as well.
+        culler = until(
+            lambda: pids_of(b"jupyterhub_idle_culler", hub.process.pid), 30, "the culler runs"
+        )
+        proxy = until(
+            lambda: pids_of(b"configurable-http-proxy", hub.process.pid), 30, "the proxy runs"
+        )
+    # Stopped cleanly (SIGTERM to the hub alone): nothing it started is left either.
+    left = new | culler | proxy
+    until(lambda: not any(alive(pid) for pid in left), 20, f"{left} ended with their hub")
 
 
 def test_the_service_starts_without_the_engine_refuses_at_once_and_recovers(
@@ -104,11 +122,23 @@ def test_the_service_starts_without_the_engine_refuses_at_once_and_recovers(
             assert response.status_code == 503, response.text
             assert "Docker engine" in response.json()["message"], response.text
             assert hub.server_model(username) is None
+            # A load balancer or probe hears it too, from the service's health (no token).
+            health = requests.get(f"{hub.url}/services/queue/api/health", timeout=30)
+            assert (health.status_code, health.json()) == (503, {"status": "fail"})
             engine.up()
             until(
                 lambda: hub.start_server(username, OPTIONS).status_code in (201, 202),
                 30,
                 "a spawn succeeds once the engine is back",
+                interval=1,
+            )
+            until(
+                lambda: (
+                    requests.get(f"{hub.url}/services/queue/api/health", timeout=30).json()
+                    == {"status": "ok"}
+                ),
+                30,
+                "the service's health is ok again",
                 interval=1,
             )
             hub.wait_ready(username)

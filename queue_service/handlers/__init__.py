@@ -8,6 +8,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `images`: the catalog's `api/images`;
 - `usage`: `api/usage`, the daily usage figures (JSON or CSV);
 - `utilization`: `api/utilization`, the cluster's capacity, allocation and use over time (admins);
+- `health`: `api/health`, the service's health (a status for anyone, the checks for admins);
 - `nodes`: the node agents' `api/nodes/{hostname}/report`, and `api/nodes` for admins;
 - `pages`: the HTML pages and their static files (and the 404 for anything else).
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 
-from . import grants, images, nodes, pages, resources, sessions, usage, utilization
+from . import grants, health, images, nodes, pages, resources, sessions, usage, utilization
 
 
 def routes(prefix: str) -> list:
@@ -33,6 +34,7 @@ def routes(prefix: str) -> list:
         *nodes.routes(prefix),
         *usage.routes(prefix),
         *utilization.routes(prefix),
+        *health.routes(prefix),
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         *pages.routes(prefix),
     ]

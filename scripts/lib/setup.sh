@@ -7,8 +7,10 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/fgpu-dockerd.log}
 # docker-registry, iproute2, curl and openssl serve scripts/swarm-lab (its nodes pull the session
 # images from a local registry; its engines speak TLS).
 # faketime moves the queue service's clock in tests (tests/service_clock.py).
+# systemd brings systemd-analyze, which checks the units of `fgpu-hub install-service` (the package
+# installs; nothing starts it where systemd is not the init system).
 APT_PACKAGES=(docker.io iptables debootstrap chromium ca-certificates postgresql
-  docker-registry iproute2 curl openssl faketime)
+  docker-registry iproute2 curl openssl faketime systemd)
 # The PostgreSQL server, role and database the tests use by default (FGPU_TEST_POSTGRES_URL in
 # tests/conftest.py): postgresql+psycopg://fgpu:fgpu@127.0.0.1:5432/fgpu_test
 FGPU_PG_PORT=5432
