@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 
 from .harness import ROOT
 
@@ -56,12 +57,30 @@ def pages(browser: Browser) -> Iterator[Callable[[], Page]]:
     def open_page() -> Page:
         context = browser.new_context(viewport={"width": 1400, "height": 950})
         context.set_default_timeout(60_000)
-        opened.append(context.new_page())
-        return opened[-1]
+        page = context.new_page()
+        page.goto = _again_after_a_network_change(page.goto)
+        opened.append(page)
+        return page
 
     yield open_page
     for page in opened:
         page.context.close()
+
+
+def _again_after_a_network_change(goto: Callable) -> Callable:
+    """Chromium fails a navigation under way with ERR_NETWORK_CHANGED whenever an interface
+    comes or goes, loopback targets included, and the engine adds one for every container it
+    starts (a veth): a navigation so failed is made again, up to twice."""
+
+    def go(url: str, **kwargs):
+        for attempt in range(3):
+            try:
+                return goto(url, **kwargs)
+            except PlaywrightError as e:
+                if "ERR_NETWORK_CHANGED" not in str(e) or attempt == 2:
+                    raise
+
+    return go
 
 
 def log_in(page: Page, hub, name: str) -> None:
