@@ -27,20 +27,13 @@ from .browser import (
     screenshot,
     submit_launch,
 )
-from .harness import QueueUser, running_hub
+from .harness import QueueUser
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 GIB = 1024**3
 SLOTS = ("cpu", "mem", "fgpu")
 SMALL = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
-
-
-@pytest.fixture(scope="module")
-def gpu_hub(tmp_path_factory, docker_engine):
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    with running_hub(tmp_path_factory.mktemp("pages-hub"), env=env) as hub:
-        yield hub
 
 
 def open_sessions(page: Page, hub) -> None:

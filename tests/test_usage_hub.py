@@ -17,20 +17,13 @@ from playwright.sync_api import expect
 from sqlalchemy import create_engine, text
 
 from .browser import log_in, screenshot
-from .harness import QueueUser, running_hub, wait_until
+from .harness import QueueUser, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1, "count": 1}
 SLOTS = {"cpu_hours": 0.5, "mem_gib_hours": 0.5, "fgpu_hours": 1.0}
 FIGURES = tuple(SLOTS)
-
-
-@pytest.fixture(scope="module")
-def gpu_hub(tmp_path_factory, docker_engine):
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    with running_hub(tmp_path_factory.mktemp("usage-hub"), env=env) as hub:
-        yield hub
 
 
 def service_db(hub):
