@@ -254,7 +254,12 @@ def test_a_malformed_lifetime_is_logged_and_ignored(ends_hub):
         30,
         "the malformed value logged",
     )
-    (view,) = student.sessions()
+    # The round that logged it plans the session's end when it is done: the view has none before.
+    (view,) = wait_until(
+        lambda: (views := student.sessions()) and views[0]["ends"] and views,
+        10,
+        "the session's planned end",
+    )
     # Only the idle end is planned; the session runs on.
     assert view["status"] == "RUNNING" and view["ends"]["why"] == "idle", view
     assert record(ends_hub, session["id"])["status"] == "RUNNING"
