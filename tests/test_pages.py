@@ -1,9 +1,10 @@
 """The queue service's pages in a real browser: Debian's Chromium, driven by Playwright, against a
 real hub, the real service and real containers, with one simulated GPU holding 2 fGPU (the seed's).
 
-One hub serves the whole module. The tests follow the seed's walk-throughs as a student would, on
-the pages alone: the Sessions page, its launch dialog and resource indicator, the app launcher,
-the spawn-pending page, and the admin's cluster view. Screenshots go to test-output/browser/pages-*.
+The run's shared GPU hub (`gpu_hub`, tests/conftest.py) serves the module, empty when it starts.
+The tests follow the seed's walk-throughs as a student would, on the pages alone: the Sessions
+page, its launch dialog and resource indicator, the app launcher, the spawn-pending page, and the
+admin's cluster view. Screenshots go to test-output/browser/pages-*.
 """
 
 from __future__ import annotations
