@@ -20,6 +20,7 @@ from .harness import ROOT, docker_client, running_hub
 
 # A hub's two databases on SQLite and PostgreSQL, for the backup and restore tests.
 from .hub_state import hub_dbs, private_image  # noqa: F401
+from .service_clock import ServiceClock
 
 # One Swarm lab serves every module that needs it.
 from .swarm_lab import lab  # noqa: F401
@@ -76,6 +77,71 @@ def hub(tmp_path_factory, docker_engine, test_catalog):
     extra = f"c.FGPUSpawner.group_data_dir = {str(group_data)!r}\n"
     with running_hub(tmp_path_factory.mktemp("hub"), env=env, extra_config=extra) as running:
         yield running
+
+
+#: A Prometheus scraper on the shared GPU hub, set up exactly as queue_service/metrics.py documents.
+PROMETHEUS_TOKEN = secrets.token_hex(16)
+PROMETHEUS_CONFIG = f"""
+c.JupyterHub.services.append({{"name": "prometheus", "api_token": {PROMETHEUS_TOKEN!r}}})
+c.JupyterHub.load_roles.append({{"name": "metrics", "services": ["prometheus"],
+    "scopes": ["read:metrics", "access:services!service=queue"]}})
+"""
+# A spawn lost with a hub restart is issued again 15 s after none is seen waiting (the default's
+# 120 s leaves room for a release delayed by a storm of stops, which no test makes there).
+FAST_RESPAWN = """
+for service in c.JupyterHub.services:
+    if service["name"] == "queue":
+        service["command"].append("--QueueService.respawn_grace=15")
+"""
+
+
+@pytest.fixture(scope="session")
+def service_clock(tmp_path_factory):
+    """The queue service's clock on `gpu_hub`, which a test may move (tests/service_clock.py)."""
+    return ServiceClock(tmp_path_factory.mktemp("service-clock"))
+
+
+@pytest.fixture(scope="session")
+def gpu_hub(tmp_path_factory, docker_engine, service_clock):
+    """One simulated 8 GiB GPU holding 2 fGPU, as in the seed's walk-through, with a Prometheus
+    scraper and a queue service whose clock a test may move (`service_clock`): the hub of the
+    modules whose tests need GPU slices (queue service, pages, usage, metrics). Each module finds
+    it empty: what a module leaves running is stopped at its end
+    (`shared_hubs_start_each_module_empty`)."""
+    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
+    workdir = tmp_path_factory.mktemp("gpu-hub")
+    extra = PROMETHEUS_CONFIG + FAST_RESPAWN + service_clock.config()
+    with running_hub(workdir, env=env, extra_config=extra) as hub:
+        hub.scraper_token = PROMETHEUS_TOKEN
+        yield hub
+
+
+@pytest.fixture(scope="session")
+def one_gpu_hub(tmp_path_factory, docker_engine):
+    """One simulated GPU holding 1 fGPU: a second request of 1 fGPU (or a third of 0.4) waits.
+    Each module finds it empty, as `gpu_hub` does."""
+    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "1"}
+    with running_hub(tmp_path_factory.mktemp("one-gpu-hub"), env=env) as hub:
+        yield hub
+
+
+#: Session hubs that modules share, each module's tests in turn (the `hub` fixture's servers are
+#: stopped after each test instead, by `servers_end_with_their_test`).
+MODULE_SHARED_HUBS = ("gpu_hub", "one_gpu_hub")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def shared_hubs_start_each_module_empty(request):
+    """A module's tests may hand servers on to one another (a walk-through in steps), as on a hub
+    of the module's own; what is left when the module ends is stopped, so that the next module on
+    the shared hub starts from an empty hub, as it would on its own."""
+    items = [i for i in request.session.items if i.getparent(pytest.Module) is request.node]
+    names = [n for n in MODULE_SHARED_HUBS if any(n in i.fixturenames for i in items)]
+    hubs = [request.getfixturevalue(name) for name in names]
+    before = [hub.active_servers() for hub in hubs]
+    yield
+    for hub, servers in zip(hubs, before, strict=True):
+        hub.stop_servers(hub.active_servers() - servers)
 
 
 #: The grouped hub's resource groups besides the engine's own `default` (1 simulated 8 GiB GPU):

@@ -1,12 +1,14 @@
 """Automatic ends against the real hub, queue service, idle culler and containers.
 
-The hub runs the shipped config with a short idle timeout (60 s) and a culler round every 2 s,
-one simulated GPU of 1 fGPU, and a warning lead of 25 s: an idle session is culled, its record
-ends `idle` and the request waiting for its slice runs; a group's `max_session_lifetime` of 30 s
-is warned on the Sessions page (Chromium; screenshots in test-output/browser/ends-*), in the
-session's home and its terminal, and ends the session with reason `lifetime`; a malformed value
-is logged and ignored. The lifetime is shorter than the idle timeout, so the culler never takes a
-lifetime test's session first.
+The hubs run the shipped config with one simulated GPU of 1 fGPU, a culler round every 2 s and a
+warning lead of 25 s. The culler's test has a hub of its own with a short idle timeout (20 s): an
+idle session is culled, its record ends `idle` and the request waiting for its slice runs. The
+other tests share a hub whose idle timeout (60 s) outlasts their sessions: a group's
+`max_session_lifetime` of 30 s is warned on the Sessions page (Chromium; screenshots in
+test-output/browser/ends-*), in the session's home and its terminal, and ends the session with
+reason `lifetime`; a malformed value is logged and ignored; a GPU-aware idle policy keeps an idle
+session while nobody waits and reclaims it for a waiting request. The culler never takes one of
+their sessions first.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 import secrets
 import sqlite3
 import time
+from contextlib import contextmanager
 from datetime import datetime
 
 import pytest
@@ -28,18 +31,21 @@ from .harness import QueueUser, containers_with, running_hub, wait_until
 
 pytestmark = [pytest.mark.hub, pytest.mark.docker]
 
+#: The shared hub's idle timeout: longer than any of its sessions lives.
 IDLE_TIMEOUT = 60
+#: The culler test's hub: a session idle this long is culled, the wait the test cannot avoid.
+CULLER_TIMEOUT = 20
 LIFETIME = 30
 WARNING_LEAD = 25
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
 
 
-@pytest.fixture(scope="module")
-def ends_hub(tmp_path_factory, docker_engine):
+@contextmanager
+def hub_with_idle_timeout(workdir, idle_timeout: int):
     env = {
         "FGPU_SIMULATED_GPUS": "1x8GiB",
         "FGPU_UNITS_PER_GPU": "1",
-        "FGPU_IDLE_TIMEOUT": str(IDLE_TIMEOUT),
+        "FGPU_IDLE_TIMEOUT": str(idle_timeout),
         "FGPU_IDLE_CULL_EVERY": "2",
         "FGPU_END_WARNING": str(WARNING_LEAD),
     }
@@ -51,7 +57,20 @@ for service in c.JupyterHub.services:
     if service["name"] == "queue":
         service["command"].append("--QueueService.ends_interval=1")
 """
-    with running_hub(tmp_path_factory.mktemp("ends-hub"), env=env, extra_config=extra) as hub:
+    with running_hub(workdir, env=env, extra_config=extra) as hub:
+        yield hub
+
+
+@pytest.fixture(scope="module")
+def ends_hub(tmp_path_factory, docker_engine):
+    with hub_with_idle_timeout(tmp_path_factory.mktemp("ends-hub"), IDLE_TIMEOUT) as hub:
+        yield hub
+
+
+@pytest.fixture
+def culler_hub(tmp_path, docker_engine):
+    """The culler test's own hub, stopped after it: its short timeout would cull other tests'."""
+    with hub_with_idle_timeout(tmp_path / "culler-hub", CULLER_TIMEOUT) as hub:
         yield hub
 
 
@@ -96,32 +115,35 @@ def start_running(hub, user: QueueUser, options: dict, server: str = "") -> dict
 
 
 def test_the_culler_stops_an_idle_session_its_record_ends_idle_and_the_waiting_request_runs(
-    ends_hub,
+    culler_hub,
 ):
     suffix = secrets.token_hex(3)  # container names are the engine's: other runs share it
-    idle, waiting = QueueUser(ends_hub, f"idler-{suffix}"), QueueUser(ends_hub, f"waiter-{suffix}")
-    held = start_running(ends_hub, idle, {**SESSION, "fgpu": 1})
-    response = ends_hub.start_server(waiting.name, {**SESSION, "fgpu": 1})
+    idle, waiting = (
+        QueueUser(culler_hub, f"idler-{suffix}"),
+        QueueUser(culler_hub, f"waiter-{suffix}"),
+    )
+    held = start_running(culler_hub, idle, {**SESSION, "fgpu": 1})
+    response = culler_hub.start_server(waiting.name, {**SESSION, "fgpu": 1})
     assert response.status_code == 202, response.text
     (pending,) = waiting.wait_for(lambda s: [x["status"] for x in s] == ["PENDING"])
     # The page says when the culler may take it: the hub's last activity + the timeout.
     ends = idle.sessions()[0]["ends"]
-    assert ends["why"] == "idle" and ends["text"] == "idle: no activity for 1 min", ends
+    assert ends["why"] == "idle" and ends["text"] == "idle: no activity for 20 s", ends
 
     ended = wait_until(
-        lambda: (r := record(ends_hub, held["id"]))["status"] == "TERMINATED" and r,
-        IDLE_TIMEOUT + 60,
+        lambda: (r := record(culler_hub, held["id"]))["status"] == "TERMINATED" and r,
+        CULLER_TIMEOUT + 60,
         "the idle session culled",
         interval=0.5,
     )
-    assert ended["reason"] == "idle: no activity for 1 min, stopped by the idle culler"
+    assert ended["reason"] == "idle: no activity for 20 s, stopped by the idle culler"
     granted = wait_until(
-        lambda: record(ends_hub, pending["id"])["status"] in ("SCHEDULED", "RUNNING"),
+        lambda: record(culler_hub, pending["id"])["status"] in ("SCHEDULED", "RUNNING"),
         30,
         "the waiting request granted",
     )
     assert granted
-    ends_hub.wait_ready(waiting.name)
+    culler_hub.wait_ready(waiting.name)
     # It waited about as long as the timeout: its idle time counts from its start, not from its
     # request, or the culler would stop it on arrival.
     (running,) = waiting.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"])
@@ -132,19 +154,19 @@ def test_the_culler_stops_an_idle_session_its_record_ends_idle_and_the_waiting_r
         assert session["status"] == "RUNNING", session
         ends = session["ends"]
         return ends is not None and datetime.fromisoformat(ends["at"]).timestamp() >= (
-            started + IDLE_TIMEOUT - 1
+            started + CULLER_TIMEOUT - 1
         )
 
     wait_until(idle_end_counts_from_the_start, 10, "the new session's idle end after its start")
-    assert ends_hub.server_model(waiting.name)["ready"]
-    assert ends_hub.server_model(idle.name) is None
+    assert culler_hub.server_model(waiting.name)["ready"]
+    assert culler_hub.server_model(idle.name) is None
     assert containers_with({"fgpu.session_id": held["id"]}) == []
-    assert f"Culling server {idle.name} (inactive for" in ends_hub.log_text()
+    assert f"Culling server {idle.name} (inactive for" in culler_hub.log_text()
 
     # The figure for the notes: from the culler's decision (its log line) and from the record's
     # end to the waiting request's grant (the same pass).
-    culled = culler_log_time(ends_hub.log_text(), idle.name)
-    times, grant = stored_times(ends_hub, held["id"]), stored_times(ends_hub, pending["id"])
+    culled = culler_log_time(culler_hub.log_text(), idle.name)
+    times, grant = stored_times(culler_hub, held["id"]), stored_times(culler_hub, pending["id"])
     print(
         f"FIGURE cull->grant: {grant['scheduled_at'] - culled:.3f} s from the culler's log line;"
         f" {grant['scheduled_at'] - times['ended']:.3f} s from the record's end"
@@ -232,7 +254,12 @@ def test_a_malformed_lifetime_is_logged_and_ignored(ends_hub):
         30,
         "the malformed value logged",
     )
-    (view,) = student.sessions()
+    # The round that logged it plans the session's end when it is done: the view has none before.
+    (view,) = wait_until(
+        lambda: (views := student.sessions()) and views[0]["ends"] and views,
+        10,
+        "the session's planned end",
+    )
     # Only the idle end is planned; the session runs on.
     assert view["status"] == "RUNNING" and view["ends"]["why"] == "idle", view
     assert record(ends_hub, session["id"])["status"] == "RUNNING"

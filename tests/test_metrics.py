@@ -7,7 +7,6 @@ mistake fails here rather than in a scraper.
 from __future__ import annotations
 
 import secrets
-import textwrap
 import time
 
 import pytest
@@ -15,8 +14,6 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from queue_service.metrics import CONTENT_TYPE, escape, render
-
-from .harness import running_hub
 
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
 
@@ -87,24 +84,7 @@ def test_label_values_are_escaped():
 
 
 # -- against a real hub ------------------------------------------------------------------------------
-
-PROMETHEUS_TOKEN = secrets.token_hex(16)
-#: The scraper set-up the metrics module documents, exactly.
-PROMETHEUS_CONFIG = textwrap.dedent(
-    f"""
-    c.JupyterHub.services.append({{"name": "prometheus", "api_token": {PROMETHEUS_TOKEN!r}}})
-    c.JupyterHub.load_roles.append({{"name": "metrics", "services": ["prometheus"],
-        "scopes": ["read:metrics", "access:services!service=queue"]}})
-    """
-)
-
-
-@pytest.fixture(scope="module")
-def metrics_hub(tmp_path_factory, docker_engine):
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    workdir = tmp_path_factory.mktemp("metrics-hub")
-    with running_hub(workdir, extra_config=PROMETHEUS_CONFIG, env=env) as hub:
-        yield hub
+# The shared `gpu_hub` (tests/conftest.py) has the scraper set up as queue_service/metrics.py says.
 
 
 def as_user(hub, name: str, admin: bool = False) -> requests.Session:
@@ -117,8 +97,8 @@ def as_user(hub, name: str, admin: bool = False) -> requests.Session:
 
 @pytest.mark.docker
 @pytest.mark.hub
-def test_metrics_of_a_running_session_through_the_hub(metrics_hub):
-    hub, name = metrics_hub, f"student-{secrets.token_hex(4)}"
+def test_metrics_of_a_running_session_through_the_hub(gpu_hub):
+    hub, name = gpu_hub, f"student-{secrets.token_hex(4)}"
     student = as_user(hub, name)
     api = f"{hub.url}/services/queue/api/"
     response = student.post(api + "sessions", json={**SESSION, "fgpu": 0.5, "count": 1})
@@ -145,7 +125,7 @@ def test_metrics_of_a_running_session_through_the_hub(metrics_hub):
     assert session["usage"]["gpu_mem_bytes"] is None  # simulated GPUs: NVML has nothing
 
     url = f"{hub.url}/services/queue/metrics"
-    scraper = requests.get(url, headers={"Authorization": f"token {PROMETHEUS_TOKEN}"}, timeout=30)
+    scraper = requests.get(url, headers={"Authorization": f"token {hub.scraper_token}"}, timeout=30)
     admin = as_user(hub, f"admin-{secrets.token_hex(3)}", admin=True).get(url, timeout=30)
     refused = student.get(url, timeout=30)
 

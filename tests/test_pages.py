@@ -1,9 +1,10 @@
 """The queue service's pages in a real browser: Debian's Chromium, driven by Playwright, against a
 real hub, the real service and real containers, with one simulated GPU holding 2 fGPU (the seed's).
 
-One hub serves the whole module. The tests follow the seed's walk-throughs as a student would, on
-the pages alone: the Sessions page, its launch dialog and resource indicator, the app launcher,
-the spawn-pending page, and the admin's cluster view. Screenshots go to test-output/browser/pages-*.
+The run's shared GPU hub (`gpu_hub`, tests/conftest.py) serves the module, empty when it starts.
+The tests follow the seed's walk-throughs as a student would, on the pages alone: the Sessions
+page, its launch dialog and resource indicator, the app launcher, the spawn-pending page, and the
+admin's cluster view. Screenshots go to test-output/browser/pages-*.
 """
 
 from __future__ import annotations
@@ -27,20 +28,13 @@ from .browser import (
     screenshot,
     submit_launch,
 )
-from .harness import QueueUser, running_hub
+from .harness import QueueUser
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 GIB = 1024**3
 SLOTS = ("cpu", "mem", "fgpu")
 SMALL = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
-
-
-@pytest.fixture(scope="module")
-def gpu_hub(tmp_path_factory, docker_engine):
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    with running_hub(tmp_path_factory.mktemp("pages-hub"), env=env) as hub:
-        yield hub
 
 
 def open_sessions(page: Page, hub) -> None:

@@ -23,21 +23,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
 
 
-@pytest.fixture(scope="module")
-def gpu_hub(tmp_path_factory, docker_engine):
-    """One simulated 8 GiB GPU holding 2 fGPU, as in the seed's walk-through."""
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    # A spawn lost with a hub restart is issued again 15 s after none is seen waiting (the
-    # default's 120 s leaves room for a release delayed by a storm of stops, which none makes here).
-    extra = """
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.respawn_grace=15")
-"""
-    with running_hub(tmp_path_factory.mktemp("gpu-hub"), env=env, extra_config=extra) as hub:
-        yield hub
-
-
 def by_status(sessions: list[dict], status: str) -> list[dict]:
     return [s for s in sessions if s["status"] == status]
 
@@ -394,14 +379,6 @@ def test_a_container_whose_record_ended_is_stopped_through_the_hub(gpu_hub, stud
     assert containers_with({"fgpu.session_id": session["id"]}) == []
 
 
-@pytest.fixture(scope="module")
-def whole_gpu_hub(tmp_path_factory, docker_engine):
-    """One simulated GPU holding 1 fGPU: three requests of 0.4 fGPU cannot all fit."""
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "1"}
-    with running_hub(tmp_path_factory.mktemp("whole-gpu-hub"), env=env) as hub:
-        yield hub
-
-
 def ended_at(hub, session_id: str) -> float:
     """When the service ended the record, which is when its slice went back to the queue."""
     with sqlite3.connect(hub.workdir / "fgpu_queue.sqlite") as db:
@@ -464,8 +441,8 @@ def test_a_spawn_stopped_while_starting_frees_its_slice_only_once_its_container_
     assert not (gpu_hub.server_model(student.name, session["server_name"]) or {}).get("ready")
 
 
-def test_three_of_0_4_fgpu_on_one_unit_two_run_one_waits(whole_gpu_hub):
-    student = QueueUser(whole_gpu_hub, f"student-{secrets.token_hex(4)}")
+def test_three_of_0_4_fgpu_on_one_unit_two_run_one_waits(one_gpu_hub):
+    student = QueueUser(one_gpu_hub, f"student-{secrets.token_hex(4)}")
     response = student.call("POST", "sessions", json={**SESSION, "fgpu": 0.4, "count": 3})
     assert response.status_code == 201, response.text
     sessions = student.wait_for(

@@ -16,19 +16,12 @@ import time
 
 import pytest
 
-from .harness import QueueUser, running_hub
+from .harness import QueueUser
 from .swarm_lab import wait_for
 from .test_queue_service import queue_service_pid
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "256M", "fgpu": 1}
-
-
-@pytest.fixture(scope="module")
-def one_gpu_hub(tmp_path_factory, docker_engine):
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "1"}
-    with running_hub(tmp_path_factory.mktemp("one-gpu-hub"), env=env) as hub:
-        yield hub
 
 
 def test_a_stop_while_the_spawn_waits_ends_it_even_when_the_queue_is_slow_to_answer(one_gpu_hub):

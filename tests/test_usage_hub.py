@@ -19,27 +19,13 @@ from playwright.sync_api import expect
 from sqlalchemy import create_engine, text
 
 from .browser import log_in, screenshot
-from .harness import QueueUser, running_hub, wait_until
-from .service_clock import ServiceClock
+from .harness import QueueUser, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1, "count": 1}
 SLOTS = {"cpu_hours": 0.5, "mem_gib_hours": 0.5, "fgpu_hours": 1.0}
 FIGURES = tuple(SLOTS)
-
-
-@pytest.fixture(scope="module")
-def service_clock(tmp_path_factory):
-    return ServiceClock(tmp_path_factory.mktemp("service-clock"))
-
-
-@pytest.fixture(scope="module")
-def gpu_hub(tmp_path_factory, docker_engine, service_clock):
-    env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    workdir = tmp_path_factory.mktemp("usage-hub")
-    with running_hub(workdir, env=env, extra_config=service_clock.config()) as hub:
-        yield hub
 
 
 def service_db(hub):
