@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import secrets
-import sqlite3
 import statistics
 import tempfile
 import time
@@ -38,18 +37,6 @@ for service in c.JupyterHub.services:
     if service["name"] == "queue":
         service["command"].append("--QueueService.ends_interval=0.5")
 """
-
-
-def stored_times(hub, session_id: str) -> dict[str, float | None]:
-    """scheduled_at and ended as the service's DB holds them (epoch seconds)."""
-    with sqlite3.connect(hub.workdir / "fgpu_queue.sqlite") as db:
-        row = db.execute(
-            "SELECT scheduled_at, ended FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
-    return {
-        key: datetime.fromisoformat(value).timestamp() if value else None
-        for key, value in zip(("scheduled_at", "ended"), row, strict=True)
-    }
 
 
 def holding(hub, holder: QueueUser) -> dict:
@@ -72,14 +59,14 @@ def waiting_for_it(waiter: QueueUser) -> dict:
 def granted(hub, holder_session: dict, pending: dict, waiter: QueueUser) -> dict[str, float]:
     """Wait for the waiter's server; its grant and ready times, and the holder's end."""
     wait_until(
-        lambda: stored_times(hub, pending["id"])["scheduled_at"], 60, "the grant", interval=0.05
+        lambda: hub.stored_times(pending["id"])["scheduled_at"], 60, "the grant", interval=0.05
     )
     hub.wait_ready(waiter.name, pending["server_name"], timeout=120)
     ready = time.time()
-    ended = stored_times(hub, holder_session["id"])["ended"]
+    ended = hub.stored_times(holder_session["id"])["ended"]
     return {
         "ended": ended,
-        "grant": stored_times(hub, pending["id"])["scheduled_at"],
+        "grant": hub.stored_times(pending["id"])["scheduled_at"],
         "ready": ready,
     }
 

@@ -6,17 +6,20 @@ Shared by the tests and the benchmarks so that both measure the same hub. The hu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import docker
@@ -122,6 +125,18 @@ class Hub:
 
     def log_text(self) -> str:
         return (self.workdir / "hub.log").read_text(errors="replace")
+
+    def stored_times(self, session_id: str) -> dict[str, float | None]:
+        """A session's `scheduled_at` and `ended` as its queue service's SQLite DB holds them
+        (epoch seconds, None when not yet)."""
+        with contextlib.closing(sqlite3.connect(self.workdir / "fgpu_queue.sqlite")) as db:
+            row = db.execute(
+                "SELECT scheduled_at, ended FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+        return {
+            key: datetime.fromisoformat(value).timestamp() if value else None
+            for key, value in zip(("scheduled_at", "ended"), row, strict=True)
+        }
 
 
 class QueueUser:

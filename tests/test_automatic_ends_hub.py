@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import sqlite3
 import time
 from contextlib import contextmanager
 from datetime import datetime
@@ -94,18 +93,6 @@ def record(hub, session_id: str) -> dict:
     return response.json()
 
 
-def stored_times(hub, session_id: str) -> dict:
-    """scheduled_at and ended as the service's DB holds them (epoch seconds)."""
-    with sqlite3.connect(hub.workdir / "fgpu_queue.sqlite") as db:
-        row = db.execute(
-            "SELECT scheduled_at, ended FROM sessions WHERE id = ?", (session_id,)
-        ).fetchone()
-    return {
-        key: datetime.fromisoformat(value).timestamp() if value else None
-        for key, value in zip(("scheduled_at", "ended"), row, strict=True)
-    }
-
-
 def start_running(hub, user: QueueUser, options: dict, server: str = "") -> dict:
     response = hub.start_server(user.name, options, server=server)
     assert response.status_code in (201, 202), response.text
@@ -166,7 +153,7 @@ def test_the_culler_stops_an_idle_session_its_record_ends_idle_and_the_waiting_r
     # The figure for the notes: from the culler's decision (its log line) and from the record's
     # end to the waiting request's grant (the same pass).
     culled = culler_log_time(culler_hub.log_text(), idle.name)
-    times, grant = stored_times(culler_hub, held["id"]), stored_times(culler_hub, pending["id"])
+    times, grant = culler_hub.stored_times(held["id"]), culler_hub.stored_times(pending["id"])
     print(
         f"FIGURE cull->grant: {grant['scheduled_at'] - culled:.3f} s from the culler's log line;"
         f" {grant['scheduled_at'] - times['ended']:.3f} s from the record's end"
@@ -320,6 +307,6 @@ def test_an_idle_gpu_session_is_kept_while_nobody_waits_then_reclaimed_for_a_wai
         f"reclaimed for the queue: idle for 10 s while a request waited (group {group})"
     )
     ends_hub.wait_ready(waiting.name)
-    times, grant = stored_times(ends_hub, held["id"]), stored_times(ends_hub, pending["id"])
+    times, grant = ends_hub.stored_times(held["id"]), ends_hub.stored_times(pending["id"])
     print(f"FIGURE reclaim->grant: {grant['scheduled_at'] - times['ended']:.3f} s (record end)")
     assert 0 <= grant["scheduled_at"] - times["ended"] < 1
