@@ -1,9 +1,10 @@
 """The queue service's wall clock, moved by a test instead of slept through.
 
 Debian's libfaketime is preloaded into the hub's queue service alone (the hub, the proxy and the
-sessions keep the real time). It reads the offset from a file on every call, so a test moves the
-service's clock while the hub runs: `clock.move_to(moment)`. The monotonic clock is left alone:
-the service's timers and asyncio's loop keep real durations.
+sessions keep the real time). It reads the offset from a file at most once a second (reading it
+on every call made the service ten times slower), so a test moves the service's clock while the
+hub runs with `clock.move_to(moment)` and waits until the service shows the new time. The
+monotonic clock is left alone: the service's timers and asyncio's loop keep real durations.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class ServiceClock:
         environment = {
             "LD_PRELOAD": _library(),
             "FAKETIME_TIMESTAMP_FILE": str(self.offset_file),
-            "FAKETIME_NO_CACHE": "1",
+            "FAKETIME_CACHE_DURATION": "1",
             "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         }
         return (

@@ -211,14 +211,27 @@ def test_a_used_up_budget_refuses_a_launch_until_the_window_moves(
     # moves; the test sleeps through nothing).
     service_clock.move_to(datetime.combine(monday, datetime.min.time(), UTC) + timedelta(minutes=1))
     try:
-        budgets = dana.call("GET", "resources").json()["budgets"]
+        budgets = wait_until(
+            lambda: (b := window_of(dana))[0]["window_start"].startswith(str(monday)) and b,
+            10,
+            "the service's clock in next week",
+        )
         assert [(b["used"], b["used_up"]) for b in budgets] == [(0, False)], budgets
-        assert budgets[0]["window_start"].startswith(str(monday)), budgets
         second = launch_and_wait(dana, fgpu=0.5)
         assert second["id"] != first["id"]
         end(dana, second["id"])
     finally:
         service_clock.reset()
+        this_week = str(monday - timedelta(days=7))
+        wait_until(
+            lambda: window_of(dana)[0]["window_start"].startswith(this_week),
+            10,
+            "the service's clock back",
+        )
+
+
+def window_of(user: QueueUser) -> list[dict]:
+    return user.call("GET", "resources").json()["budgets"]
 
 
 def test_the_usage_page_shows_the_figures_and_their_chart(gpu_hub, pages, alice_used):
