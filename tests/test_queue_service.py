@@ -521,6 +521,25 @@ def test_the_service_reads_its_database_from_the_environment_with_the_installed_
     assert given.db_url == "postgresql+psycopg://queue:pw@db.example/other"
 
 
+def run_service_alone(workdir, db_url: str) -> subprocess.CompletedProcess:
+    """The queue service started by hand in `workdir` on `db_url`, with no hub behind it."""
+    env = {
+        **os.environ,
+        "FGPU_QUEUE_DB_URL": db_url,
+        "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9",
+        "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
+        "JUPYTERHUB_API_TOKEN": "unused",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "queue_service"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_a_database_it_cannot_upgrade_stops_the_service_with_why_and_untouched(tmp_path):
     """A queue DB from a newer release: the service exits before it listens, says why, and
     neither the database nor the state directory changes."""
@@ -531,21 +550,7 @@ def test_a_database_it_cannot_upgrade_stops_the_service_with_why_and_untouched(t
     with contextlib.closing(sqlite3.connect(db)) as connection, connection:
         connection.execute("UPDATE alembic_version SET version_num = '0999'")
     before = db.read_bytes()
-    env = {
-        **os.environ,
-        "FGPU_QUEUE_DB_URL": f"sqlite:///{db}",
-        "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9",
-        "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
-        "JUPYTERHUB_API_TOKEN": "unused",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "queue_service"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_service_alone(tmp_path, f"sqlite:///{db}")
     assert done.returncode == 1, done.stderr
     assert "Not starting: the queue DB is at schema revision 0999" in done.stderr
     assert "Traceback" not in done.stderr
@@ -554,21 +559,7 @@ def test_a_database_it_cannot_upgrade_stops_the_service_with_why_and_untouched(t
 
 
 def test_a_database_that_does_not_answer_stops_the_service_in_one_line(tmp_path):
-    env = {
-        **os.environ,
-        "FGPU_QUEUE_DB_URL": "postgresql://fgpu:s3cret@127.0.0.1:9/fgpu_queue",
-        "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9",
-        "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api",
-        "JUPYTERHUB_API_TOKEN": "unused",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "queue_service"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_service_alone(tmp_path, "postgresql://fgpu:s3cret@127.0.0.1:9/fgpu_queue")
     assert done.returncode == 1, done.stderr
     assert (
         "Not starting: the queue DB postgresql+psycopg://fgpu:***@127.0.0.1:9/fgpu_queue does"
