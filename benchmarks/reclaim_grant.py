@@ -107,14 +107,6 @@ def owner_stop_round(hub, holder: QueueUser, waiter: QueueUser) -> dict[str, flo
     }
 
 
-def join_group(hub, user: str, properties: dict) -> None:
-    group = f"bench-{secrets.token_hex(3)}"
-    assert hub.request("POST", f"groups/{group}").status_code == 201
-    assert hub.request("PUT", f"groups/{group}/properties", json=properties).status_code == 200
-    members = {"users": [user]}
-    assert hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
-
-
 def summary(rounds: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
     return {
         key: (statistics.median(r[key] for r in rounds), max(r[key] for r in rounds))
@@ -146,7 +138,7 @@ def main() -> None:
         idle = QueueUser(hub, f"idle-holder-{suffix}")
         owner = QueueUser(hub, f"owner-{suffix}")
         waiter = QueueUser(hub, f"waiter-{suffix}")
-        join_group(hub, idle.name, {"idle_policy": POLICY})
+        hub.join_group(idle.name, {"idle_policy": POLICY})
         reclaims, stops = [], []
         for n in range(args.rounds):
             reclaims.append(reclaim_round(hub, idle, waiter))

@@ -123,6 +123,17 @@ class Hub:
         url = f"{self.url}/hub/api/users/{user}/servers/{server}"
         return requests.delete(url, headers=dict(self.api.headers), timeout=120)
 
+    def join_group(self, user: str, properties: dict) -> str:
+        """A new hub group with these properties (quotas, lifetimes, idle policies), `user` its
+        one member; its name."""
+        group = f"course-{secrets.token_hex(3)}"
+        assert self.request("POST", f"groups/{group}").status_code == 201
+        response = self.request("PUT", f"groups/{group}/properties", json=properties)
+        assert response.status_code == 200, response.text
+        members = {"users": [user]}
+        assert self.request("POST", f"groups/{group}/users", json=members).status_code == 200
+        return group
+
     def log_text(self) -> str:
         return (self.workdir / "hub.log").read_text(errors="replace")
 

@@ -73,15 +73,6 @@ def culler_hub(tmp_path, docker_engine):
         yield hub
 
 
-def join_group(hub, user: str, properties: dict) -> str:
-    group = f"course-{secrets.token_hex(3)}"
-    assert hub.request("POST", f"groups/{group}").status_code == 201
-    assert hub.request("PUT", f"groups/{group}/properties", json=properties).status_code == 200
-    members = {"users": [user]}
-    assert hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
-    return group
-
-
 def record(hub, session_id: str) -> dict:
     """The service's record, active or ended, as the spawner reads it (api/grants)."""
     response = requests.get(
@@ -199,7 +190,7 @@ def terminal_output_until(terminal: websocket.WebSocket, text: str, timeout: flo
 
 def test_a_lifetime_end_is_warned_on_the_page_and_in_the_session_then_ends_it(ends_hub, pages):
     student = QueueUser(ends_hub, f"life-{secrets.token_hex(3)}")
-    group = join_group(ends_hub, student.name, {"max_session_lifetime": f"{LIFETIME}s"})
+    group = ends_hub.join_group(student.name, {"max_session_lifetime": f"{LIFETIME}s"})
     session = start_running(ends_hub, student, {**SESSION, "fgpu": 0})
     terminal = open_terminal(ends_hub, student)
 
@@ -231,7 +222,7 @@ def test_a_lifetime_end_is_warned_on_the_page_and_in_the_session_then_ends_it(en
 
 def test_a_malformed_lifetime_is_logged_and_ignored(ends_hub):
     student = QueueUser(ends_hub, f"bad-{secrets.token_hex(3)}")
-    group = join_group(ends_hub, student.name, {"max_session_lifetime": "forever"})
+    group = ends_hub.join_group(student.name, {"max_session_lifetime": "forever"})
     session = start_running(ends_hub, student, {**SESSION, "fgpu": 0})
     wait_until(
         lambda: (
@@ -258,7 +249,7 @@ def test_an_idle_gpu_session_is_kept_while_nobody_waits_then_reclaimed_for_a_wai
     suffix = secrets.token_hex(3)
     holder, waiting = QueueUser(ends_hub, f"holder-{suffix}"), QueueUser(ends_hub, f"next-{suffix}")
     policy = {"fgpu_timeout": "10s", "cpu_percent": 50, "reclaim": "when_waiting"}
-    group = join_group(ends_hub, holder.name, {"idle_policy": policy})
+    group = ends_hub.join_group(holder.name, {"idle_policy": policy})
     page = pages()
     log_in(page, ends_hub, holder.name)
     held = start_running(ends_hub, holder, {**SESSION, "fgpu": 1})
