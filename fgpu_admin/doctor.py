@@ -353,14 +353,22 @@ def _connect_args(url: str, timeout: float) -> dict:
     return {}
 
 
-def check_hub_db(url: str, timeout: float) -> Result:
+def _revision_or_problem(name: str, url: str, env: str, owner: str, timeout: float):
+    """The database's alembic revision (None: no schema yet), or the Result saying why it
+    cannot be read: a missing SQLite file, or a database that does not answer."""
     path = sqlite_file(url)
     if path is not None and not path.exists():
-        return _missing_sqlite("hub db", path, "the hub")
+        return _missing_sqlite(name, path, owner)
     try:
-        revision = read_revision(url, timeout)
+        return read_revision(url, timeout)
     except Exception as e:
-        return _connect_problem("hub db", url, state_dir.HUB_DB_ENV, e)
+        return _connect_problem(name, url, env, e)
+
+
+def check_hub_db(url: str, timeout: float) -> Result:
+    revision = _revision_or_problem("hub db", url, state_dir.HUB_DB_ENV, "the hub", timeout)
+    if isinstance(revision, Result):
+        return revision
     return Result("hub db", OK, f"{safe_url(url)} answers (schema {revision or 'not made yet'})")
 
 
@@ -378,13 +386,11 @@ def known_revisions() -> set[str]:
 
 
 def check_queue_db(url: str, timeout: float) -> Result:
-    path = sqlite_file(url)
-    if path is not None and not path.exists():
-        return _missing_sqlite("queue db", path, "the queue service")
-    try:
-        revision = read_revision(url, timeout)
-    except Exception as e:
-        return _connect_problem("queue db", url, state_dir.QUEUE_DB_ENV, e)
+    revision = _revision_or_problem(
+        "queue db", url, state_dir.QUEUE_DB_ENV, "the queue service", timeout
+    )
+    if isinstance(revision, Result):
+        return revision
     return revision_result(safe_url(url), revision, queue_head(), known_revisions())
 
 
