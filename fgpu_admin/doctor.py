@@ -35,7 +35,9 @@ from image_catalog.engine_client import api_client_from_env
 from image_catalog.units import format_size, parse_size
 from queue_service import inventory, state_dir
 from queue_service.db import alembic_config, make_engine
+from queue_service.frozen_containers import CGROUP_ROOT, freezer_file, read_frozen
 from queue_service.images import ImageStore
+from queue_service.session_containers import SESSION_LABEL
 
 from .backup import BACKUP_DIR_ENV, DEFAULT_BACKUP_DIR
 
@@ -145,6 +147,7 @@ def run_checks(args: argparse.Namespace, environ: Mapping[str, str]) -> list[Res
         check_hub_db(hub_url, args.timeout),
         check_queue_db(queue_url, args.timeout),
         check_docker_disk(engine, args.min_free_docker, environ.get("DOCKER_HOST")),
+        check_frozen_sessions(engine, environ.get("DOCKER_HOST")),
         check_backup_disk(backup_dir(environ), args.min_free_backup),
         check_images(engine, catalog_images(queue_url, environ), swarm),
         check_gpus(environ, swarm),
@@ -455,6 +458,39 @@ def engine_is_local(docker_host: str | None) -> bool:
     except OSError:
         return False
     return True
+
+
+def check_frozen_sessions(
+    engine: EngineFacts, docker_host: str | None = None, cgroup_root: Path = CGROUP_ROOT
+) -> Result:
+    """Session containers that are paused, or whose cgroup freezer reads frozen on this machine:
+    such a session answers nothing, and the engine's calls about it hang (the queue service
+    thaws one after a minute; see queue_service/frozen_containers.py)."""
+    if engine.client is None:
+        return Result("frozen sessions", WARN, NO_ENGINE)
+    try:
+        found = engine.client.containers(
+            filters={"label": SESSION_LABEL, "status": ["running", "paused"]}
+        )
+    except Exception as e:
+        return Result("frozen sessions", WARN, f"the engine did not list the sessions: {e}")
+    local = engine_is_local(docker_host)
+    frozen = []
+    for container in found:
+        path = freezer_file(container["Id"], cgroup_root) if local else None
+        if container.get("State") == "paused" or (path is not None and read_frozen(path)):
+            session = (container.get("Labels") or {}).get(SESSION_LABEL, "?")
+            frozen.append(f"session {session} (container {container['Id'][:12]})")
+    if not frozen:
+        return Result("frozen sessions", OK, f"none of {len(found)} session container(s)")
+    return Result(
+        "frozen sessions",
+        WARN,
+        "frozen: " + ", ".join(frozen),
+        "the queue service thaws a session frozen for a minute; if one stays frozen, run"
+        " `docker unpause ID`, or write THAWED into its freezer.state under"
+        f" {cgroup_root}/freezer/docker/ID/",
+    )
 
 
 def check_docker_disk(engine: EngineFacts, minimum: int, docker_host: str | None = None) -> Result:

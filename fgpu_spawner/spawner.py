@@ -15,6 +15,7 @@ import dataclasses
 import os
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
@@ -337,6 +338,31 @@ class FGPUSpawner(DockerSpawner):
         super().__init__(**kwargs)
         # Set whenever the queue reports a new position or reason; progress() waits on it.
         self._progress_changed = asyncio.Event()
+
+    docker_threads = Integer(
+        8,
+        min=1,
+        config=True,
+        help="""Threads for the hub's calls to the Docker engine, shared by every server.
+
+        DockerSpawner makes all its engine calls on one thread, so a single container that the
+        engine does not answer about (a frozen one, say) held every other user's spawn, poll and
+        stop until its call timed out. Each stuck container holds at most the threads of its own
+        calls; the others go on.
+
+            c.FGPUSpawner.docker_threads = 8
+        """,
+    )
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The pool of `docker_threads` threads for engine calls, one per class."""
+        cls = type(self)
+        if cls.__dict__.get("_executor") is None:
+            cls._executor = ThreadPoolExecutor(
+                self.docker_threads, thread_name_prefix="fgpu-docker"
+            )
+        return cls._executor
 
     @property
     def client(self) -> docker.APIClient:

@@ -260,8 +260,8 @@ class Engine:
     def inspect_image(self, reference):
         return self.json("GET", f"/images/{urllib.parse.quote(reference, safe='/:@')}/json")
 
-    def commit(self, container_id, repository, tag, conf=None, message="", pause=True):
-        """Commit a container; the engine pauses it meanwhile (one moment's state, see
+    def commit(self, container_id, repository, tag, conf=None, message="", pause=False):
+        """Commit a container, unpaused: a pause can leave it frozen for good (see
         queue_service.private_images.commit_session). Minutes for a large writable layer."""
         query = {"container": container_id, "repo": repository, "tag": tag, "author": "fgpu-hub"}
         query.update(comment=message, pause="true" if pause else "false")

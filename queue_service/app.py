@@ -29,11 +29,13 @@ from image_catalog import load_catalog
 
 from . import handlers, inventory, scheduler
 from .automatic_ends import AutomaticEnds, DockerNotifier
+from .container_calls import ContainerCalls, ContainerLocks
 from .db import open_database
 from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
 from .deployment import deployment_id
 from .engine import Engine
-from .health import HealthMonitor, select_one
+from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
+from .health import HealthMonitor, containers_check, select_one
 from .history import History
 from .hub_client import HubClient
 from .images import ImageStore
@@ -214,6 +216,17 @@ class QueueService(Application):
     )
     reconcile_interval = Float(
         5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
+    )
+    thaw_frozen_after = Float(
+        THAW_AFTER_SECONDS,
+        config=True,
+        help="""
+        Seconds a session container may stay frozen (paused by hand, or a cgroup freezer left
+        frozen) before the service thaws it; each thaw is logged and reported by `api/health`.
+        Single-host mode only: in Swarm mode the containers are on other machines.
+
+            c.QueueService.thaw_frozen_after = 60
+        """,
     )
     remove_ended_servers = Bool(
         True,
@@ -505,6 +518,14 @@ class QueueService(Application):
         )
         seeded = self.images.seed(load_catalog(self.catalog_path or None))
         self.log.info("Image catalog seeded: %s", seeded)
+        calls = ContainerCalls(log=self.log)
+        locks = ContainerLocks()
+        # Single-host mode: the service reads the freezer of the sessions' containers itself.
+        freeze = (
+            FreezeWatch(calls, docker_client, thaw_after=self.thaw_frozen_after, log=self.log)
+            if self.engine == "docker"
+            else None
+        )
         self.reconciler = Reconciler(
             self.manager,
             docker_client,
@@ -517,6 +538,7 @@ class QueueService(Application):
             # spawn is refused at once with 503: the engine's state is unknown.
             prepare=self.discover_node,
             sessions=self.session_lister(docker_client),
+            watch=freeze.check if freeze else None,
         )
         self.stats = StatsSampler(
             docker_client,
@@ -524,6 +546,7 @@ class QueueService(Application):
             interval=self.stats_interval,
             read_gpus=not self.simulated_gpus,
             log=self.log,
+            calls=calls,
         )
         self.node_reports = NodeReports(stale_after=self.node_report_stale)
         # In Swarm mode a session's usage is read on its node, by the node's agent.
@@ -547,12 +570,20 @@ class QueueService(Application):
             idle_timeout=self.idle_timeout,
             warning_lead=self.lifetime_warning,
             # Sessions on other machines (Swarm) are warned on the page only.
-            notifier=DockerNotifier(docker_client) if self.engine == "docker" else None,
+            notifier=DockerNotifier(docker_client, calls, locks) if freeze else None,
             log=self.log,
         )
         self.manager.ends_of = self.automatic_ends.view
         self.health = HealthMonitor(
-            self.manager, self.reconciler, lambda: select_one(db), self.reconcile_interval
+            self.manager,
+            self.reconciler,
+            lambda: select_one(db),
+            self.reconcile_interval,
+            containers=lambda: containers_check(
+                calls.unresponsive(),
+                freeze.frozen() if freeze else [],
+                freeze.thaws() if freeze else [],
+            ),
         )
         prefix = self.service_prefix
         return web.Application(
@@ -573,6 +604,7 @@ class QueueService(Application):
             # Their own threads: minutes-long commits must not hold the default executor, which
             # the reconciler and every other engine call use.
             commit_executor=ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="fgpu-commit"),
+            container_locks=locks,
             spawner_service=self.spawner_service,
             agent_service=self.agent_service,
             node_reports=self.node_reports,

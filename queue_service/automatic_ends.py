@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from .container_calls import ContainerCalls, ContainerLocks
 from .errors import Refusal
 from .hub_client import HubError
 from .models import Status, as_utc
@@ -335,27 +336,47 @@ _CLEAR_SCRIPT = 'rm -f "$HOME/' + WARNING_FILE + '"'
 
 
 class DockerNotifier:
-    """Puts a warning inside a session container on this engine (`docker exec` as its user)."""
+    """Puts a warning inside a session container on this engine (`docker exec` as its user).
 
-    def __init__(self, docker_client):
+    The exec goes through `calls` (bounded: a container that does not answer is skipped, not
+    waited on) and only while no commit holds the container (`locks`): an exec that enters a
+    container being committed is what froze a session for good (container_calls.py). A warning
+    skipped so is tried again next round.
+    """
+
+    def __init__(self, docker_client, calls: ContainerCalls, locks: ContainerLocks):
         self.docker = docker_client
+        self.calls = calls
+        self.locks = locks
 
-    def _container(self, session_id: str):
-        return running_session_containers(self.docker, session_id).get(session_id)
+    async def warn(self, session_id: str, text: str, terminals: bool) -> bool:
+        command = ["sh", "-c", _WARN_SCRIPT, "sh", text, "1" if terminals else "0"]
+        return await self._exec(session_id, command)
 
-    def warn(self, session_id: str, text: str, terminals: bool) -> bool:
-        container = self._container(session_id)
+    async def clear(self, session_id: str) -> bool:
+        return await self._exec(session_id, ["sh", "-c", _CLEAR_SCRIPT])
+
+    async def _exec(self, session_id: str, command: list[str]) -> bool:
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(
+            None, running_session_containers, self.docker, session_id
+        )
+        container = found.get(session_id)
         if container is None:
             return False
-        result = container.exec_run(
-            ["sh", "-c", _WARN_SCRIPT, "sh", text, "1" if terminals else "0"]
+        return await self.calls.call(
+            container.id,
+            session_id,
+            "exec",
+            self._exec_unless_committing,
+            container,
+            session_id,
+            command,
         )
-        return result.exit_code == 0
 
-    def clear(self, session_id: str) -> None:
-        container = self._container(session_id)
-        if container is not None:
-            container.exec_run(["sh", "-c", _CLEAR_SCRIPT])
+    def _exec_unless_committing(self, container, session_id: str, command: list[str]) -> bool:
+        with self.locks.exec_unless_committing(session_id) as held:
+            return held and container.exec_run(command).exit_code == 0
 
 
 class AutomaticEnds:
@@ -589,21 +610,23 @@ class AutomaticEnds:
         warned = self._warned.get(record.id)
         if due and warned != end:
             self._warned[record.id] = end
-            await self._notify("warn", record.id, warning_message(end, now), end.why == LIFETIME)
+            text = warning_message(end, now)
+            if not await self._notify("warn", record.id, text, end.why == LIFETIME):
+                self._warned.pop(record.id, None)  # not written (a commit, say): next round
         elif not due and warned is not None:
             # The end moved out of reach (activity, a longer limit): the warning no longer holds.
             self._warned.pop(record.id)
             await self._notify("clear", record.id)
 
-    async def _notify(self, action: str, session_id: str, *args) -> None:
+    async def _notify(self, action: str, session_id: str, *args) -> bool:
+        """Whether the notifier did it; the page warns either way."""
         if self.notifier is None:
-            return
+            return True
         try:
-            await asyncio.get_running_loop().run_in_executor(
-                None, getattr(self.notifier, action), session_id, *args
-            )
-        except Exception as e:  # the page still warns; the next change tries again
+            return bool(await getattr(self.notifier, action)(session_id, *args))
+        except Exception as e:  # the next change tries again
             self._say("could not %s inside session %s: %s", action, session_id, e)
+            return False
 
     def _end(self, record, end: PlannedEnd) -> None:
         if record.id in self._stopping:

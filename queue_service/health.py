@@ -7,6 +7,10 @@ Each check is a pure function of what the service already knows (times it record
 per `min_interval` seconds, however many callers ask at once: the endpoint answers anyone, a load
 balancer or a monitoring probe, and must not let them make the service do more work.
 
+The `containers` check names the session containers the engine did not answer about in time and
+those frozen now or thawed in the last hour (container_calls.py, frozen_containers.py): the service
+goes on without them, so it is `degraded`, never `fail`.
+
 Statuses: `ok`; `degraded` (late, but working: a round slower than it should be); `fail` (no
 session can start: the database or the engine does not answer, or the loop stopped).
 """
@@ -111,6 +115,37 @@ def scheduler_check(
     )
 
 
+def containers_check(unresponsive: list, frozen: list[dict], thaws: list) -> Check:
+    """Session containers the engine does not answer about, frozen ones, and recent thaws."""
+    parts = [
+        f"session {u.session_id} (container {u.container_id[:12]}) has not answered {u.what}"
+        f" since {_clock(u.since)}"
+        for u in unresponsive
+    ]
+    parts += [
+        f"session {f['session_id']} (container {f['container']}) is frozen for {f['for']} s"
+        for f in frozen
+    ]
+    parts += [
+        f"session {t.session_id} (container {t.container_id[:12]}) was thawed at {_clock(t.at)}"
+        f" after {t.frozen_for:.0f} s frozen ({t.how})"
+        for t in thaws
+    ]
+    if not parts:
+        return Check("containers", OK, "every session container answers")
+    return Check(
+        "containers",
+        DEGRADED,
+        "; ".join(parts),
+        "The service goes on without these containers and thaws a frozen one by itself; if one"
+        " stays, stop its session (or `docker rm -f` it) and read the engine's log.",
+    )
+
+
+def _clock(moment: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(moment))
+
+
 def _ago(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.0f} s ago"
 
@@ -130,6 +165,7 @@ class HealthMonitor:
         reconciler,
         db_probe: Callable[[], None],
         interval: float,
+        containers: Callable[[], Check] | None = None,
         min_interval: float = 2.0,
         clock: Callable[[], float] = time.time,
     ):
@@ -139,6 +175,7 @@ class HealthMonitor:
         self.interval = interval
         self.min_interval = min_interval
         self.clock = clock
+        self.containers = containers
         self.started_at = clock()
         self._last: tuple[float, list[Check]] | None = None
         self._running: asyncio.Future | None = None
@@ -167,6 +204,8 @@ class HealthMonitor:
             ),
             scheduler_check(self.reconciler.round_ended_at, self.started_at, now, self.interval),
         ]
+        if self.containers is not None:
+            found.append(self.containers())
         self._last = (now, found)
         return found
 

@@ -1,7 +1,7 @@
 """Session → private image (DESIGN.md contract 4): the commit; `handlers/sessions.py` serves it.
 
 The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`. The session
-keeps running (the engine pauses it for the time of the commit; see `commit_session`). The image
+keeps running, unpaused (see `commit_session`). The image
 then enters the catalog (`ImageStore`) as `<user>-<tag>`, private to the session's owner: only they
 see it on the form and may start it. A commit that cannot be registered is removed again, so
 nothing half-made remains. What was installed into the system site is kept; the home folder is a
@@ -25,6 +25,7 @@ import docker.errors
 
 from image_catalog import CatalogError, CatalogImage, parse_image
 
+from .container_calls import ContainerLocks
 from .errors import Refusal
 from .images import ImageError
 from .session_containers import running_session_containers
@@ -183,19 +184,21 @@ def refuse_private_image(client, reference: object) -> None:
         )
 
 
-def commit_session(client, session_id: str, user: str, tag: str) -> dict:
+def commit_session(client, session_id: str, user: str, tag: str, locks: ContainerLocks) -> dict:
     """Commit the session's container to the user's private image; its reference and id.
 
-    The engine pauses the container for the commit (`pause=True`, kept on purpose): consistency
-    over availability. An image outlives the session and is started again later, so it must be
-    one moment's state: committed while processes write (a `pip install` half-way, a growing
-    file), the layer can hold torn files, or the engine's tar fails on a file that changed size.
-    A pause loses nothing: the processes are frozen, not stopped, for the time the engine needs to
-    copy the writable layer (seconds per GB), and the daemon resumes them even if this call is cut
-    off. The reconciler takes a paused container for a live one (session_containers.LIVE_STATES), so
-    the session keeps its record and slots meanwhile. This blocks for as long as the commit
-    takes: the service runs it on an executor of its own, so that the reconciler and other engine
-    calls on the default executor go on.
+    The container is not paused (`pause=False`). A pause froze the container's cgroup for the
+    copy, and a `docker exec` that entered it meanwhile (the service's own end warnings, or an
+    admin's) left `runc init` stuck in the freezer: the session stayed frozen for good and every
+    engine call about it hung (docs/admin-guide.md, "A container that does not answer"). The
+    price is consistency: a file written during the copy may be caught half-written, which the
+    Save dialog says (finish installs first); the engine's tar refuses a file that changes size
+    mid-copy, so such a commit fails whole and is tried again (`COMMIT_ATTEMPTS`), then refused
+    with a message; nothing is registered.
+
+    `locks` (container_calls.ContainerLocks) keeps the service's own execs out of the container
+    for the time of the copy. This blocks for as long as the commit takes: the service runs it on
+    an executor of its own, so that the reconciler and other engine calls go on.
     """
     reference = private_reference(user, tag)
     container = session_container(client, session_id)
@@ -212,13 +215,39 @@ def commit_session(client, session_id: str, user: str, tag: str) -> dict:
     }
     conf = commit_config(source.attrs["Config"], container.attrs["Config"], labels)
     repository, _, tag = reference.rpartition(":")
-    result = client.api.commit(
-        container.id,
-        repository=repository,
-        tag=tag,
-        message=f"fGPU hub: session {session_id} of {user}",
-        author="fgpu-hub",
-        conf=conf,
-        pause=True,
-    )
+    message = f"fGPU hub: session {session_id} of {user}"
+    with locks.committing(session_id):
+        result = _commit_unpaused(client, container.id, repository, tag, message, conf)
     return {"image": reference, "id": result["Id"], "source_image": labels[LABEL_SOURCE_IMAGE]}
+
+
+#: Commits tried before a session that keeps changing files during the copy is refused.
+COMMIT_ATTEMPTS = 3
+
+
+def _commit_unpaused(client, container_id, repository, tag, message, conf) -> dict:
+    for _ in range(COMMIT_ATTEMPTS):
+        try:
+            return client.api.commit(
+                container_id,
+                repository=repository,
+                tag=tag,
+                message=message,
+                author="fgpu-hub",
+                conf=conf,
+                pause=False,
+            )
+        except docker.errors.APIError as e:
+            if not _changed_while_copied(e):
+                raise
+    raise CommitError(
+        f"The session kept changing files while it was copied ({COMMIT_ATTEMPTS} tries). Let"
+        " running installs or writes finish, then save again.",
+        "conflict",
+    )
+
+
+def _changed_while_copied(error: docker.errors.APIError) -> bool:
+    """The engine's tar met a file that changed size ("Error processing tar file ... unexpected
+    EOF"): nothing is wrong but the moment."""
+    return "tar file" in str(error.explanation or error)

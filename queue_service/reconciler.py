@@ -62,6 +62,7 @@ class Reconciler:
         unlisted_grace: float = 10.0,
         prepare=None,
         sessions=None,
+        watch=None,
     ):
         self.manager = manager
         self.log = log
@@ -77,6 +78,8 @@ class Reconciler:
         self.prepare = prepare
         # What runs: containers on one engine, or services on a Swarm (session_services.py).
         self.sessions = sessions or DockerSessionLister(docker_client)
+        # Called with each round's live containers: frozen_containers.FreezeWatch.check.
+        self.watch = watch
         self._respawning: set[str] = set()
         # When the engine last listed the sessions, and when `run`'s last round ended: the
         # health checks (health.py) read them.
@@ -108,6 +111,8 @@ class Reconciler:
             for session_id, container in listed.items()
             if deployment_of(container) in (None, self.deployment_id) or not self.deployment_id
         }
+        if self.watch is not None:
+            await self.watch(running)
         await self._adopt_orphans(running)
         if self.manager.engine_problem is not None:
             self._say("the engine answers; every session container is counted")

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .container_calls import ContainerCalls, ContainerUnresponsive, timed_out
 from .session_containers import running_session_containers
 
 #: How many stats calls may be in flight at once: the engine answers each in a few ms.
@@ -176,7 +177,9 @@ class StatsSampler:
     """Keeps the last usage of every running session; `run()` refreshes it on a fixed interval.
 
     `running_ids` tells which session ids this service has RUNNING (a DB read); containers of
-    other hubs sharing the engine are never sampled.
+    other hubs sharing the engine are never sampled. Each stats call goes through `calls`
+    (container_calls.py): a container that does not answer keeps its last usage unknown, and
+    never holds up the round for the others.
     """
 
     def __init__(
@@ -187,8 +190,10 @@ class StatsSampler:
         read_gpus: bool = True,
         nvml: Any = None,
         log=None,
+        calls: ContainerCalls | None = None,
     ):
         self.docker = docker_client
+        self.calls = calls or ContainerCalls(log=log)
         self.running_ids = running_ids
         self.interval = interval
         # False on hosts with simulated GPUs: NVML has nothing to say there.
@@ -213,11 +218,16 @@ class StatsSampler:
         mine = {sid: c.id for sid, c in containers.items() if sid in wanted}
         limit = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
 
-        async def one(container_id: str):
+        async def one(session_id: str, container_id: str):
             async with limit:
-                return await loop.run_in_executor(None, self._stats, container_id)
+                try:
+                    return await self.calls.call(
+                        container_id, session_id, "stats", self._stats, container_id
+                    )
+                except ContainerUnresponsive:
+                    return None
 
-        answers = await asyncio.gather(*(one(cid) for cid in mine.values()))
+        answers = await asyncio.gather(*(one(sid, cid) for sid, cid in mine.items()))
         gpu = await loop.run_in_executor(None, self._gpu_use)
         now = datetime.now(UTC).isoformat()
         usage, cpu = {}, {}
@@ -250,6 +260,8 @@ class StatsSampler:
         try:
             return self.docker.api.stats(container_id, stream=False, one_shot=True)
         except Exception as e:  # it stopped between the list and now; the next round knows
+            if timed_out(e):
+                raise  # the engine is stuck on it: container_calls keeps it marked
             self._say("no stats for %s: %s", container_id[:12], e)
             return None
 

@@ -21,6 +21,7 @@ from .harness import ROOT, docker_client, running_hub
 # A hub's two databases on SQLite and PostgreSQL, for the backup and restore tests.
 from .hub_state import hub_dbs, private_image  # noqa: F401
 from .service_clock import ServiceClock
+from .shared_hub import SharedHub
 
 # One Swarm lab serves every module that needs it.
 from .swarm_lab import lab  # noqa: F401
@@ -69,14 +70,23 @@ def test_catalog(tmp_path_factory, broken_image):
     return path
 
 
+def shared_hub(name: str, tmp_path_factory, **options):
+    """A session-wide hub under `name`, replaced by a fresh one (in a new folder) when a test's
+    servers will not stop (tests/shared_hub.py); closed at the end of the run."""
+    hub = SharedHub(name, lambda: running_hub(tmp_path_factory.mktemp(name), **options))
+    try:
+        yield hub
+    finally:
+        hub.close()
+
+
 @pytest.fixture(scope="session")
 def hub(tmp_path_factory, docker_engine, test_catalog):
     # The queue service seeds its image catalog from this file, and the spawner asks the service.
     env = {"FGPU_CATALOG_PATH": str(test_catalog)}
     group_data = tmp_path_factory.mktemp("group-data")
-    extra = f"c.FGPUSpawner.group_data_dir = {str(group_data)!r}\n"
-    with running_hub(tmp_path_factory.mktemp("hub"), env=env, extra_config=extra) as running:
-        yield running
+    extra = f"c.FGPUSpawner.group_data_dir = {str(group_data)!r}\n" + FAST_THAW
+    yield from shared_hub("hub", tmp_path_factory, env=env, extra_config=extra)
 
 
 #: A Prometheus scraper on the shared GPU hub, set up exactly as queue_service/metrics.py documents.
@@ -95,6 +105,15 @@ for service in c.JupyterHub.services:
 """
 
 
+# A frozen session container is thawed after 30 s, not a minute (test_frozen_containers: long
+# enough for another spawn to start meanwhile).
+FAST_THAW = """
+for service in c.JupyterHub.services:
+    if service["name"] == "queue":
+        service["command"].append("--QueueService.thaw_frozen_after=30")
+"""
+
+
 @pytest.fixture(scope="session")
 def service_clock(tmp_path_factory):
     """The queue service's clock on `gpu_hub`, which a test may move (tests/service_clock.py)."""
@@ -109,9 +128,8 @@ def gpu_hub(tmp_path_factory, docker_engine, service_clock):
     it empty: what a module leaves running is stopped at its end
     (`shared_hubs_start_each_module_empty`)."""
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
-    workdir = tmp_path_factory.mktemp("gpu-hub")
     extra = PROMETHEUS_CONFIG + FAST_RESPAWN + service_clock.config()
-    with running_hub(workdir, env=env, extra_config=extra) as hub:
+    for hub in shared_hub("gpu-hub", tmp_path_factory, env=env, extra_config=extra):
         hub.scraper_token = PROMETHEUS_TOKEN
         yield hub
 
@@ -121,8 +139,7 @@ def one_gpu_hub(tmp_path_factory, docker_engine):
     """One simulated GPU holding 1 fGPU: a second request of 1 fGPU (or a third of 0.4) waits.
     Each module finds it empty, as `gpu_hub` does."""
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "1"}
-    with running_hub(tmp_path_factory.mktemp("one-gpu-hub"), env=env) as hub:
-        yield hub
+    yield from shared_hub("one-gpu-hub", tmp_path_factory, env=env)
 
 
 #: Session hubs that modules share, each module's tests in turn (the `hub` fixture's servers are
@@ -141,7 +158,7 @@ def shared_hubs_start_each_module_empty(request):
     before = [hub.active_servers() for hub in hubs]
     yield
     for hub, servers in zip(hubs, before, strict=True):
-        hub.stop_servers(hub.active_servers() - servers)
+        hub.end_servers(hub.active_servers() - servers, f"the module {request.node.name}")
 
 
 #: The grouped hub's resource groups besides the engine's own `default` (1 simulated 8 GiB GPU):
@@ -181,7 +198,7 @@ def servers_end_with_their_test(request):
     hub = request.getfixturevalue("hub")
     before = hub.active_servers()
     yield
-    hub.stop_servers(hub.active_servers() - before)
+    hub.end_servers(hub.active_servers() - before, f"the test {request.node.name}")
 
 
 @pytest.fixture

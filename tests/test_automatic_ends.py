@@ -113,12 +113,13 @@ class Notes:
     def __init__(self):
         self.calls: list[tuple] = []
 
-    def warn(self, session_id, text, terminals):
+    async def warn(self, session_id, text, terminals):
         self.calls.append(("warn", session_id, terminals, text))
         return True
 
-    def clear(self, session_id):
+    async def clear(self, session_id):
         self.calls.append(("clear", session_id))
+        return True
 
 
 async def running_session(manager, user="alice"):

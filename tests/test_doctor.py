@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import secrets
 import shutil
 
 import pytest
@@ -17,10 +18,11 @@ from sqlalchemy import create_engine, text
 from fgpu_admin import cli, doctor
 from image_catalog import CatalogImage, load_catalog
 from queue_service.db import open_database
+from queue_service.frozen_containers import freezer_file, freezer_value
 from queue_service.images import ImageStore
 
 from .conftest import MISSING_IMAGE
-from .harness import free_port
+from .harness import TEST_LABEL, free_port
 
 pytestmark = pytest.mark.docker
 #: Thresholds any test machine meets, so only the case under test can fail.
@@ -83,6 +85,7 @@ def test_a_sound_hub_passes_with_the_simulated_gpus_as_the_only_warning(state_on
     assert checks["docker disk"]["status"] == "ok" and "/" in checks["docker disk"]["message"]
     assert checks["backup disk"]["status"] == "ok"
     assert checks["clock"]["status"] == "ok"
+    assert checks["frozen sessions"]["status"] == "ok"
     assert checks["hami-core"] == {**checks["hami-core"], "status": "ok"}
     assert "simulated" in checks["hami-core"]["message"]
     # No GPU here: a warning with simulated GPUs, never a pass.
@@ -96,7 +99,7 @@ def test_the_text_report_has_a_line_per_check_and_a_summary(state, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("ok    engine")
     assert any(line.startswith("WARN  gpus") for line in lines)
-    assert lines[-1].startswith("10 checks: ") and "0 failed" in lines[-1]
+    assert lines[-1].startswith("11 checks: ") and "0 failed" in lines[-1]
 
 
 def test_an_engine_that_does_not_answer_fails_with_its_fix(state, tmp_path, monkeypatch):
@@ -288,3 +291,28 @@ def test_in_swarm_mode_the_labs_nodes_are_checked(state, lab, monkeypatch):
     nodes = checks["swarm nodes"]
     assert nodes["status"] == "ok", nodes
     assert nodes["message"] == f"{len(lab.nodes)} node(s): {len(lab.nodes)} ready"
+
+
+@pytest.mark.docker
+def test_a_frozen_session_container_is_named_with_how_to_thaw_it(docker_engine):
+    session_id = secrets.token_hex(8)
+    container = docker_engine.containers.run(
+        "fgpu/jupyter-base:py3.11",
+        ["sleep", "600"],
+        detach=True,
+        labels={"fgpu.session_id": session_id, TEST_LABEL: "doctor-frozen"},
+    )
+    try:
+        engine = doctor.EngineFacts.read(10)
+        assert doctor.check_frozen_sessions(engine).status == "ok"
+        path = freezer_file(container.id)
+        path.write_text(freezer_value(path, frozen=True))
+        result = doctor.check_frozen_sessions(engine)
+        assert result.status == "warn"
+        assert f"session {session_id} (container {container.id[:12]})" in result.message
+        assert "THAWED" in result.fix
+        path.write_text(freezer_value(path, frozen=False))
+        container.pause()  # paused through the engine: named too
+        assert session_id in doctor.check_frozen_sessions(engine).message
+    finally:
+        container.remove(force=True)

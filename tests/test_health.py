@@ -9,7 +9,9 @@ from types import SimpleNamespace
 from sqlalchemy.orm import sessionmaker
 
 from queue_service import health
+from queue_service.container_calls import Unanswered
 from queue_service.db import make_engine
+from queue_service.frozen_containers import Thaw
 
 INTERVAL = 5.0
 
@@ -98,3 +100,17 @@ async def test_checks_run_at_most_once_per_interval_whoever_asks(tmp_path):
     now[0] += watched.min_interval
     await watched.checks()
     assert len(calls) == 2
+
+
+def test_the_containers_check_names_what_does_not_answer_is_frozen_or_was_thawed():
+    assert health.containers_check([], [], []).status == health.OK
+    stuck = Unanswered("a" * 64, "s1", "exec", 0.0)
+    frozen = {"container": "b" * 12, "session_id": "s2", "for": 42}
+    thaw = Thaw("c" * 64, "s3", 61.4, 0.0, "docker unpause")
+    check = health.containers_check([stuck], [frozen], [thaw])
+    assert check.status == health.DEGRADED  # the service goes on without them: never `fail`
+    assert "session s1 (container aaaaaaaaaaaa) has not answered exec" in check.message
+    assert "session s2 (container bbbbbbbbbbbb) is frozen for 42 s" in check.message
+    assert "session s3 (container cccccccccccc) was thawed" in check.message
+    assert "after 61 s frozen (docker unpause)" in check.message
+    assert check.fix

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import secrets
 import tarfile
+import threading
+import time
 
+import docker.errors
 import pytest
 from playwright.sync_api import expect
 
@@ -31,7 +35,7 @@ from .browser import (
     screenshot,
     submit_launch,
 )
-from .harness import TEST_LABEL, QueueUser, containers_with
+from .harness import TEST_LABEL, QueueUser, containers_with, docker_client
 from .test_storage import TINY_PACKAGE, run_in, start_session, tiny_wheel
 
 SHARED_BASE = "fgpu/jupyter-base:py3.11"
@@ -329,6 +333,58 @@ def test_a_session_that_no_longer_runs_is_a_409(hub, username, docker_engine):
     assert response.status_code == 409, response.text
     assert "only a running one" in response.json()["message"]
     assert docker_engine.images.list(name=f"fgpu-private/{username}") == []
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_commits_while_execs_enter_the_session_under_load_never_freeze_it(
+    hub, username, docker_engine
+):
+    """What once froze a session for good: "Save image" while `docker exec`s enter the container.
+    Three commits in a row, with three threads entering the container all along and the session
+    busy on a core: each commit makes its image, the session stays RUNNING and unpaused, and the
+    engine answers an inspect of the container within seconds throughout."""
+    container = start_session(hub, username)
+    session_id = container.labels["fgpu.session_id"]
+    container.exec_run(["sh", "-c", "while :; do :; done"], detach=True)  # the load
+    admin, stop, inspects = QueueUser(hub, "admin"), threading.Event(), []
+
+    def execs():
+        while not stop.is_set():
+            container.exec_run(["sh", "-c", "date > /tmp/now; ls /opt/venv > /dev/null"])
+
+    def inspect():
+        client = docker_client()
+        while not stop.is_set():
+            started = time.monotonic()
+            state = client.api.inspect_container(container.id)["State"]
+            inspects.append((time.monotonic() - started, state["Status"]))
+            time.sleep(0.2)
+
+    threads = [threading.Thread(target=execs) for _ in range(3)] + [
+        threading.Thread(target=inspect)
+    ]
+    tags = [f"busy{secrets.token_hex(3)}-{i}" for i in range(3)]
+    try:
+        for thread in threads:
+            thread.start()
+        for tag in tags:
+            response = admin.call("POST", f"sessions/{session_id}/image", json={"tag": tag})
+            assert response.status_code == 201, response.text
+            assert docker_engine.images.get(response.json()["image"])
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+        for tag in tags:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_engine.images.remove(private_reference(username, tag), force=True)
+    assert not any(thread.is_alive() for thread in threads), "an engine call never came back"
+    assert len(inspects) >= 3
+    assert max(seconds for seconds, _ in inspects) < 5, inspects
+    assert {status for _, status in inspects} == {"running"}  # never paused
+    (record,) = [s for s in admin.sessions() if s["id"] == session_id]
+    assert record["status"] == "RUNNING"
 
 
 @pytest.mark.docker

@@ -112,7 +112,7 @@ async def test_the_containers_of_active_and_foreign_sessions_are_left_alone(
 
 
 async def test_a_paused_container_is_alive(manager, docker_engine, run_id):
-    """The engine pauses a container while it commits it to an image ("Save image")."""
+    """A container paused by hand (`docker pause`) is alive: it keeps its session and slice."""
     session, container = await running_session(manager, docker_engine, run_id)
     container.pause()
     await Reconciler(manager, docker_engine).reconcile()

@@ -173,7 +173,13 @@ class SessionImageHandler(BaseHandler):
         """Commit on the service's own engine (single host); the image, and how to remove it."""
         engine = self.settings["docker_commits"]
         committed = await asyncio.get_running_loop().run_in_executor(
-            self.settings["commit_executor"], commit_session, engine, session_id, user, tag
+            self.settings["commit_executor"],
+            commit_session,
+            engine,
+            session_id,
+            user,
+            tag,
+            self.settings["container_locks"],
         )
         return committed, lambda: engine.images.remove(committed["id"], force=True)
 

@@ -173,5 +173,18 @@
   }
   loadQuotas();
   setInterval(loadQuotas, 10000);
+  // What the service's health checks say is wrong (admins get the checks), e.g. a session
+  // container the engine does not answer about, or one that was frozen and thawed.
+  fgpu.poll("health", 10, function (data) {
+    var box = document.getElementById("fgpu-health");
+    var bad = (data.checks || []).filter(function (c) { return c.status !== "ok"; });
+    box.replaceChildren.apply(box, bad.map(function (c) {
+      return el("div", { className: "fgpu-health-check", "data-check": c.name }, [
+        el("strong", { text: c.name + ": " }), el("span", { text: c.message }),
+        c.fix ? el("div", { className: "small", text: c.fix }) : null,
+      ].filter(Boolean));
+    }));
+    box.classList.toggle("d-none", bad.length === 0);
+  });
   function refresh() { sessionsPoll.now(); resourcesPoll.now(); }
 })();
