@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -36,6 +37,33 @@ def running_session(hub):
     (container,) = containers_with({"fgpu.user": username})
     yield username, container
     hub.stop_server(username)
+
+
+#: The shell's colour, title and bracketed-paste sequences, which a terminal would not show as text.
+TERMINAL_ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07)")
+
+
+def in_terminal(hub, username: str, command: str) -> str:
+    """What `command` prints in a new web terminal (terminado's websocket through the hub's
+    proxy, as JupyterLab's terminal uses it), up to a marker echoed after it, as plain text."""
+    headers = {"Authorization": f"token {hub.user_token(username)}"}
+    created = requests.post(f"{hub.url}/user/{username}/api/terminals", headers=headers, timeout=30)
+    assert created.status_code == 200, created.text
+    name = created.json()["name"]
+    ws_url = f"{hub.url.replace('http', 'ws', 1)}/user/{username}/terminals/websocket/{name}"
+    ws = websocket.create_connection(ws_url, header=headers, timeout=30)
+    # The terminal echoes what is typed: $((6*7)) is only "42" in what the shell prints.
+    end = "end-of-output-42"
+    try:
+        ws.send(json.dumps(["stdin", f"{command}; echo end-of-output-$((6*7))\r"]))
+        output = ""
+        while end not in output:
+            message = json.loads(ws.recv())
+            if message[0] == "stdout":
+                output += message[1]
+        return TERMINAL_ESCAPES.sub("", output).replace("\r", "")
+    finally:
+        ws.close()
 
 
 def exec_text(container, command: str) -> str:
@@ -95,24 +123,22 @@ class TestOneSession:
 
     def test_terminal_runs_commands_through_the_hub_proxy(self, hub, running_session):
         username, _ = running_session
-        headers = {"Authorization": f"token {hub.user_token(username)}"}
-        created = requests.post(
-            f"{hub.url}/user/{username}/api/terminals", headers=headers, timeout=30
+        output = in_terminal(hub, username, "echo fgpu-$((6*7)) $(id -un)")
+        assert "fgpu-42 jovyan" in output
+
+    def test_the_terminal_is_the_images_environment(self, hub, running_session):
+        """A terminal is a login shell, whose /etc/profile resets PATH: the framework image must
+        still give it its own /opt/venv (python, pip, jupyter, tensorboard and the framework)."""
+        username, _ = running_session
+        command = (
+            "command -v python pip jupyter tensorboard nvidia-smi; "
+            "python -c 'import sys, sklearn; print(sys.prefix, sklearn.__version__)'"
         )
-        assert created.status_code == 200, created.text
-        name = created.json()["name"]
-        ws_url = f"{hub.url.replace('http', 'ws', 1)}/user/{username}/terminals/websocket/{name}"
-        ws = websocket.create_connection(ws_url, header=headers, timeout=30)
-        try:
-            ws.send(json.dumps(["stdin", "echo fgpu-$((6*7)) $(id -un)\r"]))
-            output = ""
-            while "fgpu-42" not in output:
-                message = json.loads(ws.recv())
-                if message[0] == "stdout":
-                    output += message[1]
-            assert "fgpu-42 jovyan" in output
-        finally:
-            ws.close()
+        lines = in_terminal(hub, username, command).splitlines()
+        expected = [f"/opt/venv/bin/{tool}" for tool in ("python", "pip", "jupyter", "tensorboard")]
+        assert [line for line in lines if line in expected] == expected, lines
+        assert "/usr/local/bin/nvidia-smi" in lines
+        assert "/opt/venv 1.5.2" in lines
 
 
 def test_two_framework_versions_side_by_side(hub, username):
