@@ -126,6 +126,19 @@ class TestOneSession:
         output = in_terminal(hub, username, "echo fgpu-$((6*7)) $(id -un)")
         assert "fgpu-42 jovyan" in output
 
+    def test_jupyterlabs_resource_usage_reads_the_slice(self, hub, running_session):
+        """jupyter-resource-usage's API, which JupyterLab's status bar polls, measures against the
+        session's CPU_LIMIT and MEM_LIMIT."""
+        username, _ = running_session
+        headers = {"Authorization": f"token {hub.user_token(username)}"}
+        url = f"{hub.url}/user/{username}/api/metrics/v1"
+        response = requests.get(url, headers=headers, timeout=60)
+        assert response.status_code == 200, response.text
+        metrics = response.json()
+        assert metrics["limits"]["memory"]["rss"] == GIB
+        assert metrics["limits"]["cpu"]["cpu"] == 1.5
+        assert "cpu_percent" in metrics
+
     def test_the_terminal_is_the_images_environment(self, hub, running_session):
         """A terminal is a login shell, whose /etc/profile resets PATH: the framework image must
         still give it its own /opt/venv (python, pip, jupyter, tensorboard and the framework)."""
