@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import tempfile
@@ -12,14 +11,13 @@ from pathlib import Path
 
 import pytest
 import requests
-import websocket
 from traitlets.config import Config
 
 from fgpu_spawner.gpu_sharing import build_gpu_settings
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.spawner import FGPUSpawner
 
-from .harness import containers_with, docker_client, free_port, running_hub
+from .harness import containers_with, docker_client, free_port, in_terminal, running_hub
 
 GIB = 1024**3
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -37,33 +35,6 @@ def running_session(hub):
     (container,) = containers_with({"fgpu.user": username})
     yield username, container
     hub.stop_server(username)
-
-
-#: The shell's colour, title and bracketed-paste sequences, which a terminal would not show as text.
-TERMINAL_ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07)")
-
-
-def in_terminal(hub, username: str, command: str) -> str:
-    """What `command` prints in a new web terminal (terminado's websocket through the hub's
-    proxy, as JupyterLab's terminal uses it), up to a marker echoed after it, as plain text."""
-    headers = {"Authorization": f"token {hub.user_token(username)}"}
-    created = requests.post(f"{hub.url}/user/{username}/api/terminals", headers=headers, timeout=30)
-    assert created.status_code == 200, created.text
-    name = created.json()["name"]
-    ws_url = f"{hub.url.replace('http', 'ws', 1)}/user/{username}/terminals/websocket/{name}"
-    ws = websocket.create_connection(ws_url, header=headers, timeout=30)
-    # The terminal echoes what is typed: $((6*7)) is only "42" in what the shell prints.
-    end = "end-of-output-42"
-    try:
-        ws.send(json.dumps(["stdin", f"{command}; echo end-of-output-$((6*7))\r"]))
-        output = ""
-        while end not in output:
-            message = json.loads(ws.recv())
-            if message[0] == "stdout":
-                output += message[1]
-        return TERMINAL_ESCAPES.sub("", output).replace("\r", "")
-    finally:
-        ws.close()
 
 
 def exec_text(container, command: str) -> str:
