@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from fgpu_admin.gpu_node import Gpu, parse_smi
 from fgpu_spawner.gpu_sharing import build_gpu_settings
 from fgpu_spawner.grant import Grant
 from image_catalog.catalog import DEFAULT_CATALOG_PATH
@@ -79,6 +80,23 @@ def test_list_and_selection_across_a_grant_spanning_two_gpus():
     table = run_script([], env).stdout
     assert "100% of Simulated GPU (8 GiB): 8192 MiB of 8192 MiB, 100% of its SMs" in table
     assert "50% of Simulated GPU (8 GiB): 4096 MiB of 8192 MiB, 50% of its SMs" in table
+
+
+def test_tools_that_read_the_real_nvidia_smi_read_the_stand_in_alike():
+    """The project's own reader of nvidia-smi (fgpu_admin/gpu_node.py, written against drivers
+    470 to 570) finds the same GPU and slice in the stand-in's table and CSV."""
+    env = session_env(SPANNING)
+    expected = [
+        Gpu(0, "Simulated GPU (8 GiB)", 8192, 0),
+        Gpu(1, "Simulated GPU (8 GiB)", 4096, 0),
+    ]
+    assert parse_smi(run_script([], env).stdout).gpus == expected
+    fields = "index,name,memory.total,memory.used,uuid"
+    report = parse_smi(run_script([f"--query-gpu={fields}", "--format=csv"], env).stdout)
+    assert [(g.index, g.memory_total_mib, g.uuid) for g in report.gpus] == [
+        (0, 8192, "GPU-sim-node1-0"),
+        (1, 4096, "GPU-sim-node1-1"),
+    ]
 
 
 @pytest.mark.parametrize("args", [[], ["-L"], ["--query-gpu=name", "--format=csv"]])
