@@ -92,12 +92,17 @@ def session_labels(request: ResourceRequest, grant: Grant, ctx: ContainerContext
 
 
 def session_env(request: ResourceRequest, grant: Grant) -> dict[str, str]:
-    """Tell the session what it holds, so notebooks can size their work to it."""
+    """Tell the session what it holds, so notebooks can size their work to it.
+
+    `CPU_LIMIT` (cores) and `MEM_LIMIT` (bytes) are the names KubeSpawner sets and
+    jupyter-resource-usage reads: JupyterLab's status bar then shows usage against the slice."""
     return {
         "FGPU_SESSION_ID": grant.session_id,
         "FGPU_CPU": f"{request.cpu:g}",
         "FGPU_MEM": str(request.mem),
         "FGPU_FGPU": f"{request.fgpu:g}",
+        "CPU_LIMIT": f"{request.cpu:g}",
+        "MEM_LIMIT": str(request.mem),
     }
 
 

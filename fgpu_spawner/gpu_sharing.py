@@ -23,7 +23,10 @@ Modes:
 - `none`: whole devices, no limits: accounting only.
 - `simulated`: no device request at all; the limit variables a `hami` session would see, plus
   `FGPU_SIMULATED=1` and the grant itself as JSON in `FGPU_GRANT`, so a notebook can read what it
-  holds.
+  holds. Per device, `FGPU_GPU_UUID_<i>`, `FGPU_GPU_NAME_<i>` and `FGPU_GPU_MEMORY_MIB_<i>` (the
+  whole GPU's memory) describe the simulated GPU itself: the images' `nvidia-smi` stand-in
+  (image_catalog/recipes/jupyter-base/nvidia_smi.py) prints them next to the slice, which it reads
+  from the same limit variables HAMi-core would enforce.
 
 Device index `i` in the HAMi variables is the device's position inside the container. The NVIDIA
 runtime shows a container its devices in the host's order (PCI bus order, as NVML lists them), so
@@ -45,6 +48,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from docker.types import Mount
+
+from image_catalog.units import simulated_gpu_name
 
 from .grant import Grant
 
@@ -237,4 +242,9 @@ def _simulated(grant: Grant, slices: list[_Slice], labels: dict) -> GpuSettings:
         "FGPU_SIMULATED": "1",
         "FGPU_GRANT": grant.to_json(),
     }
+    for s in slices:
+        assert s.memory_bytes is not None
+        env[f"FGPU_GPU_UUID_{s.index}"] = s.uuid
+        env[f"FGPU_GPU_NAME_{s.index}"] = simulated_gpu_name(s.memory_bytes)
+        env[f"FGPU_GPU_MEMORY_MIB_{s.index}"] = str(s.memory_bytes // MIB)
     return GpuSettings(env, [], {}, labels)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import docker
 import requests
+import websocket
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -342,3 +344,32 @@ def relaunch(hub: Hub) -> None:
     hub.process.wait(30)
     hub.process = _start_process(hub.workdir, hub.env, launcher=hub.launcher)
     _wait_for_hub(hub)
+
+
+#: The shell's colour, title and bracketed-paste sequences, which a terminal would not show as text.
+TERMINAL_ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07)")
+
+
+def in_terminal(hub, username: str, command: str, server: str = "") -> str:
+    """What `command` prints in a new web terminal of `username`'s `server` (terminado's
+    websocket through the hub's proxy, as JupyterLab's terminal uses it), up to a marker echoed
+    after it, as plain text."""
+    headers = {"Authorization": f"token {hub.user_token(username)}"}
+    prefix = f"/user/{username}/{server + '/' if server else ''}"
+    created = requests.post(f"{hub.url}{prefix}api/terminals", headers=headers, timeout=30)
+    assert created.status_code == 200, created.text
+    name = created.json()["name"]
+    ws_url = f"{hub.url.replace('http', 'ws', 1)}{prefix}terminals/websocket/{name}"
+    ws = websocket.create_connection(ws_url, header=headers, timeout=30)
+    # The terminal echoes what is typed: $((6*7)) is only "42" in what the shell prints.
+    end = "end-of-output-42"
+    try:
+        ws.send(json.dumps(["stdin", f"{command}; echo end-of-output-$((6*7))\r"]))
+        output = ""
+        while end not in output:
+            message = json.loads(ws.recv())
+            if message[0] == "stdout":
+                output += message[1]
+        return TERMINAL_ESCAPES.sub("", output).replace("\r", "")
+    finally:
+        ws.close()

@@ -58,6 +58,13 @@ def test_session_runs_as_the_configured_non_root_user_with_its_slice_in_env():
     assert create["ports"] == {"8888/tcp": None}
 
 
+def test_resource_usage_limits_are_the_slice_under_kubespawners_names():
+    """jupyter-resource-usage (JupyterLab's status bar) reads CPU_LIMIT in cores, MEM_LIMIT in bytes."""
+    request = ResourceRequest("sk", "fgpu/sk:1.5", cpu=0.5, mem=768 * 1024**2, fgpu=0.0)
+    env = build_container_spec(request, GRANT, context()).create_kwargs["environment"]
+    assert (env["CPU_LIMIT"], env["MEM_LIMIT"]) == ("0.5", str(768 * 1024**2))
+
+
 def test_admin_extras_cannot_loosen_the_slice():
     loose = {"mem_limit": 64 * GIB, "cpu_quota": -1, "privileged": True, "pids_limit": -1}
     host = build_container_spec(REQUEST, GRANT, context(extra_host_config=loose)).host_config

@@ -200,6 +200,13 @@ def test_simulated_requests_no_device_but_shows_the_limits_and_the_grant():
         "CUDA_DEVICE_SM_LIMIT_1": "50",
         "FGPU_SIMULATED": "1",
         "FGPU_GRANT": ONE_AND_A_HALF.to_json(),
+        # What the image's nvidia-smi stand-in shows besides the slice: the GPUs themselves.
+        "FGPU_GPU_UUID_0": "GPU-a",
+        "FGPU_GPU_NAME_0": "Simulated GPU (16 GiB)",
+        "FGPU_GPU_MEMORY_MIB_0": "16384",
+        "FGPU_GPU_UUID_1": "GPU-b",
+        "FGPU_GPU_NAME_1": "Simulated GPU (16 GiB)",
+        "FGPU_GPU_MEMORY_MIB_1": "16384",
     }
     assert Grant.from_json(settings.env["FGPU_GRANT"]) == ONE_AND_A_HALF
 
@@ -212,7 +219,28 @@ def test_simulated_quarter_gpu():
         "CUDA_DEVICE_SM_LIMIT_0": "25",
         "FGPU_SIMULATED": "1",
         "FGPU_GRANT": QUARTER.to_json(),
+        "FGPU_GPU_UUID_0": "GPU-a",
+        "FGPU_GPU_NAME_0": "Simulated GPU (16 GiB)",
+        "FGPU_GPU_MEMORY_MIB_0": "16384",
     }
+
+
+def test_simulated_half_fgpu_of_an_8_gib_gpu_at_two_units_per_gpu_is_2_gib():
+    """The seeds' check: 0.5 fGPU with 2 units per GPU is a quarter of the GPU (the queue grants
+    the fraction), so 2 GiB of 8 GiB and 25% of the SMs, as nvidia-smi then shows."""
+    grant = Grant("sess-3", "node1", {"GPU-sim-node1-0": 0.25})
+    env = build_gpu_settings(grant, {"GPU-sim-node1-0": 8 * GIB}, "simulated").env
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"
+    assert env["CUDA_DEVICE_SM_LIMIT_0"] == "25"
+    assert env["FGPU_GPU_NAME_0"] == "Simulated GPU (8 GiB)"
+    assert env["FGPU_GPU_MEMORY_MIB_0"] == "8192"
+
+
+def test_simulated_devices_follow_the_nodes_gpu_order():
+    grant = Grant("sess-5", "node1", {"GPU-b": 0.5, "GPU-a": 1.0})
+    env = build_gpu_settings(grant, MEMORY, "simulated", gpu_order=["GPU-a", "GPU-b"]).env
+    assert (env["FGPU_GPU_UUID_0"], env["FGPU_GPU_UUID_1"]) == ("GPU-a", "GPU-b")
+    assert (env["CUDA_DEVICE_SM_LIMIT_0"], env["CUDA_DEVICE_SM_LIMIT_1"]) == ("100", "50")
 
 
 # --- common ---------------------------------------------------------------------------------------

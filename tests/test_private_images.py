@@ -179,20 +179,32 @@ def put_file(container, folder: str, name: str, data: bytes) -> None:
     assert container.put_archive(folder, archive.getvalue())
 
 
-def install_into_system_site(container) -> None:
-    """What `sudo pip install` does: as root, into the image's /opt/venv (offline)."""
-    wheel_name, wheel = tiny_wheel()
+#: Installed with `pip install --user`: it goes to the home volume, which a commit leaves out.
+USER_PACKAGE = "fgpu_userpkg"
+
+
+def pip_install_as_the_student(container, package: str, *options: str) -> str:
+    """`pip install [options] <wheel>` as the session's own user (no root: there is no sudo),
+    from a wheel copied in (a session here cannot reach an index); where pip put the package."""
+    wheel_name, wheel = tiny_wheel(package)
     put_file(container, "/tmp", wheel_name, wheel)
-    result = container.exec_run(["pip", "install", "--no-index", f"/tmp/{wheel_name}"], user="root")
-    assert result.exit_code == 0, result.output.decode(errors="replace")
+    run_in(container, f"pip install --no-index {' '.join(options)} /tmp/{wheel_name}")
+    where = f"python -c 'import {package}, os; print(os.path.dirname({package}.__file__))'"
+    return run_in(container, where)
 
 
 @pytest.fixture(scope="module")
 def committed(hub, docker_engine):
-    """A student's running session with a system package and a home file, committed by the admin."""
+    """A student's running session with a package installed both ways and a home file, committed
+    by the admin."""
     owner = f"student-{secrets.token_hex(4)}"
     container = start_session(hub, owner)
-    install_into_system_site(container)
+    site = "lib/python3.11/site-packages"
+    # A plain `pip install` lands in the image's environment, which the student owns...
+    assert pip_install_as_the_student(container, TINY_PACKAGE) == f"/opt/venv/{site}/{TINY_PACKAGE}"
+    # ...and `--user` in the home folder.
+    user_site = f"/home/jovyan/.local/{site}/{USER_PACKAGE}"
+    assert pip_install_as_the_student(container, USER_PACKAGE, "--user") == user_site
     run_in(container, "echo personal > ~/in-home.txt")
     admin = QueueUser(hub, "admin")
     tag = f"t{secrets.token_hex(3)}"
@@ -228,14 +240,21 @@ def test_private_image_keeps_system_packages_but_no_home_and_no_session_secrets(
     session_env = dict(e.split("=", 1) for e in committed["container"].attrs["Config"]["Env"])
     assert session_env["JUPYTERHUB_API_TOKEN"]
     assert session_env["JUPYTERHUB_API_TOKEN"] not in json.dumps(config)
-    script = f"python -c 'import {TINY_PACKAGE}; print({TINY_PACKAGE}.VALUE)'; ls -A ~"
+    script = (
+        f"python -c 'import {TINY_PACKAGE}; print({TINY_PACKAGE}.VALUE)'; "
+        f"python -c 'import {USER_PACKAGE}' 2>&1 | tail -1; ls -A ~"
+    )
     output = docker_engine.containers.run(
         committed["image"],
         ["sh", "-c", script],
         remove=True,
         labels={TEST_LABEL: "private-image-check"},
     ).decode()
-    assert output.splitlines()[0] == "tiny-ok"
+    # What the student installed into the system is in the image; the --user one stayed home.
+    assert output.splitlines()[:2] == [
+        "tiny-ok",
+        f"ModuleNotFoundError: No module named '{USER_PACKAGE}'",
+    ]
     assert "in-home.txt" not in output
 
 
@@ -396,7 +415,7 @@ def test_acceptance_admin_saves_a_session_on_the_sessions_page_and_its_owner_sta
     """The issue's walk-through on pages alone: the admin's "Save image" on a student's running
     session, then the student's launch dialog offers the image and starts a session from it."""
     owner = f"student-{secrets.token_hex(4)}"
-    install_into_system_site(start_session(hub, owner))
+    pip_install_as_the_student(start_session(hub, owner), TINY_PACKAGE)
     tag = f"page-{secrets.token_hex(3)}"
     reference, name = f"fgpu-private/{owner}:{tag}", f"{owner}-{tag}"
     try:

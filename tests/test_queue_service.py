@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import pytest
 import requests
 
-from .harness import QueueUser, containers_with, restart, running_hub
+from .harness import QueueUser, containers_with, in_terminal, restart, running_hub
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
@@ -105,6 +105,12 @@ def test_grant_reaches_the_container_as_labels_and_env(gpu_hub, student):
     assert list(session["grant"]["gpus"].values()) == [0.25]
     env = dict(line.split("=", 1) for line in container.attrs["Config"]["Env"])
     assert env["FGPU_FGPU"] == "0.5"
+    # The seeds' first check, in the web terminal: 0.5 fGPU at 2 units per GPU is a quarter of
+    # the 8 GiB GPU, which the stand-in shows as simulated.
+    query = "nvidia-smi --query-gpu=name,memory.total,index --format=csv,noheader; nvidia-smi"
+    output = in_terminal(gpu_hub, student.name, query, session["server_name"])
+    assert "Simulated GPU (8 GiB), 2048 MiB, 0" in output.splitlines()
+    assert "NVIDIA-SMI SIMULATED" in output and "2048 MiB of 8192 MiB, 25% of its SMs" in output
     student.call("DELETE", f"sessions/{session['id']}")
     student.wait_for(lambda s: s == [])
 

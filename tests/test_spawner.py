@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 import requests
-import websocket
 from traitlets.config import Config
 
 from fgpu_spawner.gpu_sharing import build_gpu_settings
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.spawner import FGPUSpawner
 
-from .harness import containers_with, docker_client, free_port, running_hub
+from .harness import containers_with, docker_client, free_port, in_terminal, running_hub
 
 GIB = 1024**3
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -95,24 +94,35 @@ class TestOneSession:
 
     def test_terminal_runs_commands_through_the_hub_proxy(self, hub, running_session):
         username, _ = running_session
+        output = in_terminal(hub, username, "echo fgpu-$((6*7)) $(id -un)")
+        assert "fgpu-42 jovyan" in output
+
+    def test_jupyterlabs_resource_usage_reads_the_slice(self, hub, running_session):
+        """jupyter-resource-usage's API, which JupyterLab's status bar polls, measures against the
+        session's CPU_LIMIT and MEM_LIMIT."""
+        username, _ = running_session
         headers = {"Authorization": f"token {hub.user_token(username)}"}
-        created = requests.post(
-            f"{hub.url}/user/{username}/api/terminals", headers=headers, timeout=30
+        url = f"{hub.url}/user/{username}/api/metrics/v1"
+        response = requests.get(url, headers=headers, timeout=60)
+        assert response.status_code == 200, response.text
+        metrics = response.json()
+        assert metrics["limits"]["memory"]["rss"] == GIB
+        assert metrics["limits"]["cpu"]["cpu"] == 1.5
+        assert "cpu_percent" in metrics
+
+    def test_the_terminal_is_the_images_environment(self, hub, running_session):
+        """A terminal is a login shell, whose /etc/profile resets PATH: the framework image must
+        still give it its own /opt/venv (python, pip, jupyter, tensorboard and the framework)."""
+        username, _ = running_session
+        command = (
+            "command -v python pip jupyter tensorboard nvidia-smi; "
+            "python -c 'import sys, sklearn; print(sys.prefix, sklearn.__version__)'"
         )
-        assert created.status_code == 200, created.text
-        name = created.json()["name"]
-        ws_url = f"{hub.url.replace('http', 'ws', 1)}/user/{username}/terminals/websocket/{name}"
-        ws = websocket.create_connection(ws_url, header=headers, timeout=30)
-        try:
-            ws.send(json.dumps(["stdin", "echo fgpu-$((6*7)) $(id -un)\r"]))
-            output = ""
-            while "fgpu-42" not in output:
-                message = json.loads(ws.recv())
-                if message[0] == "stdout":
-                    output += message[1]
-            assert "fgpu-42 jovyan" in output
-        finally:
-            ws.close()
+        lines = in_terminal(hub, username, command).splitlines()
+        expected = [f"/opt/venv/bin/{tool}" for tool in ("python", "pip", "jupyter", "tensorboard")]
+        assert [line for line in lines if line in expected] == expected, lines
+        assert "/usr/local/bin/nvidia-smi" in lines
+        assert "/opt/venv 1.5.2" in lines
 
 
 def test_two_framework_versions_side_by_side(hub, username):

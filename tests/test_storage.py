@@ -178,25 +178,27 @@ def test_storage_mounts_reach_the_container_spec_and_socket_stays_refused():
 TINY_PACKAGE = "fgpu_tinypkg"
 
 
-def tiny_wheel() -> tuple[str, bytes]:
-    """A one-module wheel built here, so that `pip install --user` needs no network."""
+def tiny_wheel(package: str = TINY_PACKAGE) -> tuple[str, bytes]:
+    """A one-module wheel built here, so that `pip install` needs no network. Its module is
+    `package`, whose VALUE is "tiny-ok"."""
+    distribution = package.replace("_", "-")
     files = {
-        f"{TINY_PACKAGE}/__init__.py": b'VALUE = "tiny-ok"\n',
-        f"{TINY_PACKAGE}-0.1.dist-info/METADATA": (
-            b"Metadata-Version: 2.1\nName: fgpu-tinypkg\nVersion: 0.1\n"
+        f"{package}/__init__.py": b'VALUE = "tiny-ok"\n',
+        f"{package}-0.1.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.1\n".encode()
         ),
-        f"{TINY_PACKAGE}-0.1.dist-info/WHEEL": (
+        f"{package}-0.1.dist-info/WHEEL": (
             b"Wheel-Version: 1.0\nGenerator: fgpu-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
         ),
     }
     record = [f"{path},sha256={_record_hash(data)},{len(data)}" for path, data in files.items()]
-    record_path = f"{TINY_PACKAGE}-0.1.dist-info/RECORD"
+    record_path = f"{package}-0.1.dist-info/RECORD"
     files[record_path] = ("\n".join([*record, f"{record_path},,"]) + "\n").encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as wheel:
         for path, data in files.items():
             wheel.writestr(path, data)
-    return f"{TINY_PACKAGE}-0.1-py3-none-any.whl", buffer.getvalue()
+    return f"{package}-0.1-py3-none-any.whl", buffer.getvalue()
 
 
 def _record_hash(data: bytes) -> str:

@@ -53,3 +53,7 @@ c.ServerProxy.servers = {
         },
     }
 }
+
+# jupyter-resource-usage: JupyterLab's status bar shows CPU and memory against the session's slice
+# (CPU_LIMIT and MEM_LIMIT, set by the spawner; the memory limit is read by default).
+c.ResourceUseDisplay.track_cpu_percent = True
