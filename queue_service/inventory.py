@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from image_catalog.units import parse_positive_size, parse_size
+from image_catalog.units import format_size, parse_positive_size, parse_size
 
 # Plausible for a simulated GPU (an A100 has 108 SMs, an RTX 3090 82); nothing depends on it.
 SIMULATED_SM_COUNT = 80
@@ -88,7 +88,7 @@ def parse_simulated_gpus(
             gpus.append(
                 GpuInfo(
                     uuid=f"GPU-sim-{node}-{index}",
-                    name=f"Simulated GPU ({_format_gib(size)})",
+                    name=f"Simulated GPU ({format_size(size)})",
                     memory_bytes=size,
                     sm_count=SIMULATED_SM_COUNT,
                     index=index,
@@ -109,10 +109,6 @@ def _parse_simulated_item(item: str, spec: str, source: str) -> tuple[int, int]:
         return count, parse_positive_size(size_text)
     except ValueError as e:
         raise ValueError(f"{source}={spec!r}: GPU memory {e}") from None
-
-
-def _format_gib(nbytes: int) -> str:
-    return f"{nbytes / 1024**3:.2f}".rstrip("0").rstrip(".") + " GiB"
 
 
 def read_nvml_gpus(nvml: Any = None) -> tuple[GpuInfo, ...]:
