@@ -18,7 +18,7 @@ from playwright.sync_api import Page, expect
 from fgpu_spawner.resource_groups import offered_groups
 
 from .browser import SESSIONS_PAGE, SPAWN_TIMEOUT_MS, log_in, screenshot
-from .harness import QueueUser, containers_with, logged_in
+from .harness import QueueUser, containers_with, hub_xsrf, logged_in
 from .test_queue_service import join_group_with_quota
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -111,7 +111,7 @@ def test_the_form_refuses_a_group_the_user_may_not_use(grouped_hub, student):
     assert form.status_code == 200, form.text
     posted = browser.post(
         f"{grouped_hub.url}/hub/spawn/{student.name}",
-        data={**OPTIONS, "resource_group": "restricted", "_xsrf": browser.cookies.get("_xsrf")},
+        data={**OPTIONS, "resource_group": "restricted", "_xsrf": hub_xsrf(browser)},
         timeout=120,
     )
     assert posted.status_code == 403, posted.text[-2000:]
