@@ -432,3 +432,12 @@ raise_open_file_limit(open_files_needed(c.JupyterHub.concurrent_spawn_limit))
 from templates import TEMPLATES_DIR  # noqa: E402
 
 c.JupyterHub.template_paths = [str(TEMPLATES_DIR / "hub")]
+
+# After logging in, a student lands on the queue's Sessions page, where their sessions, the
+# indicator and the launch dialog are (README, "Using the hub"), not on the hub's spawn form. This
+# is only the default: a `next=` from a link the student followed (say /user/x/lab) still wins,
+# as JupyterHub's get_next_url reads `next` first. A callable, so that a site which sets its
+# own base_url after loading this file still lands under it.
+from fgpu_spawner.landing import sessions_page_url  # noqa: E402
+
+c.JupyterHub.default_url = sessions_page_url

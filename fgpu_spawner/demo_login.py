@@ -60,6 +60,19 @@ class DemoAuthenticator(DummyAuthenticator):
         """,
     )
 
+    @property
+    def demo_login_note(self) -> str:
+        """What the login page says under the password field (templates/hub/login.html)."""
+        if self.password:
+            return (
+                "Demo login: any user name, with this hub's shared password "
+                "(ask whoever runs the hub). The user admin is an administrator."
+            )
+        return (
+            "Demo login: any user name signs you in, and the password is not checked; leave it "
+            "empty. The user admin is an administrator. A site sets up a real login instead."
+        )
+
     def check_allow_config(self):
         super().check_allow_config()
         bind_url = getattr(self.parent, "bind_url", "")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_GIB = 1024**3
+from image_catalog.units import format_size
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,9 @@ class GroupOffer:
 
     @property
     def free_text(self) -> str:
-        """E.g. "3 fGPU, 12 CPU, 40 GiB free"."""
+        """E.g. "3 fGPU, 12 CPU, 40G free" (sizes as everywhere on the pages: format_size)."""
         parts = [f"{_number(self.fgpu)} fGPU"] if self.has_gpus else []
-        parts += [f"{_number(self.cpu)} CPU", f"{_number(self.mem / _GIB)} GiB free"]
+        parts += [f"{_number(self.cpu)} CPU", f"{format_size(self.mem)} free"]
         return ", ".join(parts)
 
     @property

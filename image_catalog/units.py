@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import ROUND_HALF_UP, Decimal
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
@@ -61,11 +62,18 @@ def parse_amount(value: object, zero_ok: bool = False) -> float:
 
 
 def format_size(nbytes: int) -> str:
-    """The shortest exact-ish binary form: 1073741824 → '1G', 1610612736 → '1.5G'."""
+    """The shortest exact-ish binary form: 1073741824 → '1G', 1610612736 → '1.5G'.
+
+    The one way sizes are shown, on the pages too: queue_service/static/fgpu.js's `size` gives the
+    same text for the same bytes (tests/test_page_details.py holds the two side by side). Halves
+    round up, as JavaScript's toFixed does, so the two agree on 1.125G too.
+    """
     for suffix, power in (("T", 4), ("G", 3), ("M", 2), ("K", 1)):
         scaled = nbytes / 1024**power
         if scaled >= 1:
-            return f"{scaled:.2f}".rstrip("0").rstrip(".") + suffix
+            # A float divided by a power of two is exact, so Decimal sees the true value.
+            text = str(Decimal(scaled).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+            return text.rstrip("0").rstrip(".") + suffix
     return f"{nbytes}B"
 
 

@@ -96,13 +96,17 @@ def private_entry(user: str, tag: str, reference: str, source: dict | None) -> C
     """The catalog entry of a committed session: the source image's framework, version and
     resources, owned by `user`, offered to nobody else."""
     source = source or {}
-    name = f"{user_component(user)}-{tag}".lower()
+    # The owner's name prefixes the catalog name once: a tag that already starts with it
+    # ("stud1-pkgs" by stud1) is not made "stud1-stud1-pkgs" (issue 22, item 7).
+    prefix = f"{user_component(user)}-"
+    named = tag.lower().startswith(prefix.lower())
+    name = (tag if named else prefix + tag).lower()
     origin = source.get("display_name") or source.get("name") or "session"
     try:
         return parse_image(
             {
                 "name": name,
-                "display_name": f"{origin} ({user}: {tag})",
+                "display_name": f"{origin} ({tag})" if named else f"{origin} ({user}: {tag})",
                 "image": reference,
                 "framework": source.get("framework") or "",
                 "version": source.get("version") or "",

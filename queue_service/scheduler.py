@@ -1313,6 +1313,9 @@ class _GroupSummaries:
                     f"waiting for {_fgpu(slots.fgpu)}; the most free on one GPU is "
                     f"{_quanta_fgpu(free, units)} ({where})"
                 )
+            if need.gpus_needed == 1:
+                # One whole GPU, and none is wholly free anywhere (else it would not wait).
+                return f"waiting for {_fgpu(slots.fgpu)}, which needs a whole GPU; none is free"
             return (
                 f"waiting for {_fgpu(slots.fgpu)}, which spans {need.gpus_needed} GPUs on one "
                 f"node; the most wholly free GPUs on one node is {free}"

@@ -124,3 +124,15 @@ def launch(page: Page, image: str, cpu: float, mem_gib: float, fgpu: float, coun
 def submit_launch(page: Page) -> None:
     page.click("#fgpu-launch-submit")
     expect(page.locator("#fgpu-launch")).to_be_hidden(timeout=SPAWN_TIMEOUT_MS)
+
+
+def end_with_confirmation(page: Page, button, expect_text: str = "") -> None:
+    """Press a Stop / Cancel button and confirm in the page's dialog (fgpu.js confirmAction):
+    nothing is ended by the press alone."""
+    button.click()
+    dialog = page.locator("#fgpu-confirm")
+    expect(dialog).to_be_visible()
+    if expect_text:
+        expect(dialog).to_contain_text(expect_text)
+    page.click("#fgpu-confirm-go")
+    expect(dialog).to_be_hidden()

@@ -194,6 +194,12 @@ def logged_in(hub, name: str) -> requests.Session:
     return browser
 
 
+def hub_xsrf(browser: requests.Session) -> str:
+    """The hub's own XSRF cookie (path /hub/). A login lands on the queue's Sessions page
+    (fgpu_spawner/landing.py), whose service sets an `_xsrf` cookie of its own at its path."""
+    return browser.cookies.get("_xsrf", path="/hub/")
+
+
 def _config_text(port: int, token: str, run_id: str, spawner_token: str, extra_config: str) -> str:
     return textwrap.dedent(
         f"""

@@ -30,8 +30,10 @@ def page(browser: Browser):
 
 
 def log_in_to_spawn_form(page: Page, hub, username: str) -> None:
-    """Log in with the demo authenticator and land on the spawn form."""
+    """Log in with the demo authenticator and open the hub's spawn form (a login itself lands
+    on the Sessions page: test_pages.py)."""
     log_in(page, hub, username)
+    page.goto(f"{hub.url}/hub/spawn")
     expect(page.locator("form#spawn_form")).to_be_visible()
     expect(page.locator("#fgpu-image")).to_be_visible()
 

@@ -89,8 +89,8 @@ def group_options(html: str) -> list[tuple[str, bool, str]]:
 def test_two_groups_or_more_are_offered_with_what_is_free_the_first_preselected():
     html = render_spawn_form(LIMITS, CATALOG, resource_groups=[A100, CPU_ONLY])
     assert group_options(html) == [
-        ("gpu-a100", True, "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free"),
-        ("cpu-only", False, "cpu-only — 2 CPU, 4 GiB free"),
+        ("gpu-a100", True, "gpu-a100 — 3 fGPU, 12 CPU, 40G free"),
+        ("cpu-only", False, "cpu-only — 2 CPU, 4G free"),
     ]
 
 
@@ -109,7 +109,7 @@ def test_one_group_is_named_as_plain_text_and_sends_nothing():
     html = render_spawn_form(LIMITS, CATALOG, resource_groups=[A100])
     assert 'name="resource_group"' not in html
     line = re.search(r'id="fgpu-group-line">([^<]*)<', html).group(1)
-    assert line == "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free"
+    assert line == "gpu-a100 — 3 fGPU, 12 CPU, 40G free"
 
 
 def test_without_groups_the_form_is_as_before():

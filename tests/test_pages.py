@@ -22,6 +22,7 @@ from queue_service.handlers.pages import JUPYTERHUB_TEMPLATES, page_namespace, t
 from .browser import (
     SESSIONS_PAGE,
     SPAWN_TIMEOUT_MS,
+    end_with_confirmation,
     launch,
     log_in,
     rows,
@@ -207,7 +208,7 @@ def test_walkthrough_a_indicator_rises_and_falls_by_exactly_the_session(gpu_hub,
         assert indicator(frame) == after, url
     screenshot(other, "pages-spawn-form-indicator")
 
-    page.locator("#fgpu-sessions .fgpu-stop").first.click()
+    end_with_confirmation(page, page.locator("#fgpu-sessions .fgpu-stop").first)
     expect(rows(page)).to_have_count(0, timeout=60_000)
     restored = wait_for_indicator(page, {s: before[s]["upper"][0] for s in SLOTS})
     assert restored == before
@@ -253,7 +254,7 @@ def test_walkthrough_b_pending_row_turns_running_without_a_reload(gpu_hub, pages
     screenshot(spawn_page, "pages-spawn-pending")
     spawn_page.context.close()
 
-    rows(page, "RUNNING").first.locator(".fgpu-stop").click()
+    end_with_confirmation(page, rows(page, "RUNNING").first.locator(".fgpu-stop"))
     expect(rows(page, "PENDING")).to_have_count(0, timeout=SPAWN_TIMEOUT_MS)
     expect(rows(page, "RUNNING")).to_have_count(2, timeout=SPAWN_TIMEOUT_MS)
     assert page.evaluate("window.fgpuNoReload") is True
@@ -348,7 +349,19 @@ def test_a_pending_request_is_in_the_admins_queue_and_its_owner_cancels_it(
     open_sessions(page, gpu_hub)
     pending = rows(page, "PENDING")
     expect(pending).to_have_count(1)
+    # Cancel asks first, saying the place in the queue is given up; "Keep waiting" keeps it.
     pending.locator(".fgpu-cancel").click()
+    dialog = page.locator("#fgpu-confirm")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("gives up its place in the queue (1st in line)")
+    expect(page.locator("#fgpu-confirm-go")).to_have_text("Cancel request")
+    screenshot(page, "pages-confirm-cancel")
+    page.click("#fgpu-confirm-keep")
+    expect(dialog).to_be_hidden()
+    time.sleep(3)  # a poll round or more: a cancel sent anyway would show by now
+    expect(rows(page, "PENDING")).to_have_count(1)
+    assert [s["status"] for s in bob.sessions() if s["server_name"] == server] == ["PENDING"]
+    end_with_confirmation(page, pending.locator(".fgpu-cancel"))
     expect(rows(page, "PENDING")).to_have_count(0, timeout=30_000)
     expect(rows(page, "RUNNING")).to_have_count(len(bob_running))
     expect(queued).to_have_count(0, timeout=30_000)
@@ -397,7 +410,11 @@ def test_admin_stops_a_session_from_the_cluster_view(gpu_hub, pages, bob, bob_ru
     log_in(admin, gpu_hub, "admin")
     admin.goto(f"{gpu_hub.url}{SESSIONS_PAGE}cluster")
     target = bob_running[0]["id"]
-    admin.locator(f'#fgpu-running tr[data-session="{target}"] .fgpu-end').click()
+    end_with_confirmation(
+        admin,
+        admin.locator(f'#fgpu-running tr[data-session="{target}"] .fgpu-end'),
+        f"{bob.name}’s session",
+    )
     expect(admin.locator(f'#fgpu-running tr[data-session="{target}"]')).to_have_count(
         0, timeout=60_000
     )
@@ -485,3 +502,110 @@ def test_finished_tab_lists_ended_sessions_with_their_reasons_and_admins_filter_
     expect(page.locator("#fgpu-finished tbody tr")).to_have_count(1)
     expect(page.locator(f'#fgpu-finished tr[data-session="{others}"]')).to_be_visible()
     screenshot(page, "pages-finished-admin")
+
+
+# -- issue 22: confirm before destroying, land where the work is, the details a student sees -----
+
+
+def test_stop_asks_first_and_nothing_stops_until_confirmed(gpu_hub, pages):
+    """Stop opens the page's own dialog, which says what is lost and what is kept; "Keep it
+    running" and Esc leave the session running; only "Stop session" stops it. At 800 px the
+    table scrolls inside its box, names stay on one line, and the buttons do not touch."""
+    gus = QueueUser(gpu_hub, f"gus-{secrets.token_hex(3)}")
+    response = gus.call("POST", "sessions", json={**SMALL, "count": 1})
+    assert response.status_code == 201, response.text
+    gus.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=SPAWN_TIMEOUT_MS / 1000)
+    server = gus.sessions()[0]["server_name"]
+
+    page = pages()
+    log_in(page, gpu_hub, gus.name)
+    open_sessions(page, gpu_hub)
+    stop = rows(page, "RUNNING").first.locator(".fgpu-stop")
+    stop.click()
+    dialog = page.locator("#fgpu-confirm")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_have_attribute("aria-labelledby", "fgpu-confirm-title")
+    expect(page.locator("#fgpu-confirm-title")).to_have_text(f"Stop “{server}”?")
+    expect(dialog).to_contain_text("running kernels end")
+    expect(dialog).to_contain_text("home folder (/home/jovyan) is kept")
+    expect(dialog).to_contain_text("0.5 cores, 256M memory go back")
+    # The safe answer has the focus: Enter alone does not stop anything.
+    assert page.evaluate("document.activeElement.id") == "fgpu-confirm-keep"
+    screenshot(page, "pages-confirm-stop")
+    page.click("#fgpu-confirm-keep")
+    expect(dialog).to_be_hidden()
+    stop.click()
+    expect(dialog).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    time.sleep(3)  # a poll round or more: a stop sent anyway would show by now
+    assert [s["status"] for s in gus.sessions()] == ["RUNNING"]
+    expect(rows(page, "RUNNING")).to_have_count(1)
+
+    # 800 px wide: the page itself does not scroll sideways; the table scrolls in its box.
+    page.set_viewport_size({"width": 800, "height": 900})
+    expect(page.locator("#fgpu-sessions[data-updated]")).to_be_attached()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 800
+    wrap = page.locator("#fgpu-active-pane .fgpu-table-wrap")
+    assert wrap.evaluate("e => getComputedStyle(e).overflowX") == "auto"
+    # The session's name and image each on one line ("s-/99b9b4" no more).
+    for cell in rows(page, "RUNNING").first.locator("td.fgpu-name span").all():
+        line = cell.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)")
+        assert cell.bounding_box()["height"] < 1.5 * line, cell.text_content()
+    screenshot(page, "pages-sessions-800px")
+    page.set_viewport_size({"width": 1400, "height": 950})
+
+    end_with_confirmation(page, stop, "Stop session")
+    expect(rows(page)).to_have_count(0, timeout=60_000)
+    assert gus.sessions() == []
+
+
+def test_admins_save_image_and_stop_buttons_do_not_touch(gpu_hub, pages, bob, bob_running):
+    admin = pages()
+    log_in(admin, gpu_hub, "admin")
+    open_sessions(admin, gpu_hub)
+    row = admin.locator(f'#fgpu-sessions tbody tr[data-user="{bob.name}"]').first
+    save, stop = row.locator(".fgpu-save-image"), row.locator(".fgpu-stop")
+    expect(stop).to_be_visible()
+    first, second = save.bounding_box(), stop.bounding_box()
+    assert abs(first["y"] - second["y"]) < 2, (first, second)  # side by side
+    assert second["x"] - (first["x"] + first["width"]) >= 4, (first, second)  # with a gap
+    screenshot(admin, "pages-admin-actions")
+
+    # The admin's Images page at 800 px: each row's buttons on one line, not stacked.
+    admin.set_viewport_size({"width": 800, "height": 900})
+    admin.goto(f"{gpu_hub.url}{SESSIONS_PAGE}images")
+    buttons = admin.locator("#fgpu-images tbody tr").first.locator("button")
+    expect(buttons).to_have_count(4)
+    tops = {round(b.bounding_box()["y"]) for b in buttons.all()}
+    assert len(tops) == 1, tops
+    assert admin.evaluate("document.documentElement.scrollWidth") <= 800
+    screenshot(admin, "pages-images-800px")
+
+
+def test_a_login_lands_on_the_sessions_page_and_a_followed_link_still_wins(gpu_hub, pages):
+    name = f"hal-{secrets.token_hex(3)}"
+    page = pages()
+    log_in(page, gpu_hub, name)
+    assert page.url == f"{gpu_hub.url}{SESSIONS_PAGE}sessions", page.url
+    expect(page.locator("h1", has_text="Sessions")).to_be_visible()
+    # The hub's home page points there first.
+    page.goto(f"{gpu_hub.url}/hub/home")
+    link = page.locator("#fgpu-home-sessions-link")
+    expect(link).to_be_visible()
+    screenshot(page, "pages-home")
+    link.click()
+    expect(page.locator("h1", has_text="Sessions")).to_be_visible()
+
+    # A link followed before logging in (a lab URL) leads there after the login, not to Sessions.
+    other = pages()
+    other.goto(f"{gpu_hub.url}/user/{name}/lab")
+    expect(other.locator("#username_input")).to_be_visible()
+    assert "next=" in other.url
+    expect(other.locator("#fgpu-demo-login-note")).to_contain_text("password is not checked")
+    screenshot(other, "pages-login")
+    other.fill("#username_input", name)
+    other.click("#login_submit")
+    other.wait_for_load_state()
+    assert f"/user/{name}/lab" in other.url, other.url
+    assert "services/queue" not in other.url

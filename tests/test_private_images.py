@@ -119,6 +119,15 @@ def test_private_entry_without_a_known_source():
     assert entry.name == "bob-snap_1" and entry.framework == ""
 
 
+def test_a_tag_that_already_names_the_owner_is_not_prefixed_twice():
+    # An admin tagging stud1's session "stud1-pkgs" gets "stud1-pkgs", not "stud1-stud1-pkgs".
+    entry = private_entry("stud1", "Stud1-pkgs", "fgpu-private/stud1:Stud1-pkgs", SOURCE)
+    assert entry.name == "stud1-pkgs"
+    assert entry.display_name == "scikit-learn 1.5 (Stud1-pkgs)"
+    # A tag that only starts like the name ("stud12") still gets the owner's prefix.
+    assert private_entry("stud1", "stud12", "r", SOURCE).name == "stud1-stud12"
+
+
 def test_a_name_the_catalog_refuses_is_a_400():
     with pytest.raises(CommitError) as refused:
         private_entry("alice", "x" * 100, "fgpu-private/alice:x", None)

@@ -18,7 +18,7 @@ from playwright.sync_api import Page, expect
 from fgpu_spawner.resource_groups import offered_groups
 
 from .browser import SESSIONS_PAGE, SPAWN_TIMEOUT_MS, log_in, screenshot
-from .harness import QueueUser, containers_with, logged_in
+from .harness import QueueUser, containers_with, hub_xsrf, logged_in
 from .test_queue_service import join_group_with_quota
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -111,7 +111,7 @@ def test_the_form_refuses_a_group_the_user_may_not_use(grouped_hub, student):
     assert form.status_code == 200, form.text
     posted = browser.post(
         f"{grouped_hub.url}/hub/spawn/{student.name}",
-        data={**OPTIONS, "resource_group": "restricted", "_xsrf": browser.cookies.get("_xsrf")},
+        data={**OPTIONS, "resource_group": "restricted", "_xsrf": hub_xsrf(browser)},
         timeout=120,
     )
     assert posted.status_code == 403, posted.text[-2000:]
@@ -129,7 +129,7 @@ def test_a_student_limited_to_one_group_sees_it_named_not_offered(grouped_hub, s
     page = form.content.decode()
     assert 'name="resource_group"' not in page
     line = re.search(r'id="fgpu-group-line">([^<]*)<', page).group(1)
-    assert line.startswith("default — ") and line.endswith(" GiB free")
+    assert line.startswith("default — ") and line.endswith("G free")
     refused = grouped_hub.start_server(student.name, {**OPTIONS, "resource_group": "gpu-a100"})
     assert refused.status_code == 403, refused.text
     assert "You may use: default." in refused.json()["message"]
@@ -153,7 +153,9 @@ def test_browser_the_spawn_form_offers_the_groups_with_what_is_free_and_starts_i
     assert [o.inner_text().strip() for o in options.all()] == labels_for(student)
     assert [o.get_attribute("value") for o in options.all()] == ["default", "gpu-a100"]
     expect(select).to_have_value("default")
-    assert re.fullmatch(r"gpu-a100 — 4 fGPU, [\d.]+ CPU, [\d.]+ GiB free", labels_for(student)[1])
+    assert re.fullmatch(
+        r"gpu-a100 — 4 fGPU, [\d.]+ CPU, [\d.]+[KMGT]? free", labels_for(student)[1]
+    )
 
     # The indicator above the form shows the picked group in its upper bars.
     caption = page.frame_locator("#fgpu-indicator-frame").locator(".fgpu-indicator-caption")

@@ -52,6 +52,12 @@ def test_format_size_round_trips(nbytes, text):
     assert parse_size(text) == nbytes
 
 
+def test_format_size_rounds_halves_up_as_the_pages_do():
+    # 1.125G is exact in binary; JavaScript's toFixed (fgpu.js) says 1.13G, and so must we.
+    assert format_size(GIB * 9 // 8) == "1.13G"
+    assert format_size(int(23.04 * GIB)) == "23.04G"
+
+
 @pytest.mark.parametrize("value", ["1G", 1, "0.5K"])
 def test_positive_sizes_pass(value):
     assert parse_positive_size(value) == parse_size(value)

@@ -20,9 +20,9 @@
   function endButton(s, label) {
     var button = el("button", { type: "button", className: "btn btn-sm btn-outline-danger fgpu-end", text: label });
     button.addEventListener("click", function () {
-      button.disabled = true;
-      fgpu.api("DELETE", "sessions/" + s.id).then(function () { showError(""); refresh(); },
-        function (e) { button.disabled = false; showError(e.message); });
+      fgpu.endSession(s, button, s.user === fgpu.config.user,
+        function () { showError(""); refresh(); },
+        function (e) { showError(e.message); });
     });
     return button;
   }
@@ -100,7 +100,7 @@
       return el("tr", { "data-session": s.id }, [
         el("td", { className: "fgpu-id", text: s.id.slice(0, 8) }),
         el("td", { text: s.user }),
-        el("td", { text: s.server_name || "(default)" }),
+        fgpu.nameCell(s.server_name || "(default)"),
         el("td", { text: s.status }),
         el("td", { text: s.grant ? s.grant.node : "—" }),
         el("td", { text: asks(s) }),

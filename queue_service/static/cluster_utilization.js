@@ -8,7 +8,7 @@
   var GIB = 1073741824;
   var RESOURCES = [
     { key: "cpu", title: "CPU (cores)", scale: 1 },
-    { key: "mem", title: "Memory (GiB)", scale: 1 / GIB },
+    { key: "mem", title: "Memory (G)", scale: 1 / GIB },
     { key: "fgpu", title: "fGPU (units)", scale: 1 },
   ];
   var SERIES = [

@@ -5,13 +5,15 @@
 var fgpu = (function () {
   var config = JSON.parse(document.getElementById("fgpu-page-config").textContent);
 
-  // Sizes as the spawn form writes them: binary, like Docker (1G = 1024M).
+  // Sizes as the forms take them: binary, like Docker (1G = 1024M). Every page shows bytes
+  // through this one function, and it gives the text image_catalog/units.py's format_size gives
+  // (the hub's spawn form, the queue's messages): two decimals at most, halves up ("1.13G").
   function size(bytes) {
     if (bytes === null || bytes === undefined) return "—";
     var units = [["T", 4], ["G", 3], ["M", 2], ["K", 1]];
     for (var i = 0; i < units.length; i++) {
       var scaled = bytes / Math.pow(1024, units[i][1]);
-      if (scaled >= 1) return trim(scaled) + units[i][0];
+      if (scaled >= 1) return scaled.toFixed(2).replace(/\.?0+$/, "") + units[i][0];
     }
     return bytes + "B";
   }
@@ -89,6 +91,12 @@ var fgpu = (function () {
       }
     });
     return node;
+  }
+
+  // A table cell for a name or an image ("s-99b9b4", "python-3.11"): on one line, never broken
+  // at its hyphen; a long one ends in "…" and shows whole on hover (title) and to screen readers.
+  function nameCell(text) {
+    return element("td", { className: "fgpu-name", title: text }, [element("span", { text: text })]);
   }
 
   var SLOTS = [
@@ -181,6 +189,85 @@ var fgpu = (function () {
     });
   }
 
+  // Asks before something that cannot be undone (stopping a session, giving up a place in the
+  // queue, deleting an image): a modal <dialog> in the page, not window.confirm, so that it reads
+  // like the rest of the page, says what is lost and what is kept, and a screen reader announces
+  // its title and text (aria-labelledby / aria-describedby). Esc and "keep" both answer false;
+  // the safe choice has the focus first. Resolves true only when the person confirms.
+  // what: { title, lines: [text, ...], confirm: "Stop session", keep: "Keep it running" }
+  var asking = null;
+  function confirmAction(what) {
+    var dialog = document.getElementById("fgpu-confirm");
+    if (!dialog) {
+      dialog = element("dialog", {
+        className: "fgpu-dialog fgpu-confirm", id: "fgpu-confirm",
+        "aria-labelledby": "fgpu-confirm-title", "aria-describedby": "fgpu-confirm-text",
+      }, [
+        element("h2", { className: "h5", id: "fgpu-confirm-title" }),
+        element("div", { id: "fgpu-confirm-text" }),
+        element("div", { className: "d-flex gap-2 justify-content-end" }, [
+          element("button", { type: "button", className: "btn btn-secondary", id: "fgpu-confirm-keep" }),
+          element("button", { type: "button", className: "btn btn-danger", id: "fgpu-confirm-go" }),
+        ]),
+      ]);
+      document.body.appendChild(dialog);
+      dialog.querySelector("#fgpu-confirm-keep").addEventListener("click", function () { dialog.close("keep"); });
+      dialog.querySelector("#fgpu-confirm-go").addEventListener("click", function () { dialog.close("go"); });
+      dialog.addEventListener("close", function () {
+        if (asking) asking(dialog.returnValue === "go");
+        asking = null;
+      });
+    }
+    if (asking) asking(false);  // a second question replaces an open one; the first is "no"
+    dialog.querySelector("#fgpu-confirm-title").textContent = what.title;
+    var text = dialog.querySelector("#fgpu-confirm-text");
+    text.replaceChildren.apply(text, what.lines.map(function (line) { return element("p", { text: line }); }));
+    dialog.querySelector("#fgpu-confirm-keep").textContent = what.keep || "Cancel";
+    dialog.querySelector("#fgpu-confirm-go").textContent = what.confirm;
+    dialog.returnValue = "";
+    return new Promise(function (resolve) {
+      asking = resolve;
+      dialog.showModal();
+      dialog.querySelector("#fgpu-confirm-keep").focus();
+    });
+  }
+
+  // The words for ending a session, from the student's side: what a Stop loses and keeps, what a
+  // Cancel gives up. `session` is an api/sessions record; `mine`: the viewer owns it.
+  function endQuestion(session, mine) {
+    var name = session.server_name ? "“" + session.server_name + "”" : "your default session";
+    var whose = mine ? name : session.user + "’s session " + (session.server_name ? "“" + session.server_name + "”" : "(default)");
+    if (session.status === "PENDING") {
+      var place = session.position ? " (" + ordinal(session.position) + " in line)" : "";
+      return {
+        title: "Cancel the request for " + whose + "?",
+        lines: [
+          "It gives up its place in the queue" + place + ". Asking again later puts a new request at the back of the line.",
+          "Nothing has started yet, so nothing is lost.",
+        ],
+        confirm: "Cancel request", keep: "Keep waiting",
+      };
+    }
+    return {
+      title: "Stop " + whose + "?",
+      lines: [
+        "Its running kernels end: anything only in their memory (variables, unsaved notebook changes, running cells) is lost. Save your notebooks first.",
+        "The home folder (/home/jovyan) is kept: files saved there are back in the next session.",
+        "Its " + cores(session.cpu) + ", " + size(session.mem) + " memory" + (Number(session.fgpu) ? " and " + trim(session.fgpu) + " fGPU" : "") + " go back to the pool.",
+      ],
+      confirm: "Stop session", keep: "Keep it running",
+    };
+  }
+
+  // A session's Stop or Cancel button: asks first, then DELETE api/sessions/{id}.
+  function endSession(session, button, mine, done, failed) {
+    return confirmAction(endQuestion(session, mine)).then(function (yes) {
+      if (!yes) return;
+      button.disabled = true;
+      return api("DELETE", "sessions/" + session.id).then(done, function (e) { button.disabled = false; failed(e); });
+    });
+  }
+
   // Poll `path` every `seconds` while the page is visible; `render` gets each answer.
   function poll(path, seconds, render, onError) {
     var timer = null, round = 0;
@@ -211,8 +298,11 @@ var fgpu = (function () {
     duration: duration,
     time: time,
     element: element,
+    nameCell: nameCell,
     renderIndicator: renderIndicator,
     indicatorFigures: indicatorFigures,
     poll: poll,
+    confirmAction: confirmAction,
+    endSession: endSession,
   };
 })();

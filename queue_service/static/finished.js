@@ -51,9 +51,9 @@
   function row(s) {
     var cells = [
       el("td", { className: "fgpu-id", title: s.id, text: s.id.slice(0, 8) }),
-      el("td", { text: s.server_name || "(default)" }),
+      fgpu.nameCell(s.server_name || "(default)"),
       config.admin ? el("td", { className: "fgpu-user", text: s.user }) : null,
-      el("td", { text: s.image }),
+      fgpu.nameCell(s.image),
       el("td", { text: fgpu.trim(s.cpu) }),
       el("td", { text: fgpu.size(s.mem) }),
       el("td", { text: fgpu.trim(s.fgpu) }),

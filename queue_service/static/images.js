@@ -31,6 +31,13 @@
     return parts.join(", ") || "—";
   }
 
+  // Who may start it: a private image's owner alone (its groups are empty, which for a shared
+  // image means everyone), else its groups, else everyone.
+  function offeredTo(image) {
+    if (image.owner) return "only " + image.owner;
+    return image.groups.length ? image.groups.join(", ") : "everyone";
+  }
+
   function checkCell(check) {
     if (check.ok === null) return el("span", { className: "text-muted", text: "not checked" });
     return el("span", {
@@ -60,13 +67,13 @@
       ]),
       el("td", { className: "fgpu-id", text: image.image }),
       el("td", { text: [image.framework, image.version].filter(Boolean).join(" ") || "—" }),
-      el("td", { className: "fgpu-groups", text: image.groups.length ? image.groups.join(", ") : "everyone" }),
+      el("td", { className: "fgpu-groups", text: offeredTo(image) }),
       el("td", { text: minimum(image) }),
     ];
     if (config.manager) {
       cells.push(el("td", { className: "fgpu-visibility", text: image.hidden ? "hidden" : "visible" }));
       cells.push(el("td", {}, [checkCell(image.check)]));
-      cells.push(el("td", {}, [el("div", { className: "fgpu-apps" }, [
+      cells.push(el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, [
         button("Edit", "outline-primary", openEdit, image),
         button(image.hidden ? "Show" : "Hide", "outline-secondary", toggleHidden, image),
         button("Check", "outline-secondary", recheck, image),
@@ -99,8 +106,13 @@
   }
 
   function remove(image) {
-    if (!window.confirm("Delete " + image.name + " from the catalog? Running sessions keep running.")) return;
-    change("DELETE", "images/" + image.name, undefined, image.name + " deleted.");
+    fgpu.confirmAction({
+      title: "Delete " + image.name + " from the catalog?",
+      lines: ["Nobody can start it any more. Sessions already running from it keep running."],
+      confirm: "Delete image", keep: "Keep it",
+    }).then(function (yes) {
+      if (yes) change("DELETE", "images/" + image.name, undefined, image.name + " deleted.");
+    });
   }
 
   // -- the add / edit dialog --------------------------------------------------------------------

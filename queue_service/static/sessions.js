@@ -67,15 +67,15 @@
   }
 
   function end(session, button) {
-    button.disabled = true;
-    fgpu.api("DELETE", "sessions/" + session.id).then(
+    fgpu.endSession(session, button, session.user === config.user,
       function () { showError(""); refresh(); },
-      function (e) { button.disabled = false; showError(e.message); }
-    );
+      function (e) { showError(e.message); });
   }
 
   function actionsCell(s) {
     var cell = el("td", { className: "fgpu-actions" });
+    // Save image and Stop side by side with a gap, never touching, never wrapped apart.
+    var buttons = el("div", { className: "fgpu-buttons" });
     if (s.status === "RUNNING") {
       var apps = el("div", { className: "fgpu-apps" }, APPS.map(function (app) {
         return el("a", {
@@ -89,17 +89,18 @@
     if (config.admin && s.status === "RUNNING") {
       var save = el("button", { type: "button", className: "btn btn-sm btn-outline-secondary fgpu-save-image", text: "Save image" });
       save.addEventListener("click", function () { openSave(s); });
-      cell.appendChild(save);
+      buttons.appendChild(save);
     }
     if (s.status === "PENDING") {
       var cancel = el("button", { type: "button", className: "btn btn-sm btn-outline-danger fgpu-cancel", text: "Cancel" });
       cancel.addEventListener("click", function () { end(s, cancel); });
-      cell.appendChild(cancel);
+      buttons.appendChild(cancel);
     } else {
       var stop = el("button", { type: "button", className: "btn btn-sm btn-danger fgpu-stop", text: "Stop" });
       stop.addEventListener("click", function () { end(s, stop); });
-      cell.appendChild(stop);
+      buttons.appendChild(stop);
     }
+    cell.appendChild(buttons);
     return cell;
   }
 
@@ -108,10 +109,10 @@
     var usageTime = s.status === "PENDING" ? "waiting " + fgpu.duration(s.created) : fgpu.duration(started);
     var cells = [
       el("td", { className: "fgpu-id", title: s.id, text: s.id.slice(0, 8) }),
-      el("td", { text: s.server_name || "(default)" }),
+      fgpu.nameCell(s.server_name || "(default)"),
       config.admin ? el("td", { className: "fgpu-user", text: s.user }) : null,
       statusCell(s),
-      el("td", { text: s.image }),
+      fgpu.nameCell(s.image),
       el("td", { text: fgpu.trim(s.cpu) }),
       el("td", { text: fgpu.size(s.mem) }),
       el("td", { text: fgpu.trim(s.fgpu) + (config.simulated && s.fgpu ? " (simulated)" : "") }),
@@ -174,12 +175,12 @@
 
   function oneDecimal(n) { return String(Math.round(Number(n) * 10) / 10); }
 
-  // As on the hub's spawn form: "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free".
+  // As on the hub's spawn form (fgpu_spawner/resource_groups.py): "gpu-a100 — 3 fGPU, 12 CPU, 40G free".
   function groupLabel(offer) {
     var free = offer.group.allocatable, parts = [];
     if (offer.group.capacity.fgpu > 0) parts.push(oneDecimal(Math.max(0, free.fgpu)) + " fGPU");
     parts.push(oneDecimal(Math.max(0, free.cpu)) + " CPU");
-    parts.push(oneDecimal(Math.max(0, free.mem) / Math.pow(1024, 3)) + " GiB free");
+    parts.push(fgpu.size(Math.max(0, free.mem)) + " free");
     return offer.name + " — " + parts.join(", ");
   }
 
