@@ -77,12 +77,7 @@ def format_size(nbytes: int) -> str:
     return f"{nbytes}B"
 
 
-def format_gib(nbytes: int) -> str:
-    """GiB with up to two decimals: 8589934592 → '8 GiB', 12348030976 → '11.5 GiB'."""
-    return f"{nbytes / 1024**3:.2f}".rstrip("0").rstrip(".") + " GiB"
-
-
 def simulated_gpu_name(memory_bytes: int) -> str:
     """The name of a simulated GPU of that size. One function for the inventory (pages, API) and
     the spawner (the session's `nvidia-smi` stand-in), so that both show the same GPU."""
-    return f"Simulated GPU ({format_gib(memory_bytes)})"
+    return f"Simulated GPU ({format_size(memory_bytes)})"
