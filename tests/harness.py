@@ -104,7 +104,9 @@ class Hub:
     def stop_server(self, user: str, server: str = "", timeout: float = 60) -> None:
         self.stop_servers({(user, server)}, timeout)
 
-    def stop_servers(self, servers: set[tuple[str, str]], timeout: float = 60) -> None:
+    def stop_servers(
+        self, servers: set[tuple[str, str]], timeout: float = 60, request_timeout: float = 120
+    ) -> None:
         """Stop each (user, server name) and wait until the hub has let them all go. The hub
         answers a stop once it is done (a second or two), so the stops are asked for together,
         each on a connection of its own, and take about as long as one."""
@@ -112,7 +114,7 @@ class Hub:
         if not targets:
             return
         with ThreadPoolExecutor(max_workers=min(len(targets), 20)) as pool:
-            answers = list(pool.map(self._ask_to_stop, targets))
+            answers = list(pool.map(lambda t: self._ask_to_stop(t, request_timeout), targets))
         for response in answers:
             assert response.status_code in (202, 204), response.text
         deadline = time.monotonic() + timeout
@@ -120,10 +122,10 @@ class Hub:
             while self.server_model(user, server) is not None and time.monotonic() < deadline:
                 time.sleep(0.2)
 
-    def _ask_to_stop(self, target: tuple[str, str]) -> requests.Response:
+    def _ask_to_stop(self, target: tuple[str, str], timeout: float) -> requests.Response:
         user, server = target
         url = f"{self.url}/hub/api/users/{user}/servers/{server}"
-        return requests.delete(url, headers=dict(self.api.headers), timeout=120)
+        return requests.delete(url, headers=dict(self.api.headers), timeout=timeout)
 
     def join_group(self, user: str, properties: dict) -> str:
         """A new hub group with these properties (quotas, lifetimes, idle policies), `user` its

@@ -33,12 +33,14 @@ class SharedHub:
         self._extras[name] = value
         setattr(self._hub, name, value)
 
-    def end_servers(self, servers: set[tuple[str, str]], cause: str) -> None:
+    def end_servers(
+        self, servers: set[tuple[str, str]], cause: str, request_timeout: float = 120
+    ) -> None:
         """Stop `servers`, which `cause` left; when the hub will not, replace it and fail."""
         if not servers:
             return
         try:
-            self._hub.stop_servers(servers)
+            self._hub.stop_servers(servers, request_timeout=request_timeout)
             left = servers & self._hub.active_servers()
             problem = f"{sorted(left)} still listed after their stop" if left else None
         except Exception as e:  # a refused stop (500), or a stop that never answered
