@@ -11,8 +11,12 @@ import sqlite3
 
 import pytest
 import requests
+from playwright.sync_api import expect
 
+from .browser import SESSIONS_PAGE, SPAWN_TIMEOUT_MS, log_in, rows, screenshot
 from .harness import QueueUser, containers_with, running_hub
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 GIB = 1024**3
 SITE_PRESETS = [
@@ -162,3 +166,44 @@ def test_the_hubs_own_start_takes_a_preset_and_env(preset_hub, student):
     assert (session["server_name"], session["cpu"], session["mem"]) == ("lab", 0.5, 256 * 1024**2)
     (container,) = containers_with({"fgpu.user": student.name})
     assert "SEED=7" in container.attrs["Config"]["Env"]
+
+
+# -- the Sessions page's dialog, in Chromium --------------------------------------------------
+
+
+def test_the_dialog_offers_presets_a_name_env_and_the_recent_launches(preset_hub, pages):
+    page = pages()
+    name = f"web-{secrets.token_hex(3)}"
+    log_in(page, preset_hub, name)
+    page.goto(preset_hub.url + SESSIONS_PAGE)
+    page.click("#fgpu-start")
+    expect(page.locator('#fgpu-launch-preset-list [data-preset="half GPU"]')).to_be_visible()
+    # The sliders start at the spawner's defaults (one session's limits from one place).
+    assert page.input_value("#fgpu-launch-mem") == "2"
+    assert page.get_attribute("#fgpu-launch-fgpu", "max") == "2"  # 1 GPU × 2 units, not 4
+    unavailable = page.locator('[data-preset="all GPUs"]')
+    assert unavailable.locator("input").is_disabled()
+    expect(unavailable).to_contain_text("Not available: Needs 8 fGPU")
+    page.check('input[name=preset][value="half GPU"]')
+    assert page.locator("#fgpu-launch-cpu").is_disabled()
+    page.fill("#fgpu-launch-name", "mnist")
+    page.fill("#fgpu-launch-env", "SEED=42\nEPOCHS=3")
+    screenshot(page, "launcher-dialog-presets-name-env")
+    page.click("#fgpu-launch-submit")
+    expect(page.locator("#fgpu-launch")).to_be_hidden(timeout=SPAWN_TIMEOUT_MS)
+    expect(rows(page, "RUNNING")).to_have_count(1, timeout=SPAWN_TIMEOUT_MS)
+    expect(rows(page).first).to_contain_text("mnist")
+    page.click("#fgpu-start")
+    recent = page.locator("#fgpu-launch-recent .fgpu-relaunch")
+    expect(recent).to_have_count(1)
+    expect(recent.first).to_contain_text("python-3.11 · preset half GPU · named mnist · 2 env")
+    screenshot(page, "launcher-dialog-recent")
+    # A bad value answers in the dialog with the service's message.
+    page.check("#fgpu-launch-preset-custom")
+    page.fill("#fgpu-launch-env", "LD_PRELOAD=/x.so")
+    page.fill("#fgpu-launch-name", "")
+    page.click("#fgpu-launch-submit")
+    expect(page.locator("#fgpu-launch-error")).to_contain_text("LD_PRELOAD is set by the hub")
+    screenshot(page, "launcher-dialog-refused-env")
+    page.click("#fgpu-launch-cancel")
+    preset_hub.stop_servers({(name, "mnist")}, timeout=120)
