@@ -18,6 +18,9 @@ Environment variables:
   FGPU_CATALOG_PATH    catalog.yaml that seeds the image catalog (default: the shipped one)
   FGPU_USER_QUOTA      per-user quota as JSON, merged on the default {"sessions": 3, "pending": 2,
                        "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
+  FGPU_PRESETS         site-wide resource presets as a JSON list, e.g. '[{"name": "CPU small",
+                       "cpu": 1, "mem": "2G"}, {"name": "half GPU", "cpu": 2, "mem": "4G",
+                       "fgpu": 1}]' (a hub group adds its own: `fgpu_presets`, README)
   FGPU_CLASS_SIZE      students expected at once, to size the hub's spawn slots (default 200)
   FGPU_IDLE_TIMEOUT    seconds without activity after which jupyterhub-idle-culler stops a
                        session, named ones included (0 or unset: 3600); `off` runs no culler
@@ -140,6 +143,12 @@ queue_url = f"http://{queue_host}:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
 catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
 fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
+# One session's limits and defaults, in one place: the spawner judges every start by them, and the
+# queue service draws the Sessions dialog's sliders and checks the presets with the same.
+from image_catalog.launch_options import SESSION_LIMITS  # noqa: E402
+
+session_limits = {**SESSION_LIMITS, "fgpu_max": fgpu_max}
+site_presets = json.loads(os.environ.get("FGPU_PRESETS") or "[]")
 # Seconds a request may wait in the queue before it ends as PENDING_TIMEOUT (the service's).
 pending_timeout = 3600
 
@@ -207,6 +216,8 @@ c.JupyterHub.services = [
             f"--QueueService.catalog_path={catalog_path}",
             # A Python literal: traitlets reads a Dict from the command line with literal_eval.
             f"--QueueService.user_quota={user_quota!r}",
+            f"--QueueService.session_limits={session_limits!r}",
+            f"--QueueService.presets={site_presets!r}",
             f"--QueueService.deployment_id={fgpu_deployment_id}",
             f"--QueueService.engine={engine}",
             f"--QueueService.pending_timeout={pending_timeout}",
@@ -382,7 +393,8 @@ c.FGPUSpawner.queue_url = f"{queue_url}/services/queue/"
 c.FGPUSpawner.queue_token = spawner_token
 c.FGPUSpawner.deployment_id = fgpu_deployment_id
 # Up to 4 fGPU per session by default; the queue refuses what no node could ever hold.
-c.FGPUSpawner.fgpu_max = fgpu_max
+for limit_name, limit_value in session_limits.items():
+    setattr(c.FGPUSpawner, limit_name, limit_value)
 c.FGPUSpawner.gpu_sharing = "simulated" if simulated_gpus else "hami"
 c.Spawner.default_url = "/lab"
 # A spawn may wait in the queue; the queue's own pending timeout ends it first, with a reason the

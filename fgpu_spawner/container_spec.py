@@ -139,9 +139,11 @@ def container_labels(
 def container_env(
     request: ResourceRequest, grant: Grant, ctx: ContainerContext, gpu: GpuSettings
 ) -> dict[str, str]:
-    """Every environment variable of a session, in single-host and Swarm mode alike; the GPU
-    settings come last, so that no configured variable widens the GPUs a session sees."""
-    return {**ctx.env, **session_env(request, grant), **gpu.env}
+    """Every environment variable of a session, in single-host and Swarm mode alike. The user's
+    own (`env`, checked when the request was parsed) come first, so that even one the check
+    missed cannot replace the hub's; the GPU settings come last, so that no configured variable
+    widens the GPUs a session sees."""
+    return {**dict(request.env), **ctx.env, **session_env(request, grant), **gpu.env}
 
 
 def build_container_spec(

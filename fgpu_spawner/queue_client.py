@@ -195,6 +195,10 @@ class QueueClient:
         group, whether they may use it and what is free there for them."""
         return await self._call_again("GET", f"/resources?user={quote(user, safe='')}")
 
+    async def presets_for(self, user: str) -> dict:
+        """The resource presets `user` may pick (api/presets for that user)."""
+        return await self._call_again("GET", f"/presets?user={quote(user, safe='')}")
+
     async def _call_again(self, method: str, path: str, body: dict | None = None) -> dict:
         """`_call`, made again after a timeout, up to READ_ATTEMPTS times in all: only for calls
         that may be repeated (a read, a grant request named by its key, a release)."""

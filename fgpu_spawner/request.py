@@ -10,9 +10,20 @@ import re
 from dataclasses import asdict, dataclass
 
 from image_catalog import Catalog
+from image_catalog.launch_options import OptionError, check_env, check_name, resolve_preset
 from image_catalog.units import format_size, parse_amount, parse_positive_size
 
-KNOWN_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group", "request_key")
+KNOWN_OPTIONS = (
+    "image",
+    "cpu",
+    "mem",
+    "fgpu",
+    "resource_group",
+    "name",
+    "env",
+    "preset",
+    "request_key",
+)
 _REQUEST_KEY_RE = re.compile(r"[0-9a-f]{32}")
 
 
@@ -62,13 +73,26 @@ class ResourceRequest:
     #: several sessions); None: the spawner picks a new key. The queue gives the record only to
     #: a request of the same user, server and slots.
     request_key: str | None = None
+    #: The session's own environment variables (checked: launch_options.check_env), as pairs.
+    env: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def parse_request(options: dict, limits: RequestLimits, catalog: Catalog) -> ResourceRequest:
-    """Validate `options` against the limits and the catalog, or raise InvalidRequest."""
+def parse_request(
+    options: dict,
+    limits: RequestLimits,
+    catalog: Catalog,
+    presets: list[dict] | None = None,
+    server_name: str = "",
+) -> ResourceRequest:
+    """Validate `options` against the limits and the catalog, or raise InvalidRequest.
+
+    `presets`: the presets offered to this user, as `GET api/presets` lists them; a `preset`
+    option stands for its slots, which then meet the same limits as slots given one by one.
+    `server_name`: the server being started; a `name` option, when given, must be it (a
+    session's name is its server's name, which the hub's URL already carries)."""
     if not isinstance(options, dict):
         raise InvalidRequest("Options must be a JSON object.")
     unknown = sorted(set(options) - set(KNOWN_OPTIONS))
@@ -76,7 +100,13 @@ def parse_request(options: dict, limits: RequestLimits, catalog: Catalog) -> Res
         raise InvalidRequest(
             f"Unknown option(s): {', '.join(unknown)}. Known options: {', '.join(KNOWN_OPTIONS)}."
         )
-    image = _parse_image(options.get("image"), limits, catalog)
+    try:
+        options = resolve_preset(options, presets or [])
+        _check_name(options.get("name"), server_name)
+        env = tuple(sorted(check_env(options.get("env")).items()))
+    except OptionError as e:
+        raise InvalidRequest(str(e)) from None
+    image = _parse_image(options.get("image"), catalog)
     # The image's own defaults first (a big framework may want more memory), then the site's.
     defaults = image.resources.default
     cpu = _parse_number("cpu", options.get("cpu"), _first(defaults.cpu, limits.cpu.default))
@@ -92,7 +122,17 @@ def parse_request(options: dict, limits: RequestLimits, catalog: Catalog) -> Res
         raise InvalidRequest(f"Image {image.name!r} {shortfall}.")
     group = _parse_resource_group(options.get("resource_group"))
     key = _parse_request_key(options.get("request_key"))
-    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group, key)
+    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group, key, env)
+
+
+def _check_name(value: object, server_name: str) -> None:
+    name = check_name(value)
+    if name is not None and name != server_name:
+        where = f"server {server_name!r}" if server_name else "the default server"
+        raise InvalidRequest(
+            f"name {name!r} differs from {where}: a session's name is its server's name; start "
+            f"server {name!r} instead, or leave out name."
+        )
 
 
 def _is_blank(value: object) -> bool:
@@ -103,17 +143,17 @@ def _first(value, fallback):
     return fallback if value is None else value
 
 
-def _parse_image(value: object, limits: RequestLimits, catalog: Catalog):
+def _parse_image(value: object, catalog: Catalog):
+    """The one rule of the form, the hub's REST API and `POST api/sessions`: a launch names its
+    image; none is chosen for the user (the form preselects one, README "Launch options")."""
     visible = catalog.visible()
     if not visible:
         raise InvalidRequest("No image is offered to you yet; ask your instructor.")
+    choices = ", ".join(image.name for image in visible)
     if _is_blank(value):
-        offered = [image.name for image in visible]
-        default = limits.default_image if limits.default_image in offered else offered[0]
-        return catalog.get(default)
+        raise InvalidRequest(f"A launch names its image (a catalog name): one of {choices}.")
     if not isinstance(value, str):
         raise InvalidRequest(f"image must be a catalog name, not {value!r}.")
-    choices = ", ".join(image.name for image in visible)
     try:
         image = catalog.get(value)
     except KeyError:

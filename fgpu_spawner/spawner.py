@@ -32,6 +32,7 @@ from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default, v
 from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
 from image_catalog.engine_client import api_client_from_env
+from image_catalog.launch_options import SESSION_LIMITS
 
 from . import form, idle
 from .container_spec import (
@@ -89,8 +90,11 @@ async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> No
     name = (user_options or {}).get("image") if isinstance(user_options, dict) else None
     if isinstance(name, str) and name.strip() and name not in catalog.names():
         await spawner.refuse_image(name, catalog)
+    presets = await spawner.user_presets() if (user_options or {}).get("preset") else []
     try:
-        request = parse_request(user_options, spawner.request_limits, catalog)
+        request = parse_request(
+            user_options, spawner.request_limits, catalog, presets, server_name=spawner.name
+        )
     except InvalidRequest as e:
         raise spawn_error(str(e), reason="invalid_options") from None
     spawner.resource_request = request
@@ -113,31 +117,52 @@ class FGPUSpawner(DockerSpawner):
         "",
         config=True,
         help="""
-        Catalog name of the image preselected on the form and used when a request names none.
-        Empty means the first visible image of the catalog.
+        Catalog name of the image preselected on the spawn form. Empty means the first visible
+        image of the catalog. A request must still name its image (README, "Launch options").
+
+            c.FGPUSpawner.default_image_name = "python-3.11"
         """,
     )
-    cpu_min = Float(0.5, config=True, help="""Fewest CPU cores a session may ask for.""")
-    cpu_max = Float(4.0, config=True, help="""Most CPU cores one session may ask for.""")
-    cpu_default = Float(1.0, config=True, help="""CPU cores a session gets when it names none.""")
+    # Their defaults are the Sessions dialog's too (image_catalog/launch_options.py).
+    cpu_min = Float(
+        SESSION_LIMITS["cpu_min"], config=True, help="""Fewest CPU cores a session may ask for."""
+    )
+    cpu_max = Float(
+        SESSION_LIMITS["cpu_max"], config=True, help="""Most CPU cores one session may ask for."""
+    )
+    cpu_default = Float(
+        SESSION_LIMITS["cpu_default"],
+        config=True,
+        help="""CPU cores the form starts at and a session gets when it names none.""",
+    )
     cpu_step = Float(0.5, config=True, help="""Step of the CPU slider on the spawn form.""")
     mem_min = ByteSpecification(
-        "256M", config=True, help="""Least memory a session may ask for (bytes, or 512M, 2G...)."""
+        SESSION_LIMITS["mem_min"],
+        config=True,
+        help="""Least memory a session may ask for (bytes, or 512M, 2G...).""",
     )
     mem_max = ByteSpecification(
-        "8G", config=True, help="""Most memory one session may ask for (bytes, or 512M, 2G...)."""
+        SESSION_LIMITS["mem_max"],
+        config=True,
+        help="""Most memory one session may ask for (bytes, or 512M, 2G...).""",
     )
     mem_default = ByteSpecification(
-        "2G", config=True, help="""Memory a session gets when it names none (bytes or 2G...)."""
+        SESSION_LIMITS["mem_default"],
+        config=True,
+        help="""Memory the form starts at and a session gets when it names none (bytes, 2G...).""",
     )
     fgpu_max = Float(
-        0.0,
+        SESSION_LIMITS["fgpu_max"],
         config=True,
         help="""
         Most fGPU units one session may ask for. 0 offers no GPU on the form and refuses fgpu > 0.
         """,
     )
-    fgpu_default = Float(0.0, config=True, help="""fGPU units a session gets when it names none.""")
+    fgpu_default = Float(
+        SESSION_LIMITS["fgpu_default"],
+        config=True,
+        help="""fGPU units a session gets when it names none.""",
+    )
     units_per_gpu = Integer(
         1,
         config=True,
@@ -434,6 +459,14 @@ class FGPUSpawner(DockerSpawner):
             return await self.queue.resources_for(self.user.name)
         except QueueError as e:
             raise unavailable("The resource groups are", "resources", e) from None
+
+    async def user_presets(self) -> list[dict]:
+        """The resource presets offered to this user, with whether each is theirs to use now
+        (the service's api/presets)."""
+        try:
+            return (await self.queue.presets_for(self.user.name))["presets"]
+        except QueueError as e:
+            raise unavailable("The resource presets are", "presets", e) from None
 
     @property
     def request_limits(self) -> RequestLimits:

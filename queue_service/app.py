@@ -22,10 +22,11 @@ from urllib.parse import urlparse
 from jupyterhub.traitlets import ByteSpecification
 from sqlalchemy.exc import OperationalError
 from tornado import web
-from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Unicode, default, validate
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default, validate
 from traitlets.config import Application
 
 from image_catalog import load_catalog
+from image_catalog.launch_options import SESSION_LIMITS
 
 from . import handlers, inventory, scheduler
 from .automatic_ends import AutomaticEnds, DockerNotifier
@@ -42,6 +43,7 @@ from .images import ImageStore
 from .launches import Launcher
 from .node_agent_deploy import TOKEN_FILE, deploy_node_agent, node_agent_token
 from .node_reports import NodeReports
+from .presets import parse_presets
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
@@ -199,6 +201,37 @@ class QueueService(Application):
         limit; {{}} lifts them all. Group quotas (the hub's group property `fgpu_quota`, edited in
         the admin panel) apply as well. Keep the hub's `named_server_limit_per_user` at
         sessions + pending (the shipped jupyterhub_config.py derives both from FGPU_USER_QUOTA).
+        """,
+    )
+    presets = List(
+        Dict(),
+        [],
+        config=True,
+        help="""
+        Resource presets offered to everyone, beside the custom sliders of the launch dialog
+        and the spawn form: each a name and its slots (cpu in cores, mem as bytes or a size,
+        fgpu in units, 0 when left out). A hub group adds its own in its properties, as
+        `fgpu_presets` (queue_service/presets.py). A preset above a user's quota or the session
+        limits is listed to them as unavailable, with the reason. The shipped
+        jupyterhub_config.py reads FGPU_PRESETS (JSON).
+
+            c.QueueService.presets = [
+                {"name": "CPU small", "cpu": 1, "mem": "2G"},
+                {"name": "half GPU", "cpu": 2, "mem": "4G", "fgpu": 1},
+            ]
+        """,
+    )
+    session_limits = Dict(
+        SESSION_LIMITS,
+        config=True,
+        help=f"""
+        What one session may ask for and gets by default: the Sessions page's sliders and the
+        presets' checks use them. Keep them equal to the spawner's (FGPUSpawner.cpu_min,
+        cpu_max, cpu_default, mem_min, mem_max, mem_default, fgpu_max, fgpu_default), which
+        judges every start; the shipped jupyterhub_config.py sets both from one dict. Keys and
+        defaults: {SESSION_LIMITS} (mem in bytes).
+
+            c.QueueService.session_limits = {{**SESSION_LIMITS, "fgpu_max": 2}}
         """,
     )
     spawner_service = Unicode(
@@ -606,6 +639,9 @@ class QueueService(Application):
             commit_executor=ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="fgpu-commit"),
             container_locks=locks,
             spawner_service=self.spawner_service,
+            # A typo in the site's presets stops the service here, with the preset named.
+            site_presets=parse_presets(self.presets, "QueueService.presets"),
+            session_limits={**SESSION_LIMITS, **self.session_limits},
             agent_service=self.agent_service,
             node_reports=self.node_reports,
             node_agent_registry=self.node_agent_registry,

@@ -26,6 +26,13 @@ import logging
 import secrets
 import uuid
 
+from image_catalog.launch_options import (
+    NAME_MAX,
+    OptionError,
+    check_env,
+    check_name,
+    resolve_preset,
+)
 from image_catalog.units import parse_amount, parse_positive_size
 
 from . import end_reasons
@@ -39,11 +46,39 @@ log = logging.getLogger(__name__)
 #: within its slow-spawn timeout (10 s) anyway.
 FIRST_CLAIM_TIMEOUT = 15.0
 #: The options a launch takes (besides `count`), as in contract 3.
-LAUNCH_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
+LAUNCH_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group", "name", "env", "preset")
+_SLOT_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
 
 
-def server_names(count: int) -> list[str]:
-    return [f"s-{secrets.token_hex(3)}" for _ in range(count)]
+def server_names(count: int, name: str | None = None) -> list[str]:
+    """The servers' names: the session's own name (`name-1`, `name-2`... for several), or
+    `s-` and six hex digits each."""
+    if name is None:
+        return [f"s-{secrets.token_hex(3)}" for _ in range(count)]
+    return [name] if count == 1 else [f"{name}-{i}" for i in range(1, count + 1)]
+
+
+def with_preset(options: dict, presets: list[dict]) -> dict:
+    """`options` with a `preset` replaced by its slots (launch_options.resolve_preset's rule)."""
+    try:
+        return resolve_preset(options, presets)
+    except OptionError as e:
+        raise Refusal(str(e)) from None
+
+
+def launch_extras(options: dict, count: int) -> tuple[str | None, dict[str, str]]:
+    """The launch's session name and environment variables, checked as the spawner checks them:
+    a bad one is refused here, before any record exists."""
+    try:
+        name, env = check_name(options.get("name")), check_env(options.get("env"))
+    except OptionError as e:
+        raise Refusal(str(e)) from None
+    if name is not None and count > 1 and len(f"{name}-{count}") > NAME_MAX:
+        raise Refusal(
+            f"name {name!r} is too long for {count} sessions: with its number ({name}-{count}) "
+            f"it must stay within {NAME_MAX} characters."
+        )
+    return name, env
 
 
 def launch_request(options: dict) -> dict:
@@ -54,6 +89,7 @@ def launch_request(options: dict) -> dict:
     if unknown:
         known = ", ".join((*LAUNCH_OPTIONS, "count"))
         raise Refusal(f"Unknown option(s): {', '.join(unknown)}. Known options: {known}.")
+    options = {key: options.get(key) for key in _SLOT_OPTIONS if key in options}
     image = options.get("image")
     if not isinstance(image, str) or not image.strip():
         raise Refusal("A launch names its image (a catalog name).")
@@ -80,11 +116,14 @@ def _number(name: str, value: object, zero_ok: bool = False) -> float:
         raise Refusal(f"{name} {e}.") from None
 
 
-def hub_options(request: dict, key: str) -> dict:
-    """The body of the hub's start of one launched server: the record's own values and key."""
+def hub_options(request: dict, key: str, env: dict | None = None) -> dict:
+    """The body of the hub's start of one launched server: the record's own values and key, and
+    the session's environment variables (the spawner checks them again)."""
     options = {name: request[name] for name in ("image", "cpu", "mem", "fgpu")}
     if request["resource_group"] is not None:
         options["resource_group"] = request["resource_group"]
+    if env:
+        options["env"] = env
     return {**options, "request_key": key}
 
 
@@ -105,11 +144,18 @@ class Launcher:
         if claim is not None and not claim.done():
             claim.set_result(None)
 
-    async def launch(self, person: dict, request: dict, count: int) -> list[dict]:
+    async def launch(
+        self,
+        person: dict,
+        request: dict,
+        count: int,
+        name: str | None = None,
+        env: dict | None = None,
+    ) -> list[dict]:
         """Record `count` sessions of `request` for `person`, start the first, answer with the
         records; a refusal (the queue's, or the hub's of the first start) leaves nothing."""
         user = person["name"]
-        starts = [(name, uuid.uuid4().hex) for name in server_names(count)]
+        starts = [(server, uuid.uuid4().hex) for server in server_names(count, name)]
         await self.manager.submit_many(
             [{**request, "id": key, "user": user, "server_name": name} for name, key in starts],
             groups=tuple(person.get("groups", [])),
@@ -119,7 +165,7 @@ class Launcher:
             self._claims[key] = loop.create_future()
         (first, first_key), rest = starts[0], starts[1:]
         try:
-            await self._first_start(user, first, first_key, request)
+            await self._first_start(user, first, first_key, request, env)
         except Exception:  # the hub's refusal, or no answer at all: nothing stays either way
             for _, key in starts:
                 self._claims.pop(key, None)
@@ -127,16 +173,19 @@ class Launcher:
             with contextlib.suppress(HubError):
                 await self.hub.stop_server(user, first, remove=True)
             raise
-        for name, key in rest:
-            self._watch(self._start(user, name, key, request), user, name, key)
+        for server, key in rest:
+            self._watch(self._start(user, server, key, request, env), user, server, key)
         return [
-            {"server_name": name, "session": await self.manager.get(key)} for name, key in starts
+            {"server_name": server, "session": await self.manager.get(key)}
+            for server, key in starts
         ]
 
-    async def _first_start(self, user: str, name: str, key: str, request: dict) -> None:
+    async def _first_start(
+        self, user: str, name: str, key: str, request: dict, env: dict | None
+    ) -> None:
         """Return once the first spawn claims its record (or the hub accepted the start); raise
         the hub's refusal when it comes first."""
-        start = self._start(user, name, key, request)
+        start = self._start(user, name, key, request, env)
         claim = self._claims[key]
         await asyncio.wait(
             {start, claim}, timeout=FIRST_CLAIM_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
@@ -145,8 +194,11 @@ class Launcher:
             raise start.exception()
         self._watch(start, user, name, key)
 
-    def _start(self, user: str, name: str, key: str, request: dict) -> asyncio.Task:
-        return asyncio.create_task(self.hub.start_server(user, name, hub_options(request, key)))
+    def _start(
+        self, user: str, name: str, key: str, request: dict, env: dict | None
+    ) -> asyncio.Task:
+        options = hub_options(request, key, env)
+        return asyncio.create_task(self.hub.start_server(user, name, options))
 
     def _watch(self, start: asyncio.Task, user: str, name: str, key: str) -> None:
         task = asyncio.create_task(self._settle(start, user, name, key))

@@ -20,6 +20,7 @@ from image_catalog.units import parse_size
 from . import scheduler
 from .budgets import BUDGET_KEYS, Budget, BudgetError, parse_budgets
 from .hub_client import HubClient, HubError
+from .presets import PRESETS_PROPERTY, Preset, PresetError, parse_presets
 
 QUOTA_PROPERTY = "fgpu_quota"
 _KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups"} | BUDGET_KEYS
@@ -101,6 +102,7 @@ class QuotaBook:
         self._groups: dict[str, tuple[str, ...]] = {}
         self._group_quotas: dict[str, scheduler.Quota | None] = {}
         self._group_budgets: dict[str, tuple[Budget, ...]] = {}
+        self._group_presets: dict[str, tuple[Preset, ...]] = {}
         self._members: dict[str, tuple[str, ...]] = {}
 
     async def refresh(self, user_model: dict, hub: HubClient) -> None:
@@ -121,6 +123,7 @@ class QuotaBook:
                     self.log.error("Ignoring a malformed quota: %s", e)
                 self._group_quotas[group] = None
             self._group_budgets[group] = self._parse_budgets(properties, group)
+            self._group_presets[group] = self._parse_presets(properties, group)
 
     def _parse_budgets(self, properties: dict, group: str) -> tuple[Budget, ...]:
         data = properties.get(QUOTA_PROPERTY)
@@ -130,6 +133,18 @@ class QuotaBook:
             if self.log:
                 self.log.error("Ignoring a malformed budget: %s", e)
             return ()
+
+    def _parse_presets(self, properties: dict, group: str) -> tuple[Preset, ...]:
+        try:
+            return parse_presets(properties.get(PRESETS_PROPERTY), f"group {group}")
+        except PresetError as e:
+            if self.log:
+                self.log.error("Ignoring a group's malformed presets: %s", e)
+            return ()
+
+    def presets_of(self, groups: tuple[str, ...]) -> dict[str, tuple[Preset, ...]]:
+        """Each of these groups' own presets (presets.py), as the hub last said."""
+        return {group: self._group_presets.get(group, ()) for group in groups}
 
     async def refresh_users(self, names, hub: HubClient) -> None:
         """Refresh these users (say, everyone with an active session after a restart, when the

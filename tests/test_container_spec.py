@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import docker
@@ -243,3 +244,29 @@ def test_mount_options_come_from_the_mount_that_holds_the_path():
     assert mount_options_of("/home/user", PROC_MOUNTS) == {"rw", "relatime"}
     assert mount_options_of("/srv/my disk/docker", PROC_MOUNTS) == {"rw"}
     assert mount_options_of("/anything", "") is None
+
+
+# --- a session's own environment variables (issue 22) ----------------------------------------
+
+
+def test_a_sessions_own_env_is_set_but_never_replaces_the_hubs():
+    request = dataclasses.replace(
+        REQUEST, env=(("SEED", "7"), ("JUPYTERHUB_API_TOKEN", "forged"), ("FGPU_CPU", "64"))
+    )
+    env = build_container_spec(request, GRANT, context()).create_kwargs["environment"]
+    assert env["SEED"] == "7"
+    assert (env["JUPYTERHUB_API_TOKEN"], env["FGPU_CPU"]) == ("t", "1.5")
+
+
+@pytest.mark.parametrize("mode", ["hami", "mps", "none", "simulated"])
+def test_every_variable_the_builder_sets_is_one_a_session_may_not_set(mode):
+    """launch_options' reserved names cover all that the spawner and the GPU sharing set, so
+    none can be given in `env` (the hub's own JUPYTERHUB_* and JPY_* are reserved by prefix)."""
+    from image_catalog.launch_options import reserved
+
+    grant = Grant("sess-4", "node-a", {"GPU-a": 0.5})
+    request = ResourceRequest("sk", "fgpu/sk:1.5", cpu=1, mem=GIB, fgpu=1.0)
+    ctx = context(gpu_sharing=mode, gpu_memory={"GPU-a": 16 * GIB}, env={})
+    env = build_container_spec(request, grant, ctx).create_kwargs["environment"]
+    assert len(env) >= 8
+    assert sorted(name for name in env if not reserved(name)) == []

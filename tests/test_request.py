@@ -22,8 +22,8 @@ LIMITS = RequestLimits(
 GPU_LIMITS = RequestLimits(cpu=LIMITS.cpu, mem=LIMITS.mem, fgpu=Range(0, 2, 0))
 
 
-def test_empty_options_give_the_defaults():
-    request = parse_request({}, LIMITS, CATALOG)
+def test_options_with_only_an_image_give_the_defaults():
+    request = parse_request({"image": "base"}, LIMITS, CATALOG)
     assert (request.image_name, request.image) == ("base", "fgpu/base:1")
     assert (request.cpu, request.mem, request.fgpu) == (1.0, 2 * GIB, 0.0)
     # No resource group named: the queue places it in any the user may use.
@@ -39,9 +39,14 @@ def test_form_strings_and_rest_numbers_mean_the_same():
     assert (from_form.cpu, from_form.mem, from_form.image) == (1.5, GIB, "fgpu/sk:1.5")
 
 
-def test_configured_default_image_is_used():
+@pytest.mark.parametrize("image", [None, "", "  "])
+def test_a_launch_names_its_image_even_where_a_default_is_configured(image):
+    """One rule for the form, the hub's REST API and POST api/sessions (README, "Launch
+    options"); the configured default is only the form's preselection."""
     limits = RequestLimits(LIMITS.cpu, LIMITS.mem, LIMITS.fgpu, default_image="sk")
-    assert parse_request({}, limits, CATALOG).image_name == "sk"
+    options = {} if image is None else {"image": image}
+    with pytest.raises(InvalidRequest, match="A launch names its image .*: one of base, sk"):
+        parse_request(options, limits, CATALOG)
 
 
 @pytest.mark.parametrize(
@@ -78,7 +83,7 @@ def test_configured_default_image_is_used():
 )
 def test_bad_input_is_refused_with_a_message(options, fragment):
     with pytest.raises(InvalidRequest) as refused:
-        parse_request(options, LIMITS, CATALOG)
+        parse_request({"image": "base", **options}, LIMITS, CATALOG)
     assert fragment in str(refused.value)
 
 
@@ -90,13 +95,15 @@ def test_unknown_image_message_lists_the_choices_but_not_hidden_ones():
 
 
 def test_fgpu_within_the_limit_is_accepted_where_offered():
-    request = parse_request({"fgpu": "0.5", "resource_group": "a100"}, GPU_LIMITS, CATALOG)
+    request = parse_request(
+        {"image": "base", "fgpu": "0.5", "resource_group": "a100"}, GPU_LIMITS, CATALOG
+    )
     assert (request.fgpu, request.resource_group) == (0.5, "a100")
 
 
 def test_fgpu_above_the_limit_is_refused():
     with pytest.raises(InvalidRequest, match="limited to 2"):
-        parse_request({"fgpu": 3}, GPU_LIMITS, CATALOG)
+        parse_request({"image": "base", "fgpu": 3}, GPU_LIMITS, CATALOG)
 
 
 def test_non_object_options_are_refused():
@@ -121,4 +128,49 @@ def test_a_request_key_names_the_queue_record_of_the_start():
 )
 def test_a_malformed_request_key_is_refused(key):
     with pytest.raises(InvalidRequest, match="request_key must be 32 lowercase hex digits"):
-        parse_request({"request_key": key}, LIMITS, CATALOG)
+        parse_request({"image": "base", "request_key": key}, LIMITS, CATALOG)
+
+
+# -- issue 22, item 5: presets, names and environment variables -------------------------------
+
+PRESETS = [
+    {"name": "CPU small", "cpu": 1, "mem": GIB, "fgpu": 0, "available": True, "reason": ""},
+    {"name": "wide", "cpu": 64, "mem": GIB, "fgpu": 0, "available": True, "reason": ""},
+    {"name": "GPU", "cpu": 1, "mem": GIB, "fgpu": 1, "available": False, "reason": "No fGPU."},
+]
+
+
+def test_a_preset_gives_its_slots():
+    request = parse_request({"image": "sk", "preset": "CPU small"}, LIMITS, CATALOG, PRESETS)
+    assert (request.cpu, request.mem, request.fgpu) == (1.0, GIB, 0.0)
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"preset": "CPU small", "cpu": "2"}, "leave out cpu"),
+        ({"preset": "nope"}, "Unknown preset 'nope'"),
+        ({"preset": "GPU"}, "not available to you: No fGPU."),
+        # A preset's slots meet the same limits as slots given one by one.
+        ({"preset": "wide"}, "CPU is limited to 4 cores"),
+    ],
+)
+def test_a_bad_preset_is_refused(options, fragment):
+    with pytest.raises(InvalidRequest, match=fragment):
+        parse_request({"image": "sk", **options}, LIMITS, CATALOG, PRESETS)
+
+
+def test_a_name_must_be_the_servers_own_and_valid():
+    named = parse_request({"image": "sk", "name": "mnist"}, LIMITS, CATALOG, server_name="mnist")
+    assert named.image_name == "sk"
+    with pytest.raises(InvalidRequest, match="differs from server 'other'"):
+        parse_request({"image": "sk", "name": "mnist"}, LIMITS, CATALOG, server_name="other")
+    with pytest.raises(InvalidRequest, match="lowercase letters"):
+        parse_request({"image": "sk", "name": "My Run"}, LIMITS, CATALOG, server_name="x")
+
+
+def test_env_is_checked_and_kept_in_order():
+    request = parse_request({"image": "sk", "env": {"B": "2", "A": "1"}}, LIMITS, CATALOG)
+    assert request.env == (("A", "1"), ("B", "2"))
+    with pytest.raises(InvalidRequest, match="CUDA_VISIBLE_DEVICES is set by the hub"):
+        parse_request({"image": "sk", "env": {"CUDA_VISIBLE_DEVICES": "0"}}, LIMITS, CATALOG)

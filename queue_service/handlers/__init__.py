@@ -5,6 +5,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `grants`: the spawner's `api/grants`;
 - `sessions`: people's `api/sessions` (launch, stop, save as an image);
 - `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
+- `presets`: `api/presets`, the resource presets a user may pick;
 - `images`: the catalog's `api/images`;
 - `usage`: `api/usage`, the daily usage figures (JSON or CSV);
 - `utilization`: `api/utilization`, the cluster's capacity, allocation and use over time (admins);
@@ -20,7 +21,18 @@ from __future__ import annotations
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 
-from . import grants, health, images, nodes, pages, resources, sessions, usage, utilization
+from . import (
+    grants,
+    health,
+    images,
+    nodes,
+    pages,
+    presets,
+    resources,
+    sessions,
+    usage,
+    utilization,
+)
 
 
 def routes(prefix: str) -> list:
@@ -30,6 +42,7 @@ def routes(prefix: str) -> list:
         *grants.routes(prefix),
         *sessions.routes(prefix),
         *resources.routes(prefix),
+        *presets.routes(prefix),
         *images.routes(prefix),
         *nodes.routes(prefix),
         *usage.routes(prefix),

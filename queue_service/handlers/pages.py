@@ -143,6 +143,8 @@ class SessionsPage(PageHandler):
             # The tightest quota totals, so the launch dialog can say what can never start.
             "limit": quotas.user_limit(person["name"], tuple(person.get("groups", []))),
             "userPrefix": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "user/",
+            # One session's limits and defaults: the spawner's too (launch_options.py).
+            "sessionLimits": self.settings["session_limits"],
             # What this user may start (groups, hidden, private), as api/images answers it.
             "images": self.settings["images"].visible_to(
                 person["name"],

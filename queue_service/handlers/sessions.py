@@ -3,8 +3,9 @@
 - `GET api/sessions`: your own; everyone's for admins (`?all=0`: an admin's own only);
 - `GET api/sessions?finished=1`: the ended ones, newest first, from the DB (`history.py`), with
   `user=` (admins), `reason=`, `from=`, `to=`, `limit=`, `offset=`;
-- `POST api/sessions` with `{image, cpu, mem, fgpu, count}`: launch `count` named servers; the
-  answer comes with their queue records, before the hub has started them (`launches.py`);
+- `POST api/sessions` with `{image, cpu, mem, fgpu, count}` (or a `preset` for cpu, mem and
+  fgpu; a `name`, `env`): launch `count` named servers; the answer comes with their queue
+  records, before the hub has started them (`launches.py`);
 - `DELETE api/sessions/{id}`: stop a running session or cancel a pending one;
 - `POST api/sessions/{id}/image` with `{tag}`: admins turn a running session into a private image
   of its owner (`private_images.py`).
@@ -30,6 +31,7 @@ from ..private_images import (
     private_reference,
 )
 from .base import BaseHandler
+from .presets import offered_presets
 
 MAX_LAUNCH = 20
 
@@ -68,12 +70,27 @@ class SessionsHandler(BaseHandler):
         count = data.pop("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_LAUNCH:
             raise web.HTTPError(400, f"count must be a whole number from 1 to {MAX_LAUNCH}.")
+        await self.refresh_quotas(person)
+        data = launches.with_preset(data, offered_presets(self.settings, person))
+        name, env = launches.launch_extras(data, count)
         request = launches.launch_request(data)
         self.settings["images"].admit_options(person, request)
-        await self.refresh_quotas(person)
+        self._check_name_free(person["name"], name)
         # A refusal of the first start carries the hub's own message (FGPUSpawner's checks).
-        servers = await self.from_hub(self.settings["launcher"].launch(person, request, count))
+        launch = self.settings["launcher"].launch(person, request, count, name=name, env=env)
+        servers = await self.from_hub(launch)
         self.write_json({"servers": servers}, 201)
+
+    def _check_name_free(self, user: str, name: str | None) -> None:
+        """A name is unique among the user's live sessions (a launch of several: its prefix)."""
+        if name is None:
+            return
+        for session in self.manager.sessions(user=user):
+            taken = session["server_name"]
+            if taken == name or taken.startswith(f"{name}-"):
+                raise web.HTTPError(
+                    409, f"You already have a live session named {taken!r}; pick another name."
+                )
 
 
 class SessionHandler(BaseHandler):

@@ -230,6 +230,60 @@
     field("image-desc").textContent = chosen ? chosen.description || "" : "";
   }
 
+  // ---- presets (api/presets): a radio each beside "Custom"; one the user may not have is shown
+  // disabled with the service's reason. Picking one sets the sliders to its slots, and the launch
+  // names the preset instead of sending cpu, mem and fgpu (README, "Launch options").
+  var presets = [];
+
+  function chosenPreset() {
+    var picked = form.querySelector("input[name=preset]:checked");
+    var name = picked ? picked.value : "";
+    return presets.filter(function (p) { return p.name === name; })[0] || null;
+  }
+
+  function presetSlots(p) {
+    return fgpu.cores(p.cpu) + ", " + fgpu.size(p.mem) + (Number(p.fgpu) ? ", " + fgpu.trim(p.fgpu) + " fGPU" : "");
+  }
+
+  function renderPresets(list) {
+    presets = list;
+    var holder = field("preset-list");
+    holder.replaceChildren.apply(holder, list.map(function (p, i) {
+      var id = "fgpu-launch-preset-" + i;
+      var label = el("label", { className: "form-check-label", for: id, text: p.name + " — " + presetSlots(p) });
+      if (!p.available) label.appendChild(el("span", { className: "fgpu-preset-reason", text: "Not available: " + p.reason }));
+      var radio = { className: "form-check-input", type: "radio", name: "preset", id: id, value: p.name };
+      if (!p.available) radio.disabled = "disabled";
+      return el("div", { className: "form-check", "data-preset": p.name, "data-available": String(p.available) },
+        [el("input", radio), label]);
+    }));
+  }
+
+  function loadPresets() {
+    return fgpu.api("GET", "presets").then(function (data) { renderPresets(data.presets); },
+      function () { renderPresets([]); });
+  }
+
+  function followPreset() {
+    var p = chosenPreset();
+    ["cpu", "mem", "fgpu"].forEach(function (k) { field(k).disabled = !!p || (k === "fgpu" && field(k).dataset.none === "1"); });
+    if (!p) return;
+    field("cpu").value = String(p.cpu);
+    field("mem").value = String(p.mem / Math.pow(1024, 3));
+    field("fgpu").value = String(p.fgpu);
+  }
+
+  // "SEED=42" lines → {SEED: "42"}; the service checks names and sizes (and says what is wrong).
+  function envOf(text) {
+    var env = {};
+    text.split("\n").forEach(function (line) {
+      if (!line.trim()) return;
+      var at = line.indexOf("=");
+      env[(at < 0 ? line : line.slice(0, at)).trim()] = at < 0 ? "" : line.slice(at + 1);
+    });
+    return env;
+  }
+
   function request() {
     var r = {
       image: field("image").value,
@@ -240,6 +294,49 @@
     };
     if (chosenGroup) r.resource_group = chosenGroup;
     return r;
+  }
+
+  // What is sent: the preset's name in place of its slots, the name and env when given.
+  function launchBody() {
+    var r = request(), p = chosenPreset(), name = field("name").value.trim();
+    var env = envOf(field("env").value);
+    if (p) { delete r.cpu; delete r.mem; delete r.fgpu; r.preset = p.name; }
+    if (name) r.name = name;
+    if (Object.keys(env).length) r.env = env;
+    return r;
+  }
+
+  // ---- recent launches: the last five bodies sent, in this browser's localStorage, per user.
+  // Kept in the browser, not the service: they hold the exact body (env included) and need no
+  // schema; a student on another machine simply starts with none.
+  var RECENT_KEY = "fgpu-recent-launches:" + config.user, RECENT_MAX = 5;
+
+  function recentLaunches() {
+    try { return JSON.parse(localStorage.getItem(RECENT_KEY)) || []; } catch (e) { return []; }
+  }
+
+  function remember(body) {
+    var text = JSON.stringify(body);
+    var kept = recentLaunches().filter(function (b) { return JSON.stringify(b) !== text; });
+    try { localStorage.setItem(RECENT_KEY, JSON.stringify([body].concat(kept).slice(0, RECENT_MAX))); } catch (e) { /* full or off */ }
+  }
+
+  function describeLaunch(b) {
+    var parts = [b.image, b.preset ? "preset " + b.preset : presetSlots(b)];
+    if (b.name) parts.push("named " + b.name);
+    if (b.count > 1) parts.push(b.count + " sessions");
+    if (b.env) parts.push(Object.keys(b.env).length + " env");
+    return parts.join(" · ");
+  }
+
+  function renderRecent() {
+    var list = recentLaunches(), holder = field("recent");
+    field("recent-row").classList.toggle("d-none", list.length === 0);
+    holder.replaceChildren.apply(holder, list.map(function (b) {
+      var button = el("button", { type: "button", className: "btn btn-sm btn-outline-secondary fgpu-relaunch", text: describeLaunch(b) });
+      button.addEventListener("click", function () { launch(b); });
+      return button;
+    }));
   }
 
   function showValues() {
@@ -300,18 +397,31 @@
     warning.setAttribute("data-kind", verdict ? (verdict.never ? "never" : "wait") : "");
   }
 
+  // One session's limits (the spawn form's too: config.sessionLimits), within the capacity.
+  var limits = config.sessionLimits, GIB = Math.pow(1024, 3);
+
+  function setSliders() {
+    field("cpu").min = String(limits.cpu_min);
+    field("cpu").value = String(limits.cpu_default);
+    field("mem").min = String(Math.max(0.25, Math.ceil(limits.mem_min / GIB * 4) / 4));
+    field("mem").value = String(limits.mem_default / GIB);
+    field("fgpu").value = String(limits.fgpu_default);
+  }
+
   function fitSliders(resources) {
     var capacity = scopeOf(resources).capacity;
-    field("cpu").max = String(Math.max(0.5, Math.floor(capacity.cpu * 2) / 2));
-    field("mem").max = String(Math.max(0.25, Math.floor((capacity.mem / Math.pow(1024, 3)) * 4) / 4));
-    field("fgpu").max = String(capacity.fgpu);
-    field("fgpu").disabled = !capacity.fgpu;
+    field("cpu").max = String(Math.max(limits.cpu_min, Math.floor(Math.min(capacity.cpu, limits.cpu_max) * 2) / 2));
+    field("mem").max = String(Math.max(0.25, Math.floor((Math.min(capacity.mem, limits.mem_max) / GIB) * 4) / 4));
+    field("fgpu").max = String(Math.min(capacity.fgpu, limits.fgpu_max));
+    field("fgpu").dataset.none = Math.min(capacity.fgpu, limits.fgpu_max) > 0 ? "0" : "1";
+    field("fgpu").disabled = field("fgpu").dataset.none === "1";
   }
 
   document.getElementById("fgpu-start").addEventListener("click", function () {
     launchError.classList.add("d-none");
     if (latest.resources) fitSliders(latest.resources);
-    loadImages().then(function () { showValues(); updateLaunchAdvice(); });
+    renderRecent();
+    Promise.all([loadImages(), loadPresets()]).then(function () { followPreset(); showValues(); updateLaunchAdvice(); });
     dialog.showModal();
   });
   document.getElementById("fgpu-launch-cancel").addEventListener("click", function () { dialog.close(); });
@@ -324,19 +434,23 @@
     }
     showValues();
   });
-  form.addEventListener("input", function () { showValues(); updateLaunchAdvice(); });
+  form.addEventListener("input", function () { followPreset(); showValues(); updateLaunchAdvice(); });
 
   form.addEventListener("submit", function (event) {
     event.preventDefault();
+    launch(launchBody());
+  });
+
+  function launch(body) {
     var submit = field("submit");
     submit.disabled = true;
     submit.textContent = "Launching…";
     launchError.classList.add("d-none");
-    var launching = fgpu.api("POST", "sessions", request());
+    var launching = fgpu.api("POST", "sessions", body);
     // The list shows each new row as the hub creates it, while the request is still answering.
     var early = setInterval(refresh, 1000);
     launching.then(
-      function () { dialog.close(); },
+      function () { remember(body); field("name").value = ""; dialog.close(); },
       function (e) { launchError.textContent = e.message; launchError.classList.remove("d-none"); }
     ).then(function () {
       clearInterval(early);
@@ -344,7 +458,8 @@
       submit.textContent = "Launch";
       refresh();
     });
-  });
+  }
+  setSliders();
   showValues();
 
   // ---- admins: a running session → a private image of its owner (POST sessions/{id}/image) ---

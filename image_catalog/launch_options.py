@@ -1,0 +1,139 @@
+"""The launch options that the spawner and the queue service both judge: a session's name, its
+environment variables, and the per-session limits both the spawn form and the Sessions dialog
+offer. Pure, no I/O; here because `image_catalog` is the one leaf both sides import, so the hub's
+REST path, the form and `POST api/sessions` refuse the same things with the same words.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: One session's limits and defaults, unless the site sets its own (FGPUSpawner.cpu_max... and
+#: QueueService.session_limits, both from jupyterhub_config.py). The spawn form and the Sessions
+#: page's dialog draw their sliders from these, so both offer the same range and start at the same
+#: values. Sizes in bytes.
+SESSION_LIMITS = {
+    "cpu_min": 0.5,
+    "cpu_max": 4.0,
+    "cpu_default": 1.0,
+    "mem_min": 256 * 1024**2,
+    "mem_max": 8 * 1024**3,
+    "mem_default": 2 * 1024**3,
+    "fgpu_max": 0.0,
+    "fgpu_default": 0.0,
+}
+
+#: JupyterHub 6's rule for a server name (jupyterhub.slugs.is_valid_safe_slug): a session's name is
+#: its server's name, so it must be one the hub accepts and puts in a URL as it is.
+NAME_MAX = 30
+_NAME_RE = re.compile(r"[a-z](?:[a-z0-9]|-(?=[a-z0-9]))*")
+NAME_RULE = (
+    f"1 to {NAME_MAX} characters: lowercase letters, digits and single hyphens, starting with a "
+    "letter and ending with a letter or digit"
+)
+
+ENV_MAX_COUNT = 32
+#: All names and values together, in bytes (UTF-8): room for settings, not for data.
+ENV_MAX_BYTES = 8192
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: Prefixes the hub, the spawner and the GPU sharing set or read (fgpu_spawner/container_spec.py,
+#: gpu_sharing.py; HAMi-core's CUDA_DEVICE_*, MPS's CUDA_MPS_*, the dynamic loader's LD_*): a
+#: session setting one could widen its GPU slice or impersonate its server.
+RESERVED_PREFIXES = ("JUPYTER", "JPY_", "FGPU_", "CUDA_", "NVIDIA_", "LD_", "HAMI_", "GPU_")
+#: Exact names the hub or the image sets for the session's user, limits and shell.
+RESERVED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "PWD",
+        "HOSTNAME",
+        "NB_USER",
+        "NB_UID",
+        "NB_GID",
+        "CPU_LIMIT",
+        "MEM_LIMIT",
+        "CPU_GUARANTEE",
+        "MEM_GUARANTEE",
+        "LIBCUDA_LOG_LEVEL",
+        "VIRTUAL_ENV",
+    }
+)
+
+
+class OptionError(ValueError):
+    """A launch option that is refused; the message says why and what is allowed."""
+
+
+def check_name(value: object) -> str | None:
+    """A session name (None or blank: the hub picks one), or OptionError."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str):
+        raise OptionError(f"name must be a string of {NAME_RULE}.")
+    name = value.strip()
+    if len(name) > NAME_MAX or not _NAME_RE.fullmatch(name):
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise OptionError(f"name {shown!r} is not allowed: use {NAME_RULE}.")
+    return name
+
+
+def reserved(name: str) -> bool:
+    upper = name.upper()
+    return upper in RESERVED_NAMES or upper.startswith(RESERVED_PREFIXES)
+
+
+def check_env(value: object) -> dict[str, str]:
+    """Environment variables for a session ({} for none), or OptionError naming the first bad one."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise OptionError('env must be an object of names and string values, e.g. {"SEED": "1"}.')
+    if len(value) > ENV_MAX_COUNT:
+        raise OptionError(f"env has {len(value)} variables; at most {ENV_MAX_COUNT} are allowed.")
+    size = 0
+    for name, text in value.items():
+        if not isinstance(name, str) or not _ENV_NAME_RE.fullmatch(name):
+            raise OptionError(
+                f"env: {str(name)[:40]!r} is not a variable name (letters, digits and _, not "
+                "starting with a digit, at most 128)."
+            )
+        if reserved(name):
+            raise OptionError(
+                f"env: {name} is set by the hub (names starting with "
+                f"{', '.join(RESERVED_PREFIXES)}, and {', '.join(sorted(RESERVED_NAMES))} are "
+                "reserved)."
+            )
+        if not isinstance(text, str) or "\0" in text:
+            raise OptionError(f"env: the value of {name} must be a string without NUL characters.")
+        size += len(name.encode()) + len(text.encode())
+    if size > ENV_MAX_BYTES:
+        raise OptionError(f"env is {size} bytes; at most {ENV_MAX_BYTES} are allowed.")
+    return dict(value)
+
+
+def resolve_preset(options: dict, presets: list[dict]) -> dict:
+    """`options` with its `preset` replaced by that preset's slots; `presets` as `GET
+    api/presets` lists them for the user (queue_service/presets.py).
+
+    The rule: a preset sets cpu, mem and fgpu together, so a launch naming a preset may not also
+    give any of them: no launch is half preset, half custom. Raises OptionError."""
+    name = options.get("preset")
+    rest = {k: v for k, v in options.items() if k != "preset"}
+    if name is None or name == "":
+        return rest
+    given = sorted(k for k in ("cpu", "mem", "fgpu") if options.get(k) not in (None, ""))
+    if given:
+        raise OptionError(
+            f"preset {name!r} sets cpu, mem and fgpu; leave out {', '.join(given)}, or leave out "
+            "the preset."
+        )
+    row = next((r for r in presets if r["name"] == name), None)
+    if row is None:
+        names = ", ".join(r["name"] for r in presets) or "none"
+        raise OptionError(f"Unknown preset {str(name)[:60]!r}. Presets offered to you: {names}.")
+    if not row["available"]:
+        raise OptionError(f"Preset {name!r} is not available to you: {row['reason']}")
+    return {**rest, "cpu": row["cpu"], "mem": row["mem"], "fgpu": row["fgpu"]}

@@ -1,0 +1,98 @@
+"""The launch options both sides judge (image_catalog/launch_options.py): names, env, presets."""
+
+from __future__ import annotations
+
+import pytest
+from jupyterhub.slugs import is_valid_safe_slug
+
+from image_catalog.launch_options import (
+    ENV_MAX_BYTES,
+    ENV_MAX_COUNT,
+    OptionError,
+    check_env,
+    check_name,
+    resolve_preset,
+)
+
+NAMES = ["a", "mnist", "run-2", "x9", "a" * 30, "a" * 31, "Big", "-a", "a-", "a--b", "9a",
+         "a_b", "a b", "é", "a/b", "s-1a2b3c"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_name_is_allowed_exactly_when_the_hub_allows_it_as_a_server_name(name):
+    try:
+        allowed = check_name(name) == name
+    except OptionError as e:
+        assert "lowercase letters" in str(e)
+        allowed = False
+    assert allowed == is_valid_safe_slug(name)
+
+
+def test_no_name_is_none_and_a_non_string_is_refused():
+    assert check_name(None) is None and check_name("  ") is None
+    with pytest.raises(OptionError, match="must be a string"):
+        check_name(5)
+
+
+def test_env_keeps_good_variables():
+    assert check_env(None) == {}
+    assert check_env({"SEED": "1", "my_var": ""}) == {"SEED": "1", "my_var": ""}
+
+
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        ([("A", "1")], "must be an object"),
+        ({"1A": "x"}, "not a variable name"),
+        ({"A-B": "x"}, "not a variable name"),
+        ({"": "x"}, "not a variable name"),
+        ({"A": 1}, "must be a string"),
+        ({"A": "x\0y"}, "without NUL"),
+        ({"PATH": "/tmp"}, "set by the hub"),
+        ({"home": "/tmp"}, "set by the hub"),
+        ({"JUPYTERHUB_API_TOKEN": "x"}, "set by the hub"),
+        ({"FGPU_FGPU": "8"}, "set by the hub"),
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, "set by the hub"),
+        ({"CUDA_DEVICE_MEMORY_LIMIT_0": "80g"}, "set by the hub"),
+        ({"CUDA_DEVICE_SM_LIMIT": "100"}, "set by the hub"),
+        ({"CUDA_DEVICE_MEMORY_SHARED_CACHE": "/tmp/x"}, "set by the hub"),
+        ({"CUDA_DISABLE_CONTROL": "true"}, "set by the hub"),
+        ({"NVIDIA_VISIBLE_DEVICES": "all"}, "set by the hub"),
+        ({"LD_PRELOAD": ""}, "set by the hub"),
+        ({"ld_library_path": "/x"}, "set by the hub"),
+        ({"MEM_LIMIT": "1"}, "set by the hub"),
+        ({f"V{i}": "x" for i in range(ENV_MAX_COUNT + 1)}, f"at most {ENV_MAX_COUNT}"),
+        ({"BIG": "x" * ENV_MAX_BYTES}, f"at most {ENV_MAX_BYTES} are allowed"),
+    ],
+)
+def test_a_bad_env_is_refused_with_a_message(env, fragment):
+    with pytest.raises(OptionError, match=fragment):
+        check_env(env)
+
+
+PRESETS = [
+    {"name": "CPU small", "cpu": 1.0, "mem": 2 * 1024**3, "fgpu": 0.0, "available": True,
+     "reason": ""},
+    {"name": "big", "cpu": 4.0, "mem": 8 * 1024**3, "fgpu": 8.0, "available": False,
+     "reason": "Needs 8 fGPU; your quota allows 4 fGPU in all."},
+]  # fmt: skip
+
+
+def test_a_preset_stands_for_its_slots():
+    resolved = resolve_preset({"image": "x", "preset": "CPU small"}, PRESETS)
+    assert resolved == {"image": "x", "cpu": 1.0, "mem": 2 * 1024**3, "fgpu": 0.0}
+    assert resolve_preset({"image": "x", "preset": ""}, PRESETS) == {"image": "x"}
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"preset": "CPU small", "cpu": 2}, "leave out cpu"),
+        ({"preset": "CPU small", "mem": "1G", "fgpu": 0}, "leave out fgpu, mem"),
+        ({"preset": "huge"}, "Unknown preset 'huge'. Presets offered to you: CPU small, big"),
+        ({"preset": "big"}, "not available to you: Needs 8 fGPU; your quota allows 4 fGPU"),
+    ],
+)
+def test_a_bad_preset_is_refused_with_a_message(options, fragment):
+    with pytest.raises(OptionError, match=fragment):
+        resolve_preset(options, PRESETS)

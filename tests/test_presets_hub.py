@@ -1,0 +1,209 @@
+"""Presets, names and env against a real hub (issue 22, item 5): `GET api/presets`, `POST
+api/sessions` and the hub's own `POST /hub/api/users/{name}/servers/{server}` taking the same
+options, each bad value answered with a 4xx and a message and nothing left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import sqlite3
+
+import pytest
+import requests
+from playwright.sync_api import expect
+
+from .browser import SESSIONS_PAGE, SPAWN_TIMEOUT_MS, log_in, rows, screenshot
+from .harness import QueueUser, containers_with, running_hub
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
+
+GIB = 1024**3
+SITE_PRESETS = [
+    {"name": "CPU small", "cpu": 0.5, "mem": "256M"},
+    {"name": "half GPU", "cpu": 0.5, "mem": "512M", "fgpu": 1},
+    # Above the default user quota's 4 fGPU and one session's 4: listed, unavailable.
+    {"name": "all GPUs", "cpu": 1, "mem": "1G", "fgpu": 8},
+]
+IMAGE = {"image": "python-3.11"}
+
+
+@pytest.fixture(scope="module")
+def preset_hub(tmp_path_factory, docker_engine):
+    env = {
+        "FGPU_SIMULATED_GPUS": "1x8GiB",
+        "FGPU_UNITS_PER_GPU": "2",
+        "FGPU_PRESETS": json.dumps(SITE_PRESETS),
+    }
+    with running_hub(tmp_path_factory.mktemp("preset-hub"), env=env) as hub:
+        yield hub
+
+
+@pytest.fixture
+def student(preset_hub):
+    person = QueueUser(preset_hub, f"stud-{secrets.token_hex(3)}")
+    yield person
+    preset_hub.stop_servers(
+        {(person.name, s["server_name"]) for s in person.sessions()}, timeout=120
+    )
+
+
+def nothing_left(hub, user: str) -> None:
+    """No queue record, no hub server (stopped ones too), no container of `user`."""
+    with contextlib.closing(sqlite3.connect(hub.workdir / "fgpu_queue.sqlite")) as db:
+        assert db.execute("SELECT id FROM sessions WHERE user = ?", (user,)).fetchall() == []
+    response = hub.request("GET", f"users/{user}?include_stopped_servers=1")
+    assert {name for name in response.json()["servers"] if name} == set()
+    assert containers_with({"fgpu.user": user}) == []
+
+
+def test_presets_are_listed_with_the_reason_when_one_is_unavailable(preset_hub, student):
+    group = preset_hub.join_group(
+        student.name, {"fgpu_presets": [{"name": "lab", "cpu": 1, "mem": "1G"}]}
+    )
+    response = student.call("GET", "presets")
+    assert response.status_code == 200, response.text
+    rows = {row["name"]: row for row in response.json()["presets"]}
+    assert list(rows) == ["CPU small", "half GPU", "all GPUs", "lab"]
+    assert (rows["half GPU"]["fgpu"], rows["half GPU"]["mem"]) == (1.0, 512 * 1024**2)
+    assert rows["half GPU"]["available"] and rows["half GPU"]["reason"] == ""
+    assert not rows["all GPUs"]["available"]
+    assert rows["all GPUs"]["reason"] == "Needs 8 fGPU; one session may have at most 4 fGPU."
+    # The group's preset is its members' only.
+    other = QueueUser(preset_hub, f"other-{secrets.token_hex(3)}")
+    assert "lab" not in [r["name"] for r in other.call("GET", "presets").json()["presets"]]
+    assert group
+
+
+def test_only_the_spawner_and_admins_read_anothers_presets(preset_hub, student):
+    other = QueueUser(preset_hub, f"other-{secrets.token_hex(3)}")
+    refused = other.call("GET", "presets", params={"user": student.name})
+    assert refused.status_code == 403, refused.text
+    # A token that may not reach the service at all.
+    narrow = preset_hub.request(
+        "POST", f"users/{student.name}/tokens", json={"scopes": ["read:users:name!user"]}
+    )
+    assert narrow.status_code == 201, narrow.text
+    url = f"{preset_hub.url}/services/queue/api/presets"
+    headers = {"Authorization": f"token {narrow.json()['token']}"}
+    assert requests.get(url, headers=headers, timeout=60).status_code == 403
+    spawner = requests.get(
+        url,
+        params={"user": student.name},
+        headers={"Authorization": f"token {preset_hub.spawner_token}"},
+        timeout=60,
+    )
+    assert spawner.status_code == 200 and spawner.json()["presets"]
+
+
+def test_a_named_launch_with_a_preset_and_env_runs_with_them(preset_hub, student):
+    body = {**IMAGE, "preset": "half GPU", "name": "mnist", "env": {"SEED": "42"}}
+    response = student.call("POST", "sessions", json=body)
+    assert response.status_code == 201, response.text
+    (server,) = response.json()["servers"]
+    assert server["server_name"] == "mnist"
+    session = server["session"]
+    assert (session["cpu"], session["mem"], session["fgpu"]) == (0.5, 512 * 1024**2, 1.0)
+    student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180)
+    (container,) = containers_with({"fgpu.user": student.name})
+    env = dict(item.split("=", 1) for item in container.attrs["Config"]["Env"])
+    assert env["SEED"] == "42" and env["FGPU_FGPU"] == "1"
+    # The name is taken while that session lives.
+    again = student.call("POST", "sessions", json={**IMAGE, "cpu": 0.5, "mem": "256M",
+                                                   "name": "mnist"})  # fmt: skip
+    assert again.status_code == 409, again.text
+    assert "already have a live session named 'mnist'" in again.json()["message"]
+
+
+@pytest.mark.parametrize(
+    "body, status, fragment",
+    [
+        ({"cpu": 0.5, "mem": "256M"}, 400, "names its image"),
+        ({**IMAGE, "preset": "nope"}, 400, "Unknown preset 'nope'"),
+        ({**IMAGE, "preset": "all GPUs"}, 400, "not available to you: Needs 8 fGPU"),
+        ({**IMAGE, "preset": "CPU small", "cpu": 1}, 400, "leave out cpu"),
+        ({**IMAGE, "cpu": 0.5, "mem": "256M", "name": "My Run"}, 400, "lowercase letters"),
+        ({**IMAGE, "cpu": 0.5, "mem": "256M", "env": {"LD_PRELOAD": "x"}}, 400, "set by the hub"),
+        ({**IMAGE, "cpu": 0.5, "mem": "256M", "env": {"CUDA_DEVICE_SM_LIMIT": "100"}}, 400,
+         "set by the hub"),
+        ({**IMAGE, "cpu": 0.5, "mem": "256M", "env": {"A": "x" * 9000}}, 400, "at most 8192"),
+        ({**IMAGE, "cpu": 0.5, "mem": "256M", "env": "A=1"}, 400, "must be an object"),
+    ],
+)  # fmt: skip
+def test_a_bad_launch_option_is_refused_and_leaves_nothing(preset_hub, student, body, status,
+                                                             fragment):  # fmt: skip
+    response = student.call("POST", "sessions", json=body)
+    assert response.status_code == status, response.text
+    assert fragment in response.json()["message"]
+    nothing_left(preset_hub, student.name)
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ({"cpu": 0.5, "mem": "256M"}, "names its image"),
+        ({**IMAGE, "preset": "all GPUs"}, "not available to you"),
+        ({**IMAGE, "name": "other"}, "differs from server 'mine'"),
+        ({**IMAGE, "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "set by the hub"),
+    ],
+)
+def test_the_hubs_own_start_refuses_the_same_and_leaves_nothing(preset_hub, student, body,
+                                                                 fragment):  # fmt: skip
+    response = preset_hub.start_server(student.name, body, server="mine")
+    assert response.status_code == 400, response.text
+    assert fragment in response.json()["message"]
+    with contextlib.closing(sqlite3.connect(preset_hub.workdir / "fgpu_queue.sqlite")) as db:
+        rows = db.execute("SELECT id FROM sessions WHERE user = ?", (student.name,)).fetchall()
+    assert rows == []
+    assert containers_with({"fgpu.user": student.name}) == []
+
+
+def test_the_hubs_own_start_takes_a_preset_and_env(preset_hub, student):
+    body = {**IMAGE, "preset": "CPU small", "env": {"SEED": "7"}}
+    response = preset_hub.start_server(student.name, body, server="lab")
+    assert response.status_code in (201, 202), response.text
+    (session,) = student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180)
+    assert (session["server_name"], session["cpu"], session["mem"]) == ("lab", 0.5, 256 * 1024**2)
+    (container,) = containers_with({"fgpu.user": student.name})
+    assert "SEED=7" in container.attrs["Config"]["Env"]
+
+
+# -- the Sessions page's dialog, in Chromium --------------------------------------------------
+
+
+def test_the_dialog_offers_presets_a_name_env_and_the_recent_launches(preset_hub, pages):
+    page = pages()
+    name = f"web-{secrets.token_hex(3)}"
+    log_in(page, preset_hub, name)
+    page.goto(preset_hub.url + SESSIONS_PAGE)
+    page.click("#fgpu-start")
+    expect(page.locator('#fgpu-launch-preset-list [data-preset="half GPU"]')).to_be_visible()
+    # The sliders start at the spawner's defaults (one session's limits from one place).
+    assert page.input_value("#fgpu-launch-mem") == "2"
+    assert page.get_attribute("#fgpu-launch-fgpu", "max") == "2"  # 1 GPU × 2 units, not 4
+    unavailable = page.locator('[data-preset="all GPUs"]')
+    assert unavailable.locator("input").is_disabled()
+    expect(unavailable).to_contain_text("Not available: Needs 8 fGPU")
+    page.check('input[name=preset][value="half GPU"]')
+    assert page.locator("#fgpu-launch-cpu").is_disabled()
+    page.fill("#fgpu-launch-name", "mnist")
+    page.fill("#fgpu-launch-env", "SEED=42\nEPOCHS=3")
+    screenshot(page, "launcher-dialog-presets-name-env")
+    page.click("#fgpu-launch-submit")
+    expect(page.locator("#fgpu-launch")).to_be_hidden(timeout=SPAWN_TIMEOUT_MS)
+    expect(rows(page, "RUNNING")).to_have_count(1, timeout=SPAWN_TIMEOUT_MS)
+    expect(rows(page).first).to_contain_text("mnist")
+    page.click("#fgpu-start")
+    recent = page.locator("#fgpu-launch-recent .fgpu-relaunch")
+    expect(recent).to_have_count(1)
+    expect(recent.first).to_contain_text("python-3.11 · preset half GPU · named mnist · 2 env")
+    screenshot(page, "launcher-dialog-recent")
+    # A bad value answers in the dialog with the service's message.
+    page.check("#fgpu-launch-preset-custom")
+    page.fill("#fgpu-launch-env", "LD_PRELOAD=/x.so")
+    page.fill("#fgpu-launch-name", "")
+    page.click("#fgpu-launch-submit")
+    expect(page.locator("#fgpu-launch-error")).to_contain_text("LD_PRELOAD is set by the hub")
+    screenshot(page, "launcher-dialog-refused-env")
+    page.click("#fgpu-launch-cancel")
+    preset_hub.stop_servers({(name, "mnist")}, timeout=120)
