@@ -34,7 +34,7 @@ from datetime import datetime
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import sessionmaker
 
-from . import end_reasons, scheduler
+from . import end_reasons, limits, scheduler
 from .errors import Refusal
 from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, request_view, utcnow
 
@@ -492,6 +492,10 @@ class QueueManager:
         - `resource_groups`: {name: {allocated, allocatable, capacity, allowed}} for every resource
           group; `allocatable` there is what is free in that group, within every quota that
           applies; a group this user may not use has nothing allocatable;
+        - `free`: {cpu, mem, fgpu} free in the resource groups this user may use, whoever asks
+          (no quota counted); each resource group has its own `free` too;
+        - `limits`: every quota figure that applies, with its use and a sentence
+          (limits.py): [{kind, group, used, limit, left, reached, text}];
         - `sessions`: how many of the user's sessions hold a slice; `units_per_gpu`;
         - admins only, `nodes`: each node's totals and free capacity, and per GPU its free share
           and `slices`, [{session_id, user, server_name, fraction, fgpu}]: who holds which part.
@@ -510,28 +514,53 @@ class QueueManager:
             by_group[name] = {
                 "allocated": _sum_slots([r for r in on_group if r.user == user]),
                 "allocatable": _allocatable(capacity, _sum_slots(on_group), headroom, may_use),
+                "free": _allocatable(capacity, _sum_slots(on_group), NO_QUOTA, may_use),
                 "capacity": capacity,
                 "allowed": may_use,
             }
         totals = self._capacity_totals(self._node_names)
+        usable_used = _sum_slots([r for r in allocated if r.node in usable_nodes])
         result = {
             "user": user,
             "units_per_gpu": self.settings.units_per_gpu,
             "allocated": _sum_slots(mine),
             # Only what this user may use: the free part of their resource groups, within quota.
             "allocatable": _allocatable(
-                self._capacity_totals(usable_nodes),
-                _sum_slots([r for r in allocated if r.node in usable_nodes]),
-                headroom,
-                True,
+                self._capacity_totals(usable_nodes), usable_used, headroom, True
             ),
+            # What the cluster has free there, whoever asks: beside `allocatable`, it tells
+            # "your quota is used up" apart from "others hold it all".
+            "free": _allocatable(self._capacity_totals(usable_nodes), usable_used, NO_QUOTA, True),
             "capacity": totals,
             "sessions": len(mine),
             "resource_groups": by_group,
+            "limits": limits.quota_limits(self._holdings(user, groups)),
         }
         if admin:
             result["nodes"] = self._cluster_view(allocated)
         return result
+
+    def _holdings(self, user: str, groups: tuple[str, ...]) -> list[limits.Holding]:
+        """What each quota that applies to `user` counts now: the user's own sessions, and all
+        members' of each of the user's hub groups (as the scheduler counts them)."""
+        snapshot = self.quotas.snapshot()
+        holdings = [self._holding(None, snapshot.for_user(user), lambda r: r.user == user)]
+        for group in groups:
+            holdings.append(
+                self._holding(
+                    group,
+                    snapshot.for_group(group),
+                    lambda r, group=group: group in self.quotas.groups_of(r.user),
+                )
+            )
+        return holdings
+
+    def _holding(self, group, quota, counts: Callable) -> limits.Holding:
+        held = [r for r in self._state.records if r.status in ALLOCATED and counts(r)]
+        pending = [r for r in self._state.records if r.status == Status.PENDING and counts(r)]
+        return limits.Holding(
+            group, quota, **_sum_slots(held), sessions=len(held), pending=len(pending)
+        )
 
     def _quota_headroom(self, user: str, groups: tuple[str, ...], allocated) -> dict:
         """Per slot, what every quota that applies still leaves (None: no quota limits it). Each
@@ -1119,6 +1148,10 @@ def _sum_slots(records) -> dict:
         "mem": sum(r.mem for r in records),
         "fgpu": round(sum(r.fgpu for r in records), 6),
     }
+
+
+#: No quota's headroom: `_allocatable` then gives what the cluster has free.
+NO_QUOTA = {"cpu": None, "mem": None, "fgpu": None}
 
 
 def _allocatable(capacity: dict, used: dict, headroom: dict, may_use: bool) -> dict:

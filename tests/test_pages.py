@@ -609,3 +609,41 @@ def test_a_login_lands_on_the_sessions_page_and_a_followed_link_still_wins(gpu_h
     other.wait_for_load_state()
     assert f"/user/{name}/lab" in other.url, other.url
     assert "services/queue" not in other.url
+
+
+# -- issue 22, item 6: at a quota, the pages say which one -----------------------------------
+
+
+def test_at_the_session_quota_the_pages_name_it_while_the_gpu_is_free(gpu_hub, pages):
+    """The issue's case: 3 of 3 sessions held, the GPU free. The indicator and the dialog name the
+    session quota with its figures, and the free figures tell the cluster from the quota."""
+    hana = QueueUser(gpu_hub, f"hana-{secrets.token_hex(3)}")
+    response = hana.call("POST", "sessions", json={**SMALL, "fgpu": 0, "count": 3})
+    assert response.status_code in (200, 201), response.text
+    hana.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"] * 3, timeout=240)
+    quota_words = "You have 3 of 3 sessions"
+
+    page = pages()
+    log_in(page, gpu_hub, hana.name)
+    open_sessions(page, gpu_hub)
+    why = page.locator(".fgpu-indicator-why")
+    expect(why).to_have_count(1)
+    expect(why).to_contain_text("Nothing more starts for you now. " + quota_words)
+    screenshot(page, "pages-at-session-quota-indicator")
+
+    launch(page, "python-3.11", cpu=0.5, mem_gib=0.5, fgpu=0.5, count=1)
+    expect(page.locator("#fgpu-launch-group-line")).to_contain_text("2 fGPU,")
+    expect(page.locator("#fgpu-launch-group-line")).to_contain_text("free; none for you now")
+    free = page.locator("#fgpu-launch-free")
+    expect(free).to_contain_text("Free on the cluster:")
+    expect(free).to_contain_text("2 fGPU")  # the cluster's GPU is free ...
+    expect(free).to_contain_text("Your quota leaves you none of it now. " + quota_words)
+    warning = page.locator("#fgpu-launch-warning")
+    expect(warning).to_have_attribute("data-kind", "wait")
+    expect(warning).to_contain_text("1 will wait in the queue (PENDING) until your quota has room.")
+    expect(warning).to_contain_text(quota_words)
+    screenshot(page, "pages-at-session-quota-dialog")
+    page.click("#fgpu-launch-cancel")
+
+    for session in hana.sessions():
+        assert hana.call("DELETE", f"sessions/{session['id']}").status_code == 200

@@ -687,6 +687,25 @@ async def test_a_used_up_session_quota_leaves_nothing_allocatable(open_manager):
     assert (await manager.resources("bob", (), admin=False))["allocatable"]["fgpu"] == 1.5
 
 
+async def test_resources_name_the_quota_that_is_used_up_beside_what_the_cluster_has_free(
+    open_manager,
+):
+    manager = open_manager(quotas=QuotaBook(user_default={"sessions": 1, "pending": 2}))
+    await manager.submit(ask(fgpu=0.5), groups=())
+    await manager.submit(ask(server="b", fgpu=0.5), groups=())
+    shown = await manager.resources("alice", (), admin=False)
+
+    # Nothing for alice, though the cluster still has 1 fGPU: her quota is what stops her.
+    assert shown["allocatable"]["fgpu"] == 0
+    assert shown["free"]["fgpu"] == 1.5
+    assert shown["resource_groups"]["default"]["free"] == shown["free"]
+    sessions, pending = shown["limits"]
+    assert sessions["kind"] == "sessions" and sessions["reached"] is True
+    assert sessions["text"] == "You have 1 of 1 sessions (running or starting; your quota)."
+    assert (pending["kind"], pending["used"], pending["left"]) == ("pending", 1, 1)
+    assert pending["reached"] is False
+
+
 async def test_admins_see_which_session_holds_which_slice(manager):
     first, second, third = await submit_three(manager)
     resources = await manager.resources("admin", (), admin=True)

@@ -199,12 +199,12 @@ def test_browser_the_launch_dialog_offers_the_groups_and_launches_in_the_pick(
     expected = labels_for(student)
     assert [o.inner_text().strip() for o in select.locator("option").all()] == expected
     free = page.locator("#fgpu-launch-free")
-    expect(free).to_contain_text("Free for you now in default:")
+    expect(free).to_contain_text("Free on the cluster in default:")
     expect(free).to_contain_text("2 fGPU")
 
     # The free figures follow the group picked.
     page.select_option("#fgpu-launch-group", "gpu-a100")
-    expect(free).to_contain_text("Free for you now in gpu-a100:")
+    expect(free).to_contain_text("Free on the cluster in gpu-a100:")
     expect(free).to_contain_text("4 fGPU")
     # 3 fGPU fits no node of default (one GPU: 2 fGPU) but fits gpu-a100's.
     page.select_option("#fgpu-launch-image", "python-3.11")

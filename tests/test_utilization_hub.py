@@ -196,6 +196,12 @@ def test_the_cluster_page_draws_the_apis_samples(util_hub, pages, alice_ran):
     log_in(page, util_hub, "admin")
     page.goto(f"{util_hub.url}/services/queue/cluster")
     expect(page.locator("#fgpu-util-fgpu[data-ready]")).to_be_attached(timeout=30_000)
+    # The hub's samples are minutes old: the page opens on the hour, where they are not a sliver.
+    expect(page.locator("#fgpu-util-range")).to_have_value("1")
+    # ... and the axis starts where they start, not an hour back.
+    first = page.evaluate("Chart.getChart(document.getElementById('fgpu-util-fgpu')).scales.x.min")
+    to = page.evaluate("Date.parse(document.getElementById('fgpu-util-fgpu').dataset.to)")
+    assert to - first < 30 * 60_000, "the axis shows the samples' minutes, not the whole hour"
     page.select_option("#fgpu-util-range", "1")
     for key in RESOURCES:
         expect(page.locator(f'#fgpu-util-{key}[data-hours="1"]')).to_be_attached()

@@ -21,7 +21,11 @@ class ResourcesHandler(BaseHandler):
     The JSON (keys kept stable: the pages' indicators read them; slots are {cpu, mem, fgpu}, cpu in
     cores, mem in bytes, fgpu in units):
     - `allocated`, `allocatable`, `capacity`: slots over the whole cluster;
-    - `resource_groups`: {name: {allocated, allocatable, capacity, allowed}}, the same per group;
+    - `free`: slots free where you may run, quotas aside (`allocatable` is within your quotas);
+    - `resource_groups`: {name: {allocated, allocatable, free, capacity, allowed}}, per group;
+    - `limits`: [{kind, group, used, limit, left, reached, text}], every quota figure that applies
+      to you (kind: sessions, pending, fgpu, cpu or mem; group null for your own quota), with the
+      sentence the pages show: "You have 3 of 3 sessions (running or starting; your quota).";
     - `user`, `units_per_gpu`, `sessions` (how many of yours hold a slice);
     - `budgets`: [{group, figure, label, period, limit, used, window_start, frees_at, used_up}],
       the budgets of your groups with this window's use (budgets.py);

@@ -35,20 +35,31 @@
     });
   }
 
-  // Ticks on whole steps: 10 minutes in an hour, 3 hours in a day, a day in a week.
+  // Ticks on whole steps: half a minute in 3 minutes, a minute in a quarter hour, 10 in an hour, 3 hours in a day, a day in
+  // a week.
   function tickStep(hours) {
-    return 60000 * (hours <= 1 ? 10 : hours <= 24 ? 180 : 1440);
+    return 60000 * (hours <= 0.05 ? 0.5 : hours <= 0.25 ? 1 : hours <= 1 ? 10 : hours <= 24 ? 180 : 1440);
+  }
+
+  // Where the x axis starts: the span's start, or where the samples start when that is later
+  // (less a tenth of their length, 10 s at least), so that a young hub's few samples fill
+  // the chart; the axis's times say what it spans.
+  function axisStart(samples, from, to) {
+    if (!samples.length) return from;
+    var first = Date.parse(samples[0].at);
+    return Math.max(from, first - Math.max(10000, (to - first) / 10));
   }
 
   // Ticks on whole steps of the clock (in local time), not counted from the span's start.
   function alignedTicks(axis) {
-    var step = tickStep(Number(range.value));
+    var step = tickStep((axis.max - axis.min) / 3600000);
     var offset = new Date(axis.min).getTimezoneOffset() * 60000;
     var ticks = [];
     for (var t = Math.ceil((axis.min - offset) / step) * step + offset; t <= axis.max; t += step) {
       ticks.push({ value: t });
     }
-    axis.ticks = ticks;
+    // Samples younger than one step still get their times, at the axis's two ends.
+    axis.ticks = ticks.length ? ticks : [{ value: axis.min }, { value: axis.max }];
   }
 
   function tickLabel(hours) {
@@ -80,7 +91,7 @@
         spanGaps: false,
       };
     });
-    var from = Date.parse(data.from), to = Date.parse(data.to);
+    var to = Date.parse(data.to), from = axisStart(data.samples, Date.parse(data.from), to);
     var chart = charts[resource.key];
     if (chart) {
       chart.data.datasets = datasets;
@@ -130,7 +141,28 @@
     return data.samples.length ? data.samples.length + " points, " + every : "No samples in this span yet.";
   }
 
-  var asked = 0;
+  // The span a page opens on: the shortest offered one that reaches back to the oldest sample
+  // (a new hub's few minutes fill an hour, not a sliver of a day); the widest when none does.
+  function openingSpan(samples, to, spans) {
+    if (!samples.length) return spans[spans.length - 1];
+    var age = (Date.parse(to) - Date.parse(samples[0].at)) / 3600000;
+    return spans.filter(function (hours) { return hours >= age; })[0] || spans[spans.length - 1];
+  }
+
+  // The first answer is asked for the widest span; a narrower one that holds all of it follows.
+  function openOnItsSpan() {
+    var spans = Array.from(range.options).map(function (o) { return Number(o.value); });
+    range.value = String(spans[spans.length - 1]);
+    return load().then(function (data) {
+      var span = data && openingSpan(data.samples, data.to, spans);
+      if (span && String(span) !== range.value && !chosen) {
+        range.value = String(span);
+        return load();
+      }
+    });
+  }
+
+  var asked = 0, chosen = false;
 
   function load() {
     var hours = Number(range.value), mine = ++asked;
@@ -140,6 +172,7 @@
       RESOURCES.forEach(function (resource) { draw(resource, data, hours); });
       note.textContent = describe(data);
       schedule(data.interval);
+      return data;
     }, function (e) {
       if (mine !== asked) return;
       showError(e.message);
@@ -158,7 +191,7 @@
     document.getElementById("fgpu-util-missing").classList.remove("d-none");
     return;
   }
-  range.addEventListener("change", load);
+  range.addEventListener("change", function () { chosen = true; load(); });
   document.getElementById("fgpu-util-form").addEventListener("submit", function (event) { event.preventDefault(); });
-  load();
+  openOnItsSpan();
 })();

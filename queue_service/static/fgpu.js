@@ -155,6 +155,93 @@ var fgpu = (function () {
     ]);
   }
 
+  // ---- which limit stops a launch (api/resources `free`, `limits`: queue_service/limits.py) ----
+  // Pure: a scope is {name, allocatable, free, capacity} (the whole of what the user may use, or
+  // one resource group); `limits` are api/resources `limits`, each with its own sentence.
+
+  function slotText(key, value) {
+    return SLOTS.filter(function (s) { return s.key === key; })[0].show(value);
+  }
+
+  function reachedLimits(limits, kind) {
+    return (limits || []).filter(function (l) { return l.reached && l.kind === kind; });
+  }
+
+  // Why a slot has nothing allocatable, as sentences: a used-up quota of the user's (or their
+  // group's), others holding the cluster's share, or no such hardware; [] when something is.
+  function whyNothing(scope, limits) {
+    var reasons = [];
+    function add(text) { if (reasons.indexOf(text) < 0) reasons.push(text); }
+    var sessions = reachedLimits(limits, "sessions");
+    sessions.forEach(function (l) { add("Nothing more starts for you now. " + l.text); });
+    if (sessions.length) return reasons;
+    SLOTS.forEach(function (slot) {
+      var k = slot.key, capacity = Number(scope.capacity[k] || 0);
+      if (Number(scope.allocatable[k] || 0) > 1e-9) return;
+      if (!capacity) {
+        if (k === "fgpu") add(scope.name ? "Resource group " + scope.name + " has no GPUs." : "This hub has no GPUs.");
+        return;
+      }
+      var quota = reachedLimits(limits, k);
+      quota.forEach(function (l) { add("No more " + slot.label + " for you now. " + l.text); });
+      if (!quota.length && Number(scope.free ? scope.free[k] : 0) <= 1e-9) {
+        add("No more " + slot.label + " for you now: all " + slotText(k, capacity) +
+          (scope.name ? " of resource group " + scope.name : " of the cluster") + " are in use.");
+      }
+    });
+    return reasons;
+  }
+
+  // The launch dialog's free figures: the cluster's, then what the user's quotas leave of them
+  // when that is less, with the quota that leaves it.
+  function freeLines(scope, limits, unitsPerGpu) {
+    function figures(f) {
+      return cores(f.cpu) + ", " + size(f.mem) + " memory, " + trim(f.fgpu) + " fGPU";
+    }
+    var where = scope.name ? " in " + scope.name : "";
+    var lines = ["Free on the cluster" + where + ": " + figures(scope.free || scope.allocatable) +
+      (unitsPerGpu ? " (1 fGPU = 1/" + unitsPerGpu + " GPU)" : "") + "."];
+    var less = scope.free && SLOTS.some(function (s) { return scope.allocatable[s.key] + 1e-9 < scope.free[s.key]; });
+    if (less) {
+      var nothing = SLOTS.every(function (s) { return !(scope.allocatable[s.key] > 0); });
+      lines.push("Your quota leaves you " + (nothing ? "none of it now" : figures(scope.allocatable)) + "." +
+        (limits || []).filter(function (l) { return l.reached; }).map(function (l) { return " " + l.text; }).join(""));
+    }
+    return lines;
+  }
+
+  // How many of `r.count` sessions of r's slots start now, and why the rest wait or are refused.
+  // {now, waiting, refused, text} or null when all start now.
+  function launchOutlook(r, scope, limits) {
+    function fit(room) {
+      var n = r.count;
+      SLOTS.forEach(function (s) { if (r[s.key] > 0) n = Math.min(n, Math.floor((Number(room[s.key]) + 1e-9) / r[s.key])); });
+      return n;
+    }
+    var now = fit(scope.allocatable);
+    (limits || []).filter(function (l) { return l.kind === "sessions"; })
+      .forEach(function (l) { now = Math.min(now, Math.max(0, Math.floor(l.left))); });
+    if (now >= r.count) return null;
+    var byCluster = scope.free ? fit(scope.free) : now;
+    var quota = byCluster > now;
+    var binding = (limits || []).filter(function (l) {
+      if (l.kind === "sessions") return l.left < r.count;
+      return l.kind !== "pending" && r[l.kind] > 0 && l.left + 1e-9 < r[l.kind] * r.count;
+    });
+    var waiting = r.count - now, refused = 0;
+    (limits || []).filter(function (l) { return l.kind === "pending" && l.left < waiting; }).forEach(function (l) {
+      refused = Math.max(refused, waiting - Math.max(0, Math.floor(l.left)));
+      binding.push(l);
+    });
+    waiting -= refused;
+    var text = (now ? now + " will start now; " : "") +
+      (waiting ? waiting + " will wait in the queue (PENDING) until " +
+        (quota ? "your quota has room" : "others end") + ". " : "") +
+      (refused ? refused + " will be refused: no more requests may wait. " : "") +
+      (quota || refused ? binding.map(function (l) { return l.text; }).join(" ") : "");
+    return { now: now, waiting: waiting, refused: refused, quota: quota, text: text.trim() };
+  }
+
   function renderIndicator(target, resources) {
     var rows = indicatorFigures(resources).map(function (f) {
       return element("div", { className: "fgpu-indicator-slot", "data-slot": f.slot.key }, [
@@ -170,8 +257,20 @@ var fgpu = (function () {
       "Upper: in resource group " + (group || "default") + ". Lower: in total.",
       config.simulated ? " GPUs on this hub are simulated." : "",
     ]);
-    target.replaceChildren.apply(target, rows.concat([caption], budgetLines(resources.budgets)));
+    var why = whyNothing(indicatorScope(resources, group), resources.limits).map(function (text) {
+      return element("div", { className: "fgpu-indicator-why", text: text });
+    });
+    target.replaceChildren.apply(target, rows.concat(why, [caption], budgetLines(resources.budgets)));
     target.setAttribute("data-ready", "1");
+  }
+
+  // The indicator's upper bars' scope: the current resource group's figures, else the totals.
+  function indicatorScope(resources, group) {
+    var groups = resources.resource_groups;
+    var figures = groups && !Array.isArray(groups) && groups[group] && groups[group].allocatable ? groups[group] : null;
+    if (!figures) return { name: null, allocatable: resources.allocatable, free: resources.free, capacity: resources.capacity };
+    var several = Object.keys(groups).length > 1;
+    return { name: several ? group : null, allocatable: figures.allocatable, free: figures.free, capacity: figures.capacity };
   }
 
   // The budgets of the user's groups (api/resources `budgets`): use this window, and when it renews.
@@ -301,6 +400,9 @@ var fgpu = (function () {
     nameCell: nameCell,
     renderIndicator: renderIndicator,
     indicatorFigures: indicatorFigures,
+    whyNothing: whyNothing,
+    freeLines: freeLines,
+    launchOutlook: launchOutlook,
     poll: poll,
     confirmAction: confirmAction,
     endSession: endSession,

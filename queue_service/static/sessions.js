@@ -176,12 +176,16 @@
   function oneDecimal(n) { return String(Math.round(Number(n) * 10) / 10); }
 
   // As on the hub's spawn form (fgpu_spawner/resource_groups.py): "gpu-a100 — 3 fGPU, 12 CPU, 40G free".
+  // Where a quota leaves nothing, the group's own free figures, said to be none of them yours
+  // (the free lines below name the quota).
   function groupLabel(offer) {
-    var free = offer.group.allocatable, parts = [];
+    var mine = offer.group.allocatable, parts = [];
+    var none = offer.group.free && !(mine.cpu > 0 || mine.mem > 0 || mine.fgpu > 0);
+    var free = none ? offer.group.free : mine;
     if (offer.group.capacity.fgpu > 0) parts.push(oneDecimal(Math.max(0, free.fgpu)) + " fGPU");
     parts.push(oneDecimal(Math.max(0, free.cpu)) + " CPU");
     parts.push(fgpu.size(Math.max(0, free.mem)) + " free");
-    return offer.name + " — " + parts.join(", ");
+    return offer.name + " — " + parts.join(", ") + (none ? "; none for you now" : "");
   }
 
   // A choice with two groups or more; one group is named, not offered, and not sent.
@@ -205,9 +209,9 @@
   // What the launch is measured against: the picked group's figures, or the user's total.
   function scopeOf(resources) {
     var group = chosenGroup && resources.resource_groups[chosenGroup];
-    if (!group) return { name: null, allocatable: resources.allocatable, capacity: resources.capacity, nodes: resources.nodes };
+    if (!group) return { name: null, allocatable: resources.allocatable, free: resources.free, capacity: resources.capacity, nodes: resources.nodes };
     var nodes = resources.nodes && resources.nodes.filter(function (n) { return n.resource_group === chosenGroup; });
-    return { name: chosenGroup, allocatable: group.allocatable, capacity: group.capacity, nodes: nodes };
+    return { name: chosenGroup, allocatable: group.allocatable, free: group.free, capacity: group.capacity, nodes: nodes };
   }
 
   function loadImages() {
@@ -362,14 +366,10 @@
         return { never: true, text: "This can never start: it asks " + show[k](r[k]) + " and your quota allows " + show[k](quota) + " in all." };
       }
     }
-    var fitNow = r.count;
-    keys.forEach(function (k) {
-      if (r[k] > 0) fitNow = Math.min(fitNow, Math.floor((scope.allocatable[k] + 1e-9) / r[k]));
-    });
-    if (fitNow >= r.count) return null;
-    var waiting = r.count - fitNow;
-    return { never: false, text: (fitNow ? fitNow + " will start now; " : "") + waiting +
-      " will wait" + " in the queue (PENDING) until others end." };
+    // How many start now, and which limit holds the rest: a quota's (named, with its figures)
+    // or the cluster's.
+    var outlook = fgpu.launchOutlook(r, scope, resources.limits);
+    return outlook && { never: false, text: outlook.text };
   }
 
   // What one session could ever get: the largest node (admins see nodes), else the whole cluster
@@ -385,10 +385,8 @@
   function updateLaunchAdvice() {
     var resources = latest.resources;
     if (!resources) return;
-    var scope = scopeOf(resources), free = scope.allocatable;
-    field("free").textContent = "Free for you now" + (scope.name ? " in " + scope.name : "") + ": " + fgpu.cores(free.cpu) + ", " +
-      fgpu.size(free.mem) + " memory, " + fgpu.trim(free.fgpu) + " fGPU" +
-      (resources.units_per_gpu ? " (1 fGPU = 1/" + resources.units_per_gpu + " GPU)" : "") + ".";
+    var lines = fgpu.freeLines(scopeOf(resources), resources.limits, resources.units_per_gpu);
+    field("free").replaceChildren.apply(field("free"), lines.map(function (line) { return el("div", { text: line }); }));
     var verdict = advice(request(), resources);
     warning.textContent = verdict ? verdict.text : "";
     warning.classList.toggle("d-none", !verdict);

@@ -1,0 +1,96 @@
+"""The quotas that bound what a user may still start, each with its figures and the sentence the
+pages show: api/resources `limits` (README, the resource indicator).
+
+A quota is counted as the scheduler counts it (scheduler.py): the user's own quota over the
+user's sessions, each hub group's quota over all of its members' sessions. Every configured
+figure is listed, `reached` when nothing more fits under it, so that a page can tell "your quota
+is used up" apart from "the cluster is full" and name the figure: "You have 3 of 3 sessions
+(your quota)."
+
+Pure: the holdings are passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from image_catalog.units import format_size
+
+from .scheduler import Quota
+
+#: The order a page lists them in: what stops a launch outright first.
+KINDS = ("sessions", "pending", "fgpu", "cpu", "mem")
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What one quota's holder has now: the user (group None) or all members of a hub group."""
+
+    group: str | None
+    quota: Quota
+    cpu: float
+    mem: int
+    fgpu: float
+    sessions: int  # holding a slice (scheduled or running)
+    pending: int  # waiting in the queue
+
+
+def quota_limits(holdings: list[Holding]) -> list[dict]:
+    """Every configured figure of every quota that applies, in KINDS order:
+    [{kind, group, used, limit, left, reached, text}]."""
+    rows = [_row(h, kind, used, limit) for h in holdings for kind, used, limit in _figures(h)]
+    return sorted(rows, key=lambda row: KINDS.index(row["kind"]))
+
+
+def _figures(h: Holding):
+    slots = h.quota.max_slots
+    for kind, used, limit in (
+        ("sessions", h.sessions, h.quota.max_sessions),
+        ("pending", h.pending, h.quota.max_pending),
+        ("fgpu", h.fgpu, slots.fgpu),
+        ("cpu", h.cpu, slots.cpu),
+        ("mem", h.mem, slots.mem),
+    ):
+        if limit is not None:
+            yield kind, used, limit
+
+
+def _row(h: Holding, kind: str, used: float, limit: float) -> dict:
+    left = round(max(0, limit - used), 6)
+    return {
+        "kind": kind,
+        "group": h.group,
+        "used": used,
+        "limit": limit,
+        "left": left,
+        # 1e-9: 0.1 + 0.2 fGPU held of a 0.3 quota is used up, whatever the float says.
+        "reached": left <= 1e-9,
+        "text": limit_sentence(kind, h.group, used, limit),
+    }
+
+
+def limit_sentence(kind: str, group: str | None, used: float, limit: float) -> str:
+    """ "You have 3 of 3 sessions (your quota).", "Group 'lab' holds 2 of 2 fGPU (its quota)."."""
+    who = "You" if group is None else f"Group '{group}'"
+    whose = "your quota" if group is None else "its quota"
+    if kind == "sessions":
+        have = "have" if group is None else "has"
+        return f"{who} {have} {_count(used)} of {_count(limit)} sessions (running or starting; {whose})."
+    if kind == "pending":
+        have = "have" if group is None else "has"
+        return f"{who} {have} {_count(used)} of {_count(limit)} requests waiting in the queue ({whose})."
+    hold = "hold" if group is None else "holds"
+    return f"{who} {hold} {_amount(kind, used)} of {_amount(kind, limit)} ({whose})."
+
+
+def _count(n: float) -> str:
+    return f"{int(n)}"
+
+
+def _amount(kind: str, value: float) -> str:
+    if kind == "mem":
+        return f"{format_size(int(value))} memory"
+    number = f"{round(value, 2):g}"
+    if kind == "cpu":
+        return f"{number} CPU core" + ("" if value == 1 else "s")
+    return f"{number} fGPU"
