@@ -245,6 +245,13 @@ def _visit(name, known, done, order, chain):
     order.append(image)
 
 
+def heavy_names(catalog: Catalog) -> list[str]:
+    """The entries the hub builds behind itself: a recipe, left out of ``build --all``
+    (``prebuild: false``), and offered (a hidden heavy entry, such as PyTorch's CUDA build, is
+    built by name only, by an admin who wants it)."""
+    return [i.name for i in catalog.images if i.recipe and not i.prebuild and not i.hidden]
+
+
 def build_args_for(image: CatalogImage, base_image: str, jupyterhub_version: str) -> dict[str, str]:
     """The entry's own build arguments plus the two every recipe relies on (which win)."""
     return {
