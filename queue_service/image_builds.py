@@ -35,6 +35,7 @@ class BuildState:
     step: str = ""  # "step 3 of 7", while building
     last_line: str = ""
     reason: str = ""  # why it failed
+    cause: str = ""  # pip's own "ERROR: ..." line, which says why better than the engine's
     started: float | None = None
     seconds: float | None = None
 
@@ -50,6 +51,8 @@ def read_line(state: BuildState, line: str) -> None:
     step = _STEP.match(text)
     if step:
         state.step = f"step {step[1]} of {step[2]}"
+    if text.startswith("ERROR: ") and not state.cause:
+        state.cause = _short(text)
     if text.startswith("error: "):
         state.reason = _short(text.removeprefix("error: "))
     state.last_line = _short(text)
@@ -63,6 +66,8 @@ def finish(state: BuildState, exit_code: int, now: float) -> None:
         return
     state.state = "failed"
     state.reason = state.reason or f"the build tool exited with code {exit_code}: {state.last_line}"
+    if state.cause:
+        state.reason = f"{state.cause} ({state.reason})"
 
 
 def build_command(name: str, catalog_path: str = "") -> list[str]:
