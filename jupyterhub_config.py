@@ -16,6 +16,8 @@ Environment variables:
                        jupyterhub.sqlite in the state directory)
   FGPU_QUEUE_DB_URL    the queue service's database (default: fgpu_queue.sqlite there)
   FGPU_CATALOG_PATH    catalog.yaml that seeds the image catalog (default: the shipped one)
+  FGPU_BUILD_IMAGES    0: do not build the heavy framework images (TensorFlow, PyTorch) behind the
+                       hub; build them yourself with `python -m image_catalog build --heavy`
   FGPU_USER_QUOTA      per-user quota as JSON, merged on the default {"sessions": 3, "pending": 2,
                        "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
   FGPU_PRESETS         site-wide resource presets as a JSON list, e.g. '[{"name": "CPU small",
@@ -200,6 +202,9 @@ except ValueError:
 from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles  # noqa: E402
 
 DOCKER_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+# The build tool's own settings (image_catalog/build.py), for the builds behind the hub.
+BUILD_ENV = ("FGPU_CACHE_DIR", "FGPU_WHEEL_DIR", "FGPU_DEBIAN_MIRROR", "PIP_CERT")
+build_images = os.environ.get("FGPU_BUILD_IMAGES", "1") != "0"
 c.JupyterHub.services = [
     {
         "name": "queue",
@@ -223,13 +228,15 @@ c.JupyterHub.services = [
             f"--QueueService.pending_timeout={pending_timeout}",
             f"--QueueService.idle_timeout={idle_timeout}",
             f"--QueueService.lifetime_warning={end_warning}",
+            # The heavy framework images are built behind the hub (queue_service/image_builds.py).
+            f"--QueueService.build_in_background={build_images}",
         ],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
         # Its database URL goes there too, not on its command line, where `ps` would show a
         # password to every user of the machine.
         "environment": {
-            **{key: os.environ[key] for key in DOCKER_ENV if key in os.environ},
+            **{key: os.environ[key] for key in (*DOCKER_ENV, *BUILD_ENV) if key in os.environ},
             QUEUE_DB_ENV: queue_db_url(),
         },
         # The service sees these scopes on the login of users who hold them: instructors curate

@@ -1,4 +1,4 @@
-"""Command line: ``python -m image_catalog build [NAME ...] | --all`` and ``... list``.
+"""Command line: ``python -m image_catalog build [NAME ...] | --all | --heavy`` and ``... list``.
 
 Installed as the ``fgpu-image`` console script. Exit codes: 0 done, 1 a build failed, 2 a usage
 error (an unknown image name, a bad catalog file, neither names nor --all).
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .build import BuildError, UnknownImageError, build
+from .build import BuildError, UnknownImageError, build, heavy_names
 from .catalog import CatalogError, load_catalog
 
 
@@ -28,6 +28,11 @@ def _parser() -> argparse.ArgumentParser:
     build_cmd.add_argument(
         "--all", action="store_true", help="build every catalog entry that has a recipe"
     )
+    build_cmd.add_argument(
+        "--heavy",
+        action="store_true",
+        help="build the heavy entries the hub builds behind itself (prebuild: false, not hidden)",
+    )
     commands.add_parser("list", help="list the catalog entries")
     return parser
 
@@ -44,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         _print_list(catalog)
         return 0
     # Building everything takes minutes, so it has to be asked for, never the default.
-    if args.all == bool(args.names):
-        parser.error("build: give image names or --all (not both)")
+    if args.all + args.heavy + bool(args.names) != 1:
+        parser.error("build: give image names, --all or --heavy (one of them)")
+    if args.heavy:
+        return _build_each(heavy_names(catalog), catalog)
     try:
         build(None if args.all else args.names, catalog=catalog, log=_log)
     except UnknownImageError as e:
@@ -55,6 +62,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _build_each(names: list[str], catalog) -> int:
+    """Build each image on its own, so that one that cannot be built (a wheel missing from
+    FGPU_WHEEL_DIR, say) does not keep the others from being built; each failure is named."""
+    failed = []
+    for name in names:
+        try:
+            build([name], catalog=catalog, log=_log)
+        except BuildError as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed.append(name)
+    if failed:
+        print(f"error: not built: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _log(line: str) -> None:

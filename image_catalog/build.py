@@ -245,6 +245,13 @@ def _visit(name, known, done, order, chain):
     order.append(image)
 
 
+def heavy_names(catalog: Catalog) -> list[str]:
+    """The entries the hub builds behind itself: a recipe, left out of ``build --all``
+    (``prebuild: false``), and offered (a hidden heavy entry, such as PyTorch's CUDA build, is
+    built by name only, by an admin who wants it)."""
+    return [i.name for i in catalog.images if i.recipe and not i.prebuild and not i.hidden]
+
+
 def build_args_for(image: CatalogImage, base_image: str, jupyterhub_version: str) -> dict[str, str]:
     """The entry's own build arguments plus the two every recipe relies on (which win)."""
     return {
@@ -447,8 +454,7 @@ def prepare_context(
     wheels_dest.mkdir(exist_ok=True)
     if image.wheels:
         source = wheels_from or wheel_dir()
-        available = [p.name for p in source.iterdir() if p.is_file()] if source.is_dir() else []
-        for name in select_wheels(image, available, str(source)):
+        for name in select_wheels(image, _files_in(source), str(source)):
             # A hard link where the file system allows: a PyTorch wheel is about 200 MB.
             try:
                 os.link(source / name, wheels_dest / name)
@@ -461,6 +467,10 @@ def prepare_context(
             target = ca_dest / cert.relative_to(ca_dir)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(cert, target)
+
+
+def _files_in(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
 
 
 def read_context_files(root: Path) -> dict[str, bytes]:
@@ -586,6 +596,10 @@ def build(
 
     catalog = catalog or load_catalog()
     order = build_order(catalog, names)
+    # A missing local wheel is said before any other work (a base's build, a download).
+    for image in order:
+        if image.wheels:
+            select_wheels(image, _files_in(wheel_dir()), str(wheel_dir()))
     client = client or docker_client_from_env()
     started = time.monotonic()
     rootfs = None

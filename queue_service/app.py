@@ -26,6 +26,7 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode
 from traitlets.config import Application
 
 from image_catalog import load_catalog
+from image_catalog.build import heavy_names
 from image_catalog.launch_options import SESSION_LIMITS
 
 from . import handlers, inventory, scheduler
@@ -39,6 +40,8 @@ from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from .health import HealthMonitor, containers_check, select_one
 from .history import History
 from .hub_client import HubClient
+from .image_builds import BackgroundBuilds
+from .image_check import engine_references
 from .images import ImageStore
 from .launches import Launcher
 from .node_agent_deploy import TOKEN_FILE, deploy_node_agent, node_agent_token
@@ -245,6 +248,31 @@ class QueueService(Application):
         help="""
         catalog.yaml that seeds the image catalog at every start (empty: the shipped one). Seeding
         adds new entries and follows the file's changes, but never undoes an instructor's edit.
+        """,
+    )
+    build_in_background = Bool(
+        False,
+        config=True,
+        help="""
+        Build the catalog's heavy images (entries with a recipe, `prebuild: false` and not
+        hidden: TensorFlow, PyTorch) behind the hub, one at a time, with the project's build tool.
+        The Images page shows each build; the launcher offers an image once it is on the engine.
+        A start re-checks them all: an up-to-date image is skipped in a second or two. The
+        shipped jupyterhub_config.py turns this on unless FGPU_BUILD_IMAGES=0. Single-host mode
+        only (in Swarm mode the images go to the nodes through the lab's registry).
+
+            c.QueueService.build_in_background = True
+        """,
+    )
+    engine_images_interval = Float(
+        30.0,
+        config=True,
+        help="""
+        Seconds between two looks at which catalog images the engine holds (one `docker images`
+        call); an image missing from it is not offered. Also looked at after each background
+        build and on every "Check". 0 turns the looks off (every image is offered).
+
+            c.QueueService.engine_images_interval = 60
         """,
     )
     reconcile_interval = Float(
@@ -549,8 +577,16 @@ class QueueService(Application):
             lambda: {(r.user, r.server_name) for r in self.manager.active_records()},
             log=self.log,
         )
-        seeded = self.images.seed(load_catalog(self.catalog_path or None))
+        catalog = load_catalog(self.catalog_path or None)
+        seeded = self.images.seed(catalog)
         self.log.info("Image catalog seeded: %s", seeded)
+        self.builds = BackgroundBuilds(
+            heavy_names(catalog) if self.builds_here else [],
+            catalog_path=self.catalog_path,
+            built=self.look_at_engine_images,
+            log=self.log,
+            preexec=die_with_parent,
+        )
         calls = ContainerCalls(log=self.log)
         locks = ContainerLocks()
         # Single-host mode: the service reads the freezer of the sessions' containers itself.
@@ -631,6 +667,8 @@ class QueueService(Application):
             usage=self.usage,
             utilization=self.utilization,
             images=self.images,
+            image_builds=self.builds,
+            look_at_engine_images=self.look_at_engine_images,
             docker=docker_client,
             # Committing a session copies its whole writable layer: minutes, not seconds.
             docker_commits=Engine(timeout=COMMIT_TIMEOUT_SECONDS),
@@ -653,6 +691,8 @@ class QueueService(Application):
     async def serve(self) -> None:
         app = self.build()
         url = urlparse(self.service_url)
+        # Before the first answer: the launcher must never offer an image that is not built yet.
+        await asyncio.to_thread(self.look_at_engine_images)
         await listen_when_free(app, url.port or 80, url.hostname, self.log)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         if self.node_agent_url:
@@ -673,7 +713,28 @@ class QueueService(Application):
         if self.utilization_interval > 0:
             self._utilization_task = asyncio.create_task(self.utilization.run())
         self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))
+        if self.engine_images_interval > 0 and self.engine == "docker":
+            self._engine_images_task = asyncio.create_task(self.watch_engine_images())
+        self._builds_task = asyncio.create_task(self.builds.run())
         await self.reconciler.run(self.reconcile_interval)
+
+    @property
+    def builds_here(self) -> bool:
+        return self.build_in_background and self.engine == "docker"
+
+    def look_at_engine_images(self) -> None:
+        """Blocking: note which catalog images the engine holds (single-host mode only)."""
+        if self.engine != "docker" or self.engine_images_interval <= 0:
+            return
+        try:
+            self.images.note_engine_images(engine_references(self.docker))
+        except Exception as e:  # the engine is away: keep what was seen last
+            self.log.warning("Could not list the engine's images: %s", e)
+
+    async def watch_engine_images(self) -> None:
+        while True:
+            await asyncio.sleep(self.engine_images_interval)
+            await asyncio.to_thread(self.look_at_engine_images)
 
     async def deploy_node_agent(self) -> None:
         """Deploy (or update) the node agent on the Swarm; a failure is logged, not fatal: the

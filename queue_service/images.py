@@ -88,6 +88,20 @@ def refusal(
     return None
 
 
+def missing_from_engine(entry: dict) -> str | None:
+    """Why the image cannot start here yet, when the engine was seen without it; else None. Pure.
+
+    A heavy image is in the catalog before it is built (the service builds it behind the hub):
+    the launcher offers it once the engine holds it."""
+    if entry.get("on_engine", True):
+        return None
+    return (
+        f"Image {entry['name']!r} ({entry['image']}) is not on this host's Docker engine yet. "
+        "Its build may be under way (the Images page shows it); an admin can also build it with "
+        f"`python -m image_catalog build {entry['name']}`."
+    )
+
+
 def entry_of(view: dict) -> CatalogImage:
     """A store view back into a validated catalog entry (the spawner does the same)."""
     return parse_image({key: view[key] for key in view if key in _ENTRY_KEYS})
@@ -101,18 +115,29 @@ class ImageStore:
         self.db = db
         self._writing = threading.Lock()
         self._views: dict[str, dict] = {}
+        # References the engine was last seen without; empty until it is looked at (and in Swarm
+        # mode, where the images are on the nodes), so that nothing is withheld on a guess.
+        self._absent: frozenset[str] = frozenset()
         self._reload()
 
     # -- reads (from memory) ---------------------------------------------------------------------
 
     def all(self) -> list[dict]:
-        return [copy.deepcopy(view) for view in self._views.values()]
+        return [self._copy(view) for view in self._views.values()]
 
     def get(self, name: str) -> dict:
         view = self._views.get(name)
         if view is None:
             raise ImageError(f"No image named {name!r} in the catalog.", "not_found")
-        return copy.deepcopy(view)
+        return self._copy(view)
+
+    def _copy(self, view: dict) -> dict:
+        return {**copy.deepcopy(view), "on_engine": view["image"] not in self._absent}
+
+    def note_engine_images(self, present: set[str]) -> None:
+        """What the engine holds now (its image references): entries whose reference it lacks are
+        not offered until it has them."""
+        self._absent = frozenset(v["image"] for v in self._views.values()) - present
 
     def find(self, name: str) -> dict | None:
         """The entry named `name`, or None."""
@@ -130,7 +155,11 @@ class ImageStore:
     ) -> list[dict]:
         """The images this user (the account made at `created`) may start, as the spawn form
         offers them."""
-        return [e for e in self.all() if refusal(e, user, groups, admin, created) is None]
+        return [
+            e
+            for e in self.all()
+            if refusal(e, user, groups, admin, created) is None and not missing_from_engine(e)
+        ]
 
     def manageable_by(self, user: str, admin: bool) -> list[dict]:
         """What the Images page lists for a manager: everything but others' private images,
@@ -159,6 +188,9 @@ class ImageStore:
         reason = refusal(entry, user, groups, admin, created)
         if reason:
             raise ImageError(reason, "forbidden")
+        missing = missing_from_engine(entry)
+        if missing:
+            raise ImageError(missing, "conflict")
         if size is not None:
             shortfall = entry_of(entry).resources.shortfall(*size)
             if shortfall:

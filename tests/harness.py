@@ -258,6 +258,9 @@ def running_hub(
         "FGPU_HUB_PORT": str(port),
         "FGPU_HUB_IP": "127.0.0.1",
         "FGPU_QUEUE_PORT": str(free_port()),
+        # No test hub builds the heavy images behind itself unless a test asks (scripts/test
+        # builds them before the suite; test_image_builds.py tests the builds themselves).
+        "FGPU_BUILD_IMAGES": "0",
         **(env or {}),
     }
     hub_env["PATH"] = f"{VENV_BIN}:{hub_env['PATH']}"
@@ -381,3 +384,53 @@ def in_terminal(hub, username: str, command: str, server: str = "") -> str:
         return TERMINAL_ESCAPES.sub("", output).replace("\r", "")
     finally:
         ws.close()
+
+
+def in_kernel(hub, username: str, code: str, server: str = "", timeout: float = 300) -> str:
+    """What `code` prints in a new Python kernel of `username`'s `server`, run as a notebook
+    runs it: the Jupyter server's kernels API and its websocket (the messaging protocol's JSON
+    form) through the hub's proxy. An error in the kernel fails with its traceback."""
+    headers = {"Authorization": f"token {hub.user_token(username)}"}
+    prefix = f"/user/{username}/{server + '/' if server else ''}"
+    created = requests.post(f"{hub.url}{prefix}api/kernels", headers=headers, json={}, timeout=60)
+    assert created.status_code == 201, created.text
+    kernel = created.json()["id"]
+    ws_url = f"{hub.url.replace('http', 'ws', 1)}{prefix}api/kernels/{kernel}/channels"
+    ws = websocket.create_connection(ws_url, header=headers, timeout=timeout)
+    try:
+        msg_id = secrets.token_hex(8)
+        ws.send(json.dumps(_execute_request(msg_id, code)))
+        return _kernel_output(ws, msg_id)
+    finally:
+        ws.close()
+        requests.delete(f"{hub.url}{prefix}api/kernels/{kernel}", headers=headers, timeout=60)
+
+
+def _execute_request(msg_id: str, code: str) -> dict:
+    header = {
+        "msg_id": msg_id,
+        "msg_type": "execute_request",
+        "session": secrets.token_hex(8),
+        "username": "test",
+        "version": "5.3",
+        "date": datetime.now().astimezone().isoformat(),
+    }
+    content = {"code": code, "silent": False, "store_history": False, "allow_stdin": False}
+    return {"header": header, "parent_header": {}, "metadata": {}, "content": content,
+            "channel": "shell", "buffers": []}  # fmt: skip
+
+
+def _kernel_output(ws, msg_id: str) -> str:
+    """The streams the request printed, up to the kernel's going idle after it."""
+    output = ""
+    while True:
+        message = json.loads(ws.recv())
+        if message.get("parent_header", {}).get("msg_id") != msg_id:
+            continue
+        kind, content = message["header"]["msg_type"], message["content"]
+        if kind == "stream":
+            output += content["text"]
+        elif kind == "error":
+            raise AssertionError("the kernel raised:\n" + "\n".join(content["traceback"]))
+        elif kind == "status" and content["execution_state"] == "idle":
+            return output

@@ -19,6 +19,7 @@ from image_catalog.build import (
     debootstrap_command,
     failure_message,
     find_debian_mirror,
+    heavy_names,
     image_labels,
     parse_deb822_sources,
     parse_one_line_sources,
@@ -211,6 +212,20 @@ def test_shipped_catalog_has_two_versions_of_each_heavy_framework_by_name():
             assert _names(build_order(catalog, [image.name])) == ["python-3.11", image.name]
 
 
+def test_heavy_images_built_behind_the_hub_are_the_offered_ones():
+    catalog = Catalog(
+        (
+            _image("root"),
+            _image("tf", base="root", prebuild=False),
+            _image("cuda", base="root", prebuild=False, hidden=True),
+            _image("ready", recipe=None, prebuild=False),
+        )
+    )
+    assert heavy_names(catalog) == ["tf"]
+    shipped = heavy_names(load_catalog())
+    assert sorted(shipped) == ["pytorch-2.13-cpu", "tensorflow-2.15-cpu", "tensorflow-2.17-cpu"]
+
+
 # --- local wheels -----------------------------------------------------------------------------
 
 WHEELS = [
@@ -351,6 +366,22 @@ def test_cli_build_needs_names_or_all():
     with pytest.raises(SystemExit) as exit_info:
         main(["build"])
     assert exit_info.value.code == 2
+
+
+def test_cli_heavy_names_each_image_it_could_not_build(tmp_path, capsys, monkeypatch):
+    """A missing wheel fails that image alone, before any download or Docker call."""
+    monkeypatch.setenv("FGPU_WHEEL_DIR", str(tmp_path))
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(
+        "images:\n"
+        "  - {name: base, image: fgpu/base:1}\n"
+        "  - {name: torch, image: fgpu/torch:1, recipe: pytorch, base: base, prebuild: false,\n"
+        "     wheels: ['torch-9.9-*.whl']}\n"
+    )
+    assert main(["--catalog", str(catalog), "build", "--heavy"]) == 1
+    err = capsys.readouterr().err
+    assert f"torch: no wheel matching 'torch-9.9-*.whl' in {tmp_path}" in err
+    assert err.rstrip().endswith("error: not built: torch")
 
 
 def test_cli_list_shows_every_entry(capsys):

@@ -239,3 +239,57 @@ def test_an_unknown_image_is_400_for_the_spawn_api_and_the_sessions_api(course_a
         assert response.status_code == 400, response.text
         assert "Unknown image 'no-such-image'" in response.json()["message"]
     assert_nothing_started(course_a_student)
+
+
+@pytest.fixture
+def removable_tag(docker_engine):
+    """A tag of the Jupyter base that a test may remove from the engine, as an admin might."""
+    reference = f"fgpu-test/removed:{secrets.token_hex(4)}"
+    repository, tag = reference.split(":")
+    docker_engine.images.get("fgpu/jupyter-base:py3.11").tag(repository, tag)
+    yield reference
+    if docker_engine.images.list(name=reference):
+        docker_engine.images.remove(reference)
+
+
+def test_an_image_gone_from_the_engine_is_not_offered_and_cannot_be_shown(
+    docker_engine, instructor, course_a_student, image_name, removable_tag
+):
+    """ "Check" reports the image missing; the launcher stops offering it, a launch is a 409,
+    and "Show" after "Hide" is refused with the reason instead of offering what cannot start."""
+    added = instructor.call("POST", "images", json={"name": image_name, "image": removable_tag})
+    assert added.status_code == 201, added.text
+    assert image_name in course_a_student.image_names()
+    assert instructor.call("PATCH", f"images/{image_name}", json={"hidden": True}).ok
+
+    docker_engine.images.remove(removable_tag)
+    checked = instructor.call("POST", f"images/{image_name}/check").json()
+    assert checked["check"]["ok"] is False and checked["on_engine"] is False
+
+    shown = instructor.call("PATCH", f"images/{image_name}", json={"hidden": False})
+    assert shown.status_code == 409, shown.text
+    assert (
+        f"{image_name} cannot be offered: {removable_tag} is not on this host's Docker engine"
+        in (shown.json()["message"])
+    )
+    listed = {i["name"]: i for i in instructor.call("GET", "images?all=1").json()["images"]}
+    assert listed[image_name]["hidden"] is True and listed[image_name]["on_engine"] is False
+
+
+def test_a_catalog_image_not_built_is_not_offered_and_a_launch_is_409(hub, course_a_student):
+    """The shared hub's catalog names `never-built`, which no engine holds."""
+    assert "never-built" not in course_a_student.image_names()
+    spawn_page = logged_in(hub, course_a_student.name).get(f"{hub.url}/hub/spawn", timeout=60)
+    assert spawn_page.status_code == 200 and "never-built" not in spawn_page.text
+    response = course_a_student.call("POST", "sessions", json={"image": "never-built", **SMALL})
+    assert response.status_code == 409, response.text
+    assert "is not on this host's Docker engine yet" in response.json()["message"]
+    assert_nothing_started(course_a_student)
+
+
+def test_students_see_no_build_states(instructor, course_a_student):
+    assert all(
+        "build" in image for image in instructor.call("GET", "images?all=1").json()["images"]
+    )
+    assert course_a_student.call("GET", "images?all=1").status_code == 403
+    assert not any("build" in i for i in course_a_student.call("GET", "images").json()["images"])

@@ -189,11 +189,14 @@ def test_container_exiting_early_names_image_and_exit_code(hub, username, broken
     assert containers_with({"fgpu.user": username}) == []
 
 
-def test_image_missing_from_the_engine_is_a_clear_error(hub, username):
+def test_image_missing_from_the_engine_is_not_offered(hub, username):
+    """The catalog names it, the engine lacks it: the hub's form and REST path do not offer it
+    (the queue service looks at the engine), and say which images they do offer."""
     response = hub.start_server(username, {"image": "never-built", "cpu": 0.5})
-    assert response.status_code == 500, response.text
-    assert "not on this host" in response.json()["message"]
-    assert "python -m image_catalog build never-built" in response.json()["message"]
+    assert response.status_code == 400, response.text
+    message = response.json()["message"]
+    assert "Unknown image 'never-built'. Available images: python-3.11" in message
+    assert "never-built," not in message and "exits-early" in message
     assert containers_with({"fgpu.user": username}) == []
 
 

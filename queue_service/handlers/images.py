@@ -5,6 +5,10 @@
 - `GET api/images/NAME[?user=]`: one image, if the caller (or NAME's user) may start it: 403
   when not allowed, 404 when unknown.
 - `POST api/images`, `PATCH` / `DELETE api/images/NAME`, `POST api/images/NAME/check`: managers only.
+  Showing a hidden image (`PATCH {"hidden": false}`) needs it on the engine: else 409, with why.
+
+With `?all=1`, each entry also carries `build`: the background build of a heavy image
+(`image_builds.py`: queued, building with its step, built, failed with the reason), or null.
 
 Managers are admins and holders of the `custom:images:manage` scope (the hub's `instructors`
 group). Adding an image, or pointing one at a new reference, checks it on the engine first:
@@ -126,13 +130,32 @@ class ImageAPIHandler(BaseHandler):
             raise web.HTTPError(400, f"Image {reference}: {check.message}")
         return image, check
 
+    async def refuse_unbuilt(self, name: str, reference: str) -> None:
+        """409 when the engine lacks the image: offering it would only fail every launch."""
+        try:
+            await asyncio.to_thread(image_labels, self.settings["docker"], reference)
+        except ImageError as e:
+            if e.cause != "invalid":
+                raise
+            build = self.settings["image_builds"].view().get(name)
+            under_way = f" Its build is {build['state']}." if build else ""
+            raise web.HTTPError(
+                409,
+                f"{name} cannot be offered: {reference} is not on this host's Docker engine."
+                f"{under_way} Build it first (python -m image_catalog build {name}), then Show.",
+            ) from None
+
 
 class ImagesHandler(ImageAPIHandler):
     @web.authenticated
     async def get(self):
         if self.get_argument("all", "0") == "1":
             person = await self.curator()
-            images = self.images.manageable_by(person["name"], person["admin"])
+            builds = self.settings["image_builds"].view()
+            images = [
+                {**image, "build": builds.get(image["name"])}
+                for image in self.images.manageable_by(person["name"], person["admin"])
+            ]
         else:
             user = await self.subject()
             images = self.images.visible_to(
@@ -184,6 +207,8 @@ class ImageHandler(ImageAPIHandler):
         check = None
         if image.image != current["image"]:
             _, check = await self.checked(image.image, merged)
+        elif current["hidden"] and not image.hidden:
+            await self.refuse_unbuilt(name, image.image)
         owner_created = await self.owner_account(changes)
         updated = await asyncio.to_thread(
             self.images.update, image, check=check, owner_created=owner_created
@@ -210,4 +235,6 @@ class ImageCheckHandler(ImageAPIHandler):
             check = await asyncio.to_thread(check_singleuser, client, reference)
         except ImageError as e:
             check = CheckResult(False, e.message, utcnow())
+        # What the engine holds decides what the launcher offers: look again now.
+        await asyncio.to_thread(self.settings["look_at_engine_images"])
         self.write_json(await asyncio.to_thread(self.images.record_check, name, check))

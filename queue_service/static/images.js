@@ -47,6 +47,36 @@
     });
   }
 
+  function minutesSeconds(seconds) {
+    var s = Math.round(seconds || 0);
+    return s < 60 ? s + " s" : Math.floor(s / 60) + " min " + (s % 60) + " s";
+  }
+
+  // Whether the engine holds the image, and the background build of a heavy one (queued,
+  // building with its step and last log line, built, failed with the reason).
+  function engineCell(image) {
+    var build = image.build;
+    if (build && build.state === "building") {
+      return el("div", {}, [
+        el("span", { className: "text-primary", text: "building" + (build.step ? ", " + build.step : "") }),
+        el("div", { className: "fgpu-build-line text-muted small", text: build.last_line }),
+      ]);
+    }
+    if (build && build.state === "failed") {
+      return el("span", { className: "text-danger", text: "✗ build failed: " + build.reason });
+    }
+    if (image.on_engine) {
+      // A build that ran steps built the image; one without found it up to date.
+      var took = build && build.state === "built" && build.step
+        ? " (built in " + minutesSeconds(build.seconds) + ")" : "";
+      return el("span", { className: "text-success", text: "✓ on the engine" + took });
+    }
+    if (build && build.state === "queued") {
+      return el("span", { className: "text-muted", text: "queued for building" });
+    }
+    return el("span", { className: "text-danger", text: "✗ not on the engine: not offered" });
+  }
+
   function button(label, kind, action, image) {
     return el("button", {
       type: "button",
@@ -72,6 +102,7 @@
     ];
     if (config.manager) {
       cells.push(el("td", { className: "fgpu-visibility", text: image.hidden ? "hidden" : "visible" }));
+      cells.push(el("td", { className: "fgpu-engine" }, [engineCell(image)]));
       cells.push(el("td", {}, [checkCell(image.check)]));
       cells.push(el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, [
         button("Edit", "outline-primary", openEdit, image),
@@ -191,4 +222,9 @@
     $("image-form").addEventListener("submit", submit);
   }
   load();
+  // Builds behind the hub take minutes: follow them while any is queued or under way.
+  setInterval(function () {
+    var busy = images.some(function (i) { return i.build && /queued|building/.test(i.build.state); });
+    if (busy && !document.querySelector("dialog[open]")) load();
+  }, 5000);
 })();
