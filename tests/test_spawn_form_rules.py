@@ -6,14 +6,17 @@ preset's slots, and asking more than is free now says that the session will wait
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
+import signal
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
 from .harness import QueueUser, containers_with, running_hub
+from .test_queue_service import queue_service_pid
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -114,3 +117,26 @@ def test_a_preset_launches_its_slots_and_more_than_is_free_warns(two_fgpu_hub, s
     screenshot(page, "spawn-form-rules-will-wait")
     page.keyboard.press("Home")
     expect(warning).to_be_hidden()
+
+
+def test_the_form_still_renders_with_a_plain_note_when_the_service_does_not_answer(
+    two_fgpu_hub, student, page
+):
+    log_in(page, two_fgpu_hub, student.name)
+    service = queue_service_pid(two_fgpu_hub)
+    os.kill(service, signal.SIGSTOP)
+    try:
+        # Not waiting for "load": the indicator above the form is the service's own page.
+        page.goto(f"{two_fgpu_hub.url}/hub/spawn", wait_until="domcontentloaded")
+        expect(page.locator("form#spawn_form")).to_be_visible()
+        note = page.locator("#fgpu-form-note")
+        expect(note).to_have_text(
+            "The queue service did not answer, so the images, what is free for you and the "
+            "presets could not be shown here; starting a server may fail until it is back. "
+            "Reload this page to try again."
+        )
+        # The site's own limits stand in for the cluster's: 4 fGPU for one session.
+        assert page.locator("#fgpu-fgpu").get_attribute("max") == "4.0"
+        screenshot(page, "spawn-form-rules-no-service")
+    finally:
+        os.kill(service, signal.SIGCONT)
