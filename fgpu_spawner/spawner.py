@@ -57,6 +57,13 @@ from .storage import (
     session_mounts,
 )
 
+#: What the spawn form reads from the queue service, in render_form's order, as its note names
+#: them; and how long it waits for each before rendering without it (a stopped service would
+#: otherwise hold the page for every retry of every read).
+FORM_READS = ("the images", "what is free for you", "the presets")
+FORM_READ_SECONDS = 10
+_UNANSWERED = (SpawnException, asyncio.TimeoutError)
+
 
 def ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
@@ -411,17 +418,40 @@ class FGPUSpawner(DockerSpawner):
     @default("options_form")
     def _default_options_form(self):
         async def render(spawner):
-            return form.render_spawn_form(
-                spawner.request_limits,
-                await spawner.user_catalog(),
-                units_per_gpu=spawner.units_per_gpu,
-                simulated=spawner.gpu_sharing == "simulated",
-                cpu_step=spawner.cpu_step,
-                previous=spawner.user_options,
-                resource_groups=offered_groups(await spawner.user_resources()),
-            )
+            return await spawner.render_form()
 
         return render
+
+    async def render_form(self) -> str:
+        """The spawn form from what the queue service says now (the catalog, this user's free
+        resources and presets). A service that does not answer leaves a plain note on a form of
+        the site's limits, not an error page: the student sees what is wrong and can retry."""
+        answers = await asyncio.gather(
+            *(
+                asyncio.wait_for(read, FORM_READ_SECONDS)
+                for read in (self.user_catalog(), self.user_resources(), self.user_presets())
+            ),
+            return_exceptions=True,
+        )
+        for answer in answers:
+            if isinstance(answer, Exception) and not isinstance(answer, _UNANSWERED):
+                raise answer
+        catalog, resources, presets = (None if isinstance(a, Exception) else a for a in answers)
+        missing = [
+            what for what, a in zip(FORM_READS, answers, strict=True) if isinstance(a, Exception)
+        ]
+        return form.render_spawn_form(
+            self.request_limits,
+            catalog or Catalog(()),
+            units_per_gpu=self.units_per_gpu,
+            simulated=self.gpu_sharing == "simulated",
+            cpu_step=self.cpu_step,
+            previous=self.user_options,
+            resource_groups=offered_groups(resources or {}),
+            resources=resources,
+            presets=presets or [],
+            note=form.unavailable_note(missing),
+        )
 
     @default("options_from_form")
     def _default_options_from_form(self):

@@ -14,6 +14,7 @@ from playwright.sync_api import Browser, Page, Response, expect
 from image_catalog import load_catalog
 
 from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
+from .harness import QueueUser
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -38,6 +39,13 @@ def log_in_to_spawn_form(page: Page, hub, username: str) -> None:
     expect(page.locator("#fgpu-image")).to_be_visible()
 
 
+def capacity(hub, username: str) -> dict:
+    """The cluster's capacity as the queue service tells this user (api/resources)."""
+    response = QueueUser(hub, username).call("GET", "resources")
+    assert response.status_code == 200, response.text
+    return response.json()["capacity"]
+
+
 def is_spawn_post(response: Response) -> bool:
     return response.request.method == "POST" and "/hub/spawn" in response.url
 
@@ -59,12 +67,19 @@ def test_form_spawns_jupyterlab_in_a_limited_container(
     assert [o.inner_text().strip() for o in options.all()] == [i.display_name for i in catalog]
     cpu = page.locator("input#fgpu-cpu[type=range][name=cpu]")
     expect(cpu).to_be_visible()
-    assert (cpu.get_attribute("min"), cpu.get_attribute("max")) == ("0.5", "4.0")
+    # One session's limits (0.5 to 4 cores, up to 4 fGPU), within what this hub could ever grant.
+    most = capacity(hub, username)
+    assert (cpu.get_attribute("min"), cpu.get_attribute("max")) == (
+        "0.5",
+        str(min(4.0, most["cpu"] // 0.5 * 0.5)),
+    )
     expect(page.locator("input#fgpu-mem-slider[type=range]")).to_be_attached()
     expect(page.locator("input#fgpu-mem[name=mem]")).to_have_value("2G")
-    fgpu = page.locator("input#fgpu-fgpu[name=fgpu]")
-    expect(fgpu).to_be_enabled()
-    assert (fgpu.get_attribute("max"), fgpu.get_attribute("value")) == ("4.0", "0.0")
+    # This hub has no GPU: its fGPU slider is off and says why, and sends nothing.
+    assert most["fgpu"] == 0
+    expect(page.locator("input#fgpu-fgpu")).to_be_disabled()
+    expect(page.locator("input[name=fgpu]")).to_have_count(0)
+    expect(page.locator(".fgpu-form")).to_contain_text("This hub does not offer GPUs yet.")
 
     page.select_option("#fgpu-image", "scikit-learn-1.4")
     expect(page.locator("#fgpu-image-desc")).to_contain_text("scikit-learn 1.4.2")
@@ -137,20 +152,22 @@ def test_moving_the_sliders_updates_the_shown_values(hub, page, username):
     expect(cpu).to_have_value("1.5")
     expect(cpu_value).to_have_text("1.5 cores")
 
-    # Dragging the thumb with the mouse: from 1.5 to 2.5 of 0.5..4 cores.
+    # Dragging the thumb with the mouse: from 1.5 to the slider's end (the cluster's cores, at
+    # most 4).
     box = cpu.bounding_box()
     assert box is not None
+    most = float(cpu.get_attribute("max"))
 
     def x_of(value: float) -> float:
-        return box["x"] + box["width"] * (value - 0.5) / (4 - 0.5)
+        return box["x"] + box["width"] * (value - 0.5) / (most - 0.5)
 
     y = box["y"] + box["height"] / 2
     page.mouse.move(x_of(1.5), y)
     page.mouse.down()
-    page.mouse.move(x_of(2.5), y, steps=5)
+    page.mouse.move(x_of(most), y, steps=5)
     page.mouse.up()
-    expect(cpu).to_have_value("2.5")
-    expect(cpu_value).to_have_text("2.5 cores")
+    expect(cpu).to_have_value(f"{most:g}")
+    expect(cpu_value).to_have_text(f"{most:g} cores")
 
     # The memory slider writes its value, in GiB, into the memory field that is submitted. Set
     # through the DOM, as a move would, so that this holds whatever the slider's layout (see below).

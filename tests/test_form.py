@@ -1,3 +1,4 @@
+import json
 import re
 
 from fgpu_spawner.form import options_from_form, render_spawn_form
@@ -115,3 +116,169 @@ def test_one_group_is_named_as_plain_text_and_sends_nothing():
 def test_without_groups_the_form_is_as_before():
     html = render_spawn_form(LIMITS, CATALOG)
     assert "resource_group" not in html and "Resource group" not in html
+
+
+def resources_answer(cpu=2.0, mem=4 * GIB, fgpu=2.0, free=None, groups=None) -> dict:
+    """An api/resources answer for a user, as the queue service gives it."""
+    capacity = {"cpu": cpu, "mem": mem, "fgpu": fgpu}
+    free = free or capacity
+    return {
+        "capacity": capacity,
+        "allocatable": free,
+        "units_per_gpu": 2,
+        "resource_groups": groups
+        or {"default": {"capacity": capacity, "allocatable": free, "allowed": True}},
+    }
+
+
+GPU_LIMITS = RequestLimits(LIMITS.cpu, LIMITS.mem, Range(0, 4, 0))
+
+
+def slider(html: str, name: str) -> str:
+    return re.search(rf'<input type="range"[^>]*id="{name}"[^>]*>', html, re.S).group(0)
+
+
+def test_sliders_stop_at_what_the_cluster_can_ever_grant():
+    # A 2-fGPU hub with 2 cores and 4G: one session may ask 4 fGPU, 4 cores and 8G by the site's
+    # limits, but nothing here could ever grant that.
+    html = render_spawn_form(GPU_LIMITS, CATALOG, resources=resources_answer())
+    assert 'max="2.0"' in slider(html, "fgpu-fgpu")
+    assert 'max="2.0"' in slider(html, "fgpu-cpu")
+    assert 'max="4.0"' in slider(html, "fgpu-mem-slider")
+    # The default memory (2G) fits; the help names the clamped range.
+    assert 'name="mem" value="2G"' in html and "Between 256M and 4G" in html
+
+
+def test_the_largest_group_the_user_may_use_sets_the_ceiling():
+    small = {"cpu": 1.0, "mem": GIB, "fgpu": 1.0}
+    big = {"cpu": 3.0, "mem": 6 * GIB, "fgpu": 3.0}
+    huge = {"cpu": 64.0, "mem": 512 * GIB, "fgpu": 16.0}
+    groups = {
+        "small": {"capacity": small, "allocatable": small, "allowed": True},
+        "big": {"capacity": big, "allocatable": big, "allowed": True},
+        "vip": {"capacity": huge, "allocatable": huge, "allowed": False},
+    }
+    html = render_spawn_form(GPU_LIMITS, CATALOG, resources=resources_answer(groups=groups))
+    assert 'max="3.0"' in slider(html, "fgpu-fgpu")
+    assert 'max="3.0"' in slider(html, "fgpu-cpu")
+    assert 'max="6.0"' in slider(html, "fgpu-mem-slider")
+
+
+def test_without_the_service_the_site_limits_stand_and_a_note_says_why():
+    html = render_spawn_form(GPU_LIMITS, CATALOG, note="The queue service did not answer.")
+    assert 'max="4' in slider(html, "fgpu-fgpu")
+    assert re.search(r'id="fgpu-form-note"[^>]*>The queue service did not answer.<', html)
+    assert 'id="fgpu-free"' not in html
+
+
+def test_the_note_names_what_is_missing():
+    from fgpu_spawner.form import unavailable_note
+
+    assert unavailable_note([]) == ""
+    note = unavailable_note(["the images", "what is free for you", "the presets"])
+    assert note.startswith(
+        "The queue service did not answer, so the images, what is free for you and the presets "
+        "could not be shown here"
+    )
+
+
+PRESETS = [
+    {"name": "CPU small", "cpu": 1.0, "mem": GIB, "fgpu": 0.0, "available": True, "reason": ""},
+    {
+        "name": "half GPU",
+        "cpu": 2.0,
+        "mem": 4 * GIB,
+        "fgpu": 1.0,
+        "available": True,
+        "reason": "",
+    },
+    {
+        "name": "whole node",
+        "cpu": 8.0,
+        "mem": 32 * GIB,
+        "fgpu": 4.0,
+        "available": False,
+        "reason": "Needs 8 cores; one session may have at most 4 cores.",
+    },
+]
+
+
+def preset_rows(html: str) -> list[tuple[str, bool, str]]:
+    rows = re.findall(
+        r'<input class="form-check-input" type="radio" name="preset" [^>]*value="([^"]*)"'
+        r"([^>]*)>\s*<label[^>]*>(.*?)</label>",
+        html,
+        re.S,
+    )
+    return [
+        (value, "disabled" in attrs, re.sub(r"<[^>]+>", " | ", text)) for value, attrs, text in rows
+    ]
+
+
+def test_presets_are_listed_beside_custom_those_off_limits_disabled_with_the_reason():
+    html = render_spawn_form(GPU_LIMITS, CATALOG, presets=PRESETS)
+    assert preset_rows(html) == [
+        ("", False, "Custom: the sliders below"),
+        ("CPU small", False, "CPU small — 1 core, 1G"),
+        ("half GPU", False, "half GPU — 2 cores, 4G, 1 fGPU"),
+        (
+            "whole node",
+            True,
+            "whole node — 8 cores, 32G, 4 fGPU | Not available: Needs 8 cores; one session may "
+            "have at most 4 cores. | ",
+        ),
+    ]
+    assert re.search(r'id="fgpu-preset-custom" value=""\s*checked', html)
+    # The browser fills the sliders from the preset's slots.
+    assert 'value="half GPU"\n        data-cpu="2.0" data-mem="4294967296" data-fgpu="1.0"' in html
+
+
+def test_the_previous_preset_is_picked_again_while_it_is_available():
+    html = render_spawn_form(GPU_LIMITS, CATALOG, presets=PRESETS, previous={"preset": "half GPU"})
+    assert re.search(r'value="half GPU"[^>]*checked', html)
+    gone = render_spawn_form(
+        GPU_LIMITS, CATALOG, presets=PRESETS, previous={"preset": "whole node"}
+    )
+    assert re.search(r'id="fgpu-preset-custom" value=""\s*checked', gone)
+
+
+def test_no_presets_no_choice():
+    assert 'name="preset"' not in render_spawn_form(GPU_LIMITS, CATALOG, presets=[])
+
+
+def free_data(html: str) -> dict:
+    return json.loads(re.search(r'id="fgpu-free">(.*?)</script>', html, re.S).group(1))
+
+
+def test_the_warning_reads_what_is_free_for_the_user_now_in_all_and_per_group():
+    free = {"cpu": 1.5, "mem": 3 * GIB, "fgpu": 1.0}
+    full = {"cpu": 0, "mem": 0, "fgpu": 0}
+    groups = {
+        "default": {"capacity": free, "allocatable": free, "allowed": True},
+        "vip": {"capacity": free, "allocatable": full, "allowed": False},
+    }
+    html = render_spawn_form(
+        GPU_LIMITS, CATALOG, resources=resources_answer(free=free, groups=groups)
+    )
+    figures = {
+        "amount": {"cpu": 1.5, "mem": 3 * GIB, "fgpu": 1.0},
+        "text": {"cpu": "1.5 cores", "mem": "3G", "fgpu": "1 fGPU"},
+    }
+    assert free_data(html) == {"": figures, "default": figures}
+    assert re.search(r'id="fgpu-form-warning"[^>]*role="status"', html)
+
+
+def test_a_preset_sends_the_preset_alone_and_custom_sends_the_sliders():
+    data = {"image": ["sk"], "preset": ["half GPU"], "cpu": ["1"], "mem": ["2G"], "fgpu": ["0"]}
+    assert options_from_form(data) == {"image": "sk", "preset": "half GPU"}
+    data["preset"] = [""]
+    assert options_from_form(data) == {"image": "sk", "cpu": "1", "mem": "2G", "fgpu": "0"}
+
+
+def test_env_lines_become_an_object_and_come_back_as_lines():
+    data = {"image": ["sk"], "env": ["SEED=42\r\n\r\nMODE=a=b\nFLAG\n"]}
+    env = {"SEED": "42", "MODE": "a=b", "FLAG": ""}
+    assert options_from_form(data) == {"image": "sk", "env": env}
+    assert options_from_form({"image": ["sk"], "env": ["  \n"]}) == {"image": "sk"}
+    html = render_spawn_form(LIMITS, CATALOG, previous={"env": env})
+    assert ">SEED=42\nMODE=a=b\nFLAG=</textarea>" in html
