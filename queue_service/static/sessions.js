@@ -261,6 +261,8 @@
       return el("div", { className: "form-check", "data-preset": p.name, "data-available": String(p.available) },
         [el("input", radio), label]);
     }));
+    // A lone "Custom" choice says nothing: the group shows only where the site has presets.
+    field("presets").classList.toggle("d-none", list.length === 0);
   }
 
   function loadPresets() {
