@@ -67,6 +67,12 @@ def pages(browser: Browser) -> Iterator[Callable[[], Page]]:
         page.context.close()
 
 
+@pytest.fixture
+def page(pages) -> Page:
+    """One browser page of its own for the test (`pages` opens more)."""
+    return pages()
+
+
 def _again_after_a_network_change(goto: Callable) -> Callable:
     """Chromium fails a navigation under way with ERR_NETWORK_CHANGED whenever an interface
     comes or goes, loopback targets included, and the engine adds one for every container it

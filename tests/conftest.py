@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 from image_catalog.catalog import DEFAULT_CATALOG_PATH
 
 # The browser fixtures serve every module that drives Chromium.
-from .browser import browser, pages  # noqa: F401
+from .browser import browser, page, pages  # noqa: F401
 from .harness import ROOT, docker_client, running_hub
 
 # A hub's two databases on SQLite and PostgreSQL, for the backup and restore tests.
@@ -140,6 +140,27 @@ def one_gpu_hub(tmp_path_factory, docker_engine):
     Each module finds it empty, as `gpu_hub` does."""
     env = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "1"}
     yield from shared_hub("one-gpu-hub", tmp_path_factory, env=env)
+
+
+#: The presets of `preset_hub`: one plain, one of a GPU slice, one above one session's 4 fGPU
+#: (listed, unavailable, with the reason).
+SITE_PRESETS = [
+    {"name": "CPU small", "cpu": 0.5, "mem": "256M"},
+    {"name": "half GPU", "cpu": 0.5, "mem": "512M", "fgpu": 1},
+    {"name": "all GPUs", "cpu": 1, "mem": "1G", "fgpu": 8},
+]
+
+
+@pytest.fixture(scope="session")
+def preset_hub(tmp_path_factory, docker_engine):
+    """One simulated 8 GiB GPU of 2 fGPU and the site's presets (`SITE_PRESETS`): the hub of the
+    presets and spawn-form modules. Their tests stop what they started."""
+    env = {
+        "FGPU_SIMULATED_GPUS": "1x8GiB",
+        "FGPU_UNITS_PER_GPU": "2",
+        "FGPU_PRESETS": json.dumps(SITE_PRESETS),
+    }
+    yield from shared_hub("preset-hub", tmp_path_factory, env=env)
 
 
 #: Session hubs that modules share, each module's tests in turn (the `hub` fixture's servers are

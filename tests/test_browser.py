@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Browser, Page, Response, expect
+from playwright.sync_api import Page, Response, expect
 
 from image_catalog import load_catalog
 
@@ -19,15 +19,6 @@ from .harness import QueueUser
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 GIB = 1024**3
-
-
-@pytest.fixture
-def page(browser: Browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    yield page
-    context.close()
 
 
 def log_in_to_spawn_form(page: Page, hub, username: str) -> None:

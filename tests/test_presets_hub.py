@@ -5,7 +5,6 @@ options, each bad value answered with a 4xx and a message and nothing left behin
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import sqlite3
 
@@ -14,29 +13,12 @@ import requests
 from playwright.sync_api import expect
 
 from .browser import SESSIONS_PAGE, SPAWN_TIMEOUT_MS, log_in, rows, screenshot
-from .harness import QueueUser, containers_with, running_hub
+from .harness import QueueUser, containers_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 GIB = 1024**3
-SITE_PRESETS = [
-    {"name": "CPU small", "cpu": 0.5, "mem": "256M"},
-    {"name": "half GPU", "cpu": 0.5, "mem": "512M", "fgpu": 1},
-    # Above the default user quota's 4 fGPU and one session's 4: listed, unavailable.
-    {"name": "all GPUs", "cpu": 1, "mem": "1G", "fgpu": 8},
-]
 IMAGE = {"image": "python-3.11"}
-
-
-@pytest.fixture(scope="module")
-def preset_hub(tmp_path_factory, docker_engine):
-    env = {
-        "FGPU_SIMULATED_GPUS": "1x8GiB",
-        "FGPU_UNITS_PER_GPU": "2",
-        "FGPU_PRESETS": json.dumps(SITE_PRESETS),
-    }
-    with running_hub(tmp_path_factory.mktemp("preset-hub"), env=env) as hub:
-        yield hub
 
 
 @pytest.fixture

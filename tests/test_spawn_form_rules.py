@@ -5,56 +5,30 @@ preset's slots, and asking more than is free now says that the session will wait
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
 import signal
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Page, expect
 
 from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
-from .harness import QueueUser, containers_with, running_hub
+from .harness import QueueUser, containers_with
 from .test_queue_service import queue_service_pid
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 MIB = 1024**2
-PRESETS = [
-    {"name": "half GPU", "cpu": 0.5, "mem": "512M", "fgpu": 1},
-    # Above one session's 4 fGPU: listed, disabled, with the reason.
-    {"name": "all GPUs", "cpu": 1, "mem": "1G", "fgpu": 8},
-]
-
-
-@pytest.fixture(scope="module")
-def two_fgpu_hub(tmp_path_factory, docker_engine):
-    env = {
-        "FGPU_SIMULATED_GPUS": "1x8GiB",
-        "FGPU_UNITS_PER_GPU": "2",
-        "FGPU_PRESETS": json.dumps(PRESETS),
-    }
-    with running_hub(tmp_path_factory.mktemp("spawn-form-hub"), env=env) as hub:
-        yield hub
 
 
 @pytest.fixture
-def student(two_fgpu_hub):
-    person = QueueUser(two_fgpu_hub, f"stud-{secrets.token_hex(3)}")
+def student(preset_hub):
+    person = QueueUser(preset_hub, f"stud-{secrets.token_hex(3)}")
     yield person
-    two_fgpu_hub.stop_servers(
+    preset_hub.stop_servers(
         {(person.name, s["server_name"]) for s in person.sessions()}, timeout=120
     )
-
-
-@pytest.fixture
-def page(browser: Browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    yield page
-    context.close()
 
 
 def open_form(page: Page, hub, user: str, server: str = "") -> None:
@@ -62,9 +36,9 @@ def open_form(page: Page, hub, user: str, server: str = "") -> None:
     expect(page.locator("form#spawn_form #fgpu-image")).to_be_visible()
 
 
-def test_the_fgpu_slider_stops_at_the_clusters_two_fgpu(two_fgpu_hub, student, page):
-    log_in(page, two_fgpu_hub, student.name)
-    open_form(page, two_fgpu_hub, student.name)
+def test_the_fgpu_slider_stops_at_the_clusters_two_fgpu(preset_hub, student, page):
+    log_in(page, preset_hub, student.name)
+    open_form(page, preset_hub, student.name)
     fgpu = page.locator("input#fgpu-fgpu[name=fgpu]")
     assert fgpu.get_attribute("max") == "2.0"
     # As a student pushes it all the way: it stops at 2, the whole GPU.
@@ -86,9 +60,9 @@ def test_the_fgpu_slider_stops_at_the_clusters_two_fgpu(two_fgpu_hub, student, p
     screenshot(page, "spawn-form-rules-capacity")
 
 
-def test_a_preset_launches_its_slots_and_more_than_is_free_warns(two_fgpu_hub, student, page):
-    log_in(page, two_fgpu_hub, student.name)
-    open_form(page, two_fgpu_hub, student.name, "first")
+def test_a_preset_launches_its_slots_and_more_than_is_free_warns(preset_hub, student, page):
+    log_in(page, preset_hub, student.name)
+    open_form(page, preset_hub, student.name, "first")
     page.check("#fgpu-presets [data-preset='half GPU'] input")
     # The sliders show the preset, and are not sent with it.
     expect(page.locator("#fgpu-fgpu")).to_be_disabled()
@@ -104,7 +78,7 @@ def test_a_preset_launches_its_slots_and_more_than_is_free_warns(two_fgpu_hub, s
     assert "SEED=42" in container.attrs["Config"]["Env"]
 
     # With 1 of the 2 fGPU held, a second server asking 2 fGPU would wait: the form says so.
-    open_form(page, two_fgpu_hub, student.name, "second")
+    open_form(page, preset_hub, student.name, "second")
     warning = page.locator("#fgpu-form-warning")
     expect(warning).to_be_hidden()
     page.locator("#fgpu-fgpu").focus()
@@ -120,14 +94,14 @@ def test_a_preset_launches_its_slots_and_more_than_is_free_warns(two_fgpu_hub, s
 
 
 def test_the_form_still_renders_with_a_plain_note_when_the_service_does_not_answer(
-    two_fgpu_hub, student, page
+    preset_hub, student, page
 ):
-    log_in(page, two_fgpu_hub, student.name)
-    service = queue_service_pid(two_fgpu_hub)
+    log_in(page, preset_hub, student.name)
+    service = queue_service_pid(preset_hub)
     os.kill(service, signal.SIGSTOP)
     try:
         # Not waiting for "load": the indicator above the form is the service's own page.
-        page.goto(f"{two_fgpu_hub.url}/hub/spawn", wait_until="domcontentloaded")
+        page.goto(f"{preset_hub.url}/hub/spawn", wait_until="domcontentloaded")
         expect(page.locator("form#spawn_form")).to_be_visible()
         note = page.locator("#fgpu-form-note")
         expect(note).to_have_text(
