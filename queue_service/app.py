@@ -608,6 +608,7 @@ class QueueService(Application):
             prepare=self.discover_node,
             sessions=self.session_lister(docker_client),
             watch=freeze.check if freeze else None,
+            calls=calls,
         )
         self.stats = StatsSampler(
             docker_client,

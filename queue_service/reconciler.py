@@ -40,6 +40,7 @@ import docker.errors
 import requests
 
 from . import end_reasons
+from .container_calls import ContainerCalls, ContainerUnresponsive
 from .hub_client import HubError
 from .models import Status, as_utc
 from .session_containers import DockerSessionLister, deployment_of, session_from_labels
@@ -63,6 +64,7 @@ class Reconciler:
         prepare=None,
         sessions=None,
         watch=None,
+        calls: ContainerCalls | None = None,
     ):
         self.manager = manager
         self.log = log
@@ -80,6 +82,7 @@ class Reconciler:
         self.sessions = sessions or DockerSessionLister(docker_client)
         # Called with each round's live containers: frozen_containers.FreezeWatch.check.
         self.watch = watch
+        self.calls = calls or ContainerCalls(log=log)
         self._respawning: set[str] = set()
         # When the engine last listed the sessions, and when `run`'s last round ended: the
         # health checks (health.py) read them.
@@ -173,9 +176,7 @@ class Reconciler:
                 record.server_name,
                 record.id,
             )
-            stopped = await asyncio.get_running_loop().run_in_executor(
-                None, _stop_and_remove, running[record.id], self.log
-            )
+            stopped = await self._stop_container(record.id, running[record.id])
             if stopped:
                 await self.manager.release_where(
                     [record.id],
@@ -249,9 +250,18 @@ class Reconciler:
             )
             if (record.user, record.server_name) not in owned and await self._hub_stops(record):
                 continue
-            await asyncio.get_running_loop().run_in_executor(
-                None, _stop_and_remove, container, self.log
+            await self._stop_container(record.id, container)
+
+    async def _stop_container(self, session_id: str, container) -> bool:
+        """Stop and remove, bounded (container_calls.py): a container the engine does not answer
+        about is reported and tried again next round, never waited on."""
+        try:
+            return await self.calls.call(
+                container.id, session_id, "stop", _stop_and_remove, container, self.log
             )
+        except ContainerUnresponsive as e:
+            self._say("%s", e)
+            return False
 
     async def _hub_stops(self, record) -> bool:
         """Ask the hub to stop the record's server, if the hub lists it; True if it did."""
