@@ -123,6 +123,17 @@ def test_a_launch_at_the_session_quota_waits_for_the_quota_and_says_which(fgpu_j
     )
 
 
+def test_at_the_session_quota_with_the_cluster_full_too_both_are_said(fgpu_js):
+    """Others ending alone would not start it: the quota is named, and the cluster too."""
+    ask = {"cpu": 0.5, "mem": GIB // 2, "fgpu": 0.5, "count": 1}
+    full = {**AT_SESSION_QUOTA, "free": slots(0, 5 * GIB, 1)}
+    outlook = fgpu_js("launchOutlook", ask, full, [SESSIONS_USED_UP, PENDING_LEFT])
+    assert outlook["text"] == (
+        "1 will wait in the queue (PENDING) until your quota has room and others end. "
+        + SESSIONS_USED_UP["text"]
+    )
+
+
 def test_beyond_the_pending_quota_a_launch_is_refused_and_says_so(fgpu_js):
     ask = {"cpu": 0.5, "mem": GIB // 2, "fgpu": 0, "count": 3}
     outlook = fgpu_js("launchOutlook", ask, AT_SESSION_QUOTA, [SESSIONS_USED_UP, PENDING_LEFT])

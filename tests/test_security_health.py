@@ -12,7 +12,7 @@ from .test_security_handlers import EVIL, Browser, narrow_admin_token
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SCRIPTED = {**EVIL, "Sec-Fetch-Mode": "cors"}
-CHECKS = {"database", "engine", "scheduler"}
+CHECKS = {"database", "engine", "scheduler", "containers"}
 
 
 def health_url(hub) -> str:

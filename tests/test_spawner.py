@@ -153,21 +153,25 @@ def test_stopping_the_server_removes_its_container(hub, username):
     assert containers_with({"fgpu.user": username}) == []
 
 
+#: Each with an image, which every launch must name, so that the refusal is the value's own.
 BAD_OPTIONS = [
-    ({"cpu": -1}, "greater than zero"),
-    ({"cpu": 0}, "greater than zero"),
-    ({"cpu": "NaN"}, "finite"),
-    ({"cpu": "two"}, "must be a number"),
-    ({"cpu": 1000}, "limited to"),
-    ({"mem": 0}, "greater than zero"),
-    ({"mem": "-1G"}, "not a size"),
-    ({"mem": "lots"}, "not a size"),
-    ({"mem": "1T"}, "limited to"),
-    ({"fgpu": -1}, "greater than zero"),
-    ({"fgpu": 1}, "can never start"),
-    ({"image": "no-such-image"}, "Unknown image"),
-    ({"gpu_count": 2}, "Unknown option(s): gpu_count"),
-]
+    ({"image": "python-3.11", **bad}, message)
+    for bad, message in [
+        ({"cpu": -1}, "greater than zero"),
+        ({"cpu": 0}, "greater than zero"),
+        ({"cpu": "NaN"}, "finite"),
+        ({"cpu": "two"}, "must be a number"),
+        ({"cpu": 1000}, "limited to"),
+        ({"mem": 0}, "greater than zero"),
+        ({"mem": "-1G"}, "not a size"),
+        ({"mem": "lots"}, "not a size"),
+        ({"mem": "1T"}, "limited to"),
+        ({"fgpu": -1}, "greater than zero"),
+        ({"fgpu": 1}, "can never start"),
+        ({"image": "no-such-image"}, "Unknown image"),
+        ({"gpu_count": 2}, "Unknown option(s): gpu_count"),
+    ]
+] + [({}, "A launch names its image")]
 
 
 @pytest.mark.parametrize(("options", "message"), BAD_OPTIONS, ids=lambda v: json.dumps(v))

@@ -223,11 +223,14 @@ var fgpu = (function () {
       .forEach(function (l) { now = Math.min(now, Math.max(0, Math.floor(l.left))); });
     if (now >= r.count) return null;
     var byCluster = scope.free ? fit(scope.free) : now;
-    var quota = byCluster > now;
     var binding = (limits || []).filter(function (l) {
       if (l.kind === "sessions") return l.left < r.count;
       return l.kind !== "pending" && r[l.kind] > 0 && l.left + 1e-9 < r[l.kind] * r.count;
     });
+    // A quota that binds is named even when the cluster is short too: others ending alone
+    // would not start the rest.
+    var quota = byCluster > now || binding.length > 0;
+    var clusterShort = byCluster < r.count;
     var waiting = r.count - now, refused = 0;
     (limits || []).filter(function (l) { return l.kind === "pending" && l.left < waiting; }).forEach(function (l) {
       refused = Math.max(refused, waiting - Math.max(0, Math.floor(l.left)));
@@ -236,7 +239,8 @@ var fgpu = (function () {
     waiting -= refused;
     var text = (now ? now + " will start now; " : "") +
       (waiting ? waiting + " will wait in the queue (PENDING) until " +
-        (quota ? "your quota has room" : "others end") + ". " : "") +
+        (quota ? "your quota has room" + (clusterShort ? " and others end" : "") : "others end") +
+        ". " : "") +
       (refused ? refused + " will be refused: no more requests may wait. " : "") +
       (quota || refused ? binding.map(function (l) { return l.text; }).join(" ") : "");
     return { now: now, waiting: waiting, refused: refused, quota: quota, text: text.trim() };
