@@ -1,10 +1,10 @@
-"""The framework images as the seeds use them: a real session of each on a real hub, the version
-printed in the web terminal through the proxy, and a small model trained for one epoch on
-synthetic data in a notebook kernel of that session.
+"""The framework images as the seeds use them: the table of what each must print and the training
+cell it must run for one epoch on synthetic data. The sessions themselves run in the seeds'
+walk-through (tests/test_seeds_walkthrough.py), one of each image, each printing its version in
+the web terminal and training in a notebook kernel.
 
-Each session of these images is heavy (TensorFlow alone takes about half a GB when imported), so
-the sessions run one after another on the shared hub. scripts/test builds the images first
-(`python -m image_catalog build --heavy`); a missing one fails here, never skips.
+scripts/test builds the images first (`python -m image_catalog build --heavy`); a missing one
+fails here, never skips.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from image_catalog import load_catalog
 from image_catalog.build import heavy_names
 
-from .harness import containers_with, docker_client, in_kernel, in_terminal
+from .harness import docker_client
 
-pytestmark = [pytest.mark.docker, pytest.mark.hub]
+pytestmark = [pytest.mark.docker]
 
 KERAS_EPOCH = """
 import numpy as np, tensorflow as tf
@@ -57,24 +57,16 @@ def test_every_heavy_image_of_the_catalog_is_tested_here():
     assert sorted(heavy_names(load_catalog())) == sorted(FRAMEWORKS)
 
 
-@pytest.mark.parametrize("name", FRAMEWORKS)
-def test_a_session_prints_its_version_and_trains_one_epoch(hub, username, name):
-    module, version, training = FRAMEWORKS[name]
-    reference = load_catalog().get(name).image
-    assert docker_client().images.list(name=reference), (
-        f"{reference} is not built: python -m image_catalog build {name}"
-    )
-    response = hub.start_server(username, {"image": name, "cpu": 1, "mem": "2G"})
-    assert response.status_code in (201, 202), response.text
-    hub.wait_ready(username, timeout=240)
-    (container,) = containers_with({"fgpu.user": username})
-    assert container.labels["fgpu.image"] == name
-
-    command = f"python -c 'import {module}; print(\"version\", {module}.__version__)'"
-    printed = in_terminal(hub, username, command)
-    assert f"version {version}" in printed.splitlines(), printed
-
-    output = in_kernel(hub, username, training)
+def trained_one_epoch(output: str) -> None:
+    """What a training cell printed says one epoch ran, with a finite, sane loss."""
     trained = re.search(r"trained (\d+) epoch\(s\), loss ([0-9.e-]+)", output)
     assert trained, output
     assert trained[1] == "1" and 0 < float(trained[2]) < 10, output
+
+
+def test_every_heavy_image_is_built_on_this_engine():
+    for name in FRAMEWORKS:
+        reference = load_catalog().get(name).image
+        assert docker_client().images.list(name=reference), (
+            f"{reference} is not built: python -m image_catalog build {name}"
+        )

@@ -5,7 +5,8 @@ limits → the web terminal prints the framework's version and `ls` shows the no
 0.5 fGPU session whose `nvidia-smi` shows its share → 3 × 1 fGPU: two run, one waits → a Stop asks
 first → the waiting one runs by itself → the other TensorFlow version and PyTorch print theirs.
 
-The terminal and the kernel are reached as JupyterLab reaches them (terminado's and the kernel's
+Each framework image is checked here as the seeds check it (tests/test_frameworks.py holds the
+table and the training cells). The terminal and the kernel are reached as JupyterLab reaches them (terminado's and the kernel's
 websockets through the hub's proxy, with the student's token); every other step is the page's.
 Screenshots go to test-output/browser/seeds-*.png.
 """
@@ -31,6 +32,7 @@ from .browser import (
     submit_launch,
 )
 from .harness import QueueUser, in_kernel, in_terminal
+from .test_frameworks import FRAMEWORKS, trained_one_epoch
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -71,11 +73,14 @@ def a_notebook(hub, name: str, server: str, path: str) -> None:
     assert response.status_code in (200, 201), response.text
 
 
-def version_in_terminal(hub, name: str, server: str, module: str) -> str:
+def prints_its_version_and_trains(hub, name: str, server: str, image: str) -> None:
+    """As the seeds check a framework image: its version printed in the web terminal, and a small
+    model trained for one epoch on synthetic data in a notebook kernel."""
+    module, version, training = FRAMEWORKS[image]
     command = f"python -c 'import {module}; print(\"version\", {module}.__version__)' 2>/dev/null"
     printed = in_terminal(hub, name, command, server)
-    (line,) = [line for line in printed.splitlines() if line.startswith("version ")]
-    return line.split()[1]
+    assert f"version {version}" in printed.splitlines(), printed
+    trained_one_epoch(in_kernel(hub, name, training, server))
 
 
 def test_the_seeds_walkthrough_as_a_student(gpu_hub, pages):
@@ -103,8 +108,8 @@ def test_the_seeds_walkthrough_as_a_student(gpu_hub, pages):
     limits = in_kernel(gpu_hub, name, CGROUP_LIMITS, server).split()
     assert limits == ["cores", "1.0", "memory", str(2 * GIB)], limits
     a_notebook(gpu_hub, name, server, "seed.ipynb")
-    assert version_in_terminal(gpu_hub, name, server, "tensorflow") == "2.17.1"
     assert "seed.ipynb" in in_terminal(gpu_hub, name, "ls", server).split()
+    prints_its_version_and_trains(gpu_hub, name, server, "tensorflow-2.17-cpu")
     stop_everything(page)
 
     # 0.5 fGPU (of 2 per GPU: a quarter of the 8 GiB GPU): nvidia-smi shows the share.
@@ -133,15 +138,11 @@ def test_the_seeds_walkthrough_as_a_student(gpu_hub, pages):
     screenshot(page, "seeds-06-the-waiting-one-runs")
     stop_everything(page)
 
-    # The other TensorFlow version and PyTorch, each printing its own.
-    for image, module, version in (
-        ("tensorflow-2.15-cpu", "tensorflow", "2.15.1"),
-        ("pytorch-2.13-cpu", "torch", "2.13.0+cpu"),
-    ):
+    # The other TensorFlow version and PyTorch, each printing its own and training.
+    for image in ("tensorflow-2.15-cpu", "pytorch-2.13-cpu"):
         launch(page, image, cpu=1, mem_gib=2, fgpu=0, count=1)
         submit_launch(page)
         expect(rows(page, "RUNNING")).to_have_count(1, timeout=SPAWN_TIMEOUT_MS)
-        server = server_of(student, "RUNNING", image)
-        assert version_in_terminal(gpu_hub, name, server, module) == version
+        prints_its_version_and_trains(gpu_hub, name, server_of(student, "RUNNING", image), image)
         stop_everything(page)
     screenshot(page, "seeds-07-done")
