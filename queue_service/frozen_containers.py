@@ -98,8 +98,8 @@ class FreezeWatch:
         self.root = root
         self.clock = clock
         self.log = log
-        self._frozen_since: dict[str, float] = {}
-        self._sessions: dict[str, str] = {}
+        # Frozen containers: {container id: (session id, frozen since)}.
+        self._frozen: dict[str, tuple[str, float]] = {}
         self._thaws: deque[Thaw] = deque(maxlen=50)
 
     async def check(self, running: dict) -> None:
@@ -112,18 +112,19 @@ class FreezeWatch:
             paused = (container.attrs.get("State") or "") == "paused"
             if paused or (path is not None and read_frozen(path)):
                 frozen[container.id] = (session_id, paused, path)
-        self._frozen_since = {cid: self._frozen_since.get(cid, now) for cid in frozen}
-        self._sessions = {cid: sid for cid, (sid, _, _) in frozen.items()}
+        self._frozen = {
+            cid: (sid, self._frozen.get(cid, (sid, now))[1]) for cid, (sid, _, _) in frozen.items()
+        }
         for container_id, (session_id, paused, path) in frozen.items():
-            since = self._frozen_since[container_id]
+            since = self._frozen[container_id][1]
             if now - since >= self.thaw_after:
                 await self._thaw(container_id, session_id, paused, path, now - since)
 
     def frozen(self) -> list[dict]:
         now = self.clock()
         return [
-            {"container": cid[:12], "session_id": self._sessions[cid], "for": round(now - since)}
-            for cid, since in sorted(self._frozen_since.items(), key=lambda item: item[1])
+            {"container": cid[:12], "session_id": sid, "for": round(now - since)}
+            for cid, (sid, since) in sorted(self._frozen.items(), key=lambda item: item[1][1])
         ]
 
     def thaws(self) -> list[Thaw]:
@@ -140,8 +141,7 @@ class FreezeWatch:
                 self._say("cannot thaw %s through %s: %s", container_id[:12], path, e)
         if not how:
             return
-        self._frozen_since.pop(container_id, None)
-        self._sessions.pop(container_id, None)
+        self._frozen.pop(container_id, None)
         thaw = Thaw(container_id, session_id, frozen_for, self.clock(), "; ".join(how))
         self._thaws.append(thaw)
         self._say(

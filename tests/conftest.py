@@ -16,7 +16,7 @@ from image_catalog.catalog import DEFAULT_CATALOG_PATH
 
 # The browser fixtures serve every module that drives Chromium.
 from .browser import browser, page, pages  # noqa: F401
-from .harness import ROOT, docker_client, running_hub
+from .harness import ROOT, QueueUser, docker_client, running_hub
 
 # A hub's two databases on SQLite and PostgreSQL, for the backup and restore tests.
 from .hub_state import hub_dbs, private_image  # noqa: F401
@@ -161,6 +161,16 @@ def preset_hub(tmp_path_factory, docker_engine):
         "FGPU_PRESETS": json.dumps(SITE_PRESETS),
     }
     yield from shared_hub("preset-hub", tmp_path_factory, env=env)
+
+
+@pytest.fixture
+def preset_student(preset_hub):
+    """A new user of `preset_hub`; whatever they started is stopped after the test."""
+    person = QueueUser(preset_hub, f"stud-{secrets.token_hex(3)}")
+    yield person
+    preset_hub.stop_servers(
+        {(person.name, s["server_name"]) for s in person.sessions()}, timeout=120
+    )
 
 
 #: Session hubs that modules share, each module's tests in turn (the `hub` fixture's servers are

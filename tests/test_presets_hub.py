@@ -21,15 +21,6 @@ GIB = 1024**3
 IMAGE = {"image": "python-3.11"}
 
 
-@pytest.fixture
-def student(preset_hub):
-    person = QueueUser(preset_hub, f"stud-{secrets.token_hex(3)}")
-    yield person
-    preset_hub.stop_servers(
-        {(person.name, s["server_name"]) for s in person.sessions()}, timeout=120
-    )
-
-
 def nothing_left(hub, user: str) -> None:
     """No queue record, no hub server (stopped ones too), no container of `user`."""
     with contextlib.closing(sqlite3.connect(hub.workdir / "fgpu_queue.sqlite")) as db:
@@ -39,11 +30,11 @@ def nothing_left(hub, user: str) -> None:
     assert containers_with({"fgpu.user": user}) == []
 
 
-def test_presets_are_listed_with_the_reason_when_one_is_unavailable(preset_hub, student):
+def test_presets_are_listed_with_the_reason_when_one_is_unavailable(preset_hub, preset_student):
     group = preset_hub.join_group(
-        student.name, {"fgpu_presets": [{"name": "lab", "cpu": 1, "mem": "1G"}]}
+        preset_student.name, {"fgpu_presets": [{"name": "lab", "cpu": 1, "mem": "1G"}]}
     )
-    response = student.call("GET", "presets")
+    response = preset_student.call("GET", "presets")
     assert response.status_code == 200, response.text
     rows = {row["name"]: row for row in response.json()["presets"]}
     assert list(rows) == ["CPU small", "half GPU", "all GPUs", "lab"]
@@ -57,13 +48,13 @@ def test_presets_are_listed_with_the_reason_when_one_is_unavailable(preset_hub, 
     assert group
 
 
-def test_only_the_spawner_and_admins_read_anothers_presets(preset_hub, student):
+def test_only_the_spawner_and_admins_read_anothers_presets(preset_hub, preset_student):
     other = QueueUser(preset_hub, f"other-{secrets.token_hex(3)}")
-    refused = other.call("GET", "presets", params={"user": student.name})
+    refused = other.call("GET", "presets", params={"user": preset_student.name})
     assert refused.status_code == 403, refused.text
     # A token that may not reach the service at all.
     narrow = preset_hub.request(
-        "POST", f"users/{student.name}/tokens", json={"scopes": ["read:users:name!user"]}
+        "POST", f"users/{preset_student.name}/tokens", json={"scopes": ["read:users:name!user"]}
     )
     assert narrow.status_code == 201, narrow.text
     url = f"{preset_hub.url}/services/queue/api/presets"
@@ -71,27 +62,27 @@ def test_only_the_spawner_and_admins_read_anothers_presets(preset_hub, student):
     assert requests.get(url, headers=headers, timeout=60).status_code == 403
     spawner = requests.get(
         url,
-        params={"user": student.name},
+        params={"user": preset_student.name},
         headers={"Authorization": f"token {preset_hub.spawner_token}"},
         timeout=60,
     )
     assert spawner.status_code == 200 and spawner.json()["presets"]
 
 
-def test_a_named_launch_with_a_preset_and_env_runs_with_them(preset_hub, student):
+def test_a_named_launch_with_a_preset_and_env_runs_with_them(preset_hub, preset_student):
     body = {**IMAGE, "preset": "half GPU", "name": "mnist", "env": {"SEED": "42"}}
-    response = student.call("POST", "sessions", json=body)
+    response = preset_student.call("POST", "sessions", json=body)
     assert response.status_code == 201, response.text
     (server,) = response.json()["servers"]
     assert server["server_name"] == "mnist"
     session = server["session"]
     assert (session["cpu"], session["mem"], session["fgpu"]) == (0.5, 512 * 1024**2, 1.0)
-    student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180)
-    (container,) = containers_with({"fgpu.user": student.name})
+    preset_student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180)
+    (container,) = containers_with({"fgpu.user": preset_student.name})
     env = dict(item.split("=", 1) for item in container.attrs["Config"]["Env"])
     assert env["SEED"] == "42" and env["FGPU_FGPU"] == "1"
     # The name is taken while that session lives.
-    again = student.call("POST", "sessions", json={**IMAGE, "cpu": 0.5, "mem": "256M",
+    again = preset_student.call("POST", "sessions", json={**IMAGE, "cpu": 0.5, "mem": "256M",
                                                    "name": "mnist"})  # fmt: skip
     assert again.status_code == 409, again.text
     assert "already have a live session named 'mnist'" in again.json()["message"]
@@ -112,12 +103,12 @@ def test_a_named_launch_with_a_preset_and_env_runs_with_them(preset_hub, student
         ({**IMAGE, "cpu": 0.5, "mem": "256M", "env": "A=1"}, 400, "must be an object"),
     ],
 )  # fmt: skip
-def test_a_bad_launch_option_is_refused_and_leaves_nothing(preset_hub, student, body, status,
+def test_a_bad_launch_option_is_refused_and_leaves_nothing(preset_hub, preset_student, body, status,
                                                              fragment):  # fmt: skip
-    response = student.call("POST", "sessions", json=body)
+    response = preset_student.call("POST", "sessions", json=body)
     assert response.status_code == status, response.text
     assert fragment in response.json()["message"]
-    nothing_left(preset_hub, student.name)
+    nothing_left(preset_hub, preset_student.name)
 
 
 @pytest.mark.parametrize(
@@ -129,24 +120,28 @@ def test_a_bad_launch_option_is_refused_and_leaves_nothing(preset_hub, student, 
         ({**IMAGE, "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "set by the hub"),
     ],
 )
-def test_the_hubs_own_start_refuses_the_same_and_leaves_nothing(preset_hub, student, body,
+def test_the_hubs_own_start_refuses_the_same_and_leaves_nothing(preset_hub, preset_student, body,
                                                                  fragment):  # fmt: skip
-    response = preset_hub.start_server(student.name, body, server="mine")
+    response = preset_hub.start_server(preset_student.name, body, server="mine")
     assert response.status_code == 400, response.text
     assert fragment in response.json()["message"]
     with contextlib.closing(sqlite3.connect(preset_hub.workdir / "fgpu_queue.sqlite")) as db:
-        rows = db.execute("SELECT id FROM sessions WHERE user = ?", (student.name,)).fetchall()
+        rows = db.execute(
+            "SELECT id FROM sessions WHERE user = ?", (preset_student.name,)
+        ).fetchall()
     assert rows == []
-    assert containers_with({"fgpu.user": student.name}) == []
+    assert containers_with({"fgpu.user": preset_student.name}) == []
 
 
-def test_the_hubs_own_start_takes_a_preset_and_env(preset_hub, student):
+def test_the_hubs_own_start_takes_a_preset_and_env(preset_hub, preset_student):
     body = {**IMAGE, "preset": "CPU small", "env": {"SEED": "7"}}
-    response = preset_hub.start_server(student.name, body, server="lab")
+    response = preset_hub.start_server(preset_student.name, body, server="lab")
     assert response.status_code in (201, 202), response.text
-    (session,) = student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180)
+    (session,) = preset_student.wait_for(
+        lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180
+    )
     assert (session["server_name"], session["cpu"], session["mem"]) == ("lab", 0.5, 256 * 1024**2)
-    (container,) = containers_with({"fgpu.user": student.name})
+    (container,) = containers_with({"fgpu.user": preset_student.name})
     assert "SEED=7" in container.attrs["Config"]["Env"]
 
 

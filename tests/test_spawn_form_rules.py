@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import signal
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
-from .harness import QueueUser, containers_with
+from .harness import containers_with
 from .test_queue_service import queue_service_pid
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
@@ -22,23 +21,14 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 MIB = 1024**2
 
 
-@pytest.fixture
-def student(preset_hub):
-    person = QueueUser(preset_hub, f"stud-{secrets.token_hex(3)}")
-    yield person
-    preset_hub.stop_servers(
-        {(person.name, s["server_name"]) for s in person.sessions()}, timeout=120
-    )
-
-
 def open_form(page: Page, hub, user: str, server: str = "") -> None:
     page.goto(f"{hub.url}/hub/spawn/{user}/{server}" if server else f"{hub.url}/hub/spawn")
     expect(page.locator("form#spawn_form #fgpu-image")).to_be_visible()
 
 
-def test_the_fgpu_slider_stops_at_the_clusters_two_fgpu(preset_hub, student, page):
-    log_in(page, preset_hub, student.name)
-    open_form(page, preset_hub, student.name)
+def test_the_fgpu_slider_stops_at_the_clusters_two_fgpu(preset_hub, preset_student, page):
+    log_in(page, preset_hub, preset_student.name)
+    open_form(page, preset_hub, preset_student.name)
     fgpu = page.locator("input#fgpu-fgpu[name=fgpu]")
     assert fgpu.get_attribute("max") == "2.0"
     # As a student pushes it all the way: it stops at 2, the whole GPU.
@@ -60,9 +50,9 @@ def test_the_fgpu_slider_stops_at_the_clusters_two_fgpu(preset_hub, student, pag
     screenshot(page, "spawn-form-rules-capacity")
 
 
-def test_a_preset_launches_its_slots_and_more_than_is_free_warns(preset_hub, student, page):
-    log_in(page, preset_hub, student.name)
-    open_form(page, preset_hub, student.name, "first")
+def test_a_preset_launches_its_slots_and_more_than_is_free_warns(preset_hub, preset_student, page):
+    log_in(page, preset_hub, preset_student.name)
+    open_form(page, preset_hub, preset_student.name, "first")
     page.check("#fgpu-presets [data-preset='half GPU'] input")
     # The sliders show the preset, and are not sent with it.
     expect(page.locator("#fgpu-fgpu")).to_be_disabled()
@@ -71,14 +61,14 @@ def test_a_preset_launches_its_slots_and_more_than_is_free_warns(preset_hub, stu
     page.fill("#fgpu-env", "SEED=42")
     screenshot(page, "spawn-form-rules-preset")
     page.click("#spawn_form button[type=submit]")
-    page.wait_for_url(re.compile(rf"/user/{student.name}/first/"), timeout=SPAWN_TIMEOUT_MS)
-    (session,) = student.wait_for(lambda s: [r for r in s if r["status"] == "RUNNING"])
+    page.wait_for_url(re.compile(rf"/user/{preset_student.name}/first/"), timeout=SPAWN_TIMEOUT_MS)
+    (session,) = preset_student.wait_for(lambda s: [r for r in s if r["status"] == "RUNNING"])
     assert (session["cpu"], session["mem"], session["fgpu"]) == (0.5, 512 * MIB, 1.0)
-    (container,) = containers_with({"fgpu.user": student.name})
+    (container,) = containers_with({"fgpu.user": preset_student.name})
     assert "SEED=42" in container.attrs["Config"]["Env"]
 
     # With 1 of the 2 fGPU held, a second server asking 2 fGPU would wait: the form says so.
-    open_form(page, preset_hub, student.name, "second")
+    open_form(page, preset_hub, preset_student.name, "second")
     warning = page.locator("#fgpu-form-warning")
     expect(warning).to_be_hidden()
     page.locator("#fgpu-fgpu").focus()
@@ -94,9 +84,9 @@ def test_a_preset_launches_its_slots_and_more_than_is_free_warns(preset_hub, stu
 
 
 def test_the_form_still_renders_with_a_plain_note_when_the_service_does_not_answer(
-    preset_hub, student, page
+    preset_hub, preset_student, page
 ):
-    log_in(page, preset_hub, student.name)
+    log_in(page, preset_hub, preset_student.name)
     service = queue_service_pid(preset_hub)
     os.kill(service, signal.SIGSTOP)
     try:
