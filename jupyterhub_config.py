@@ -227,6 +227,8 @@ c.JupyterHub.services = [
             f"--QueueService.engine={engine}",
             f"--QueueService.pending_timeout={pending_timeout}",
             f"--QueueService.idle_timeout={idle_timeout}",
+            # Sessions are told their planned end through the proxy (the status bar's time left).
+            f"--QueueService.proxy_url={c.JupyterHub.bind_url.replace('//0.0.0.0:', '//127.0.0.1:')}",
             f"--QueueService.lifetime_warning={end_warning}",
             # The heavy framework images are built behind the hub (queue_service/image_builds.py).
             f"--QueueService.build_in_background={build_images}",

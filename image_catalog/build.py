@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from . import labextension
 from .catalog import RECIPES_DIR, Catalog, CatalogImage, load_catalog
 
 Log = Callable[[str], None]
@@ -467,6 +468,23 @@ def prepare_context(
             target = ca_dest / cert.relative_to(ca_dir)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(cert, target)
+    _compile_extensions(image, dest)
+
+
+def _compile_extensions(image: CatalogImage, dest: Path) -> None:
+    """Each JupyterLab extension source in the recipe, compiled into <source>/labextension/."""
+    for source in labextension.extension_sources(dest):
+        version = image.build_args.get("JUPYTERLAB_VERSION")
+        if not version:
+            raise BuildError(
+                f"{image.name}: the recipe carries the JupyterLab extension {source.name}, "
+                "so its entry must pin JUPYTERLAB_VERSION in build_args"
+            )
+        try:
+            built = labextension.compiled(source, version, cache_dir())
+        except labextension.ExtensionBuildError as e:
+            raise BuildError(f"{image.name}: {e}") from e
+        shutil.copytree(built, source / labextension.OUTPUT_DIR, dirs_exist_ok=True)
 
 
 def _files_in(folder: Path) -> list[str]:

@@ -52,6 +52,7 @@ from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
 from .server_removal import ServerRemover
 from .session_containers import DockerSessionLister
+from .session_end_notice import EndNotice
 from .session_services import SwarmSessionLister
 from .state_dir import queue_db_url, with_driver
 from .stats import StatsSampler
@@ -433,6 +434,16 @@ class QueueService(Application):
         the state directory. The service hands it to the agents as a Swarm secret.
         """,
     )
+    proxy_url = Unicode(
+        "",
+        config=True,
+        help="""
+        The hub proxy's address as this service reaches it (the shipped config passes the hub's
+        bind URL, e.g. http://127.0.0.1:8000). Each running session is told its planned end
+        through it, for the time left in its JupyterLab status bar (session_end_notice.py).
+        Empty: sessions are not told; the Sessions page still shows the end.
+        """,
+    )
     idle_timeout = Float(
         0.0,
         config=True,
@@ -641,6 +652,7 @@ class QueueService(Application):
             warning_lead=self.lifetime_warning,
             # Sessions on other machines (Swarm) are warned on the page only.
             notifier=DockerNotifier(docker_client, calls, locks) if freeze else None,
+            end_notice=self._end_notice(),
             log=self.log,
         )
         self.manager.ends_of = self.automatic_ends.view
@@ -718,6 +730,12 @@ class QueueService(Application):
             self._engine_images_task = asyncio.create_task(self.watch_engine_images())
         self._builds_task = asyncio.create_task(self.builds.run())
         await self.reconciler.run(self.reconcile_interval)
+
+    def _end_notice(self) -> EndNotice | None:
+        if not self.proxy_url:
+            return None
+        base_url = os.environ.get("JUPYTERHUB_BASE_URL", "/")
+        return EndNotice(self.proxy_url, base_url, self.hub.token, log=self.log)
 
     @property
     def builds_here(self) -> bool:

@@ -392,6 +392,7 @@ class AutomaticEnds:
         idle_timeout: float = 0.0,
         warning_lead: float = 600.0,
         notifier=None,
+        end_notice=None,
         clock=time.time,
         log=None,
     ):
@@ -401,6 +402,8 @@ class AutomaticEnds:
         self.idle_timeout = idle_timeout
         self.warning_lead = warning_lead
         self.notifier = notifier
+        # Tells each running session its planned end, for its status bar (session_end_notice.py).
+        self.end_notice = end_notice
         self.clock = clock
         self.log = log
         self._ends: dict[str, PlannedEnd] = {}
@@ -516,6 +519,10 @@ class AutomaticEnds:
             self._seen.add(record.id)
             if end is not None and not end.by_culler and now >= end.at:
                 self._end(record, end)
+        if self.end_notice is not None:
+            await self.end_notice.tell(
+                {r.id: (r.user, r.server_name, self.view(r.id)) for r in running}
+            )
 
     def _idle_since(self, record, policy: IdlePolicy, activity: dict) -> float:
         """Since when the session has been idle by its policy: its start, the hub's last activity,

@@ -1,10 +1,13 @@
-"""System-wide Jupyter Server settings for fgpu-hub images: TensorBoard behind jupyter-server-proxy.
+"""System-wide Jupyter Server settings for fgpu-hub images.
 
-TensorBoard is started on demand at `<base_url>tensorboard/` the first time someone opens it, and
-reads event files from ~/tensorboard-logs.
+- TensorBoard behind jupyter-server-proxy: started on demand at `<base_url>tensorboard/` the first
+  time someone opens it, reading event files from ~/tensorboard-logs.
+- jupyter-resource-usage's CPU and memory against the slice, and the session's own status bar item
+  (the fGPU slice and the time left, session-status/) fed through JupyterLab's page config.
 """
 
 import contextlib
+import json
 import os
 from pathlib import Path
 
@@ -57,3 +60,31 @@ c.ServerProxy.servers = {
 # jupyter-resource-usage: JupyterLab's status bar shows CPU and memory against the session's slice
 # (CPU_LIMIT and MEM_LIMIT, set by the spawner; the memory limit is read by default).
 c.ResourceUseDisplay.track_cpu_percent = True
+if os.environ.get("CPU_LIMIT"):
+    # jupyter-resource-usage 1.x compares the limit with the CPU use in percent of one core
+    # (api.py: `cpu_limit - cpu_percent`), so a limit given in cores (0.5) warned (red) at any
+    # use: give it in percent of one core too (0.5 core = 50 %).
+    c.ResourceUseDisplay.cpu_limit = float(os.environ["CPU_LIMIT"]) * 100
+
+
+def _session_page_config():
+    """What the status bar's session item shows (session-status/index.js), from the spawner's
+    environment; nothing outside a hub session (no FGPU_SESSION_ID)."""
+    session_id = os.environ.get("FGPU_SESSION_ID")
+    if not session_id:
+        return {}
+    session = {
+        "id": session_id,
+        "fgpu": float(os.environ.get("FGPU_FGPU") or 0),
+        "cpu": float(os.environ.get("FGPU_CPU") or 0),
+        "mem": int(os.environ.get("FGPU_MEM") or 0),
+        "sessionsUrl": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "services/queue/sessions",
+    }
+    return {"fgpuSession": json.dumps(session)}
+
+
+# JupyterLab merges the server's `page_config_data` setting into every page's config. (A plain
+# dict: jupyterhub-singleuser reads this setting before the config is merged.)
+c.ServerApp.tornado_settings = {"page_config_data": _session_page_config()}
+# Where the queue service tells the session its planned end (fgpu_session_end.py).
+c.ServerApp.jpserver_extensions.update({"fgpu_session_end": True})
