@@ -5,7 +5,8 @@ both databases' schema revisions against the migrations this install knows (an a
 newer version is refused), and its signature when the site has a backup key (fgpu_admin/
 signing.py). The layers inside are checked too, before anything is asked or changed: a home tar
 may hold only files and folders of its own folder, owned by the session user once restored
-(home_tar.py); an image tar may name only the private image the manifest lists (image_tar.py).
+(home_tar.py); an image tar may name only the private image the manifest lists (image_tar.py);
+a PostgreSQL dump reaches psql with its backslash commands locked (sql_dump.py).
 Everything goes only where this site's config says (the state directory, FGPU_CATALOG_PATH,
 FGPU_SWARM_HOME_ROOT, home volumes), never where the archive says. Existing state here (a
 database, a state file, a home, a private image) is overwritten only after a yes: asked on a
@@ -25,6 +26,7 @@ import contextlib
 import gzip
 import importlib.util
 import os
+import secrets
 import sys
 import tarfile
 import tempfile
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from queue_service import state_dir
 
-from . import archive, home_tar, image_tar, signing
+from . import archive, home_tar, image_tar, signing, sql_dump
 from .archive import ArchiveError, Digest
 from .backup import (
     HOME_MOUNT,
@@ -112,6 +114,7 @@ def run(args) -> int:
             extract(path, manifest, Path(staging))
             # The inner tars too are checked whole before anything is asked or changed.
             replaced_images = check_engine_parts(manifest, Path(staging), engine)
+            lock_dumps(manifest, Path(staging))
         except OSError as e:  # a full disk, say
             raise AdminError(
                 f"cannot unpack the archive here ({e.strerror or e}); nothing changed"
@@ -530,10 +533,23 @@ def _restore_engine_parts(manifest: dict, staging: Path, engine, helper_image: s
         _restore_home(engine, home, _safe(staging / home["member"]), helper_image)
 
 
+def lock_dumps(manifest: dict, staging: Path) -> None:
+    """Each PostgreSQL dump's copy for psql, its backslash commands locked (sql_dump.py)."""
+    key = secrets.token_hex(16)
+    for database in manifest["databases"].values():
+        if database.get("kind") == "postgresql":
+            staged = staging / database["member"]
+            sql_dump.locked_copy(staged, _locked(staged), key, database["member"])
+
+
+def _locked(staged: Path) -> Path:
+    return staged.with_name(staged.name + ".locked")
+
+
 def _restore_database(url: str, staged: Path, mode: int) -> None:
     path = sqlite_file(url)
     if path is None:
-        with open(staged, "rb") as dump:
+        with open(_locked(staged), "rb") as dump:
             psql(url, "--single-transaction", "-c", EMPTY_POSTGRES, "-f", "-", stdin=dump)
         return
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,13 +25,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from fgpu_admin import archive, home_tar, image_tar, signing
+from fgpu_admin import archive, home_tar, image_tar, signing, sql_dump
 from fgpu_admin.archive import ArchiveError
 from fgpu_admin.cli import main
 from queue_service import state_dir
 
 from .harness import VENV_BIN
-from .hub_state import make_hub_state
+from .hub_state import hub_db_rows, make_hub_state
 
 # ---------------------------------------------------------------------------------------------
 # Crafting archives.
@@ -228,6 +228,22 @@ def test_every_name_an_image_tar_carries_is_found(tmp_path):
     image_tar.check_names({"fgpu-private/a:1"}, "fgpu-private/a:1", True)
     with pytest.raises(ArchiveError, match="not a private image"):
         image_tar.check_names({"fgpu/jupyter-base:py3.11"}, "fgpu/jupyter-base:py3.11", False)
+
+
+def test_a_dump_reaches_psql_locked_and_without_its_commands():
+    dump = [
+        b"\\restrict theirs\n",
+        b"CREATE TABLE t (a text);\n",
+        b"COPY public.t (a) FROM stdin;\n",
+        b"\\N\n",  # a NULL in COPY data: not a command
+        b"\\.\n",
+        b"SELECT 1; \\! date\n",  # mid-line: psql's lock refuses it (test below)
+        b"\\unrestrict theirs\n",
+    ]
+    locked = list(sql_dump.locked_lines(dump, "ours", "db/hub.sql"))
+    assert locked == [b"\\restrict ours\n", *dump[1:6]]
+    with pytest.raises(ArchiveError, match=r"db/hub.sql runs the psql command '\\\\!' \(line 2\)"):
+        list(sql_dump.locked_lines([dump[1], b"\\! touch /x\n"], "ours", "db/hub.sql"))
 
 
 def write_key(path: Path) -> Path:
@@ -558,3 +574,41 @@ def test_signing_needs_a_key_and_says_how_to_make_one(site, tmp_path, capsys, mo
     err = capsys.readouterr().err
     assert "--sign: no key at" in err and "openssl genpkey -algorithm ed25519" in err
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL dumps.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b"\\! touch {mark}\n", "db/hub.sql runs the psql command '\\\\!' (line 1)"),
+        (b"SELECT 1; \\! touch {mark}\n", "backslash commands are restricted"),
+    ],
+)
+def test_a_shell_command_in_a_dump_never_runs(tmp_path, monkeypatch, capsys, hub_dbs, line, why):
+    state = tmp_path / "hub"
+    state.mkdir()
+    monkeypatch.chdir(state)
+    for name in ("FGPU_CATALOG_PATH", "FGPU_SWARM_HOME_ROOT", signing.KEY_ENV):
+        monkeypatch.delenv(name, raising=False)
+    make_hub_state(state, *hub_dbs, 1, 1)
+    base = tmp_path / "base.tar.gz"
+    assert main(["backup", "--output", str(base)]) == 0
+    mark = tmp_path / "escaped"
+    dump = members_of(base)["db/hub.sql"]
+    evil = craft(
+        base,
+        tmp_path / "evil.tar.gz",
+        {"db/hub.sql": line.replace(b"{mark}", str(mark).encode()) + dump},
+    )
+    before = hub_db_rows(hub_dbs[0])
+    capsys.readouterr()
+    code = main(["restore", str(evil), "--yes"])
+    err = capsys.readouterr().err
+    assert code == 1 and why in err, err
+    assert not mark.exists()
+    assert hub_db_rows(hub_dbs[0]) == before
