@@ -349,11 +349,11 @@ def check_database(what: str, url: str) -> None:
             " (where the hub is started)"
         )
     if path is None:
-        _need("pg_dump")
-        _need("psql")
+        need_program("pg_dump")
+        need_program("psql")
 
 
-def _need(program: str) -> None:
+def need_program(program: str) -> None:
     if shutil.which(program) is None:
         raise AdminError(f"{program} is not installed: apt-get install postgresql-client")
 

@@ -27,6 +27,7 @@ import gzip
 import importlib.util
 import os
 import secrets
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -44,6 +45,7 @@ from .backup import (
     engine_error,
     engine_for,
     make_url,
+    need_program,
     psql,
     short_error,
     sqlite_file,
@@ -538,8 +540,19 @@ def lock_dumps(manifest: dict, staging: Path) -> None:
     key = secrets.token_hex(16)
     for database in manifest["databases"].values():
         if database.get("kind") == "postgresql":
+            _need_psql_lock()
             staged = staging / database["member"]
             sql_dump.locked_copy(staged, _locked(staged), key, database["member"])
+
+
+def _need_psql_lock() -> None:
+    need_program("psql")
+    version = subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout
+    if not sql_dump.knows_restrict(version):
+        raise AdminError(
+            f"{version.strip() or 'psql'} cannot lock a dump's backslash commands (\\restrict:"
+            " 13.22, 14.19, 15.14, 16.10, 17.6 and later): update postgresql-client; nothing changed"
+        )
 
 
 def _locked(staged: Path) -> Path:

@@ -23,6 +23,21 @@ _COPY_RE = re.compile(rb"^COPY .* FROM stdin;\r?\n?$")
 _COPY_END = b"\\."
 
 
+#: The first minor release of each major that knows `\restrict` (August 2025); 18 on all do.
+_RESTRICT_SINCE = {13: 22, 14: 19, 15: 14, 16: 10, 17: 6}
+_VERSION_RE = re.compile(r"\(PostgreSQL\) (\d+)(?:\.(\d+))?")
+
+
+def knows_restrict(version: str) -> bool:
+    """Whether the psql of `psql --version` (e.g. "psql (PostgreSQL) 15.18 (Debian ...)") can
+    lock a dump's commands."""
+    match = _VERSION_RE.search(version)
+    if match is None:
+        return False
+    major, minor = int(match.group(1)), int(match.group(2) or 0)
+    return major >= 18 or minor >= _RESTRICT_SINCE.get(major, 10**6)
+
+
 def locked_lines(lines: Iterable[bytes], key: str, member: str) -> Iterator[bytes]:
     """The dump's lines behind a `\\restrict key`; an ArchiveError at a line that is a psql
     command (outside COPY data)."""

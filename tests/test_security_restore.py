@@ -246,6 +246,21 @@ def test_a_dump_reaches_psql_locked_and_without_its_commands():
         list(sql_dump.locked_lines([dump[1], b"\\! touch /x\n"], "ours", "db/hub.sql"))
 
 
+@pytest.mark.parametrize(
+    ("version", "knows"),
+    [
+        ("psql (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)", True),
+        ("psql (PostgreSQL) 15.13", False),
+        ("psql (PostgreSQL) 17.6", True),
+        ("psql (PostgreSQL) 18beta1", True),
+        ("psql (PostgreSQL) 12.22", False),
+        ("", False),
+    ],
+)
+def test_only_a_psql_that_can_lock_a_dump_is_used(version, knows):
+    assert sql_dump.knows_restrict(version) is knows
+
+
 def write_key(path: Path) -> Path:
     key = Ed25519PrivateKey.generate()
     path.write_bytes(
