@@ -15,6 +15,8 @@ import contextlib
 import hashlib
 import io
 import json
+import os
+import pty
 import secrets
 import subprocess
 import tarfile
@@ -556,6 +558,32 @@ def test_site_config_code_is_installed_only_when_asked_for(site, tmp_path, capsy
     assert [p.name for p in state.iterdir()] == ["site_config.py"]
     restored(capsys, base, "--install-config")
     assert (state / "site_config.py").read_text().startswith("load_subconfig")
+
+
+def test_on_a_terminal_the_site_config_is_asked_about(site, tmp_path, capsys):
+    state, _ = site
+    (state / "site_config.py").write_text("c = get_config()\n")
+    base = backup(state, tmp_path / "config.tar.gz", capsys)
+    for answer, code in (("n", 1), ("y", 0)):
+        main_side, terminal = pty.openpty()
+        process = subprocess.Popen(
+            [str(VENV_BIN / "fgpu-hub"), "restore", str(base)],
+            cwd=state,
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.write(main_side, f"{answer}\n".encode())
+        out, err = process.communicate(timeout=120)
+        os.close(main_side)
+        os.close(terminal)
+        assert process.returncode == code, err
+        assert "Install site config site_config.py (new) (code the hub runs)? [y/N]" in out
+        if answer == "n":
+            assert err.strip().endswith("error: nothing restored")
+            assert list(state.iterdir()) == []
+    assert (state / "site_config.py").read_text() == "c = get_config()\n"
 
 
 def test_a_site_with_a_key_restores_its_own_signed_archives_alone(
