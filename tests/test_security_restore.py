@@ -230,6 +230,21 @@ def test_every_name_an_image_tar_carries_is_found(tmp_path):
     image_tar.check_names({"fgpu-private/a:1"}, "fgpu-private/a:1", True)
     with pytest.raises(ArchiveError, match="not a private image"):
         image_tar.check_names({"fgpu/jupyter-base:py3.11"}, "fgpu/jupyter-base:py3.11", False)
+    # An OCI index names images too (a newer engine tags from it).
+    annotated = {"manifests": [{"annotations": {"io.containerd.image.name": "fgpu/x:1"}}]}
+    oci = tmp_path / "oci.tar"
+    oci.write_bytes(
+        tar_bytes(
+            [
+                entry("manifest.json", json.dumps([{"RepoTags": ["fgpu-private/a:1"]}]).encode()),
+                entry("index.json", json.dumps(annotated).encode()),
+            ]
+        )
+    )
+    assert image_tar.names_in(oci) == {"fgpu-private/a:1", "fgpu/x:1"}
+    (tmp_path / "no-manifest.tar").write_bytes(tar_bytes([entry("repositories", b"{}")]))
+    with pytest.raises(ArchiveError, match="not a `docker save` tar"):
+        image_tar.names_in(tmp_path / "no-manifest.tar")
 
 
 def test_a_dump_reaches_psql_locked_and_without_its_commands():
@@ -288,6 +303,19 @@ def test_a_signature_holds_for_its_manifest_and_key_alone(tmp_path):
         signing.check(manifest, signed, signing.verify_key(theirs), theirs)
     with pytest.raises(ArchiveError, match="it is not signed"):
         signing.check(manifest, None, key, ours)
+    # A machine that only restores may hold the public half alone; it cannot sign.
+    public = tmp_path / "ours.pub"
+    public.write_bytes(
+        key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    signing.check(manifest, signed, signing.verify_key(public), public)
+    with pytest.raises(ArchiveError, match="it cannot sign"):
+        signing.signing_key(public)
+    (tmp_path / "junk.key").write_text("not a key\n")
+    with pytest.raises(ArchiveError, match="is not a PEM ed25519 key"):
+        signing.verify_key(tmp_path / "junk.key")
 
 
 # ---------------------------------------------------------------------------------------------
