@@ -112,21 +112,8 @@ def run(args) -> int:
     targets = Targets(manifest, state)
     engine = engine_for(_EngineWanted(manifest)) if any(archive.engine_parts(manifest)) else None
     with tempfile.TemporaryDirectory(dir=state, prefix=".fgpu-restore-") as staging:
-        try:
-            extract(path, manifest, Path(staging))
-            # The inner tars too are checked whole before anything is asked or changed.
-            replaced_images = check_engine_parts(manifest, Path(staging), engine)
-            lock_dumps(manifest, Path(staging))
-        except OSError as e:  # a full disk, say
-            raise AdminError(
-                f"cannot unpack the archive here ({e.strerror or e}); nothing changed"
-            ) from None
-        existing = targets.existing(engine) + replaced_images
-        if existing:
-            _confirm(existing, args.yes)
-        config = targets.config_to_install()
-        if config:
-            _confirm_config(config, args.install_config, path)
+        replaced_images = unpack_checked(path, manifest, Path(staging), engine)
+        ask_first(targets, engine, replaced_images, args)
         try:
             apply(manifest, Path(staging), targets, engine, args.helper_image)
         except OSError as e:
@@ -141,6 +128,30 @@ def run(args) -> int:
 # ---------------------------------------------------------------------------------------------
 # Checks: nothing is changed until they all pass.
 # ---------------------------------------------------------------------------------------------
+
+
+def unpack_checked(path: Path, manifest: dict, staging: Path, engine) -> list[str]:
+    """The archive unpacked in `staging`, its inner tars and dumps checked whole before anything
+    is asked or changed; the private images a load would replace."""
+    try:
+        extract(path, manifest, staging)
+        replaced_images = check_engine_parts(manifest, staging, engine)
+        lock_dumps(manifest, staging)
+    except OSError as e:  # a full disk, say
+        raise AdminError(
+            f"cannot unpack the archive here ({e.strerror or e}); nothing changed"
+        ) from None
+    return replaced_images
+
+
+def ask_first(targets: Targets, engine, replaced_images: list[str], args) -> None:
+    """What would be overwritten (`--yes`), then the site config code (`--install-config`)."""
+    existing = targets.existing(engine) + replaced_images
+    if existing:
+        _confirm(existing, args.yes)
+    config = targets.config_to_install()
+    if config:
+        _confirm_config(config, args.install_config, Path(args.file))
 
 
 def read_checked(path: Path, key_path: Path | None = None) -> dict:
