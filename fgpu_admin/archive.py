@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path, PurePosixPath
 
 from .cli import AdminError
 
@@ -168,6 +169,49 @@ def check_member_name(name: str) -> str:
         or "\\" in name
     ):
         raise ArchiveError(f"it holds a member with an unsafe name: {name!r}")
+    return name
+
+
+#: One path part: what a home folder, a state file or a site config file is named.
+_PLAIN_NAME_RE = re.compile(r"^[A-Za-z0-9_@][A-Za-z0-9_.@+-]{0,254}$")
+#: Docker's volume name grammar.
+_VOLUME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
+
+
+def home_folder(home: Mapping, root: str | None) -> Path:
+    """Where a Swarm home folder goes back: under the root this site's config names
+    (FGPU_SWARM_HOME_ROOT), by its last name part; never the root the archive names."""
+    if not root:
+        raise ArchiveError(
+            f"it holds home folder {home.get('name')!r}, and this site names no"
+            " FGPU_SWARM_HOME_ROOT: set it to where this hub keeps its home folders"
+        )
+    name = PurePosixPath(str(home.get("name", ""))).name
+    if not _PLAIN_NAME_RE.match(name):
+        raise ArchiveError(f"it holds a home folder with an unsafe name: {home.get('name')!r}")
+    return Path(root) / name
+
+
+def check_volume_name(name: object) -> str:
+    if not isinstance(name, str) or not _VOLUME_RE.match(name):
+        raise ArchiveError(f"it holds a home volume with an unsafe name: {name!r}")
+    return name
+
+
+def file_name(entry: Mapping, state_names: frozenset[str]) -> str:
+    """The name a state file or site config file is restored under, in the state directory:
+    a state file one of `state_names`, a site config file one plain `*.py` name."""
+    name = entry.get("restore_to")
+    if entry.get("kind") == "state":
+        allowed = name in state_names
+    else:
+        allowed = (
+            isinstance(name, str) and bool(_PLAIN_NAME_RE.match(name)) and name.endswith(".py")
+        )
+    if not allowed:
+        raise ArchiveError(
+            f"it would restore {entry.get('member')!r} to {name!r}, not a state file"
+        )
     return name
 
 

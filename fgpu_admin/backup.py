@@ -32,7 +32,7 @@ from pathlib import Path
 from queue_service import state_dir
 from queue_service.db_upgrade import libpq_dsn
 
-from . import archive
+from . import archive, signing
 from .archive import ArchiveError, Digest
 from .cli import AdminError
 
@@ -77,6 +77,14 @@ def add_arguments(parser) -> None:
         f" *.py files and {SERVICE_ENV_FILE} are kept anyway",
     )
     parser.add_argument(
+        "--sign",
+        nargs="?",
+        const="",
+        metavar="KEY",
+        help="sign the archive with the site's ed25519 key (KEY, else"
+        f" ${signing.KEY_ENV}, else {signing.DEFAULT_KEY}); restore then checks it",
+    )
+    parser.add_argument(
         "--helper-image",
         default=HELPER_IMAGE,
         help=f"image whose (never started) container reads home volumes (default {HELPER_IMAGE})",
@@ -103,6 +111,7 @@ def run(args) -> int:
     for what, url in (("hub", hub_url), ("queue", queue_url)):
         check_database(what, url)
     engine = engine_for(args) if (args.with_images or args.with_homes) else None
+    args.signing_key = _signing_key(args.sign)
     written = write_archive(output, state, now, args, hub_url, queue_url, engine)
     for line in archive.not_saved(written):
         print(line)
@@ -120,6 +129,20 @@ def run(args) -> int:
                 print(f"deleted {output.parent / name} (older than {args.keep_days} days)")
     print(output)
     return 0
+
+
+def _signing_key(option: str | None):
+    """The key `--sign` names, read before anything is written; None without `--sign`."""
+    if option is None:
+        return None
+    path = signing.site_key_path(option)
+    if path is None:
+        raise AdminError(
+            f"--sign: no key at {signing.DEFAULT_KEY}; make one with "
+            + signing.MAKE_KEY.format(path=signing.DEFAULT_KEY)
+            + f", or name one (--sign FILE or ${signing.KEY_ENV})"
+        )
+    return signing.signing_key(path)
 
 
 def _output_path(option: str | None, state: Path, now: datetime) -> Path:
@@ -193,7 +216,10 @@ def write_archive(output, state, now, args, hub_url, queue_url, engine) -> dict:
         ):
             writer = ArchiveWriter(file)
             manifest = _fill(writer, Path(staging), state, now, args, hub_url, queue_url, engine)
-            writer.add_bytes(archive.MANIFEST, archive.manifest_bytes(manifest))
+            manifest_data = archive.manifest_bytes(manifest)
+            writer.add_bytes(archive.MANIFEST, manifest_data)
+            if args.signing_key is not None:
+                writer.add_bytes(signing.SIGNATURE, signing.sign(manifest_data, args.signing_key))
             writer.close()
             file.flush()
             os.fsync(file.fileno())
@@ -323,11 +349,11 @@ def check_database(what: str, url: str) -> None:
             " (where the hub is started)"
         )
     if path is None:
-        _need("pg_dump")
-        _need("psql")
+        need_program("pg_dump")
+        need_program("psql")
 
 
-def _need(program: str) -> None:
+def need_program(program: str) -> None:
     if shutil.which(program) is None:
         raise AdminError(f"{program} is not installed: apt-get install postgresql-client")
 

@@ -2,9 +2,16 @@
 
 The whole archive is read and checked first: every member against the manifest's checksum, and
 both databases' schema revisions against the migrations this install knows (an archive from a
-newer version is refused). Nothing is changed until all of it holds. Existing state here (a
-database, a state file, a config file that differs, a home volume) is overwritten only after a
-yes: asked on a terminal, `--yes` otherwise. The hub must be stopped.
+newer version is refused), and its signature when the site has a backup key (fgpu_admin/
+signing.py). The layers inside are checked too, before anything is asked or changed: a home tar
+may hold only files and folders of its own folder, owned by the session user once restored
+(home_tar.py); an image tar may name only the private image the manifest lists (image_tar.py);
+a PostgreSQL dump reaches psql with its backslash commands locked (sql_dump.py).
+Everything goes only where this site's config says (the state directory, FGPU_CATALOG_PATH,
+FGPU_SWARM_HOME_ROOT, home volumes), never where the archive says. Existing state here (a
+database, a state file, a home, a private image) is overwritten only after a yes: asked on a
+terminal, `--yes` otherwise. Site config files (`*.py`, code the hub runs) are asked about on
+their own, `--install-config` otherwise. The hub must be stopped.
 
 Then: private images are loaded and home folders filled (when the archive holds them), the
 PostgreSQL databases are emptied and loaded in one transaction each, and the files (SQLite
@@ -19,6 +26,8 @@ import contextlib
 import gzip
 import importlib.util
 import os
+import secrets
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -27,7 +36,7 @@ from pathlib import Path
 
 from queue_service import state_dir
 
-from . import archive
+from . import archive, home_tar, image_tar, signing, sql_dump
 from .archive import ArchiveError, Digest
 from .backup import (
     HOME_MOUNT,
@@ -36,6 +45,7 @@ from .backup import (
     engine_error,
     engine_for,
     make_url,
+    need_program,
     psql,
     short_error,
     sqlite_file,
@@ -66,7 +76,22 @@ END $$;
 def add_arguments(parser) -> None:
     parser.add_argument("file", metavar="FILE", help="the archive fgpu-hub backup wrote")
     parser.add_argument(
-        "--yes", action="store_true", help="overwrite existing state here without asking"
+        "--yes",
+        action="store_true",
+        help="overwrite existing state (databases, state files, homes, private images) here"
+        " without asking",
+    )
+    parser.add_argument(
+        "--install-config",
+        action="store_true",
+        help="install the archive's site config files (*.py: code the hub runs) without asking;"
+        " --yes does not do this",
+    )
+    parser.add_argument(
+        "--key",
+        metavar="FILE",
+        help=f"the site's backup key, to check the archive's signature with (default:"
+        f" ${signing.KEY_ENV}, else {signing.DEFAULT_KEY} when it exists)",
     )
     parser.add_argument(
         "--helper-image",
@@ -80,21 +105,15 @@ def run(args) -> int:
     if not path.is_file():
         raise AdminError(f"{args.file}: no such archive")
     state = Path.cwd()
-    manifest = read_checked(path)
+    key_path = signing.site_key_path(args.key)
+    manifest = read_checked(path, key_path)
     archive.check_revisions(manifest, known_revisions())
     refuse_if_hub_runs(state)
     targets = Targets(manifest, state)
     engine = engine_for(_EngineWanted(manifest)) if any(archive.engine_parts(manifest)) else None
-    existing = targets.existing(engine)
-    if existing:
-        _confirm(existing, args.yes)
     with tempfile.TemporaryDirectory(dir=state, prefix=".fgpu-restore-") as staging:
-        try:
-            extract(path, manifest, Path(staging))
-        except OSError as e:  # a full disk, say
-            raise AdminError(
-                f"cannot unpack the archive here ({e.strerror or e}); nothing changed"
-            ) from None
+        replaced_images = unpack_checked(path, manifest, Path(staging), engine)
+        ask_first(targets, engine, replaced_images, args)
         try:
             apply(manifest, Path(staging), targets, engine, args.helper_image)
         except OSError as e:
@@ -111,13 +130,42 @@ def run(args) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def read_checked(path: Path) -> dict:
-    """The archive's manifest, once every member was read whole and matched its checksum."""
+def unpack_checked(path: Path, manifest: dict, staging: Path, engine) -> list[str]:
+    """The archive unpacked in `staging`, its inner tars and dumps checked whole before anything
+    is asked or changed; the private images a load would replace."""
+    try:
+        extract(path, manifest, staging)
+        replaced_images = check_engine_parts(manifest, staging, engine)
+        lock_dumps(manifest, staging)
+    except OSError as e:  # a full disk, say
+        raise AdminError(
+            f"cannot unpack the archive here ({e.strerror or e}); nothing changed"
+        ) from None
+    return replaced_images
+
+
+def ask_first(targets: Targets, engine, replaced_images: list[str], args) -> None:
+    """What would be overwritten (`--yes`), then the site config code (`--install-config`)."""
+    existing = targets.existing(engine) + replaced_images
+    if existing:
+        _confirm(existing, args.yes)
+    config = targets.config_to_install()
+    if config:
+        _confirm_config(config, args.install_config, Path(args.file))
+
+
+def read_checked(path: Path, key_path: Path | None = None) -> dict:
+    """The archive's manifest, once every member was read whole and matched its checksum, and
+    its signature matched the site's key (when the site has one)."""
+    key = signing.verify_key(key_path) if key_path else None
     seen: dict[str, tuple[str, int]] = {}
-    manifest_data = None
+    manifest_data = signature_data = None
     for member, chunks in _members(path):
         if member.name == archive.MANIFEST:
             manifest_data = b"".join(chunks)
+            continue
+        if member.name == signing.SIGNATURE:
+            signature_data = b"".join(chunks)
             continue
         digest = Digest()
         for chunk in chunks:
@@ -126,6 +174,7 @@ def read_checked(path: Path) -> dict:
     if manifest_data is None:
         raise ArchiveError(f"{path} has no manifest: it is truncated or not an fgpu-hub backup")
     try:
+        signing.check(manifest_data, signature_data, key, key_path)
         manifest = archive.parse_manifest(manifest_data)
         archive.verify(manifest, seen)
     except ArchiveError as e:
@@ -216,14 +265,24 @@ class Targets:
             "queue": state_dir.queue_db_url(),
         }
         self.files: dict[str, Path] = {}
+        self.site_config: list[str] = []
         for entry in manifest["files"]:
-            if not _same_as_installed(entry, manifest):
-                self.files[entry["member"]] = self._file_target(entry)
+            if _same_as_installed(entry, manifest):
+                continue
+            target = self._file_target(entry)
+            if entry.get("kind") == "site-config" and _same_file(target, entry, manifest):
+                continue
+            self.files[entry["member"]] = target
+            if entry.get("kind") == "site-config":
+                self.site_config.append(entry["member"])
+        _, homes = archive.engine_parts(manifest)
+        # Refused here, before anything is read further: a home that would go elsewhere.
+        self.homes = {home["member"]: home_target(home) for home in homes}
 
     def _file_target(self, entry: dict) -> Path:
         kind = entry.get("kind")
         if kind in ("state", "site-config"):
-            return self.state / Path(entry["restore_to"]).name
+            return self.state / archive.file_name(entry, STATE_FILE_NAMES)
         if kind == "catalog":
             configured = os.environ.get("FGPU_CATALOG_PATH")
             return Path(configured) if configured else self.state / "catalog.yaml"
@@ -245,7 +304,9 @@ class Targets:
                 found.append(path.name)
             elif path is None and psql(url, "-At", "-c", _ANY_TABLE).strip():
                 found.append(f"the {what} database {_safe_url(url)}")
-        for target in self.files.values():
+        for member, target in self.files.items():
+            if member in self.site_config:
+                continue  # asked on its own: config_to_install
             if target.exists() and target.parent.name != ASIDE_DIR:
                 found.append(
                     str(
@@ -256,14 +317,45 @@ class Targets:
                 )
         _, homes = archive.engine_parts(self.manifest)
         for home in homes:
-            if home.get("kind") == "volume" and _volume_exists(engine, home["name"]):
+            if home.get("kind") == "volume" and _home_volume_exists(engine, home["name"]):
                 found.append(f"home volume {home['name']}")
-            elif (
-                home.get("kind") == "folder"
-                and _home_root(home).joinpath(Path(home["name"]).name).exists()
-            ):
-                found.append(f"home folder {_home_root(home) / Path(home['name']).name}")
+            elif home.get("kind") == "folder" and self.homes[home["member"]].exists():
+                found.append(f"home folder {self.homes[home['member']]}")
         return found
+
+    def config_to_install(self) -> list[str]:
+        """The site config files (code the hub runs) the restore would install, each with
+        whether it replaces one here."""
+        listed = []
+        for member in self.site_config:
+            target = self.files[member]
+            listed.append(
+                f"{target.name} ({'replaces the one here' if target.exists() else 'new'})"
+            )
+        return listed
+
+
+#: The only names a state file of the archive may be restored under.
+STATE_FILE_NAMES = frozenset(f.name for f in state_dir.STATE_FILES)
+
+
+def _same_file(target: Path, entry: dict, manifest: dict) -> bool:
+    """A config file here with the archived content: nothing to install, nothing to ask."""
+    if not target.is_file():
+        return False
+    digest = Digest()
+    digest.update(target.read_bytes())
+    return digest.sha256 == manifest["members"][entry["member"]]["sha256"]
+
+
+def home_target(home: dict) -> Path:
+    """Where a home goes back: a folder under this site's FGPU_SWARM_HOME_ROOT, never a root the
+    archive names; a volume by its (checked) name."""
+    if home.get("kind") == "folder":
+        return archive.home_folder(home, os.environ.get("FGPU_SWARM_HOME_ROOT"))
+    if home.get("kind") == "volume":
+        return Path(archive.check_volume_name(home["name"]))
+    raise ArchiveError(f"it holds home {home.get('name')!r} of unknown kind {home.get('kind')!r}")
 
 
 def _same_as_installed(entry: dict, manifest: dict) -> bool:
@@ -282,14 +374,24 @@ def _safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _volume_exists(engine, name: str) -> bool:
+def _home_volume_exists(engine, name: str) -> bool:
+    """Whether the engine has the volume; one that is not a home volume (a group's data, say)
+    is never written into."""
     import docker.errors
 
     try:
-        engine.volumes.get(name)
-        return True
+        volume = engine.volumes.get(name)
     except docker.errors.NotFound:
         return False
+    if (volume.attrs.get("Labels") or {}).get(HOME_LABEL) != "home":
+        raise ArchiveError(
+            f"it would fill volume {name}, which is not a home volume here; nothing restored"
+        )
+    return True
+
+
+#: The label every home volume carries (fgpu_spawner/storage.py), and a restored one gets.
+HOME_LABEL = "fgpu.volume"
 
 
 def _confirm(existing: list[str], yes: bool) -> None:
@@ -308,6 +410,23 @@ def _confirm(existing: list[str], yes: bool) -> None:
         raise AdminError("nothing restored")
 
 
+def _confirm_config(config: list[str], install: bool, path: Path) -> None:
+    """Site config files are code the hub runs: installed only when the admin says so, apart
+    from --yes."""
+    listed = ", ".join(config)
+    if install:
+        print(f"installing site config {listed}", file=sys.stderr)
+        return
+    if not sys.stdin.isatty():
+        raise AdminError(
+            f"the archive holds site config files, code the hub runs: {listed}; read them"
+            f" (tar xzf {path} config/site) and run again with --install-config to install them"
+        )
+    answer = input(f"Install site config {listed} (code the hub runs)? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise AdminError("nothing restored")
+
+
 # ---------------------------------------------------------------------------------------------
 # Extracting and putting in place.
 # ---------------------------------------------------------------------------------------------
@@ -317,7 +436,7 @@ def extract(path: Path, manifest: dict, staging: Path) -> None:
     """Every listed member into `staging`, checked again as it is written (the file may have
     changed since it was read)."""
     for member, chunks in _members(path):
-        if member.name == archive.MANIFEST:
+        if member.name in (archive.MANIFEST, signing.SIGNATURE):
             for _ in chunks:
                 pass
             continue
@@ -364,6 +483,59 @@ def apply(manifest: dict, staging: Path, targets: Targets, engine, helper_image:
             os.replace(aside, target)
 
 
+def check_engine_parts(manifest: dict, staging: Path, engine) -> list[str]:
+    """Check the images' and homes' inner tars (nothing loaded, nothing written outside
+    `staging`); each home gets a checked copy with the session user as owner (`SAFE_SUFFIX`).
+    Returns the private images the load would replace on the engine, for the question."""
+    from queue_service.private_images import in_private_repository
+
+    images, homes = archive.engine_parts(manifest)
+    replaced = []
+    for image in images:
+        staged = staging / image["member"]
+        image_tar.check_names(
+            image_tar.names_in(staged), image["name"], in_private_repository(image["name"])
+        )
+        if _other_image_there(engine, image["name"], image_tar.image_id(staged)):
+            replaced.append(f"image {image['name']}")
+    for home in homes:
+        staged = staging / home["member"]
+        top = Path(HOME_MOUNT).name if home["kind"] == "volume" else home_target(home).name
+        home_tar.safe_copy(staged, _safe(staged), top, home["name"])
+        if home["kind"] == "folder":
+            _check_folder_destination(_safe(staged), home_target(home).parent)
+    return replaced
+
+
+SAFE_SUFFIX = ".checked"
+
+
+def _safe(staged: Path) -> Path:
+    return staged.with_name(staged.name + SAFE_SUFFIX)
+
+
+def _other_image_there(engine, name: str, image_id: str | None) -> bool:
+    import docker.errors
+
+    try:
+        return engine.images.get(name).id != image_id
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def _check_folder_destination(checked: Path, root: Path) -> None:
+    """Every member against the folder as it is now: a link a user made in their home (work ->
+    /etc) would make a file of the archive land outside the root. Refused before any is written."""
+    with tarfile.open(checked) as tar:
+        for member in tar:
+            try:
+                tarfile.data_filter(member, str(root))
+            except tarfile.FilterError as e:
+                raise ArchiveError(
+                    f"home {member.name.split('/')[0]}: {e}; nothing restored"
+                ) from None
+
+
 def _restore_engine_parts(manifest: dict, staging: Path, engine, helper_image: str) -> None:
     images, homes = archive.engine_parts(manifest)
     for image in images:
@@ -371,18 +543,37 @@ def _restore_engine_parts(manifest: dict, staging: Path, engine, helper_image: s
             engine.images.load(file)
         print(f"loaded {image['name']}", file=sys.stderr)
     for home in homes:
-        _restore_home(engine, home, staging / home["member"], helper_image)
+        _restore_home(engine, home, _safe(staging / home["member"]), helper_image)
 
 
-def _home_root(home: dict) -> Path:
-    """Where a Swarm home folder goes back: this hub's shared home root, else where it was."""
-    return Path(os.environ.get("FGPU_SWARM_HOME_ROOT") or Path(home["name"]).parent)
+def lock_dumps(manifest: dict, staging: Path) -> None:
+    """Each PostgreSQL dump's copy for psql, its backslash commands locked (sql_dump.py)."""
+    key = secrets.token_hex(16)
+    for database in manifest["databases"].values():
+        if database.get("kind") == "postgresql":
+            _need_psql_lock()
+            staged = staging / database["member"]
+            sql_dump.locked_copy(staged, _locked(staged), key, database["member"])
+
+
+def _need_psql_lock() -> None:
+    need_program("psql")
+    version = subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout
+    if not sql_dump.knows_restrict(version):
+        raise AdminError(
+            f"{version.strip() or 'psql'} cannot lock a dump's backslash commands (\\restrict:"
+            " 13.22, 14.19, 15.14, 16.10, 17.6 and later): update postgresql-client; nothing changed"
+        )
+
+
+def _locked(staged: Path) -> Path:
+    return staged.with_name(staged.name + ".locked")
 
 
 def _restore_database(url: str, staged: Path, mode: int) -> None:
     path = sqlite_file(url)
     if path is None:
-        with open(staged, "rb") as dump:
+        with open(_locked(staged), "rb") as dump:
             psql(url, "--single-transaction", "-c", EMPTY_POSTGRES, "-f", "-", stdin=dump)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -396,12 +587,18 @@ def _restore_database(url: str, staged: Path, mode: int) -> None:
     os.replace(aside, path)
 
 
-def _restore_home(engine, home: dict, staged: Path, helper_image: str) -> None:
+def _restore_home(engine, home: dict, checked: Path, helper_image: str) -> None:
+    """One home from its checked copy (`check_engine_parts`)."""
     if home.get("kind") == "folder":
-        with tarfile.open(staged) as tar:
-            tar.extractall(_home_root(home), filter="tar")
+        owner = home_tar.session_owner()
+        with tarfile.open(checked) as tar:
+            tar.extractall(
+                home_target(home).parent,
+                numeric_owner=True,
+                filter=lambda member, root: _as_session_user(member, root, owner),
+            )
         return
-    labels = home.get("labels") or {}
+    labels = {**(home.get("labels") or {}), HOME_LABEL: "home"}
     with contextlib.suppress(Exception):
         engine.volumes.create(home["name"], labels=labels)
     container = engine.containers.create(
@@ -411,11 +608,18 @@ def _restore_home(engine, home: dict, staged: Path, helper_image: str) -> None:
         labels={"fgpu.restore": "1"},
     )
     try:
-        with open(staged, "rb") as data:
+        with open(checked, "rb") as data:
             container.put_archive("/", data)
     finally:
         container.remove(force=True)
     print(f"filled home volume {home['name']}", file=sys.stderr)
+
+
+def _as_session_user(member: tarfile.TarInfo, root: str, owner: tuple[int, int]):
+    """tarfile's own checks for data (no link or file outside `root`), then the owner."""
+    uid, gid = owner
+    member = tarfile.data_filter(member, root)
+    return member.replace(uid=uid, gid=gid, uname="", gname="", deep=False)
 
 
 def _report(path: Path, manifest: dict, targets: Targets) -> None:
