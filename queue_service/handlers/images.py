@@ -25,6 +25,7 @@ from tornado import web
 from image_catalog import CatalogError, parse_image
 from image_catalog.labels import LabelError, entry_fields_from_labels
 
+from .. import query_args
 from ..image_check import check_singleuser, image_labels
 from ..images import CheckResult, ImageError, ImageStore, entry_of
 from ..models import utcnow
@@ -60,6 +61,8 @@ def refuse_filtered_grant(identity: dict) -> None:
 
 
 class ImageAPIHandler(BaseHandler):
+    query_arguments = {"user": "text"}  # `subject`: whose images a read is about
+
     @property
     def images(self) -> ImageStore:
         return self.settings["images"]
@@ -150,9 +153,11 @@ class ImageAPIHandler(BaseHandler):
 
 
 class ImagesHandler(ImageAPIHandler):
+    query_arguments = {"all": "flag", **ImageAPIHandler.query_arguments}
+
     @web.authenticated
     async def get(self):
-        if self.get_argument("all", "0") == "1":
+        if query_args.flag(self.get_argument("all", ""), "all", False):
             person = await self.curator()
             builds = self.settings["image_builds"].view()
             images = [
