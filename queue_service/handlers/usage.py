@@ -63,9 +63,8 @@ class UsageHandler(BaseHandler):
     def span(self) -> tuple[date, date]:
         today = self.settings["usage"].clock().date()
         last = query_args.day(self.get_argument("to", ""), "to") or today
-        first = query_args.day(self.get_argument("from", ""), "from") or last - timedelta(
-            days=DEFAULT_DAYS - 1
-        )
+        first = query_args.day(self.get_argument("from", ""), "from")
+        first = first or last - timedelta(days=DEFAULT_DAYS - 1)
         if first > last:
             raise web.HTTPError(400, f"from ({first}) is after to ({last}).")
         if (last - first).days >= MAX_DAYS:
