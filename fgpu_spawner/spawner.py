@@ -44,6 +44,7 @@ from .container_spec import (
 )
 from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
 from .grant import Grant
+from .hami_lock import make_lock_file
 from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
 from .queue_client import QueueClient, QueueError, QueueRecord
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
@@ -209,7 +210,9 @@ class FGPUSpawner(DockerSpawner):
         config=True,
         help="""
         Host folder for HAMi-core's locks, shared by every `hami` session on the host (HAMi's
-        device plugin uses the same one).
+        device plugin uses the same one). It must be a folder of the hub's user that nobody else
+        may write to: a symbolic link, or a folder or `lock` file someone else made, is refused
+        (fgpu_spawner/hami_lock.py).
         """,
     )
     hami_preload_path = Unicode(
@@ -932,11 +935,7 @@ class FGPUSpawner(DockerSpawner):
             cache.chmod(0o700)
         else:
             cache.chmod(0o777)
-        lock = Path(self.hami_lock_dir) / "lock"
-        if not lock.exists():
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            lock.touch()
-            lock.chmod(0o666)
+        make_lock_file(self.hami_lock_dir)  # never through a link planted in /tmp
 
     async def create_object(self):
         if self.gpu_sharing == "hami" and self.grant.gpus:

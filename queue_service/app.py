@@ -715,7 +715,7 @@ class QueueService(Application):
         except Exception as e:  # the engine is down: the reconciler's rounds try again
             self.log.warning("Queue service started without the Docker engine: %s", e)
         # Sessions that ended while no service of this version ran, with their nodes now known.
-        self.log.info("Usage: %d ended sessions filed", self.usage.file_unfiled())
+        self.log.info("Usage: %d ended sessions filed", await self.usage.file_unfiled())
         await self.quotas.refresh_users((r.user for r in self.manager.active_records()), self.hub)
         await self.manager.schedule()
         self._stats_task = asyncio.create_task(self.stats.run())

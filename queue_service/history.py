@@ -13,12 +13,12 @@ so that it neither waits for nor holds up the queue's passes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
-from . import end_reasons
+from . import end_reasons, query_args
 from .db import DbThread
 from .errors import Refusal
 from .models import FINAL, SessionRecord, as_utc, request_view
@@ -58,36 +58,20 @@ def parse_filters(args: dict[str, str], caller: str, admin: bool) -> HistoryFilt
     until = _moment(args.get("to"), "to", end_of_day=True)
     if since and until and since >= until:
         raise Refusal("`from` must come before `to`.")
-    limit = _whole(args.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    offset = _whole(args.get("offset"), "offset", 0, 0, None)
+    limit = query_args.whole(args.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = query_args.whole(args.get("offset"), "offset", 0, 0)
     return HistoryFilter(user, code, since, until, limit, offset)
 
 
 def _moment(text: str | None, name: str, end_of_day: bool) -> datetime | None:
     """An ISO date (the whole day counts: `to=2026-11-24` takes in all of the 24th) or an ISO
-    date and time (naive ones are UTC)."""
-    if not text:
-        return None
-    try:
-        if len(text) == 10:
-            day = date.fromisoformat(text)
-            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-            return start + timedelta(days=1) if end_of_day else start
-        # In UTC: SQLite compares the stored text, which carries no offset.
-        return as_utc(datetime.fromisoformat(text)).astimezone(UTC)
-    except ValueError:
-        raise Refusal(
-            f"`{name}` must be an ISO date (2026-11-24) or date and time, not {text!r}."
-        ) from None
-
-
-def _whole(text: str | None, name: str, default: int, low: int, high: int | None) -> int:
-    if text is None or text == "":
-        return default
-    if not text.isdigit() or int(text) < low or (high is not None and int(text) > high):
-        upper = f" to {high}" if high is not None else " or more"
-        raise Refusal(f"`{name}` must be a whole number from {low}{upper}, not {text!r}.")
-    return int(text)
+    date and time (naive ones are UTC), in UTC: SQLite compares the stored text, which carries no
+    offset."""
+    if text and len(text) == 10:
+        day = query_args.day(text, name)
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        return start + timedelta(days=1) if end_of_day else start
+    return query_args.moment(text, name)
 
 
 def finished_query(wanted: HistoryFilter):

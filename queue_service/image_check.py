@@ -1,7 +1,9 @@
 """Checks an image before it enters the catalog: is it on the engine, and does it start a server?
 
 A short container runs `jupyterhub-singleuser --version` through the image's own entrypoint, as a
-session would (without network, in a small slice). Blocking docker-py calls; the API runs them in
+session would (without network, in a small slice), and confined as a session is (the spawner's
+`hardening`: no capabilities, `no-new-privileges`): the image is an instructor's, and its
+entrypoint runs before anyone has looked at it. Blocking docker-py calls; the API runs them in
 a thread. The check container carries `fgpu.image-check` and is always removed.
 """
 
@@ -10,6 +12,8 @@ from __future__ import annotations
 import docker
 import docker.errors
 import requests
+
+from fgpu_spawner.container_spec import hardening
 
 from .images import CheckResult, ImageError
 from .models import utcnow
@@ -50,6 +54,7 @@ def check_singleuser(
             network_disabled=True,
             mem_limit="512m",
             pids_limit=256,
+            **hardening({}),
         )
         container.start()
         exit_code = container.wait(timeout=timeout)["StatusCode"]

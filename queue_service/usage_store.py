@@ -82,9 +82,13 @@ class UsageBook:
         for record in new:
             db.add(UsageRecorded(session_id=record.id))
 
-    def file_unfiled(self) -> int:
+    async def file_unfiled(self) -> int:
         """File every ended session not filed yet (those that ended before this version of the
-        service, or outside it); the service runs it once at start. Returns how many."""
+        service, or outside it); the service runs it once at start. Returns how many. On the
+        book's own thread: years of history to file must not stall the event loop."""
+        return await self._thread.run(self._file_unfiled)
+
+    def _file_unfiled(self) -> int:
         with self.db.begin() as db:
             query = select(SessionRecord).where(
                 SessionRecord.status.in_(_FINAL_VALUES),

@@ -28,7 +28,8 @@ from .swarm_lab import lab  # noqa: F401
 
 MISSING_IMAGE = "fgpu-test/never-built:1"
 
-#: The PostgreSQL server the queue tests also run against; scripts/up --setup-only starts it.
+#: The PostgreSQL server the queue tests also run against; scripts/test --setup-only starts it
+#: and makes its role (a test machine's alone: scripts/up does not).
 POSTGRES_URL_ENV = "FGPU_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://fgpu:fgpu@127.0.0.1:5432/fgpu_test"
 
@@ -252,7 +253,7 @@ def postgres_admin():
     if problem is not None:
         engine.dispose()
         pytest.fail(
-            f"No PostgreSQL answers at {url} ({problem}). Run scripts/up --setup-only, which "
+            f"No PostgreSQL answers at {url} ({problem}). Run scripts/test --setup-only, which "
             f"starts it and creates the test role and database, or point {POSTGRES_URL_ENV} at "
             "a server where the role may CREATE DATABASE.",
             pytrace=False,

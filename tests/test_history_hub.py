@@ -88,7 +88,7 @@ def test_bad_history_filters_are_a_clear_400(hub, username):
         assert response.headers["Content-Type"].startswith("application/json")
         assert words in response.json()["message"], query
     response = student.call("GET", "sessions?finished=maybe")
-    assert response.status_code == 400 and "finished must be 1 or 0" in response.json()["message"]
+    assert response.status_code == 400 and "`finished` must be 1 or 0" in response.json()["message"]
 
 
 def test_a_start_that_fails_ends_as_error_in_the_history(hub, username):

@@ -159,9 +159,9 @@ def as_spawner(hub, method: str, path: str, **kwargs) -> requests.Response:
 
 
 BAD_GRANT_CALLS = [
-    ("GET", "grants/{id}?wait=abc", None, "wait must be"),
-    ("GET", "grants/{id}?wait=nan", None, "wait must be"),
-    ("GET", "grants/{id}?wait=-1", None, "wait must be"),
+    ("GET", "grants/{id}?wait=abc", None, "`wait` must be"),
+    ("GET", "grants/{id}?wait=nan", None, "`wait` must be"),
+    ("GET", "grants/{id}?wait=-1", None, "`wait` must be"),
     ("POST", "grants", {"image": "python-3.11", "cpu": 1, "mem": 2**30}, "no user"),
     ("POST", "grants", {"user": "", "image": "python-3.11"}, "no user"),
     ("POST", "grants/{id}/running", None, "no grant"),

@@ -111,7 +111,13 @@ def private_image(hub, docker_engine):
     image = docker_engine.images.get(response.json()["image"])
     other_tag = f"fgpu-test/relisted-{secrets.token_hex(3)}:copy"
     image.tag(other_tag)
-    yield {"reference": response.json()["image"], "id": image.id, "other_tag": other_tag}
+    yield {
+        "reference": response.json()["image"],
+        "id": image.id,
+        "other_tag": other_tag,
+        "owner": owner,
+        "name": response.json()["catalog"]["name"],
+    }
     admin.call("DELETE", f"images/{response.json()['catalog']['name']}")
     docker_engine.images.remove(image.id, force=True)
 
@@ -189,3 +195,20 @@ def test_admins_still_list_a_private_image_under_any_spelling(hub, private_image
         assert moved.json()["image"] == by_hub_name
     finally:
         admin.call("DELETE", f"images/{name}")
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+def test_instructors_cannot_read_another_users_images_with_user(hub, private_image, teacher):
+    """`?user=` answers what that user may start, private images included: admins' and the
+    spawner's alone, not the instructors' (who curate the shared catalog only)."""
+    owner, name = private_image["owner"], private_image["name"]
+    for path in (f"images?user={owner}", f"images/{name}?user={owner}"):
+        answer = teacher.call("GET", path)
+        assert answer.status_code == 403, (path, answer.text)
+        assert "Only admins" in answer.json()["message"]
+        assert private_image["reference"] not in answer.text
+    # Their own list still answers; the admin still reads the owner's.
+    assert teacher.call("GET", f"images?user={teacher.name}").status_code == 200
+    listed = QueueUser(hub, "admin").call("GET", f"images?user={owner}").json()["images"]
+    assert name in {image["name"] for image in listed}

@@ -151,8 +151,8 @@ def test_students_and_narrow_tokens_read_only_their_own_usage(gpu_hub, alice_use
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"from": "last week"}, "from must be an ISO date (YYYY-MM-DD), not 'last week'"),
-        ({"to": "2026-13-01"}, "to must be an ISO date"),
+        ({"from": "last week"}, "`from` must be an ISO date (YYYY-MM-DD), not 'last week'"),
+        ({"to": "2026-13-01"}, "`to` must be an ISO date"),
         ({"from": "2026-11-20", "to": "2026-11-19"}, "from (2026-11-20) is after to (2026-11-19)"),
         ({"from": "2000-01-01", "to": "2026-11-19"}, "at most 3660 days"),
         ({"format": "xml"}, "format must be json or csv, not 'xml'"),

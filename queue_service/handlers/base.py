@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from typing import ClassVar
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
@@ -83,6 +84,10 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     #: API handlers answer errors in JSON; pages show the hub's error page.
     json_errors = True
+    #: The query-string parameters the handler reads, each with what it holds ("flag", "whole",
+    #: "number", "date", "moment", "choice" or "text"). Values are parsed by query_args.py; the
+    #: API's fuzz test (tests/test_security_query_args.py) walks these over the route table.
+    query_arguments: ClassVar[dict[str, str]] = {}
 
     @property
     def manager(self):

@@ -13,12 +13,13 @@ token, even one with access to the service, gets 403.
 
 from __future__ import annotations
 
-import math
-
 from tornado import web
 
-from .. import end_reasons
+from .. import end_reasons, query_args
 from .base import BaseHandler
+
+#: The longest a long-poll waits for a change, in seconds.
+MAX_WAIT = 60
 
 
 class SpawnerHandler(BaseHandler):
@@ -60,16 +61,19 @@ class GrantsHandler(SpawnerHandler):
 
 
 class GrantHandler(SpawnerHandler):
-    """GET waits for a change (long-poll); DELETE releases; POST .../running confirms the start."""
+    """GET waits for a change (long-poll); DELETE releases."""
+
+    query_arguments = {
+        "wait": "number",
+        "version": "text",
+        "end_reason": "choice",
+        "user": "text",
+        "server_name": "text",
+    }
 
     @web.authenticated
     async def get(self, session_id):
-        try:
-            wait = float(self.get_argument("wait", "0") or 0)
-        except ValueError:
-            wait = math.nan
-        if not 0 <= wait <= 60:  # also false for nan
-            raise web.HTTPError(400, "wait must be a number of seconds from 0 to 60.")
+        wait = query_args.number(self.get_argument("wait", ""), "wait", 0, 0, MAX_WAIT)
         seen = self.get_argument("version", "")
         self.write_json(await self.session_answer(self.manager.wait(session_id, seen, wait)))
 
@@ -100,6 +104,11 @@ class GrantHandler(SpawnerHandler):
         if (record["user"], record["server_name"]) != (user, self.get_argument("server_name", "")):
             raise web.HTTPError(409, "That grant belongs to another server; it stays as it is.")
 
+
+class GrantActionHandler(SpawnerHandler):
+    """POST api/grants/{id}/running confirms the start (a handler of its own: its route has one
+    path argument more, which GET and DELETE do not take)."""
+
     @web.authenticated
     async def post(self, session_id, action):
         if action != "running":
@@ -111,5 +120,5 @@ def routes(prefix: str) -> list:
     return [
         (prefix + r"api/grants", GrantsHandler),
         (prefix + r"api/grants/([0-9a-f]+)", GrantHandler),
-        (prefix + r"api/grants/([0-9a-f]+)/(\w+)", GrantHandler),
+        (prefix + r"api/grants/([0-9a-f]+)/(\w+)", GrantActionHandler),
     ]

@@ -1,7 +1,8 @@
 """`api/images`: the catalog's REST API (DESIGN.md, contract 4), and the Images page's rights.
 
 - `GET api/images`: the images the caller may start. Managers add `?all=1` for everything they
-  manage; managers and the spawner add `?user=NAME` for what NAME may start.
+  manage; admins and the spawner add `?user=NAME` for what NAME may start (an instructor naming
+  someone else is refused: the answer would list that user's private images).
 - `GET api/images/NAME[?user=]`: one image, if the caller (or NAME's user) may start it: 403
   when not allowed, 404 when unknown.
 - `POST api/images`, `PATCH` / `DELETE api/images/NAME`, `POST api/images/NAME/check`: managers only.
@@ -24,6 +25,7 @@ from tornado import web
 from image_catalog import CatalogError, parse_image
 from image_catalog.labels import LabelError, entry_fields_from_labels
 
+from .. import query_args
 from ..image_check import check_singleuser, image_labels
 from ..images import CheckResult, ImageError, ImageStore, entry_of
 from ..models import utcnow
@@ -59,6 +61,8 @@ def refuse_filtered_grant(identity: dict) -> None:
 
 
 class ImageAPIHandler(BaseHandler):
+    query_arguments = {"user": "text"}  # `subject`: whose images a read is about
+
     @property
     def images(self) -> ImageStore:
         return self.settings["images"]
@@ -105,15 +109,17 @@ class ImageAPIHandler(BaseHandler):
         return await self.from_hub(self.hub.account_created(body["owner"]))
 
     async def subject(self) -> dict:
-        """Whose permissions a read is about: `?user=` (managers, the spawner) or the caller."""
-        person, manages = await self.caller()
+        """Whose permissions a read is about: `?user=` (admins, the spawner) or the caller.
+        Instructors curate the shared catalog, not people's private images: naming another
+        user is theirs no more than a student's."""
+        person, _ = await self.caller()
         name = self.get_argument("user", "")
         if not name:
             if person is None:
                 raise web.HTTPError(400, "The spawner must name the user: ?user=NAME.")
             return person
-        if not manages and name != person["name"]:
-            raise web.HTTPError(403, "Only instructors and admins may look up another user.")
+        if person is not None and not person["admin"] and name != person["name"]:
+            raise web.HTTPError(403, "Only admins may look up the images of another user.")
         # Read now: the spawn form must not offer an earlier account's private images.
         return await self.from_hub(self.hub.user_now(name))
 
@@ -147,9 +153,11 @@ class ImageAPIHandler(BaseHandler):
 
 
 class ImagesHandler(ImageAPIHandler):
+    query_arguments = {"all": "flag", **ImageAPIHandler.query_arguments}
+
     @web.authenticated
     async def get(self):
-        if self.get_argument("all", "0") == "1":
+        if query_args.flag(self.get_argument("all", ""), "all", False):
             person = await self.curator()
             builds = self.settings["image_builds"].view()
             images = [

@@ -34,6 +34,8 @@ class ResourcesHandler(BaseHandler):
               slices: [{session_id, user, server_name, fraction, fgpu}]}]}].
     """
 
+    query_arguments = {"user": "text"}
+
     @web.authenticated
     async def get(self):
         subject, admin = await self.subject()

@@ -17,7 +17,7 @@ import asyncio
 
 from tornado import web
 
-from .. import end_reasons, launches
+from .. import end_reasons, launches, query_args
 from ..history import parse_filters
 from ..hub_client import HubError
 from ..images import CheckResult
@@ -39,27 +39,33 @@ MAX_LAUNCH = 20
 class SessionsHandler(BaseHandler):
     """GET your sessions (everyone's for admins); POST launches `count` named servers."""
 
+    HISTORY_ARGUMENTS = {
+        "user": "text",
+        "reason": "choice",
+        "from": "moment",
+        "to": "moment",
+        "limit": "whole",
+        "offset": "whole",
+    }
+    query_arguments = {"finished": "flag", "all": "flag", **HISTORY_ARGUMENTS}
+
     @web.authenticated
     async def get(self):
         person = await self.person()
         if self._finished_asked():
             await self.get_finished(person)
             return
-        everyone = person["admin"] and self.get_argument("all", "1") != "0"
+        everyone = person["admin"] and query_args.flag(self.get_argument("all", ""), "all", True)
         self.write_json(
             {"sessions": self.manager.sessions(user=None if everyone else person["name"])}
         )
 
     def _finished_asked(self) -> bool:
-        value = self.get_argument("finished", "0").lower()
-        if value not in ("0", "1", "true", "false", ""):
-            raise web.HTTPError(400, f"finished must be 1 or 0, not {value!r}.")
-        return value in ("1", "true")
+        return query_args.flag(self.get_argument("finished", ""), "finished", False)
 
     async def get_finished(self, person: dict) -> None:
         """The ended sessions (yours, or everyone's for admins), newest first, a page at a time."""
-        names = ("user", "reason", "from", "to", "limit", "offset")
-        args = {name: self.get_argument(name, "") for name in names}
+        args = {name: self.get_argument(name, "") for name in self.HISTORY_ARGUMENTS}
         wanted = parse_filters(args, person["name"], person["admin"])
         self.write_json(await self.settings["history"].finished(wanted))
 

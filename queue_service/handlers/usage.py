@@ -18,7 +18,7 @@ from datetime import date, timedelta
 
 from tornado import web
 
-from .. import usage
+from .. import query_args, usage
 from .base import BaseHandler
 
 #: The default span, and the longest one asked at once (a decade of days is still small).
@@ -28,6 +28,15 @@ CSV_COLUMNS = ("day", "user", "resource_group", *usage.FIGURES)
 
 
 class UsageHandler(BaseHandler):
+    query_arguments = {
+        "from": "date",
+        "to": "date",
+        "format": "choice",
+        "user": "text",
+        "group": "text",
+        "resource_group": "text",
+    }
+
     @web.authenticated
     async def get(self):
         first, last = self.span()
@@ -53,24 +62,14 @@ class UsageHandler(BaseHandler):
 
     def span(self) -> tuple[date, date]:
         today = self.settings["usage"].clock().date()
-        last = self.date_argument("to", today)
-        first = self.date_argument("from", last - timedelta(days=DEFAULT_DAYS - 1))
+        last = query_args.day(self.get_argument("to", ""), "to") or today
+        first = query_args.day(self.get_argument("from", ""), "from")
+        first = first or last - timedelta(days=DEFAULT_DAYS - 1)
         if first > last:
             raise web.HTTPError(400, f"from ({first}) is after to ({last}).")
         if (last - first).days >= MAX_DAYS:
             raise web.HTTPError(400, f"Ask for at most {MAX_DAYS} days at once.")
         return first, last
-
-    def date_argument(self, name: str, default: date) -> date:
-        text = self.get_argument(name, "")
-        if not text:
-            return default
-        try:
-            return date.fromisoformat(text)
-        except ValueError:
-            raise web.HTTPError(
-                400, f"{name} must be an ISO date (YYYY-MM-DD), not {text!r}."
-            ) from None
 
     async def readable_users(self) -> set[str] | None:
         """Whose usage this caller reads, after `?user=` and `?group=` (None: everyone's)."""

@@ -15,12 +15,11 @@ bucket (seconds) the samples were averaged into to keep the answer small, or nul
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from tornado import web
 
-from .. import utilization
+from .. import query_args, utilization
 from .base import BaseHandler
 
 DEFAULT_HOURS = 24
@@ -29,6 +28,8 @@ MAX_DAYS = 3660
 
 
 class UtilizationHandler(BaseHandler):
+    query_arguments = {"from": "moment", "to": "moment", "hours": "number"}
+
     @web.authenticated
     async def get(self):
         self.require_admin("Cluster utilization")
@@ -53,10 +54,7 @@ class UtilizationHandler(BaseHandler):
         if start is not None and hours:
             raise web.HTTPError(400, "Give either from or hours, not both.")
         if start is None:
-            try:
-                start = end - timedelta(hours=self.hours(hours) if hours else DEFAULT_HOURS)
-            except OverflowError:
-                raise web.HTTPError(400, f"to ({end.isoformat()}) is too early.") from None
+            start = end - timedelta(hours=self.hours(hours))
         if start > end:
             raise web.HTTPError(400, f"from ({start.isoformat()}) is after to ({end.isoformat()}).")
         if end - start > timedelta(days=MAX_DAYS):
@@ -64,28 +62,11 @@ class UtilizationHandler(BaseHandler):
         return start, end
 
     def moment_argument(self, name: str) -> datetime | None:
-        text = self.get_argument(name, "")
-        if not text:
-            return None
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise web.HTTPError(
-                400, f"{name} must be an ISO 8601 time (2026-11-24T06:00:00Z), not {text!r}."
-            ) from None
-        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return query_args.moment(self.get_argument(name, ""), name)
 
     @staticmethod
     def hours(text: str) -> float:
-        try:
-            hours = float(text)
-        except ValueError:
-            hours = math.nan
-        if not 0 < hours <= MAX_DAYS * 24:
-            raise web.HTTPError(
-                400, f"hours must be a number above 0 and at most {MAX_DAYS * 24}, not {text!r}."
-            )
-        return hours
+        return query_args.number(text, "hours", DEFAULT_HOURS, 0, MAX_DAYS * 24, above_low=True)
 
 
 def routes(prefix: str) -> list:

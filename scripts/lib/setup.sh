@@ -1,6 +1,7 @@
 # Idempotent machine setup for the fGPU hub, sourced by scripts/up.
 # Installs only what is missing: Debian packages, configurable-http-proxy, the project's venv at
 # .venv/, a running Docker engine, and the single-user images (built offline: no registry here).
+# It makes no PostgreSQL role: the tests' one is scripts/test's alone (lib/test_postgres.sh).
 
 FGPU_CACHE_DIR=${FGPU_CACHE_DIR:-/var/cache/fgpu-hub}
 DOCKERD_LOG=${DOCKERD_LOG:-/var/log/fgpu-dockerd.log}
@@ -11,11 +12,6 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/fgpu-dockerd.log}
 # installs; nothing starts it where systemd is not the init system).
 APT_PACKAGES=(docker.io iptables debootstrap chromium ca-certificates postgresql
   docker-registry iproute2 curl openssl faketime systemd)
-# The PostgreSQL server, role and database the tests use by default (FGPU_TEST_POSTGRES_URL in
-# tests/conftest.py): postgresql+psycopg://fgpu:fgpu@127.0.0.1:5432/fgpu_test
-FGPU_PG_PORT=5432
-FGPU_PG_ROLE=fgpu
-FGPU_PG_DB=fgpu_test
 
 log() { printf '\033[1m[fgpu setup]\033[0m %s\n' "$*" >&2; }
 
@@ -85,47 +81,6 @@ start_docker() {
   return 1
 }
 
-pg_ready() { pg_isready -q -h 127.0.0.1 -p "$FGPU_PG_PORT"; }
-
-pg_psql() { as_root runuser -u postgres -- psql -p "$FGPU_PG_PORT" -v ON_ERROR_STOP=1 -qtAX "$@"; }
-
-start_postgres() {
-  local ver _
-  if ! pg_ready; then
-    # Debian's clusters, one a line: "15 main 5432 down postgres ...". Take the newest "main".
-    ver=$(pg_lsclusters -h 2>/dev/null | awk '$2 == "main" {print $1}' | sort -V | tail -1)
-    if [ -z "$ver" ]; then
-      ver=$(find /usr/lib/postgresql -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort -V | tail -1)
-      [ -n "$ver" ] || { log "no PostgreSQL server is installed under /usr/lib/postgresql"; return 1; }
-      log "creating the PostgreSQL $ver cluster 'main' on port $FGPU_PG_PORT"
-      as_root pg_createcluster -p "$FGPU_PG_PORT" "$ver" main >/dev/null
-    fi
-    log "starting PostgreSQL $ver/main"
-    as_root pg_ctlcluster "$ver" main start
-    for _ in $(seq 1 30); do
-      pg_ready && break
-      sleep 1
-    done
-    if ! pg_ready; then
-      log "PostgreSQL did not answer on 127.0.0.1:$FGPU_PG_PORT within 30 s; its log ends with:"
-      tail -20 "/var/log/postgresql/postgresql-$ver-main.log" >&2 || true
-      return 1
-    fi
-  fi
-  if ! id postgres >/dev/null 2>&1; then
-    log "PostgreSQL answers, but not as Debian's cluster: create role $FGPU_PG_ROLE and database $FGPU_PG_DB there yourself"
-    return 0
-  fi
-  # The tests' role creates a fresh database per test, hence CREATEDB.
-  if [ "$(pg_psql -c "SELECT 1 FROM pg_roles WHERE rolname = '$FGPU_PG_ROLE'")" != 1 ]; then
-    log "creating the PostgreSQL role $FGPU_PG_ROLE and database $FGPU_PG_DB for the tests"
-    pg_psql -c "CREATE ROLE $FGPU_PG_ROLE LOGIN CREATEDB PASSWORD '$FGPU_PG_ROLE'"
-  fi
-  if [ "$(pg_psql -c "SELECT 1 FROM pg_database WHERE datname = '$FGPU_PG_DB'")" != 1 ]; then
-    pg_psql -c "CREATE DATABASE $FGPU_PG_DB OWNER $FGPU_PG_ROLE"
-  fi
-}
-
 install_venv() {
   local stamp=.venv/.fgpu-installed want
   want=$(sha256sum pyproject.toml | cut -d' ' -f1)
@@ -148,7 +103,6 @@ setup_all() {
   install_proxy
   install_chartjs
   start_docker
-  start_postgres
   install_venv
   build_images
 }
