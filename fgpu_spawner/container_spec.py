@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 from docker.utils import convert_volume_binds
 
+from image_catalog.container_hardening import hardening
+
 from .gpu_sharing import GpuPaths, GpuSettings, build_gpu_settings
 from .grant import Grant
 from .request import ResourceRequest
@@ -31,11 +33,8 @@ from .request import ResourceRequest
 CPU_PERIOD_US = 100_000
 LABEL_PREFIX = "fgpu."
 DOCKER_SOCKET = "docker.sock"
-NO_NEW_PRIVILEGES = "no-new-privileges"
-# security_opt entries that would undo the engine's confinement of a session.
 # An admin's extra_host_config may not set these: GPUs come from the grant, capabilities from nobody.
 _NOT_FROM_ADMINS = ("device_requests", "cap_add")
-_LOOSENING_OPTS = ("unconfined", "label=disable", "label:disable", NO_NEW_PRIVILEGES)
 
 
 @dataclass(frozen=True)
@@ -180,21 +179,6 @@ def build_container_spec(
         **hardening(extra, ctx.writable_layer_size),
     }
     return ContainerSpec(create_kwargs, host_config)
-
-
-def hardening(extra_host_config: dict, writable_layer_size: int = 0) -> dict:
-    """No capabilities, no privilege gain through setuid files, and a bounded writable layer."""
-    admin_opts = extra_host_config.get("security_opt") or []
-    kept = [opt for opt in admin_opts if not any(loose in opt for loose in _LOOSENING_OPTS)]
-    settings = {
-        "cap_drop": ["ALL"],
-        "security_opt": [*kept, NO_NEW_PRIVILEGES],
-        "privileged": False,
-    }
-    if writable_layer_size:
-        storage = extra_host_config.get("storage_opt") or {}
-        settings["storage_opt"] = {**storage, "size": str(writable_layer_size)}
-    return settings
 
 
 @dataclass(frozen=True)

@@ -67,12 +67,13 @@ from docker.types import (
     TaskTemplate,
 )
 
+from image_catalog.container_hardening import hardening
+
 from .container_spec import (
     ContainerContext,
     _refuse_docker_socket,
     container_env,
     container_labels,
-    hardening,
     resource_limits,
     session_gpu_settings,
 )

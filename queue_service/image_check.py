@@ -13,7 +13,7 @@ import docker
 import docker.errors
 import requests
 
-from fgpu_spawner.container_spec import hardening
+from image_catalog.container_hardening import hardening
 
 from .images import CheckResult, ImageError
 from .models import utcnow
