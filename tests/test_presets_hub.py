@@ -155,6 +155,11 @@ def test_the_dialog_offers_presets_a_name_env_and_the_recent_launches(preset_hub
     page.goto(preset_hub.url + SESSIONS_PAGE)
     page.click("#fgpu-start")
     expect(page.locator('#fgpu-launch-preset-list [data-preset="half GPU"]')).to_be_visible()
+    # The dialog is taller than the window: its foot, Launch included, stays in sight.
+    viewport = page.viewport_size["height"]
+    assert page.evaluate("document.getElementById('fgpu-launch').scrollHeight") > viewport
+    launch_button = page.locator("#fgpu-launch-submit").bounding_box()
+    assert launch_button["y"] + launch_button["height"] <= viewport, launch_button
     # The sliders start at the spawner's defaults (one session's limits from one place).
     assert page.input_value("#fgpu-launch-mem") == "2"
     assert page.get_attribute("#fgpu-launch-fgpu", "max") == "2"  # 1 GPU × 2 units, not 4
