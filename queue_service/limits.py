@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from image_catalog.units import format_size
-
+from .quota_wording import limit_sentence
 from .scheduler import Quota
 
 #: The order a page lists them in: what stops a launch outright first.
@@ -67,30 +66,3 @@ def _row(h: Holding, kind: str, used: float, limit: float) -> dict:
         "reached": left <= 1e-9,
         "text": limit_sentence(kind, h.group, used, limit),
     }
-
-
-def limit_sentence(kind: str, group: str | None, used: float, limit: float) -> str:
-    """ "You have 3 of 3 sessions (your quota).", "Group 'lab' holds 2 of 2 fGPU (its quota)."."""
-    who = "You" if group is None else f"Group '{group}'"
-    whose = "your quota" if group is None else "its quota"
-    if kind == "sessions":
-        have = "have" if group is None else "has"
-        return f"{who} {have} {_count(used)} of {_count(limit)} sessions (running or starting; {whose})."
-    if kind == "pending":
-        have = "have" if group is None else "has"
-        return f"{who} {have} {_count(used)} of {_count(limit)} requests waiting in the queue ({whose})."
-    hold = "hold" if group is None else "holds"
-    return f"{who} {hold} {_amount(kind, used)} of {_amount(kind, limit)} ({whose})."
-
-
-def _count(n: float) -> str:
-    return f"{int(n)}"
-
-
-def _amount(kind: str, value: float) -> str:
-    if kind == "mem":
-        return f"{format_size(int(value))} memory"
-    number = f"{round(value, 2):g}"
-    if kind == "cpu":
-        return f"{number} CPU core" + ("" if value == 1 else "s")
-    return f"{number} fGPU"

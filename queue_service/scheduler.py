@@ -32,6 +32,8 @@ from typing import Literal
 
 from image_catalog.units import format_size
 
+from .quota_wording import waiting_reason
+
 QUANTA_PER_GPU = 10_000
 MILLICORES_PER_CORE = 1_000
 #: Grain of fGPU quota accounting: 1e-4 fGPU, finer than any form offers.
@@ -1002,24 +1004,18 @@ class _Usage:
 
 
 def _over_quota(group: str | None, quota: Quota, used: _Usage, need: _Need) -> str | None:
-    scope, limit = _scope(group), quota.max_slots
+    """Why a request waits for this quota (worded as the pages word its limit), or None."""
+    limit = quota.max_slots
     if quota.max_sessions is not None and used.sessions + 1 > quota.max_sessions:
-        return f"{scope} session quota is used up: {used.sessions} of {quota.max_sessions} running"
+        return waiting_reason("sessions", group, used.sessions, quota.max_sessions, 1)
     if limit.cpu is not None and used.cpu + need.cpu > _millicores(limit.cpu):
-        return (
-            f"over {scope} CPU quota: {_cores(used.cpu / MILLICORES_PER_CORE)} of "
-            f"{limit.cpu:g} in use, {need.cpu / MILLICORES_PER_CORE:g} more asked"
-        )
+        in_cores = used.cpu / MILLICORES_PER_CORE
+        return waiting_reason("cpu", group, in_cores, limit.cpu, need.cpu / MILLICORES_PER_CORE)
     if limit.mem is not None and used.mem + need.mem > limit.mem:
-        return (
-            f"over {scope} memory quota: {format_size(used.mem)} of {format_size(limit.mem)} in use, "
-            f"{format_size(need.mem)} more asked"
-        )
+        return waiting_reason("mem", group, used.mem, limit.mem, need.mem)
     if limit.fgpu is not None and used.fq + need.fq > _fgpu_quota_quanta(limit.fgpu):
-        return (
-            f"over {scope} fGPU quota: {_fgpu(used.fq / FGPU_QUOTA_QUANTA)} of "
-            f"{_fgpu(limit.fgpu)} in use, {_fgpu(need.fq / FGPU_QUOTA_QUANTA)} more asked"
-        )
+        in_fgpu = used.fq / FGPU_QUOTA_QUANTA
+        return waiting_reason("fgpu", group, in_fgpu, limit.fgpu, need.fq / FGPU_QUOTA_QUANTA)
     return None
 
 

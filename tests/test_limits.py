@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from queue_service.limits import Holding, limit_sentence, quota_limits
+from queue_service.limits import Holding, quota_limits
+from queue_service.quota_wording import limit_sentence
 from queue_service.scheduler import UNLIMITED, Quota, SlotLimits
 
 GIB = 1024**3

@@ -319,17 +319,17 @@ def test_drf_puts_requests_at_the_skip_bound_first():
         (
             SlotLimits(cpu=4),
             Slots(2, GIB, 0),
-            "over your CPU quota: 3 CPU cores of 4 in use, 2 more asked",
+            "waiting for quota: you hold 3 CPU cores of 4 CPU cores (your quota); this request asks for 2 CPU cores more",
         ),
         (
             SlotLimits(mem=4 * GIB),
             Slots(1, 2 * GIB, 0),
-            "over your memory quota: 3G of 4G in use, 2G more asked",
+            "waiting for quota: you hold 3G memory of 4G memory (your quota); this request asks for 2G memory more",
         ),
         (
             SlotLimits(fgpu=1),
             Slots(1, GIB, 0.5),
-            "over your fGPU quota: 0.6 fGPU of 1 fGPU in use, 0.5 fGPU more asked",
+            "waiting for quota: you hold 0.6 fGPU of 1 fGPU (your quota); this request asks for 0.5 fGPU more",
         ),
     ],
 )
@@ -364,7 +364,8 @@ def test_group_quota_holds_for_the_groups_summed_usage():
     bea = req("bea", fgpu=0.5, user="bea", groups=("staff", "students"))
     result = schedule(nodes, allocations, [bea], quotas)
     assert result.waiting["bea"].reason == (
-        "over group 'students' fGPU quota: 0.75 fGPU of 1 fGPU in use, 0.5 fGPU more asked"
+        "waiting for quota: group 'students' holds 0.75 fGPU of 1 fGPU (its quota); "
+        "this request asks for 0.5 fGPU more"
     )
     staff_only = req("cid", fgpu=0.5, user="cid", groups=("staff",))
     assert placed_ids(schedule(nodes, allocations, [staff_only], quotas)) == ["cid"]
@@ -377,8 +378,12 @@ def test_session_quota_counts_running_sessions_of_user_and_group():
     pending += [req(f"b{i}", user="ben", groups=("class",)) for i in range(2)]
     result = schedule(nodes, [], pending, quotas)
     assert placed_ids(result) == ["a0", "a1", "b0"]
-    assert result.waiting["a2"].reason == "your session quota is used up: 2 of 2 running"
-    assert result.waiting["b1"].reason == "group 'class' session quota is used up: 3 of 3 running"
+    assert result.waiting["a2"].reason == (
+        "waiting for quota: you have 2 of 2 sessions (running or starting; your quota)"
+    )
+    assert result.waiting["b1"].reason == (
+        "waiting for quota: group 'class' has 3 of 3 sessions (running or starting; its quota)"
+    )
 
 
 def test_pending_count_quota_refuses_at_admission():
