@@ -50,6 +50,7 @@ from .presets import parse_presets
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
+from .registry_images import registry_references
 from .server_removal import ServerRemover
 from .session_containers import DockerSessionLister
 from .session_end_notice import EndNotice
@@ -726,10 +727,14 @@ class QueueService(Application):
         if self.utilization_interval > 0:
             self._utilization_task = asyncio.create_task(self.utilization.run())
         self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))
-        if self.engine_images_interval > 0 and self.engine == "docker":
+        if self.engine_images_interval > 0 and self._images_can_be_looked_at():
             self._engine_images_task = asyncio.create_task(self.watch_engine_images())
         self._builds_task = asyncio.create_task(self.builds.run())
         await self.reconciler.run(self.reconcile_interval)
+
+    def _images_can_be_looked_at(self) -> bool:
+        # In Swarm mode without a registry, the nodes' images are the site's business: all offered.
+        return self.engine == "docker" or bool(self.node_agent_registry)
 
     def _end_notice(self) -> EndNotice | None:
         if not self.proxy_url:
@@ -742,13 +747,20 @@ class QueueService(Application):
         return self.build_in_background and self.engine == "docker"
 
     def look_at_engine_images(self) -> None:
-        """Blocking: note which catalog images the engine holds (single-host mode only)."""
-        if self.engine != "docker" or self.engine_images_interval <= 0:
+        """Blocking: note which catalog images the sessions' engine can run: the local engine's
+        images, or in Swarm mode those the site's registry holds (registry_images.py)."""
+        if self.engine_images_interval <= 0 or not self._images_can_be_looked_at():
             return
         try:
-            self.images.note_engine_images(engine_references(self.docker))
-        except Exception as e:  # the engine is away: keep what was seen last
-            self.log.warning("Could not list the engine's images: %s", e)
+            self.images.note_engine_images(self._runnable_references())
+        except Exception as e:  # the engine or registry is away: keep what was seen last
+            self.log.warning("Could not list the images sessions can run: %s", e)
+
+    def _runnable_references(self) -> set[str]:
+        if self.engine == "docker":
+            return engine_references(self.docker)
+        wanted = {view["image"] for view in self.images.all()}
+        return registry_references(self.node_agent_registry, wanted)
 
     async def watch_engine_images(self) -> None:
         while True:

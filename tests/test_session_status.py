@@ -80,13 +80,13 @@ def test_a_session_without_a_gpu_says_so_and_when_the_idle_culler_would_stop_it(
     assert "This session holds no GPU, 0.5 CPU cores and 0.5 GiB of memory." in title
     assert "if nobody uses it until then (idle: no activity for 1 h)" in title, title
     assert "Run nvidia-smi" not in title
+    only_the_owner_and_the_queue_service_reach_the_planned_end(gpu_hub, username)
 
 
-def test_only_the_owner_and_the_queue_service_reach_a_sessions_planned_end(gpu_hub, username):
+def only_the_owner_and_the_queue_service_reach_the_planned_end(gpu_hub, username):
     """The session's endpoint (fgpu_session_end.py) behind the hub's proxy: its owner reads it and
-    bad bodies are refused, leaving it as it was; another student, a token without access to the
-    server and a cross-site request get nothing."""
-    start(gpu_hub, username, 0)
+    bad bodies are refused, leaving it as it was; another student's token and a request with no
+    credentials get nothing. (Checked on the session of the test above: one start less.)"""
     url = f"{gpu_hub.url}/user/{username}/fgpu/session-end"
     owner = {"Authorization": f"token {gpu_hub.user_token(username)}"}
     told = wait_for_end(url, owner)

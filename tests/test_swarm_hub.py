@@ -43,6 +43,8 @@ for service in c.JupyterHub.services:
         service["command"] += [
             "--QueueService.node_down_grace={NODE_DOWN_GRACE}",
             "--QueueService.reconcile_interval=1",
+            # The registry is asked which images sessions can run every second.
+            "--QueueService.engine_images_interval=1",
         ]
 """
 
@@ -345,6 +347,33 @@ def test_the_node_agent_reports_usage_and_a_session_saved_on_its_node_starts_on_
     finally:
         node = lab.manager().nodes.get(first_node)
         node.update({**node.attrs["Spec"], "Availability": "active"})
+
+
+def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(swarm_hub, admin):
+    """An admin adds an image that the manager holds (and checks) but the registry does not: no
+    node could pull it, so students are not offered it; once it is pushed, they are."""
+    manager, registry = swarm_hub.lab.manager(), swarm_hub.lab.env["FGPU_SWARM_REGISTRY"]
+    name, reference = f"unpushed-{secrets.token_hex(3)}", f"fgpu/unpushed:{secrets.token_hex(3)}"
+    source = manager.images.pull(f"{registry}/fgpu/scikit-learn", tag="1.4.2")
+    source.tag(reference)  # the same layers as a pushed image: a quick push below
+    pushed = f"{registry}/{reference}"
+    try:
+        added = admin.call("POST", "images", json={"name": name, "image": reference})
+        assert added.status_code == 201, added.text
+        student = QueueUser(swarm_hub, f"stu-{secrets.token_hex(3)}")
+        offered = lambda: {i["name"] for i in student.call("GET", "images").json()["images"]}  # noqa: E731
+        time.sleep(3)  # three looks at the registry
+        assert name not in offered() and "python-3.11" in offered()
+
+        manager.images.get(reference).tag(pushed)
+        for line in manager.api.push(pushed, stream=True, decode=True):
+            assert "error" not in line, line
+        wait_for(lambda: name in offered(), timeout=30, what=f"{name} offered once pushed")
+    finally:
+        admin.call("DELETE", f"images/{name}")
+        for tag in (reference, pushed):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                manager.images.remove(tag)
 
 
 def test_a_session_overlay_left_without_its_service_is_removed_by_the_reconciler(swarm_hub):
