@@ -1194,6 +1194,7 @@ def _parse(data: dict) -> dict:
     try:
         return {
             "user": str(data["user"]),
+            "account": _account(data.get("account")),
             "server_name": str(data.get("server_name") or ""),
             "image": str(data["image"]),
             "cpu": float(data["cpu"]),
@@ -1203,6 +1204,18 @@ def _parse(data: dict) -> dict:
         }
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise Refused(f"Malformed grant request: {e}") from None
+
+
+def _account(value) -> str:
+    """The hub account's key (accounts.py) a request names; '' when it names none."""
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or not _ACCOUNT_KEY.fullmatch(value):
+        raise Refused(f"Malformed grant request: account must be an account key, not {value!r}")
+    return value
+
+
+_ACCOUNT_KEY = re.compile(r"\d{8}T\d{12}Z")
 
 
 class _Stale(Exception):
