@@ -5,14 +5,22 @@ refuses to start when the hub's public address (`JupyterHub.bind_url`, set from 
 not a loopback one, unless the admin says so explicitly (`allow_non_loopback`). A site uses a
 real authenticator instead. The demo's settings (`allow_all`, `admin_users`) are configured on
 this class alone in jupyterhub_config.py, so none of them reaches the site's authenticator.
+
+The hub's own port (`hub_ip:hub_port`) serves `/hub/login` and the token API too, and sessions
+reach it (the session network's gateway on one host, every address in Swarm mode). So a demo
+login is taken only from a connection that comes from this machine itself (the proxy behind the
+loopback public address), never from a session (docs/admin-guide.md, "The demo login").
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
+from pathlib import Path
 from urllib.parse import urlparse
 
 from jupyterhub.auth import DummyAuthenticator
+from tornado import web
 from traitlets import Bool
 
 #: The environment variable jupyterhub_config.py reads into `allow_non_loopback`.
@@ -47,6 +55,62 @@ def demo_login_refusal(bind_url: str, allowed: bool) -> str | None:
     )
 
 
+def comes_from_this_machine(peer_ip: str | None) -> bool:
+    """Whether a connection to the hub was opened on this machine: from a loopback address or
+    from one of this machine's own (the proxy's, to the session network's gateway, comes from
+    one: the engine's NAT may rewrite it to the host's main address). A session's comes from its
+    container's address, which is not this machine's. None (a Unix socket) is local."""
+    if peer_ip is None:
+        return True
+    peer = _plain_ip(peer_ip)
+    return peer.is_loopback or is_own_address(peer)
+
+
+def is_own_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether `address` is one of this machine's: only those can be bound. Where the kernel lets
+    any address be bound (ip_nonlocal_bind), that proves nothing, and the answer is no."""
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    if _binds_any_address(address.version):
+        return False
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(address), 0))
+        except OSError:
+            return False
+    return True
+
+
+def _binds_any_address(version: int) -> bool:
+    setting = Path(f"/proc/sys/net/ipv{version}/ip_nonlocal_bind")
+    try:
+        return setting.read_text().strip() != "0"
+    except OSError:
+        return False
+
+
+def _plain_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """`text` as an address, an IPv4 one written as IPv6 (::ffff:a.b.c.d) as IPv4."""
+    address = ipaddress.ip_address(text.split("%")[0])
+    if address.version == 6 and address.ipv4_mapped:
+        return address.ipv4_mapped
+    return address
+
+
+def peer_address(handler) -> str | None:
+    """The IP a request's connection came from; None for a Unix socket. The socket's own, never
+    X-Forwarded-For, which anyone who reaches the hub's port can write."""
+    address = getattr(handler.request.connection.context, "address", None)
+    return address[0] if isinstance(address, tuple) else None
+
+
+def off_public_address_refusal(public_url: str) -> str:
+    """What a demo login that came to the hub's own port, not the public address, is told."""
+    return (
+        f"The demo login is taken only at {public_url}, from this machine: not on the hub's own "
+        f"port, which sessions reach. A site configures a real authenticator."
+    )
+
+
 class DemoAuthenticator(DummyAuthenticator):
     """DummyAuthenticator that stays on a loopback address unless told otherwise."""
 
@@ -72,6 +136,20 @@ class DemoAuthenticator(DummyAuthenticator):
             "Demo login: any user name signs you in, and the password is not checked; leave it "
             "empty. The user admin is an administrator. A site sets up a real login instead."
         )
+
+    async def authenticate(self, handler, data):
+        """Any name, as DummyAuthenticator, but only from this machine (see the module's note)."""
+        if handler is not None and not self.allow_non_loopback:
+            peer = peer_address(handler)
+            if not comes_from_this_machine(peer):
+                self.log.warning("Demo login refused from %s on the hub's own port", peer)
+                public_url = getattr(self.parent, "bind_url", "the hub's public address")
+                refusal = off_public_address_refusal(public_url)
+                error = web.HTTPError(403, "%s", refusal)
+                # What the hub's error and login pages show (a plain HTTPError's text is not).
+                error.jupyterhub_message = refusal
+                raise error
+        return await super().authenticate(handler, data)
 
     def check_allow_config(self):
         super().check_allow_config()

@@ -134,14 +134,16 @@ class QueueClient:
         self.capacity = request_capacity(spawn_slots)
 
     async def request_grant(
-        self, user: str, server_name: str, request: ResourceRequest, key: str
+        self, user: str, server_name: str, request: ResourceRequest, key: str, account: str = ""
     ) -> QueueRecord:
         """Ask for a slice. `key` (32 hex digits, chosen before asking) names the request: asking
         again with it returns the same record, and releasing it ends the request even when its
-        answer never came."""
+        answer never came. `account` (storage.account_tag) tells this user's hub account from
+        an earlier one of the same name, in the history and the usage figures."""
         body = {
             "id": key,
             "user": user,
+            "account": account,
             "server_name": server_name,
             "image": request.image_name,
             "cpu": request.cpu,

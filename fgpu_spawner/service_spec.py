@@ -40,7 +40,9 @@ What a service spec can and cannot say, on dockerd 20.10 (API 1.41) and docker-p
   host folder.
 - **Home.** A local volume stays on its node, so with `SwarmContext.home_root` set the home folder
   is a bind of `<home_root>/<user>`: shared storage (NFS, CephFS) mounted at that path on every
-  node. Without it, the context's own mounts are used as they are (a volume with a driver that
+  node. As home volumes do (storage.py), a folder belongs to one hub account: a user deleted and
+  created again under the same name gets `<home_root>/<user>_u<account>` (`pick_home_account`),
+  and the old folder is kept untouched. Without a root, the context's own mounts are used as they are (a volume with a driver that
   follows the user is the other choice).
 - **Network.** The task joins the session's attachable overlay network through the task template
   (the service-level `Networks` field is deprecated). Endpoints are DNS round-robin, because a
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from docker.types import (
     ContainerSpec,
@@ -80,7 +83,7 @@ from .container_spec import (
 from .gpu_sharing import HAMI_CACHE_DIR_IN_CONTAINER as HAMI_CACHE_DIR
 from .grant import Grant
 from .request import ResourceRequest
-from .storage import volume_safe
+from .storage import home_volume_name, volume_safe
 
 NANO = 10**9
 # swarmkit's rule for service names: a DNS name component of at most 63 characters.
@@ -102,6 +105,8 @@ class SwarmContext:
     publish_host_port: bool = False
     #: A VIP endpoint (the service's name resolves to one virtual address), where IPVS exists.
     vip: bool = False
+    #: The account part of the home folder's name (`pick_home_account`); empty: the plain one.
+    home_account: str = ""
 
 
 def build_service_spec(
@@ -180,19 +185,42 @@ def session_mounts(
 
 
 def home_mount(swarm: SwarmContext, user: str) -> Mount:
-    """`<home_root>/<user>` bound at the home folder."""
-    return Mount(target=swarm.home_path, source=home_folder(swarm, user), type="bind")
+    """`<home_root>/<user>` (or its account's own folder) bound at the home folder."""
+    folder = home_folder(swarm, user, swarm.home_account)
+    return Mount(target=swarm.home_path, source=folder, type="bind")
 
 
-def home_folder(swarm: SwarmContext, user: str) -> str:
-    """`<home_root>/<user>`, the name escaped as for home volumes, so that no user name can climb
-    out of the root."""
+def pick_home_account(
+    account: str, created: datetime | None, own_exists: bool, plain_modified: datetime | None
+) -> str:
+    """Which home folder an account uses (its `home_account`): its own (`<user>_u<account>`) if
+    it has one; the plain `<user>` if that was written since the account was made (an older
+    account's folder was last written before it was deleted, so before this account was made);
+    else its own, new one. Pure."""
+    if not account or own_exists:
+        return account
+    if plain_modified is not None and created is not None:
+        made = _utc(created).replace(microsecond=0)
+        if _utc(plain_modified) >= made:
+            return ""
+    return account
+
+
+def _utc(moment: datetime) -> datetime:
+    """Naive times (the hub's database) are UTC."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def home_folder(swarm: SwarmContext, user: str, account: str = "") -> str:
+    """`<home_root>/<user>` (with an `account`, `<home_root>/<user>_u<account>`), the name escaped
+    as for home volumes, so that no user name can climb out of the root, and no name is another
+    name's account folder."""
     if not swarm.home_root.startswith("/"):
         raise ValueError(f"The shared home root must be an absolute path, not {swarm.home_root!r}")
     folder = volume_safe(user)
     if folder in {".", ".."}:
         raise ValueError(f"User name {user!r} cannot name a home folder")
-    return f"{swarm.home_root.rstrip('/')}/{folder}"
+    return f"{swarm.home_root.rstrip('/')}/{home_volume_name('{username}', user, account)}"
 
 
 def _gpu_binds_as_mounts(binds: dict) -> list[Mount]:

@@ -551,7 +551,11 @@ class FGPUSpawner(DockerSpawner):
         self.session_id = request.request_key or uuid.uuid4().hex
         try:
             record = await self.queue.request_grant(
-                self.user.name, self.name, request, key=self.session_id
+                self.user.name,
+                self.name,
+                request,
+                key=self.session_id,
+                account=account_tag(self.user.created),
             )
             # Another id when the queue adopted an earlier record of this same start.
             self.session_id = record.id

@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -43,7 +44,7 @@ import docker.errors
 from traitlets import Bool, CaselessStrEnum, Float, Unicode, default
 
 from .network import SessionNetwork, pick_network
-from .service_spec import SwarmContext, build_service_spec, home_folder
+from .service_spec import SwarmContext, build_service_spec, home_folder, pick_home_account
 from .spawner import FGPUSpawner, spawn_error
 from .storage import account_tag, home_volume_name
 
@@ -60,6 +61,9 @@ class FGPUSwarmSpawner(FGPUSpawner):
 
     object_type = "service"
     object_id_key = "ID"
+
+    #: The account part of this account's home folder's name, once picked (prepare_home_folder).
+    _home_account = ""
 
     registry = Unicode(
         "",
@@ -78,7 +82,8 @@ class FGPUSwarmSpawner(FGPUSpawner):
         Shared storage (NFS, CephFS...) mounted at this same path on every node and on the hub's
         host. Each user's home folder is `<home_root>/<user>`, bound into the session, so it
         follows the user from node to node; the hub makes a missing folder (owned by `run_as`).
-        Empty: the home is the `home_volume` on whichever node the session runs (a local volume
+        A user deleted and created again under the same name gets `<home_root>/<user>_u<account>`
+        instead, and the old folder stays as it was. Empty: the home is the `home_volume` on whichever node the session runs (a local volume
         stays on its node; a volume driver that follows the user is the other way).
         """,
     )
@@ -169,6 +174,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
             home_path=self.home_mount_path,
             publish_host_port=self.endpoint == "host_port",
             vip=self.endpoint == "vip",
+            home_account=self._home_account,
         )
 
     def session_image(self, reference: str) -> str:
@@ -331,12 +337,22 @@ class FGPUSwarmSpawner(FGPUSpawner):
                 f"The shared home root {self.home_root} is not mounted on the hub's host; mount "
                 "the same shared storage there as on every node"
             )
-        folder = Path(home_folder(self.swarm_context, self.user.name))
+        self._home_account = self.home_account_now()
+        folder = Path(home_folder(self.swarm_context, self.user.name, self._home_account))
         if folder.is_dir():
             return
         folder.mkdir(mode=0o750)
         uid, _, gid = self.run_as.partition(":")
         os.chown(folder, int(uid), int(gid or uid))
+
+    def home_account_now(self) -> str:
+        """Which of the user's folders is this account's (service_spec.pick_home_account): a
+        folder a deleted user of the same name left stays as it is, out of reach."""
+        account = account_tag(self.user.created)
+        own = Path(home_folder(self.swarm_context, self.user.name, account))
+        plain = Path(home_folder(self.swarm_context, self.user.name))
+        modified = datetime.fromtimestamp(plain.stat().st_mtime, UTC) if plain.is_dir() else None
+        return pick_home_account(account, self.user.created, own.is_dir(), modified)
 
     async def start_object(self):
         """Wait until the session's task runs on its node; a task the node rejects or that

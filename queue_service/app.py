@@ -319,9 +319,11 @@ class QueueService(Application):
         config=True,
         help="""
         Seconds a waiting request must be seen with no spawn waiting on it before the reconciler
-        issues its spawn again (a spawn lost with a hub restart). Keep it above the time a
-        cancelled spawn's release may take to arrive (a release is made again after a timeout,
-        3 × 30 s), or a cancel under a storm of stops is undone.
+        issues its spawn again, when a spawn of this service's life has dealt with it. Keep it
+        above the time a cancelled spawn's release may take to arrive (a release is made again
+        after a timeout, 3 × 30 s), or a cancel under a storm of stops is undone. A request no
+        spawn of this life has dealt with (its spawn died with a killed hub, and the service
+        with it) is issued again at once, if the hub runs no spawn of that server.
         """,
     )
     stats_interval = Float(

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
 from . import end_reasons, query_args
+from .accounts import Account, sessions_of
 from .db import DbThread
 from .errors import Refusal
 from .models import FINAL, SessionRecord, as_utc, request_view
@@ -30,7 +31,8 @@ _FINAL_VALUES = [status.value for status in FINAL]
 
 @dataclass(frozen=True)
 class HistoryFilter:
-    """Which ended sessions, and which page of them: `user` None is everyone's; `since` and
+    """Which ended sessions, and which page of them: `user` None is everyone's; `account` (an
+    `accounts.account_key`) narrows `user` to one of the accounts of that name; `since` and
     `until` bound the end time ([since, until))."""
 
     user: str | None = None
@@ -39,12 +41,16 @@ class HistoryFilter:
     until: datetime | None = None
     limit: int = DEFAULT_LIMIT
     offset: int = 0
+    account: str = ""
 
 
-def parse_filters(args: dict[str, str], caller: str, admin: bool) -> HistoryFilter:
+def parse_filters(
+    args: dict[str, str], caller: str, admin: bool, caller_account: str = ""
+) -> HistoryFilter:
     """The filter a caller asked for with `user=`, `reason=`, `from=`, `to=`, `limit=`,
-    `offset=`. Admins see everyone's unless they name a user; others only their own, and naming
-    anyone else is refused (403) rather than silently narrowed."""
+    `offset=`. Admins see everyone's unless they name a user (every account of that name);
+    others only their own account's (`caller_account`), and naming anyone else is refused (403)
+    rather than silently narrowed."""
     user = args.get("user") or None
     if user is not None and user != caller and not admin:
         raise Refusal("Only admins may read other people's session history.", "forbidden")
@@ -60,7 +66,8 @@ def parse_filters(args: dict[str, str], caller: str, admin: bool) -> HistoryFilt
         raise Refusal("`from` must come before `to`.")
     limit = query_args.whole(args.get("limit"), "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = query_args.whole(args.get("offset"), "offset", 0, 0)
-    return HistoryFilter(user, code, since, until, limit, offset)
+    account = "" if admin else caller_account
+    return HistoryFilter(user, code, since, until, limit, offset, account)
 
 
 def _moment(text: str | None, name: str, end_of_day: bool) -> datetime | None:
@@ -81,7 +88,7 @@ def finished_query(wanted: HistoryFilter):
         SessionRecord.status.in_(_FINAL_VALUES), SessionRecord.ended.is_not(None)
     )
     if wanted.user is not None:
-        query = query.where(SessionRecord.user == wanted.user)
+        query = query.where(sessions_of(Account(wanted.user, wanted.account)))
     if wanted.end_reason is not None:
         query = query.where(SessionRecord.end_reason == wanted.end_reason)
     if wanted.since is not None:
@@ -102,6 +109,7 @@ def finished_view(record: SessionRecord) -> dict:
     ended = as_utc(record.ended)
     return {
         **request_view(record),
+        "account": record.account,
         "node": record.node,
         "created": as_utc(record.created).isoformat(),
         "started": started.isoformat() if started else None,

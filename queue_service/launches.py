@@ -36,6 +36,7 @@ from image_catalog.launch_options import (
 from image_catalog.units import parse_amount, parse_positive_size
 
 from . import end_reasons
+from .accounts import Account
 from .errors import Refusal
 from .hub_client import HubError
 from .models import FINAL, Status
@@ -154,10 +155,13 @@ class Launcher:
     ) -> list[dict]:
         """Record `count` sessions of `request` for `person`, start the first, answer with the
         records; a refusal (the queue's, or the hub's of the first start) leaves nothing."""
-        user = person["name"]
+        user, account = person["name"], person.get("account") or Account.of(person).key
         starts = [(server, uuid.uuid4().hex) for server in server_names(count, name)]
         await self.manager.submit_many(
-            [{**request, "id": key, "user": user, "server_name": name} for name, key in starts],
+            [
+                {**request, "id": key, "user": user, "account": account, "server_name": name}
+                for name, key in starts
+            ],
             groups=tuple(person.get("groups", [])),
         )
         loop = asyncio.get_running_loop()

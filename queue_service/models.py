@@ -50,6 +50,8 @@ class SessionRecord(Base):
     # Queue order: a monotonically increasing number, so FIFO survives restarts and clock changes.
     seq: Mapped[int] = mapped_column(Integer, nullable=False, unique=True)
     user: Mapped[str] = mapped_column(String(255), nullable=False)
+    #: The user's hub account (accounts.py): a later account of the same name is another.
+    account: Mapped[str] = mapped_column(String(32), nullable=False, default="")
     server_name: Mapped[str] = mapped_column(String(255), nullable=False, default="")
     status: Mapped[str] = mapped_column(String(20), nullable=False, default=Status.PENDING)
     image: Mapped[str] = mapped_column(String(255), nullable=False)
@@ -127,13 +129,15 @@ class ImageSeed(Base):
 
 
 class UsageDay(Base):
-    """What ended sessions used, per UTC day, user and resource group (usage.py's arithmetic),
-    written in the transaction that ends each session: the figures outlive the session records."""
+    """What ended sessions used, per UTC day, user, account and resource group (usage.py's
+    arithmetic), written in the transaction that ends each session: the figures outlive the
+    session records. `account` tells a user's accounts of one name apart (accounts.py)."""
 
     __tablename__ = "usage_days"
 
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     user: Mapped[str] = mapped_column(String(255), primary_key=True)
+    account: Mapped[str] = mapped_column(String(32), primary_key=True, default="")
     resource_group: Mapped[str] = mapped_column(String(255), primary_key=True)
     cpu_hours: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)
     mem_gib_hours: Mapped[float] = mapped_column(Float, nullable=False, default=0.0)

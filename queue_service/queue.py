@@ -123,6 +123,9 @@ class QueueManager:
         self._abandoned: OrderedDict[str, None] = OrderedDict()
         # Long-polls by session id, woken only when their own record's version changes.
         self._watchers: dict[str, set[asyncio.Future]] = {}
+        # The records a spawn or a launch has dealt with in this process's life. The service
+        # ends with its hub, so a spawn from before it is gone, and so is any release of its.
+        self._handled_here: set[str] = set()
         self._ended_views: OrderedDict[str, dict] = OrderedDict()
         # Why a session is being stopped through the hub: (code, reason) by id, for its release.
         self._expected_ends: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
@@ -197,7 +200,9 @@ class QueueManager:
                 return waiting.id
             return self._queue_new(db, key or uuid.uuid4().hex, request, groups, quotas)
 
-        return await self.get(await self._write(record_request))
+        session_id = await self._write(record_request)
+        self.note_handled(session_id)
+        return await self.get(session_id)
 
     async def submit_many(self, requests: list[dict], groups: tuple[str, ...]) -> list[dict]:
         """Queue one user's requests together, all or none (a launch of `count` sessions). Each
@@ -214,6 +219,8 @@ class QueueManager:
                 self._admit_one_of_many(db, key, request, groups, quotas)
 
         await self._write(record_all)
+        for key, _ in parsed:
+            self.note_handled(key)
         return [await self.get(key) for key, _ in parsed]
 
     def _admit_one_of_many(self, db, key: str, request: dict, groups, quotas) -> None:
@@ -254,6 +261,7 @@ class QueueManager:
         """The record once its version differs from `seen_version`, or at the timeout. Only a
         change of this record wakes the call: a pass that moves one spawn leaves the rest asleep."""
         view = await self.get(session_id)
+        self.note_handled(session_id)
         if view["version"] != seen_version:
             return view
         woken = asyncio.get_running_loop().create_future()
@@ -271,6 +279,16 @@ class QueueManager:
     def awaited(self, session_id: str) -> bool:
         """Whether a spawn waits on this record right now (it holds a long-poll on it)."""
         return bool(self._watchers.get(session_id))
+
+    def note_handled(self, session_id: str) -> None:
+        """A spawn or a launch of this process's life deals with this record."""
+        self._handled_here.add(session_id)
+
+    def handled_here(self, session_id: str) -> bool:
+        """Whether a spawn or a launch has dealt with this record since the service started. One
+        that none has may still be waiting only from before a hub crash: no release of its can
+        be on its way (reconciler.respawn_abandoned issues its spawn again without a grace)."""
+        return session_id in self._handled_here
 
     async def mark_running(self, session_id: str) -> dict:
         """Record that the granted session's server is up. Fail closed: a session whose grant has
@@ -334,6 +352,7 @@ class QueueManager:
             return released_from
 
         released_from = await self._write(end)
+        self._handled_here.discard(session_id)  # ended: never issued again, nothing to keep
         return {**await self.get(session_id), "released_from": released_from}
 
     async def release_where(
@@ -1194,6 +1213,7 @@ def _parse(data: dict) -> dict:
     try:
         return {
             "user": str(data["user"]),
+            "account": _account(data.get("account")),
             "server_name": str(data.get("server_name") or ""),
             "image": str(data["image"]),
             "cpu": float(data["cpu"]),
@@ -1203,6 +1223,18 @@ def _parse(data: dict) -> dict:
         }
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise Refused(f"Malformed grant request: {e}") from None
+
+
+def _account(value) -> str:
+    """The hub account's key (accounts.py) a request names; '' when it names none."""
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or not _ACCOUNT_KEY.fullmatch(value):
+        raise Refused(f"Malformed grant request: account must be an account key, not {value!r}")
+    return value
+
+
+_ACCOUNT_KEY = re.compile(r"\d{8}T\d{12}Z")
 
 
 class _Stale(Exception):

@@ -2,7 +2,10 @@
 
 A PENDING or SCHEDULED record whose spawn the hub no longer runs (the hub restarted, say) has its
 spawn issued again through the hub's API, with the record's own options; the service adopts the
-record, so the request keeps its place in line, or its grant.
+record, so the request keeps its place in line, or its grant. A record a spawn of this service's
+life has dealt with waits `respawn_grace` first (a cancelled spawn's release may be on its way);
+one none has, at once (the service ends with its hub: that spawn and any release of it died in a
+crash). Either way the hub is asked first, and a server whose spawn it runs is not issued twice.
 
 A slice is held by a record in SCHEDULED or RUNNING. It is given back when:
 - the session's container (found by its `fgpu.session_id` label) died or was removed outside the
@@ -297,10 +300,16 @@ class Reconciler:
         ]
         # Counted from when no spawn was seen waiting on it, not from the request: a cancelled
         # spawn's long-poll ends before its release arrives, which a storm of stops delays by
-        # tens of seconds; issuing it again then would undo the cancel.
+        # tens of seconds; issuing it again then would undo the cancel. A record no spawn of
+        # this service's life has dealt with has no release on its way (the service ends with
+        # its hub: its spawn died in a crash), so the hub alone is asked, at once.
         since = {r.id: self._unwatched_since.get(r.id, now) for r in unwatched}
         self._unwatched_since = since
-        waiting = [r for r in unwatched if now - since[r.id] >= self.respawn_grace]
+        waiting = [
+            r
+            for r in unwatched
+            if not self.manager.handled_here(r.id) or now - since[r.id] >= self.respawn_grace
+        ]
         for user in {r.user for r in waiting}:
             try:
                 servers = (await self.hub.user_now(user)).get("servers", {})
@@ -330,6 +339,8 @@ class Reconciler:
             ):
                 return
             self._say("spawn of %s/%s was lost; issuing it again", record.user, record.server_name)
+            # From now on its spawn is this life's: if it is lost again, the grace applies.
+            self.manager.note_handled(record.id)
             await self.hub.start_server(record.user, record.server_name, options)
         except HubError as e:
             self._say("could not issue %s/%s again: %s", record.user, record.server_name, e.message)

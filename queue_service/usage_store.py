@@ -19,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta
 
-from sqlalchemy import event, or_, select
+from sqlalchemy import event, false, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import budgets as budget_rules
 from . import usage
+from .accounts import Account, sessions_of, usage_days_of
 from .db import DbThread
 from .errors import Refusal
 from .models import FINAL, SessionRecord, UsageDay, UsageRecorded, as_utc, utcnow
@@ -71,16 +72,23 @@ class UsageBook:
             )
         )
         new = [r for r in records.values() if r.id not in filed]
-        for (day, user, group), figures in usage.daily(self._held(r) for r in new).items():
-            row = db.get(UsageDay, (day, user, group))
-            if row is None:
-                row = UsageDay(day=day, user=user, resource_group=group)
-                row.cpu_hours = row.mem_gib_hours = row.fgpu_hours = 0.0
-                db.add(row)
-            for figure in usage.FIGURES:
-                setattr(row, figure, getattr(row, figure) + figures.get(figure))
+        for account in {r.account or "" for r in new}:
+            ended = (self._held(r) for r in new if (r.account or "") == account)
+            for key, figures in usage.daily(ended).items():
+                self._add_to_day(db, key, account, figures)
         for record in new:
             db.add(UsageRecorded(session_id=record.id))
+
+    @staticmethod
+    def _add_to_day(db: Session, key: usage.DayKey, account: str, figures: usage.Figures) -> None:
+        day, user, group = key
+        row = db.get(UsageDay, (day, user, account, group))
+        if row is None:
+            row = UsageDay(day=day, user=user, account=account, resource_group=group)
+            row.cpu_hours = row.mem_gib_hours = row.fgpu_hours = 0.0
+            db.add(row)
+        for figure in usage.FIGURES:
+            setattr(row, figure, getattr(row, figure) + figures.get(figure))
 
     async def file_unfiled(self) -> int:
         """File every ended session not filed yet (those that ended before this version of the
@@ -119,14 +127,14 @@ class UsageBook:
         db: Session,
         first: date,
         last: date,
-        users: Iterable[str] | None = None,
+        users: Iterable[str | Account] | None = None,
         now: datetime | None = None,
     ) -> dict[usage.DayKey, usage.Figures]:
-        """The figures of the UTC days `first`..`last` (inclusive), of `users` (None: everyone),
-        the stored days and the live sessions together, live ones counted up to `now`."""
+        """The figures of the UTC days `first`..`last` (inclusive), of `users` (None: everyone;
+        a name: every account it has had; an Account: that one), the stored days and the live
+        sessions together, live ones counted up to `now`."""
         now = now or self.clock()
         start, end = usage.start_of_day(first), usage.start_of_day(last + timedelta(days=1))
-        users = sorted(set(users)) if users is not None else None
         stored = select(UsageDay).where(UsageDay.day >= first, UsageDay.day <= last)
         live = select(SessionRecord).where(
             SessionRecord.scheduled_at.is_not(None),
@@ -135,19 +143,25 @@ class UsageBook:
             SessionRecord.id.not_in(select(UsageRecorded.session_id)),
         )
         if users is not None:
-            stored = stored.where(UsageDay.user.in_(users))
-            live = live.where(SessionRecord.user.in_(users))
-        table = {
-            (row.day, row.user, row.resource_group): usage.Figures(
-                row.cpu_hours, row.mem_gib_hours, row.fgpu_hours
+            accounts = [u if isinstance(u, Account) else Account(u) for u in set(users)]
+            stored = stored.where(or_(false(), *map(usage_days_of, accounts)))
+            live = live.where(or_(false(), *map(sessions_of, accounts)))
+        # A name's accounts share a row of the answer (a person reads the figures by name).
+        table = usage.merge(
+            *(
+                {
+                    (row.day, row.user, row.resource_group): usage.Figures(
+                        row.cpu_hours, row.mem_gib_hours, row.fgpu_hours
+                    )
+                }
+                for row in db.scalars(stored)
             )
-            for row in db.scalars(stored)
-        }
+        )
         held = [usage.clip(self._held(r, now), start, min(end, now)) for r in db.scalars(live)]
         return usage.merge(table, usage.daily(held))
 
     async def report(
-        self, first: date, last: date, users: Iterable[str] | None = None
+        self, first: date, last: date, users: Iterable[str | Account] | None = None
     ) -> dict[usage.DayKey, usage.Figures]:
         """`table`, read on the usage thread in one snapshot (PostgreSQL's REPEATABLE READ:
         a session filed between the two queries is counted once, not twice or never)."""
@@ -168,13 +182,16 @@ class UsageBook:
         return [b for group in groups for b in self.quotas.budgets_of(group)]
 
     def budget_use(
-        self, db: Session, user: str, groups: Iterable[str], now: datetime
+        self, db: Session, user: str | Account, groups: Iterable[str], now: datetime
     ) -> dict[budget_rules.Budget, float]:
-        """Each budget of `groups`: what its group's members used in its current window."""
+        """Each budget of `groups`: what its group's members used in its current window; the
+        asking user's own account only (an earlier account of the name used nothing of it)."""
+        user = user if isinstance(user, Account) else Account(user)
         use = {}
         for budget in self._budgets(groups):
             start, _ = budget_rules.window(budget.period, now)
-            members = set(self.quotas.members_of(budget.group)) | {user}
+            others = set(self.quotas.members_of(budget.group)) - {user.name}
+            members = {user, *others}
             table = self.table(db, start.date(), now.date(), members, now)
             use[budget] = usage.total(table.values()).get(budget.figure)
         return use
@@ -183,11 +200,12 @@ class UsageBook:
         """The queue's admission hook: a refusal when a used-up budget of the user's groups
         counts what `request` asks for."""
         now = self.clock()
-        use = self.budget_use(db, request["user"], groups, now)
+        account = Account(request["user"], request.get("account") or "")
+        use = self.budget_use(db, account, groups, now)
         message = budget_rules.first_refusal(list(use), use, request, now)
         return Refusal(message, "quota") if message else None
 
-    async def budget_status(self, user: str, groups: Iterable[str]) -> list[dict]:
+    async def budget_status(self, user: str | Account, groups: Iterable[str]) -> list[dict]:
         """The budgets of `user`'s groups with their use this window, for the indicator."""
         groups = tuple(groups)
 

@@ -78,7 +78,7 @@ def test_a_backup_holds_both_databases_the_state_files_and_a_manifest(state, cap
     archive.verify(manifest, {n: _sha_size(data) for n, data in members.items()})
     assert manifest["versions"]["fgpu-hub"] == "0.1.0"
     assert manifest["versions"]["jupyterhub"].startswith("6.")
-    assert manifest["databases"]["queue"]["revision"] == "0007"
+    assert manifest["databases"]["queue"]["revision"] == "0008"
     assert manifest["databases"]["hub"]["revision"] == "f460b0348206"
     assert manifest["host"] and manifest["created"].startswith(str(datetime.now(UTC).year))
     for name, content in made["files"].items():
@@ -124,7 +124,8 @@ def test_a_backup_while_the_hub_writes_is_consistent(tmp_path, monkeypatch, caps
             db.execute("PRAGMA journal_mode=WAL")
             while not stop.is_set():
                 db.execute(
-                    "INSERT INTO usage_days VALUES (?, 'u', 'default', 1, 1, 1)",
+                    "INSERT INTO usage_days (day, user, account, resource_group, cpu_hours,"
+                    " mem_gib_hours, fgpu_hours) VALUES (?, 'u', '', 'default', 1, 1, 1)",
                     ((datetime(2020, 1, 1) + timedelta(days=len(written))).date(),),
                 )
                 db.commit()

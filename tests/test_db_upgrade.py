@@ -244,6 +244,11 @@ def test_an_upgrade_from_an_older_release_keeps_every_row(db_url, revision, tmp_
     )
     assert images["ann-work"].owner == "ann" and images["ann-work"].hidden
     assert len(usage) == (2 if revision == "0006" else 0)
+    # Rows from before accounts were told apart are kept as the name's (queue_service/accounts.py).
+    assert {r.account for r in records.values()} == {""}
+    assert {(u.user, u.account, u.fgpu_hours) for u in usage} == (
+        {("bob", "", 0.75), ("ann", "", 1)} if revision == "0006" else set()
+    )
 
     # The backup was taken before, and is the old database, revision and rows.
     assert backups_in(db_url, tmp_path) == [backup]

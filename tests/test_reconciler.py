@@ -395,3 +395,64 @@ async def test_a_spawn_waiting_on_its_long_poll_costs_the_hub_no_read(manager):
         await poll
     await reconciler.respawn_abandoned()  # no spawn waits on it now: the hub is asked
     assert "alice" in hub.reads
+
+
+class HubAfterACrash:
+    """Stands in for the hub's REST API after a crash: the servers whose spawn it runs again
+    (`pending`, as HubClient.user_now reads them), and the spawns it is asked to issue."""
+
+    def __init__(self, pending: set[tuple[str, str]]):
+        self.pending = pending
+        self.started: list[tuple[str, str]] = []
+
+    async def user_now(self, name: str) -> dict:
+        servers = {server: {"pending": "spawn"} for user, server in self.pending if user == name}
+        return {"servers": servers}
+
+    async def start_server(self, user: str, server_name: str, options: dict) -> int:
+        self.started.append((user, server_name))
+        return 202
+
+
+async def issued_now(reconciler: Reconciler, hub: HubAfterACrash) -> list[tuple[str, str]]:
+    """The spawns one round issues (their tasks awaited)."""
+    before = len(hub.started)
+    await reconciler.respawn_abandoned()
+    await asyncio.gather(*list(reconciler._tasks))
+    return sorted(hub.started[before:])
+
+
+async def test_after_a_crash_a_lost_spawn_is_issued_again_at_once_and_never_twice(tmp_path):
+    """With the whole hub SIGKILLed, every waiting spawn died with it, and with the service
+    (which ends with its hub) any release of theirs: the next service issues them again in its
+    first round, not after `respawn_grace`, unless the hub says it runs that spawn already; a
+    spawn it issued is left alone the round after, whatever the hub says."""
+    url = f"sqlite:///{tmp_path / 'queue.sqlite'}"
+    crashed = QueueManager(
+        open_database(url), [NODE], SchedulerSettings(units_per_gpu=2), QuotaBook()
+    )
+    holder = {"user": "bob", "server_name": "s0", "image": "x", "cpu": 0.5, "mem": GIB, "fgpu": 2}
+    assert (await crashed.submit(holder, ()))["status"] == Status.SCHEDULED
+    for user in ("alice", "carol"):
+        await crashed.submit({**holder, "user": user, "server_name": "s1", "fgpu": 1}, ())
+    db = open_database(url)  # the next service, on the same database
+    manager = QueueManager(db, [NODE], SchedulerSettings(units_per_gpu=2), QuotaBook())
+    # carol's spawn is running again already (she opened her server's page): not issued twice.
+    hub = HubAfterACrash(pending={("carol", "s1")})
+    reconciler = Reconciler(manager, None, hub=hub, respawn_grace=3600)
+
+    assert await issued_now(reconciler, hub) == [("alice", "s1"), ("bob", "s0")]
+    # The round after: the spawns it issued are not listed as pending yet, and stay alone.
+    assert await issued_now(reconciler, hub) == []
+    # carol's spawn asks about its record, then is cancelled: the hub no longer runs it, and its
+    # release may be on its way; a spawn of this life still gets the grace.
+    await manager.wait(carol_id(manager), "", 0)
+    hub.pending = set()
+    assert await issued_now(reconciler, hub) == []
+    db.kw["bind"].dispose()
+    crashed.db.kw["bind"].dispose()
+
+
+def carol_id(manager: QueueManager) -> str:
+    (record,) = [r for r in manager.active_records() if r.user == "carol"]
+    return record.id

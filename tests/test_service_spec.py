@@ -1,5 +1,6 @@
 import json
 import os
+from datetime import UTC, datetime, timedelta
 
 import docker
 import pytest
@@ -8,7 +9,7 @@ from fgpu_spawner.container_spec import ContainerContext, build_container_spec
 from fgpu_spawner.gpu_sharing import HAMI_LIBRARY_IN_CONTAINER, GpuPaths
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
-from fgpu_spawner.service_spec import SwarmContext, build_service_spec
+from fgpu_spawner.service_spec import SwarmContext, build_service_spec, pick_home_account
 
 GIB = 1024**3
 REQUEST = ResourceRequest("sk", "10.213.0.1:5000/fgpu/sk:1.5", cpu=1.5, mem=GIB, fgpu=0.0)
@@ -255,3 +256,30 @@ def test_docker_py_takes_the_spec_as_is_at_api_1_41():
     assert body["TaskTemplate"]["Networks"] == [{"Target": "fgpu-sessions"}]
     assert body["TaskTemplate"]["Resources"]["Limits"]["Pids"] == 1024
     assert body["Labels"] == body["TaskTemplate"]["ContainerSpec"]["Labels"]
+
+
+CREATED = datetime(2026, 11, 26, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+def test_an_accounts_home_folder_is_named_with_the_account():
+    swarm = SwarmContext(home_root="/srv/homes", home_account="20261126T120000123456Z")
+    _, _, container = spec_parts(swarm=swarm)
+    assert container["Mounts"][0]["Source"] == "/srv/homes/alice_u20261126T120000123456Z"
+
+
+@pytest.mark.parametrize(
+    ("own_exists", "plain_modified", "picked"),
+    [
+        (True, None, "own"),  # its own folder, once made, is always its own
+        (False, CREATED.replace(microsecond=0), "plain"),  # the plain folder, written since
+        (False, CREATED + timedelta(days=3), "plain"),
+        (False, CREATED - timedelta(seconds=1), "own"),  # an earlier account's: left alone
+        (False, None, "own"),  # nothing yet: a folder of its own
+    ],
+)
+def test_a_plain_home_folder_is_an_accounts_only_if_written_since_it_was_made(
+    own_exists, plain_modified, picked
+):
+    account = "20261126T120000123456Z"
+    chosen = pick_home_account(account, CREATED, own_exists, plain_modified)
+    assert chosen == (account if picked == "own" else "")

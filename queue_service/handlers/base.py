@@ -29,6 +29,7 @@ from typing import ClassVar
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
 
+from ..accounts import Account, account_key
 from ..errors import Refusal
 from ..hub_client import HubError
 from ..scopes import ADMIN_SCOPE, is_filtered_form
@@ -199,6 +200,14 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(403, "Only users have sessions.")
         model = await self.from_hub(self.hub.user(identity["name"]))
         return {**model, "admin": self.is_admin()}
+
+    async def account_of(self, name: str) -> Account:
+        """The hub account that has `name` this moment: asked, never cached, since a user deleted
+        and created again a moment ago is another account (accounts.py)."""
+        created = await self.from_hub(self.hub.account_created(name))
+        if created is None:  # deleted since its token was checked: no account's rows are its own
+            raise web.HTTPError(403, f"The hub has no user {name!r} any more.")
+        return Account(name, account_key(created))
 
     async def from_hub(self, awaitable):
         """Await a call to the hub; its refusal keeps its 4xx, and a hub that fails or is away

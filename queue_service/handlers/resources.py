@@ -12,6 +12,7 @@ from __future__ import annotations
 from tornado import web
 
 from .. import metrics
+from ..accounts import Account
 from .base import BaseHandler
 
 
@@ -42,7 +43,7 @@ class ResourcesHandler(BaseHandler):
         groups = tuple(subject.get("groups", []))
         await self.refresh_quotas(subject)
         resources = await self.manager.resources(subject["name"], groups, admin=admin)
-        budgets = await self.settings["usage"].budget_status(subject["name"], groups)
+        budgets = await self.settings["usage"].budget_status(Account.of(subject), groups)
         self.write_json({**resources, "budgets": budgets})
 
     async def subject(self) -> tuple[dict, bool]:

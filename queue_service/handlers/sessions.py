@@ -66,7 +66,8 @@ class SessionsHandler(BaseHandler):
     async def get_finished(self, person: dict) -> None:
         """The ended sessions (yours, or everyone's for admins), newest first, a page at a time."""
         args = {name: self.get_argument(name, "") for name in self.HISTORY_ARGUMENTS}
-        wanted = parse_filters(args, person["name"], person["admin"])
+        account = await self.account_of(person["name"])
+        wanted = parse_filters(args, person["name"], person["admin"], account.key)
         self.write_json(await self.settings["history"].finished(wanted))
 
     @web.authenticated
@@ -82,6 +83,8 @@ class SessionsHandler(BaseHandler):
         request = launches.launch_request(data)
         self.settings["images"].admit_options(person, request)
         self._check_name_free(person["name"], name)
+        # The account as the hub has it now, not as cached: its sessions are that account's.
+        person = {**person, "account": (await self.account_of(person["name"])).key}
         # A refusal of the first start carries the hub's own message (FGPUSpawner's checks).
         launch = self.settings["launcher"].launch(person, request, count, name=name, env=env)
         servers = await self.from_hub(launch)

@@ -19,6 +19,7 @@ from datetime import date, timedelta
 from tornado import web
 
 from .. import query_args, usage
+from ..accounts import Account
 from .base import BaseHandler
 
 #: The default span, and the longest one asked at once (a decade of days is still small).
@@ -71,7 +72,7 @@ class UsageHandler(BaseHandler):
             raise web.HTTPError(400, f"Ask for at most {MAX_DAYS} days at once.")
         return first, last
 
-    async def readable_users(self) -> set[str] | None:
+    async def readable_users(self) -> set[str | Account] | None:
         """Whose usage this caller reads, after `?user=` and `?group=` (None: everyone's)."""
         identity = self.identity()
         if identity.get("kind") != "user":
@@ -83,7 +84,8 @@ class UsageHandler(BaseHandler):
                 raise web.HTTPError(403, "Only admins may read another user's usage.")
             person = await self.person()
             in_group = not group or group in person.get("groups", [])
-            return {identity["name"]} if in_group else set()
+            # Your own account's: not an earlier account's of the same name.
+            return {await self.account_of(person["name"])} if in_group else set()
         users = {name} if name else None
         if group:
             members = set((await self.from_hub(self.hub.group(group))).get("users") or ())

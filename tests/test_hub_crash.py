@@ -1,0 +1,53 @@
+"""After the whole hub is SIGKILLed mid-queue, the line moves at once (issue 23, item 9), on a
+real hub and engine: the waiting request's spawn died with the hub, and the next service issues
+it again in its first round rather than after `respawn_grace`, so a release starts it by itself.
+The grace is set far beyond the test here (an hour), so only the new rule can start it; the
+figure (seconds from the release to RUNNING) is printed for benchmarks/README.md."""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import time
+
+import pytest
+
+from .harness import QueueUser, relaunch, running_hub
+from .test_queue_service import assert_nothing_leaked, by_status, two_running_one_waiting
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+SIMULATED_GPU = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
+HOUR_OF_GRACE = """
+for service in c.JupyterHub.services:
+    if service["name"] == "queue":
+        service["command"].append("--QueueService.respawn_grace=3600")
+"""
+
+
+def test_after_a_hub_crash_a_release_starts_the_waiting_request_by_itself(tmp_path):
+    with running_hub(tmp_path / "hub", env=SIMULATED_GPU, extra_config=HOUR_OF_GRACE) as hub:
+        student = QueueUser(hub, f"student-{secrets.token_hex(4)}")
+        before = two_running_one_waiting(student)
+        (pending,) = by_status(before, "PENDING")
+
+        # As an OOM kill does: the hub, and with it the service, gone mid-queue.
+        hub.process.send_signal(signal.SIGKILL)
+        relaunch(hub)
+        after = student.wait_for(
+            lambda s: (
+                {(r["id"], r["status"]) for r in s} == {(r["id"], r["status"]) for r in before}
+            )
+        )
+        released = time.monotonic()
+        gone = student.call("DELETE", f"sessions/{by_status(after, 'RUNNING')[0]['id']}")
+        assert gone.status_code == 200, gone.text
+        student.wait_for(
+            lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")}, timeout=150
+        )
+        print(f"the waiting request ran {time.monotonic() - released:.1f} s after the release")
+
+        # Issued again once, and nothing runs twice or unaccounted.
+        lost = f"spawn of {student.name}/{pending['server_name']} was lost"
+        assert hub.log_text().count(lost) == 1
+        assert_nothing_leaked(student)
