@@ -50,7 +50,7 @@ from .presets import parse_presets
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
-from .registry_images import registry_references
+from .registry_images import registry_digests
 from .server_removal import ServerRemover
 from .session_containers import DockerSessionLister
 from .session_end_notice import EndNotice
@@ -762,7 +762,14 @@ class QueueService(Application):
         if self.engine == "docker":
             return engine_references(self.docker)
         wanted = {view["image"] for view in self.images.all()}
-        return registry_references(self.node_agent_registry, wanted)
+        found = registry_digests(self.node_agent_registry, wanted)
+        for moved in self.images.pin_digests(found):
+            self.log.warning(
+                "The registry's tag %s points at another image than the one pinned: sessions keep "
+                "the pinned one until an admin checks the image again",
+                moved,
+            )
+        return set(found)
 
     async def watch_engine_images(self) -> None:
         while True:

@@ -139,6 +139,21 @@ class ImageStore:
         not offered until it has them."""
         self._absent = frozenset(v["image"] for v in self._views.values()) - present
 
+    def pin_digests(self, found: dict[str, str]) -> list[str]:
+        """Pin each entry not pinned yet to the registry digest its reference has now (`found`:
+        reference → digest); the references whose tag has moved since they were pinned, which
+        keep their pin (registry_images.py)."""
+        unpinned = [v for v in self._views.values() if not v["digest"] and v["image"] in found]
+        if unpinned:
+            with self._writing, self._reloading(), self.db.begin() as db:
+                for view in unpinned:
+                    self._load(db, view["name"]).digest = found[view["image"]]
+        return sorted(
+            v["image"]
+            for v in self._views.values()
+            if v["digest"] and v["image"] in found and found[v["image"]] != v["digest"]
+        )
+
     def find(self, name: str) -> dict | None:
         """The entry named `name`, or None."""
         try:
@@ -342,6 +357,8 @@ def _merge_seed(record: ImageRecord, old: dict, new: dict) -> bool:
 
 
 def _fill(record: ImageRecord, image: CatalogImage) -> None:
+    if record.image != image.image:
+        record.digest = None  # another image: pinned again when the registry is next asked
     for key in _PLAIN_FIELDS:
         setattr(record, key, getattr(image, key))
     record.owner = image.owner
@@ -358,6 +375,8 @@ def _record_check(record: ImageRecord, check: CheckResult | None) -> None:
     if check is not None:
         record.check_ok, record.check_message = check.ok, check.message
         record.checked_at = check.checked_at
+        # An admin looked at the image as it is now: pin it again to what its tag holds.
+        record.digest = None
 
 
 def _entry_dict(record: ImageRecord) -> dict:
@@ -380,6 +399,7 @@ def _view(record: ImageRecord) -> dict:
             "checked_at": _iso(record.checked_at),
         },
         "owner_created": _iso(record.owner_created),
+        "digest": record.digest,
         "created": _iso(record.created),
         "updated": _iso(record.updated),
     }

@@ -111,6 +111,9 @@ class ImageRecord(Base):
     owner_created: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # Where it came from: "seed" (catalog.yaml), "api" (an instructor), "commit" (a session).
     source: Mapped[str] = mapped_column(String(20), nullable=False, default="api")
+    # Swarm mode: the registry digest the reference was pinned to when first found there
+    # (registry_images.py); sessions start from it. Cleared by a new reference or a check.
+    digest: Mapped[str | None] = mapped_column(String(100), nullable=True)
     check_ok: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     check_message: Mapped[str] = mapped_column(Text, nullable=False, default="")
     checked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -6,6 +6,11 @@ catalog reference. The service asks the registry (its HTTP API v2: `HEAD /v2/<na
 for each catalog image, as often as it lists the local engine's images in single-host mode, and
 the launcher offers only the images found (images.py, `note_engine_images`).
 
+Each image is also **pinned** to the digest its tag pointed at when the service first found it
+(images.py, `pin_digests`), and Swarm sessions start from `<registry>/<name>@<digest>`: a tag
+moved behind the hub's back (a push by someone else) does not change what the next session runs.
+An admin's "Check" of the image pins it again to what the tag holds then.
+
 As Docker does for a registry, HTTPS is tried first and plain HTTP after it (a registry the nodes
 trust as insecure, as the lab's is). A registry that cannot be asked at all raises, and the last
 answer stands.
@@ -34,22 +39,36 @@ class RegistryUnreachable(RuntimeError):
     """The registry answered neither over HTTPS nor over HTTP."""
 
 
-def manifest_path(reference: str) -> str:
-    """`/v2/<name>/manifests/<tag>` of an image reference (the tag defaults to `latest`)."""
-    if "@" in reference:  # a digest names the manifest itself
-        name, tag = reference.split("@", 1)
-        return f"/v2/{name}/manifests/{tag}"
-    name, tag = reference, "latest"
-    if ":" in reference.rsplit("/", 1)[-1]:  # a registry's port is not a tag
+def split_reference(reference: str) -> tuple[str, str]:
+    """(name, tag or digest) of an image reference; the tag defaults to `latest`, and a
+    registry's port is not a tag."""
+    if "@" in reference:
+        name, digest = reference.split("@", 1)
+        return name, digest
+    if ":" in reference.rsplit("/", 1)[-1]:
         name, tag = reference.rsplit(":", 1)
+        return name, tag
+    return reference, "latest"
+
+
+def manifest_path(reference: str) -> str:
+    """`/v2/<name>/manifests/<tag or digest>` of an image reference."""
+    name, tag = split_reference(reference)
     return f"/v2/{name}/manifests/{tag}"
 
 
-def registry_references(registry: str, references: Iterable[str]) -> set[str]:
-    """The references that the registry (host:port) holds, named as the catalog names them (a
-    private image's reference starts with the registry's address). Blocking: run it in a thread."""
+def pinned_reference(reference: str, digest: str | None) -> str:
+    """What a session starts from: `<name>@<digest>` once pinned, else the reference itself."""
+    return f"{split_reference(reference)[0]}@{digest}" if digest else reference
+
+
+def registry_digests(registry: str, references: Iterable[str]) -> dict[str, str]:
+    """Each reference the registry (host:port) holds, named as the catalog names it (a private
+    image's reference starts with the registry's address), with the digest of the manifest it
+    points at now. Blocking: run it in a thread."""
     base = _base_url(registry)
-    return {ref for ref in references if _holds(base, ref.removeprefix(f"{registry}/"))}
+    found = {ref: _digest(base, ref.removeprefix(f"{registry}/")) for ref in references}
+    return {ref: digest for ref, digest in found.items() if digest is not None}
 
 
 def _base_url(registry: str) -> str:
@@ -64,16 +83,21 @@ def _base_url(registry: str) -> str:
     raise RegistryUnreachable(f"registry {registry} did not answer ({'; '.join(errors)})")
 
 
-def _holds(base: str, reference: str) -> bool:
-    return _status(base + manifest_path(reference)) == 200
+def _digest(base: str, reference: str) -> str | None:
+    status, headers = _head(base + manifest_path(reference))
+    return headers.get("Docker-Content-Digest") if status == 200 else None
 
 
 def _status(url: str) -> int:
+    return _head(url)[0]
+
+
+def _head(url: str) -> tuple[int, dict]:
     request = urllib.request.Request(url, method="HEAD", headers={"Accept": MANIFEST_TYPES})
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return response.status
+            return response.status, dict(response.headers)
     except urllib.error.HTTPError as e:
         if e.code in (401, 404):  # /v2/ of a registry that wants a login still answers
-            return e.code
+            return e.code, {}
         raise

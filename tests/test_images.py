@@ -57,6 +57,23 @@ def test_add_get_update_delete_round_trip(store):
     assert missing.value.cause == "not_found"
 
 
+def test_an_image_is_pinned_to_its_first_digest_until_checked_or_repointed(store):
+    store.add(image("a"))
+    store.add(image("b"))
+    assert store.pin_digests({"fgpu/a:1": "sha256:aa"}) == []
+    assert store.get("a")["digest"] == "sha256:aa" and store.get("b")["digest"] is None
+    # The tag moved: reported, and the pin holds (across a restart of the store too).
+    assert store.pin_digests({"fgpu/a:1": "sha256:zz", "fgpu/b:1": "sha256:bb"}) == ["fgpu/a:1"]
+    assert ImageStore(store.db).get("a")["digest"] == "sha256:aa"
+    assert store.get("b")["digest"] == "sha256:bb"
+    # An admin's check, or another reference, pins again at the next look.
+    store.record_check("a", PASSED)
+    store.update(image("b", image="fgpu/b:2"))
+    assert store.get("a")["digest"] is None and store.get("b")["digest"] is None
+    store.pin_digests({"fgpu/a:1": "sha256:zz"})
+    assert store.get("a")["digest"] == "sha256:zz"
+
+
 def test_a_duplicate_name_is_409_and_leaves_the_first(store):
     store.add(image(description="first"))
     with pytest.raises(ImageError) as duplicate:

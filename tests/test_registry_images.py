@@ -15,7 +15,9 @@ from tornado.testing import bind_unused_port
 from queue_service.registry_images import (
     RegistryUnreachable,
     manifest_path,
-    registry_references,
+    pinned_reference,
+    registry_digests,
+    split_reference,
 )
 
 
@@ -63,11 +65,13 @@ def test_only_the_images_the_registry_holds_are_found(registry, docker_engine):
     try:
         for line in docker_engine.api.push(pushed, stream=True, decode=True):
             assert "error" not in line, line
-        found = registry_references(
+        found = registry_digests(
             registry, {"fgpu/tiny-check:1", "fgpu/tiny-check:2", "fgpu/absent:1", pushed}
         )
-        # The catalog's name, and a private image's name that starts with the registry's address.
-        assert found == {"fgpu/tiny-check:1", pushed}
+        # The catalog's name, and a private image's name that starts with the registry's address,
+        # each with the digest the engine recorded for its push.
+        (digest,) = {d.split("@")[1] for d in docker_engine.images.get(pushed).attrs["RepoDigests"]}
+        assert found == {"fgpu/tiny-check:1": digest, pushed: digest}
     finally:
         docker_engine.images.remove(image, force=True)
 
@@ -76,7 +80,7 @@ def test_a_registry_that_does_not_answer_is_named(registry):
     _, port = registry.rsplit(":", 1)
     away = f"127.0.0.1:{int(port) + 1 if int(port) < 65535 else 1}"
     with pytest.raises(RegistryUnreachable, match=f"registry {away} did not answer"):
-        registry_references(away, {"fgpu/jupyter-base:py3.11"})
+        registry_digests(away, {"fgpu/jupyter-base:py3.11"})
 
 
 def tiny_image(engine, reference: str) -> str:
@@ -88,3 +92,20 @@ def tiny_image(engine, reference: str) -> str:
     repository, tag = reference.rsplit(":", 1)
     engine.api.import_image_from_data(data.getvalue(), repository=repository, tag=tag)
     return engine.images.get(reference).id
+
+
+def test_a_reference_splits_into_name_and_tag_or_digest():
+    assert split_reference("10.0.0.1:5000/fgpu-private/jo:v1") == (
+        "10.0.0.1:5000/fgpu-private/jo",
+        "v1",
+    )
+    assert split_reference("localhost:5000/x") == ("localhost:5000/x", "latest")
+    assert split_reference("fgpu/x@sha256:ab") == ("fgpu/x", "sha256:ab")
+
+
+def test_a_pinned_image_starts_from_its_digest():
+    assert (
+        pinned_reference("fgpu/jupyter-base:py3.11", "sha256:ab") == "fgpu/jupyter-base@sha256:ab"
+    )
+    assert pinned_reference("10.0.0.1:5000/p/jo:v1", "sha256:cd") == "10.0.0.1:5000/p/jo@sha256:cd"
+    assert pinned_reference("fgpu/jupyter-base:py3.11", None) == "fgpu/jupyter-base:py3.11"

@@ -369,6 +369,19 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(swar
         for line in manager.api.push(pushed, stream=True, decode=True):
             assert "error" not in line, line
         wait_for(lambda: name in offered(), timeout=30, what=f"{name} offered once pushed")
+
+        # Pinned: the tag moved behind the hub's back (another image pushed under it) changes
+        # nothing; every session of this module starts from `<registry>/<name>@<digest>`.
+        pinned = admin.call("GET", f"images/{name}").json()["digest"]
+        digests = manager.images.get(pushed).attrs["RepoDigests"]
+        assert f"{pushed.rsplit(':', 1)[0]}@{pinned}" in digests, (pinned, digests)
+        other = manager.images.pull(f"{registry}/fgpu/scikit-learn", tag="1.5.2")
+        other.tag(pushed)
+        for line in manager.api.push(pushed, stream=True, decode=True):
+            assert "error" not in line, line
+        time.sleep(3)  # three looks at the registry
+        assert admin.call("GET", f"images/{name}").json()["digest"] == pinned
+        assert "points at another image than the one pinned" in swarm_hub.log_text()
     finally:
         admin.call("DELETE", f"images/{name}")
         for tag in (reference, pushed):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from tornado import web
 
 from .. import end_reasons, query_args
+from ..registry_images import pinned_reference
 from .base import BaseHandler
 
 #: The longest a long-poll waits for a change, in seconds.
@@ -56,8 +57,10 @@ class GrantsHandler(SpawnerHandler):
         image = self.settings["images"].admit_options(user, data)
         record = await self.manager.submit(data, groups=tuple(user.get("groups", [])))
         self.settings["launcher"].claimed(record["id"])
-        # The reference comes from the catalog, so a private or re-pointed image starts as listed.
-        self.write_json({**record, "image_ref": image["image"] if image else None}, 201)
+        # The reference comes from the catalog, so a private or re-pointed image starts as listed,
+        # and from its pinned digest once it has one (Swarm mode: registry_images.py).
+        reference = pinned_reference(image["image"], image["digest"]) if image else None
+        self.write_json({**record, "image_ref": reference}, 201)
 
 
 class GrantHandler(SpawnerHandler):
