@@ -8,6 +8,7 @@ import json
 import pytest
 
 from image_catalog import labextension
+from image_catalog.build import cache_dir
 from image_catalog.catalog import RECIPES_DIR, load_catalog
 
 
@@ -34,20 +35,21 @@ def test_the_base_recipe_carries_the_session_status_item_and_pins_its_jupyterlab
     assert base.build_args["JUPYTERLAB_VERSION"]
 
 
-@pytest.mark.docker  # the image build's own path: needs the npm registry and PyPI, like the build
-def test_the_session_status_item_compiles_to_a_prebuilt_extension(tmp_path):
+def test_the_session_status_item_is_compiled_to_a_prebuilt_extension_and_cached():
+    """The build cache's copy (the image build compiled it before the tests, cold on a fresh
+    machine): a prebuilt extension of that name, with its remote entry; asked again, the cache
+    answers without compiling."""
     source = RECIPES_DIR / "jupyter-base" / "session-status"
     version = next(
         i.build_args["JUPYTERLAB_VERSION"]
         for i in load_catalog().images
         if i.recipe == "jupyter-base"
     )
-    output = labextension.compiled(source, version, tmp_path)
+    output = labextension.compiled(source, version, cache_dir())
     built = json.loads((output / "package.json").read_text())
     assert built["name"] == "fgpu-session-status"
     assert any(p.name.startswith("remoteEntry.") for p in (output / "static").iterdir())
-    # A second call is the cache: the same folder, nothing compiled again.
-    assert labextension.compiled(source, version, tmp_path, log=_fail) == output
+    assert labextension.compiled(source, version, cache_dir(), log=_fail) == output
 
 
 def test_a_missing_tool_is_named(tmp_path, monkeypatch):
