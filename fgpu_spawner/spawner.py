@@ -225,6 +225,18 @@ class FGPUSpawner(DockerSpawner):
         environment, so unsetting `LD_PRELOAD` does not lift the GPU limits.
         """,
     )
+    hami_shrreg_tool_path = Unicode(
+        GpuPaths.hami_shrreg_tool_path,
+        config=True,
+        help="""
+        Host path of HAMi-core's `shrreg-tool`, built with the library (`scripts/gpu-node`
+        installs both). It is mounted read-only into `hami` sessions, and the session's command
+        starts with `shrreg-tool --create_new`, which creates the session's usage region from
+        the spawner's limits before any process of the student runs: HAMi-core keeps the limits
+        of whoever creates the region. A missing file makes the spawn fail, never a session
+        without limits.
+        """,
+    )
     mps_pipe_dir = Unicode(
         GpuPaths.mps_pipe_dir,
         config=True,
@@ -918,6 +930,7 @@ class FGPUSpawner(DockerSpawner):
             hami_cache_base=self.hami_cache_base,
             hami_lock_dir=self.hami_lock_dir,
             hami_preload_path=self.hami_preload_path,
+            hami_shrreg_tool_path=self.hami_shrreg_tool_path,
             mps_pipe_dir=self.mps_pipe_dir,
         )
 

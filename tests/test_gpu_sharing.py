@@ -8,6 +8,7 @@ from fgpu_spawner.gpu_sharing import (
     GpuSettings,
     build_gpu_settings,
     hami_preload_text,
+    session_command,
 )
 from fgpu_spawner.grant import Grant
 
@@ -24,7 +25,10 @@ HAMI_BINDS_SESS_2 = {
 HAMI_MOUNTS = [
     Mount("/usr/local/vgpu/libvgpu.so", "/usr/local/lib/libvgpu.so", "bind", read_only=True),
     Mount("/etc/ld.so.preload", "/var/lib/fgpu-hub/ld.so.preload", "bind", read_only=True),
+    Mount("/usr/local/vgpu/shrreg-tool", "/usr/local/lib/hami-shrreg-tool", "bind", read_only=True),
 ]
+# HAMi-core's tool creates the session's region from the spawner's limits, then the command runs.
+HAMI_PREFIX = ["/bin/sh", "-c", '"$0" --create_new && exec "$@"', "/usr/local/vgpu/shrreg-tool"]
 
 
 def request_for(*uuids):
@@ -54,6 +58,7 @@ def test_hami_one_and_a_half_gpus():
         },
         labels={"fgpu.gpu_sharing": "hami"},
         mounts=HAMI_MOUNTS,
+        command_prefix=HAMI_PREFIX,
     )
 
 
@@ -113,6 +118,7 @@ def test_hami_uses_the_configured_host_paths():
         hami_cache_base="/srv/vgpu/",
         hami_lock_dir="/run/vgpulock",
         hami_preload_path="/etc/fgpu/ld.so.preload",
+        hami_shrreg_tool_path="/opt/hami/shrreg-tool",
     )
     settings = build_gpu_settings(QUARTER, MEMORY, "hami", paths=paths)
     assert settings.binds == {
@@ -122,7 +128,27 @@ def test_hami_uses_the_configured_host_paths():
     assert {m["Source"]: m["Target"] for m in settings.mounts} == {
         "/opt/hami/libvgpu.so": "/usr/local/vgpu/libvgpu.so",
         "/etc/fgpu/ld.so.preload": "/etc/ld.so.preload",
+        "/opt/hami/shrreg-tool": "/usr/local/vgpu/shrreg-tool",
     }
+
+
+def test_hami_session_command_runs_behind_the_region_creating_prefix():
+    settings = build_gpu_settings(QUARTER, MEMORY, "hami")
+    command = session_command(["jupyterhub-singleuser", "--debug"], settings)
+    assert command == [*HAMI_PREFIX, "jupyterhub-singleuser", "--debug"]
+
+
+def test_hami_prefix_without_a_command_to_hand_over_to_is_refused():
+    settings = build_gpu_settings(QUARTER, MEMORY, "hami")
+    with pytest.raises(ValueError, match="needs the session's command"):
+        session_command([], settings)
+
+
+@pytest.mark.parametrize("mode", ["mps", "none", "simulated"])
+def test_other_modes_leave_the_command_alone(mode):
+    settings = build_gpu_settings(QUARTER, MEMORY, mode)
+    assert settings.command_prefix == []
+    assert session_command(["jupyterhub-singleuser"], settings) == ["jupyterhub-singleuser"]
 
 
 @pytest.mark.parametrize("session_id", ["..", "../etc", "a/b", "", ".hidden"])

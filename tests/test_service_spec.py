@@ -122,6 +122,21 @@ def test_hami_pieces_become_mounts_on_the_gpu_node():
     assert env_of(container)["CUDA_DEVICE_MEMORY_LIMIT_1"] == "8192m"
 
 
+def test_a_hami_task_creates_its_usage_region_before_the_command_runs():
+    tool = "/usr/local/vgpu/shrreg-tool"
+    ctx = gpu_context("hami", command=["jupyterhub-singleuser"])
+    _, _, container = spec_parts(GPU_REQUEST, GPU_GRANT, ctx)
+    assert container["Args"] == [
+        "/bin/sh",
+        "-c",
+        '"$0" --create_new && exec "$@"',
+        tool,
+        "jupyterhub-singleuser",
+    ]
+    mounts = {m["Target"]: (m["Source"], m["ReadOnly"]) for m in container["Mounts"]}
+    assert mounts[tool] == (GpuPaths().hami_shrreg_tool_path, True)
+
+
 @pytest.mark.parametrize(
     ("request_", "grant", "ctx"),
     [(REQUEST, GRANT, context()), (GPU_REQUEST, GPU_GRANT, gpu_context("simulated"))],
