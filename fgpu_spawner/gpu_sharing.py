@@ -19,8 +19,9 @@ Modes:
   and keeps them there: later processes read the region's limits, not their own environment
   (multiprocess_memory_limit.c, `try_create_shrreg`). So the session's command starts with
   HAMi-core's own `shrreg-tool --create_new` (bound read-only), which creates the region from the
-  spawner's limits before any process of the student runs; `command_prefix` carries it. This
-  pins the limits for every process that uses the session's region. It does not stop a process
+  spawner's limits before any process of the student runs, and links HAMi-core's default region
+  path (`/tmp/cudevshr.cache`, used when the variable is unset) to it; `command_prefix` carries
+  both. This pins the limits for every process that uses the session's region. It does not stop a process
   that names another cache file in its own environment, or writes the region file itself (it
   must stay writable: HAMi-core maps it read-write and exits when it cannot): see the admin
   guide, "How strict is a GPU slice".
@@ -72,6 +73,9 @@ HAMI_LIBRARY_IN_CONTAINER = "/usr/local/vgpu/libvgpu.so"
 HAMI_CACHE_DIR_IN_CONTAINER = "/usr/local/vgpu/cache"
 HAMI_CACHE_FILE_IN_CONTAINER = f"{HAMI_CACHE_DIR_IN_CONTAINER}/cudevshr.cache"
 HAMI_SHRREG_TOOL_IN_CONTAINER = "/usr/local/vgpu/shrreg-tool"
+# Where HAMi-core puts the region when CUDA_DEVICE_MEMORY_SHARED_CACHE is unset
+# (MULTIPROCESS_SHARED_REGION_CACHE_DEFAULT).
+HAMI_DEFAULT_CACHE_FILE = "/tmp/cudevshr.cache"
 PRELOAD_FILE_IN_CONTAINER = "/etc/ld.so.preload"
 
 _SAFE_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -229,10 +233,13 @@ def _hami(grant: Grant, slices: list[_Slice], paths: GpuPaths, labels: dict) -> 
 
 def hami_region_first_prefix() -> list[str]:
     """A command prefix that creates the session's HAMi-core region from the container's own
-    environment (the spawner's limits), then runs the session's command. If the tool fails the
-    container exits and the spawn fails: no session runs with a region someone else initialised.
-    """
-    script = '"$0" --create_new && exec "$@"'
+    environment (the spawner's limits), then runs the session's command. HAMi-core's default
+    region path is made a link to the session's region first, so that a process started with an
+    empty environment (`env -i`), which would otherwise create a fresh region without limits
+    there, lands in the session's. If a step fails the container exits and the spawn fails: no
+    session runs with a region someone else initialised."""
+    link = f"ln -sfn {HAMI_CACHE_FILE_IN_CONTAINER} {HAMI_DEFAULT_CACHE_FILE}"
+    script = f'{link} && "$0" --create_new && exec "$@"'
     return ["/bin/sh", "-c", script, HAMI_SHRREG_TOOL_IN_CONTAINER]
 
 

@@ -10,6 +10,7 @@ from fgpu_spawner.container_spec import (
     mount_options_of,
     writable_layer_support,
 )
+from fgpu_spawner.gpu_sharing import hami_region_first_prefix
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 
@@ -145,13 +146,7 @@ def test_a_hami_session_creates_its_usage_region_before_its_command_runs():
     ctx = context(gpu_sharing="hami", gpu_memory={"GPU-a": 16 * GIB})
     spec = build_container_spec(request, grant, ctx)
     tool = "/usr/local/vgpu/shrreg-tool"
-    assert spec.create_kwargs["command"] == [
-        "/bin/sh",
-        "-c",
-        '"$0" --create_new && exec "$@"',
-        tool,
-        "jupyterhub-singleuser",
-    ]
+    assert spec.create_kwargs["command"] == [*hami_region_first_prefix(), "jupyterhub-singleuser"]
     mounts = {m["Target"]: m for m in spec.host_config["mounts"]}
     assert mounts[tool]["Source"] == "/usr/local/lib/hami-shrreg-tool"
     assert mounts[tool]["ReadOnly"] is True

@@ -27,8 +27,15 @@ HAMI_MOUNTS = [
     Mount("/etc/ld.so.preload", "/var/lib/fgpu-hub/ld.so.preload", "bind", read_only=True),
     Mount("/usr/local/vgpu/shrreg-tool", "/usr/local/lib/hami-shrreg-tool", "bind", read_only=True),
 ]
-# HAMi-core's tool creates the session's region from the spawner's limits, then the command runs.
-HAMI_PREFIX = ["/bin/sh", "-c", '"$0" --create_new && exec "$@"', "/usr/local/vgpu/shrreg-tool"]
+# HAMi-core's default region path leads to the session's region, HAMi-core's tool creates that
+# region from the spawner's limits, then the command runs.
+HAMI_PREFIX = [
+    "/bin/sh",
+    "-c",
+    "ln -sfn /usr/local/vgpu/cache/cudevshr.cache /tmp/cudevshr.cache"
+    ' && "$0" --create_new && exec "$@"',
+    "/usr/local/vgpu/shrreg-tool",
+]
 
 
 def request_for(*uuids):

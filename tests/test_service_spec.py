@@ -5,7 +5,7 @@ import docker
 import pytest
 
 from fgpu_spawner.container_spec import ContainerContext, build_container_spec
-from fgpu_spawner.gpu_sharing import HAMI_LIBRARY_IN_CONTAINER, GpuPaths
+from fgpu_spawner.gpu_sharing import HAMI_LIBRARY_IN_CONTAINER, GpuPaths, hami_region_first_prefix
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from fgpu_spawner.service_spec import SwarmContext, build_service_spec
@@ -126,13 +126,7 @@ def test_a_hami_task_creates_its_usage_region_before_the_command_runs():
     tool = "/usr/local/vgpu/shrreg-tool"
     ctx = gpu_context("hami", command=["jupyterhub-singleuser"])
     _, _, container = spec_parts(GPU_REQUEST, GPU_GRANT, ctx)
-    assert container["Args"] == [
-        "/bin/sh",
-        "-c",
-        '"$0" --create_new && exec "$@"',
-        tool,
-        "jupyterhub-singleuser",
-    ]
+    assert container["Args"] == [*hami_region_first_prefix(), "jupyterhub-singleuser"]
     mounts = {m["Target"]: (m["Source"], m["ReadOnly"]) for m in container["Mounts"]}
     assert mounts[tool] == (GpuPaths().hami_shrreg_tool_path, True)
 
