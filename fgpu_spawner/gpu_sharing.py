@@ -25,6 +25,11 @@ Modes:
   that names another cache file in its own environment, or writes the region file itself (it
   must stay writable: HAMi-core maps it read-write and exits when it cannot): see the admin
   guide, "How strict is a GPU slice".
+- `mig`: the strict mode, on cards with MIG (A100, A30, H100...): each "GPU" of the node is a MIG
+  instance (its `MIG-` UUID in the node's `fgpu.gpus` label), which the driver isolates in
+  hardware: its own memory and SMs, which nothing in the session can change. Whole instances
+  only: a share below 1 is refused, since two sessions would share one instance without limits,
+  and so is a UUID that is not a MIG instance's, which would hand out a whole card.
 - `mps`: the device request plus MPS client limits. `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` is a single
   value for every device of a client, so a grant of whole GPUs plus one fraction takes the
   fraction's share on all of them (the whole GPUs are throttled too: fail closed).
@@ -63,7 +68,7 @@ from image_catalog.units import simulated_gpu_name
 
 from .grant import Grant
 
-MODES = ("hami", "mps", "none", "simulated")
+MODES = ("hami", "mig", "mps", "none", "simulated")
 LABEL_GPU_SHARING = "fgpu.gpu_sharing"
 MIB = 1024**2
 
@@ -132,12 +137,14 @@ def build_gpu_settings(
     labels = {LABEL_GPU_SHARING: mode}
     if not grant.gpus:
         return GpuSettings(env={"NVIDIA_VISIBLE_DEVICES": "void"}, labels=labels)
-    slices = _slices(grant, gpu_memory, gpu_order, need_memory=mode != "none")
+    slices = _slices(grant, gpu_memory, gpu_order, need_memory=mode not in ("mig", "none"))
     if mode == "hami":
         return _hami(grant, slices, paths, labels)
     if mode == "mps":
         return _mps(slices, paths, labels)
-    if mode == "none":
+    if mode == "mig":
+        _refuse_all_but_whole_mig_instances(slices)
+    if mode in ("mig", "none"):
         return GpuSettings(_visible(slices), [_device_request(slices)], {}, labels)
     return _simulated(grant, slices, labels)
 
@@ -164,6 +171,20 @@ def _slices(
             raise ValueError(f"No memory size known for granted GPU {uuid}; cannot size its slice")
         slices.append(_Slice(index, uuid, fraction, gpu_memory.get(uuid)))
     return slices
+
+
+def _refuse_all_but_whole_mig_instances(slices: list[_Slice]) -> None:
+    for s in slices:
+        if not s.uuid.startswith("MIG-"):
+            raise ValueError(
+                f"gpu_sharing is mig, but {s.uuid} is not a MIG instance: label the node's "
+                "fgpu.gpus with its MIG- UUIDs (nvidia-smi -L), or a whole card is handed out"
+            )
+        if s.fraction < 1:
+            raise ValueError(
+                f"gpu_sharing is mig, but the grant holds {s.fraction:g} of {s.uuid}: a MIG "
+                "instance is given whole (FGPU_UNITS_PER_GPU=1 and whole fGPU), never shared"
+            )
 
 
 def _device_request(slices: list[_Slice]) -> dict:

@@ -180,12 +180,14 @@ class FGPUSpawner(DockerSpawner):
         """,
     )
     gpu_sharing = CaselessStrEnum(
-        ["hami", "mps", "none", "simulated"],
+        ["hami", "mig", "mps", "none", "simulated"],
         default_value="simulated",
         config=True,
         help="""
-        How a GPU grant reaches the container: `hami` (HAMi-core limits), `mps` (CUDA MPS),
-        `none` (whole devices, accounting only) or `simulated` (no device; for hosts without GPUs).
+        How a GPU grant reaches the container: `hami` (HAMi-core limits, which a determined
+        student can get around), `mig` (whole MIG instances, isolated by the driver: the strict
+        mode), `mps` (CUDA MPS), `none` (whole devices, accounting only) or `simulated` (no
+        device; for hosts without GPUs). docs/admin-guide.md, "How strict is a GPU slice".
         """,
     )
     hami_library_path = Unicode(

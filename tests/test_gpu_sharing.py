@@ -216,6 +216,37 @@ def test_none_requests_whole_devices_without_limits():
     assert build_gpu_settings(QUARTER, {}, "none").device_requests == request_for("GPU-a")
 
 
+# --- mig -----------------------------------------------------------------------------------------
+
+MIG_A = "MIG-4f1c3e2a-0b5d-5e6f-8a9b-1c2d3e4f5a6b"
+MIG_B = "MIG-9e8d7c6b-5a4f-5e3d-8c2b-1a0f9e8d7c6b"
+
+
+def test_mig_requests_whole_instances_and_nothing_else():
+    settings = build_gpu_settings(Grant("sess-5", "node1", {MIG_A: 1.0, MIG_B: 1.0}), {}, "mig")
+    assert settings == GpuSettings(
+        env={
+            "NVIDIA_VISIBLE_DEVICES": f"{MIG_A},{MIG_B}",
+            "CUDA_VISIBLE_DEVICES": f"{MIG_A},{MIG_B}",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        },
+        device_requests=request_for(MIG_A, MIG_B),
+        binds={},
+        labels={"fgpu.gpu_sharing": "mig"},
+    )
+
+
+def test_mig_never_shares_an_instance():
+    # Two sessions in one instance would have no limit between them: refused, not started.
+    with pytest.raises(ValueError, match="a MIG instance is given whole"):
+        build_gpu_settings(Grant("sess-6", "node1", {MIG_A: 0.5}), {}, "mig")
+
+
+def test_mig_refuses_a_whole_card_labelled_by_mistake():
+    with pytest.raises(ValueError, match="GPU-a is not a MIG instance"):
+        build_gpu_settings(Grant("sess-7", "node1", {"GPU-a": 1.0}), {}, "mig")
+
+
 # --- simulated ------------------------------------------------------------------------------------
 
 
@@ -302,8 +333,8 @@ def test_device_requests_are_valid_docker_py_kwargs(mode):
 
 
 def test_unknown_mode_is_refused():
-    with pytest.raises(ValueError, match="Unknown gpu_sharing mode 'mig'"):
-        build_gpu_settings(QUARTER, MEMORY, "mig")
+    with pytest.raises(ValueError, match="Unknown gpu_sharing mode 'vgpu'"):
+        build_gpu_settings(QUARTER, MEMORY, "vgpu")
 
 
 @pytest.mark.parametrize("mode", ["hami", "mps", "simulated"])
