@@ -21,10 +21,10 @@ Modes:
   HAMi-core's own `shrreg-tool --create_new` (bound read-only), which creates the region from the
   spawner's limits before any process of the student runs, and links HAMi-core's default region
   path (`/tmp/cudevshr.cache`, used when the variable is unset) to it; `command_prefix` carries
-  both. This pins the limits for every process that uses the session's region. It does not stop a process
-  that names another cache file in its own environment, or writes the region file itself (it
-  must stay writable: HAMi-core maps it read-write and exits when it cannot): see the admin
-  guide, "How strict is a GPU slice".
+  both. This pins the limits for every process that uses the session's region. It does not stop
+  a process that names another cache file in its own environment, or writes the region file
+  itself (it must stay writable: HAMi-core maps it read-write and exits when it cannot): see the
+  admin guide, "How strict is a GPU slice".
 - `mig`: the strict mode, on cards with MIG (A100, A30, H100...): each "GPU" of the node is a MIG
   instance (its `MIG-` UUID in the node's `fgpu.gpus` label), which the driver isolates in
   hardware: its own memory and SMs, which nothing in the session can change. Whole instances
