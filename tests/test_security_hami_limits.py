@@ -98,6 +98,15 @@ def test_even_an_unchecked_launch_variable_cannot_replace_the_limits_the_region_
     assert environment["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/usr/local/vgpu/cache/cudevshr.cache"
 
 
+def test_cuda_disable_control_does_not_take_the_preload_file_away():
+    # HAMi's device plugin leaves /etc/ld.so.preload out for a pod that says so; the spawner must
+    # not, even for a variable that got past check_env.
+    spec = hami_spec((("CUDA_DISABLE_CONTROL", "true"),))
+    targets = {m["Target"]: m["ReadOnly"] for m in spec.host_config["mounts"]}
+    assert targets["/etc/ld.so.preload"] is True
+    assert targets["/usr/local/vgpu/libvgpu.so"] is True
+
+
 # --- the prefix, run ------------------------------------------------------------------------------
 
 STAND_IN_TOOL = """#!/bin/sh
