@@ -45,6 +45,8 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
 #: Where the hub's spawner looks for HAMi-core by default (c.FGPUSpawner.hami_library_path).
 DEFAULT_HAMI_LIBRARY = GpuPaths.hami_library_path
+#: ... and its shrreg-tool, which starts every hami session (c.FGPUSpawner.hami_shrreg_tool_path).
+DEFAULT_HAMI_SHRREG_TOOL = GpuPaths.hami_shrreg_tool_path
 NO_ENGINE = "not checked: the Docker engine does not answer"
 
 
@@ -82,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--gpu-sharing",
-        choices=("hami", "mps", "none", "simulated"),
+        choices=("hami", "mig", "mps", "none", "simulated"),
         default=None,
         help="the spawner's gpu_sharing (default: simulated with FGPU_SIMULATED_GPUS, else hami,"
         " as the shipped config has it)",
@@ -92,6 +94,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         default=DEFAULT_HAMI_LIBRARY,
         help="HAMi-core's libvgpu.so on this host (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--hami-shrreg-tool",
+        metavar="PATH",
+        default=DEFAULT_HAMI_SHRREG_TOOL,
+        help="HAMi-core's shrreg-tool on this host, which starts every hami session"
+        " (default: %(default)s)",
     )
     parser.add_argument(
         "--hub-url",
@@ -151,7 +160,7 @@ def run_checks(args: argparse.Namespace, environ: Mapping[str, str]) -> list[Res
         check_backup_disk(backup_dir(environ), args.min_free_backup),
         check_images(engine, catalog_images(queue_url, environ), swarm),
         check_gpus(environ, swarm),
-        check_hami(sharing, args.hami_library),
+        check_hami(sharing, args.hami_library, args.hami_shrreg_tool),
         check_clock(engine, args.max_clock_skew),
         check_service_health(args.hub_url or default_hub_url(environ), args.timeout),
     ]
@@ -626,29 +635,36 @@ def check_gpus(environ: Mapping[str, str], swarm: bool, read: Callable | None = 
     )
 
 
-def check_hami(sharing: str, library: str) -> Result:
+def check_hami(sharing: str, library: str, tool: str = DEFAULT_HAMI_SHRREG_TOOL) -> Result:
+    """HAMi-core's library and its shrreg-tool: without either, the engine refuses every `hami`
+    session (both are read-only bind mounts)."""
     if sharing != "hami":
         return Result("hami-core", OK, f"not needed: gpu_sharing is {sharing}")
-    path = Path(library)
-    problem = _library_problem(path)
-    if problem:
-        return Result(
-            "hami-core",
-            FAIL,
-            f"HAMi-core's library {path} {problem}, and gpu_sharing is hami",
-            "build and install HAMi-core on this host (the GPU node guide), or set"
-            " c.FGPUSpawner.hami_library_path (and --hami-library here) to where it is",
-        )
-    return Result("hami-core", OK, f"HAMi-core's library is at {path}")
+    fix = (
+        "build and install HAMi-core on this host (scripts/gpu-node, the GPU node guide), or set"
+        " c.FGPUSpawner.hami_library_path and hami_shrreg_tool_path (and --hami-library,"
+        " --hami-shrreg-tool here) to where they are"
+    )
+    for what, path, kind in (
+        ("library", Path(library), "a shared library"),
+        ("shrreg-tool", Path(tool), "a program"),
+    ):
+        problem = _library_problem(path, kind)
+        if not problem and what == "shrreg-tool" and not os.access(path, os.X_OK):
+            problem = "is not executable"
+        if problem:
+            message = f"HAMi-core's {what} {path} {problem}, and gpu_sharing is hami"
+            return Result("hami-core", FAIL, message, fix)
+    return Result("hami-core", OK, f"HAMi-core's library is at {library}, its tool at {tool}")
 
 
-def _library_problem(path: Path) -> str | None:
+def _library_problem(path: Path, kind: str = "a shared library") -> str | None:
     if not path.is_file():
         return "does not exist"
     try:
         with path.open("rb") as file:
             if file.read(4) != b"\x7fELF":
-                return "is not a shared library"
+                return f"is not {kind}"
     except OSError as e:
         return f"cannot be read ({e.strerror})"
     return None

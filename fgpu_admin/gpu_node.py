@@ -293,6 +293,19 @@ def selfcheck_env(memory_total_mib: int, fraction: float, uuid: str) -> dict[str
     }
 
 
+#: What a `hami` session's command starts with (fgpu_spawner.gpu_sharing.hami_region_first_prefix;
+#: tests/test_gpu_node.py holds the two equal): HAMi-core's default region path is linked to the
+#: session's, and HAMi-core's tool creates the region from the session's limits, before the
+#: command. The self-check runs through it, so a node where the tool cannot run is caught here.
+SELFCHECK_PREFIX = (
+    "/bin/sh",
+    "-c",
+    "ln -sfn /usr/local/vgpu/cache/cudevshr.cache /tmp/cudevshr.cache"
+    ' && "$0" --create_new && exec "$@"',
+    "/usr/local/vgpu/shrreg-tool",
+)
+
+
 @dataclass(frozen=True)
 class CapCheck:
     ok: bool
@@ -424,6 +437,11 @@ def cmd_selfcheck_env(args) -> int:
     return EXIT_OK
 
 
+def cmd_selfcheck_prefix(args) -> int:
+    print("\n".join(SELFCHECK_PREFIX))
+    return EXIT_OK
+
+
 def cmd_check_capped(args) -> int:
     expected, _ = hami_limits(args.card_mib, args.fraction)
     result = check_capped(sys.stdin.read(), expected, args.card_mib)
@@ -465,6 +483,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fraction", type=float, default=0.5)
     p.add_argument("--uuid", required=True)
     p.set_defaults(run=cmd_selfcheck_env)
+    p = sub.add_parser("selfcheck-prefix", help="a hami session's command prefix, one per line")
+    p.set_defaults(run=cmd_selfcheck_prefix)
     p = sub.add_parser("check-capped", help="the session's nvidia-smi output on stdin: capped?")
     p.add_argument("--card-mib", type=int, required=True)
     p.add_argument("--fraction", type=float, default=0.5)

@@ -26,7 +26,7 @@ from docker.utils import convert_volume_binds
 
 from image_catalog.container_hardening import hardening
 
-from .gpu_sharing import GpuPaths, GpuSettings, build_gpu_settings
+from .gpu_sharing import GpuPaths, GpuSettings, build_gpu_settings, session_command
 from .grant import Grant
 from .request import ResourceRequest
 
@@ -155,7 +155,7 @@ def build_container_spec(
         **ctx.extra_create_kwargs,
         "image": request.image,
         "name": ctx.name,
-        "command": ctx.command,
+        "command": session_command(ctx.command, gpu),
         "environment": container_env(request, grant, ctx, gpu),
         "volumes": ctx.volumes,
         "ports": {f"{ctx.port}/tcp": None},

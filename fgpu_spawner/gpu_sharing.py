@@ -15,6 +15,21 @@ Modes:
   one rule for every device keeps the env predictable. Each session gets its own shared-region
   cache file (`CUDA_DEVICE_MEMORY_SHARED_CACHE`) in a host directory of its own, so two sessions
   never share one accounting region, plus the host-wide `/tmp/vgpulock` HAMi-core locks in.
+  HAMi-core takes the limits from the environment of whichever process first opens the region
+  and keeps them there: later processes read the region's limits, not their own environment
+  (multiprocess_memory_limit.c, `try_create_shrreg`). So the session's command starts with
+  HAMi-core's own `shrreg-tool --create_new` (bound read-only), which creates the region from the
+  spawner's limits before any process of the student runs, and links HAMi-core's default region
+  path (`/tmp/cudevshr.cache`, used when the variable is unset) to it; `command_prefix` carries
+  both. This pins the limits for every process that uses the session's region. It does not stop
+  a process that names another cache file in its own environment, or writes the region file
+  itself (it must stay writable: HAMi-core maps it read-write and exits when it cannot): see the
+  admin guide, "How strict is a GPU slice".
+- `mig`: the strict mode, on cards with MIG (A100, A30, H100...): each "GPU" of the node is a MIG
+  instance (its `MIG-` UUID in the node's `fgpu.gpus` label), which the driver isolates in
+  hardware: its own memory and SMs, which nothing in the session can change. Whole instances
+  only: a share below 1 is refused, since two sessions would share one instance without limits,
+  and so is a UUID that is not a MIG instance's, which would hand out a whole card.
 - `mps`: the device request plus MPS client limits. `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` is a single
   value for every device of a client, so a grant of whole GPUs plus one fraction takes the
   fraction's share on all of them (the whole GPUs are throttled too: fail closed).
@@ -53,7 +68,7 @@ from image_catalog.units import simulated_gpu_name
 
 from .grant import Grant
 
-MODES = ("hami", "mps", "none", "simulated")
+MODES = ("hami", "mig", "mps", "none", "simulated")
 LABEL_GPU_SHARING = "fgpu.gpu_sharing"
 MIB = 1024**2
 
@@ -62,6 +77,10 @@ MIB = 1024**2
 HAMI_LIBRARY_IN_CONTAINER = "/usr/local/vgpu/libvgpu.so"
 HAMI_CACHE_DIR_IN_CONTAINER = "/usr/local/vgpu/cache"
 HAMI_CACHE_FILE_IN_CONTAINER = f"{HAMI_CACHE_DIR_IN_CONTAINER}/cudevshr.cache"
+HAMI_SHRREG_TOOL_IN_CONTAINER = "/usr/local/vgpu/shrreg-tool"
+# Where HAMi-core puts the region when CUDA_DEVICE_MEMORY_SHARED_CACHE is unset
+# (MULTIPROCESS_SHARED_REGION_CACHE_DEFAULT).
+HAMI_DEFAULT_CACHE_FILE = "/tmp/cudevshr.cache"
 PRELOAD_FILE_IN_CONTAINER = "/etc/ld.so.preload"
 
 _SAFE_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -75,6 +94,7 @@ class GpuPaths:
     hami_cache_base: str = "/var/lib/fgpu-hub/vgpu"
     hami_lock_dir: str = "/tmp/vgpulock"
     hami_preload_path: str = "/var/lib/fgpu-hub/ld.so.preload"
+    hami_shrreg_tool_path: str = "/usr/local/lib/hami-shrreg-tool"
     mps_pipe_dir: str = "/tmp/nvidia-mps"
 
 
@@ -82,13 +102,15 @@ class GpuPaths:
 class GpuSettings:
     """Plain data for the container: `env` and `labels` for create, `device_requests` (docker-py
     `DeviceRequest` kwargs), `binds` (docker-py's dict form; the engine creates missing host
-    folders) and `mounts` (read-only binds whose host file must exist) for host_config."""
+    folders) and `mounts` (read-only binds whose host file must exist) for host_config;
+    `command_prefix` goes before the session's command (`session_command`)."""
 
     env: dict[str, str] = field(default_factory=dict)
     device_requests: list[dict] = field(default_factory=list)
     binds: dict[str, dict[str, str]] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     mounts: list[Mount] = field(default_factory=list)
+    command_prefix: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -115,12 +137,14 @@ def build_gpu_settings(
     labels = {LABEL_GPU_SHARING: mode}
     if not grant.gpus:
         return GpuSettings(env={"NVIDIA_VISIBLE_DEVICES": "void"}, labels=labels)
-    slices = _slices(grant, gpu_memory, gpu_order, need_memory=mode != "none")
+    slices = _slices(grant, gpu_memory, gpu_order, need_memory=mode not in ("mig", "none"))
     if mode == "hami":
         return _hami(grant, slices, paths, labels)
     if mode == "mps":
         return _mps(slices, paths, labels)
-    if mode == "none":
+    if mode == "mig":
+        _refuse_all_but_whole_mig_instances(slices)
+    if mode in ("mig", "none"):
         return GpuSettings(_visible(slices), [_device_request(slices)], {}, labels)
     return _simulated(grant, slices, labels)
 
@@ -147,6 +171,20 @@ def _slices(
             raise ValueError(f"No memory size known for granted GPU {uuid}; cannot size its slice")
         slices.append(_Slice(index, uuid, fraction, gpu_memory.get(uuid)))
     return slices
+
+
+def _refuse_all_but_whole_mig_instances(slices: list[_Slice]) -> None:
+    for s in slices:
+        if not s.uuid.startswith("MIG-"):
+            raise ValueError(
+                f"gpu_sharing is mig, but {s.uuid} is not a MIG instance: label the node's "
+                "fgpu.gpus with its MIG- UUIDs (nvidia-smi -L), or a whole card is handed out"
+            )
+        if s.fraction < 1:
+            raise ValueError(
+                f"gpu_sharing is mig, but the grant holds {s.fraction:g} of {s.uuid}: a MIG "
+                "instance is given whole (FGPU_UNITS_PER_GPU=1 and whole fGPU), never shared"
+            )
 
 
 def _device_request(slices: list[_Slice]) -> dict:
@@ -207,8 +245,31 @@ def _hami(grant: Grant, slices: list[_Slice], paths: GpuPaths, labels: dict) -> 
     mounts = [
         _read_only_file(paths.hami_library_path, HAMI_LIBRARY_IN_CONTAINER),
         _read_only_file(paths.hami_preload_path, PRELOAD_FILE_IN_CONTAINER),
+        _read_only_file(paths.hami_shrreg_tool_path, HAMI_SHRREG_TOOL_IN_CONTAINER),
     ]
-    return GpuSettings(env, [_device_request(slices)], binds, labels, mounts)
+    return GpuSettings(
+        env, [_device_request(slices)], binds, labels, mounts, hami_region_first_prefix()
+    )
+
+
+def hami_region_first_prefix() -> list[str]:
+    """A command prefix that creates the session's HAMi-core region from the container's own
+    environment (the spawner's limits), then runs the session's command. HAMi-core's default
+    region path is made a link to the session's region first, so that a process started with an
+    empty environment (`env -i`), which would otherwise create a fresh region without limits
+    there, lands in the session's. If a step fails the container exits and the spawn fails: no
+    session runs with a region someone else initialised."""
+    link = f"ln -sfn {HAMI_CACHE_FILE_IN_CONTAINER} {HAMI_DEFAULT_CACHE_FILE}"
+    script = f'{link} && "$0" --create_new && exec "$@"'
+    return ["/bin/sh", "-c", script, HAMI_SHRREG_TOOL_IN_CONTAINER]
+
+
+def session_command(command: Sequence[str], gpu: GpuSettings) -> list[str]:
+    """The session's command behind the GPU mode's prefix. A prefix needs a command to hand over
+    to: with none, the shell would exit at once, so that is refused."""
+    if gpu.command_prefix and not command:
+        raise ValueError("This GPU mode needs the session's command; none is configured")
+    return [*gpu.command_prefix, *command]
 
 
 def _read_only_file(source: str, target: str) -> Mount:

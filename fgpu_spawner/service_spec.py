@@ -81,6 +81,7 @@ from .container_spec import (
     session_gpu_settings,
 )
 from .gpu_sharing import HAMI_CACHE_DIR_IN_CONTAINER as HAMI_CACHE_DIR
+from .gpu_sharing import session_command
 from .grant import Grant
 from .request import ResourceRequest
 from .storage import home_volume_name, volume_safe
@@ -122,7 +123,7 @@ def build_service_spec(
         image=request.image,
         # A service's Command replaces the image's ENTRYPOINT; Args replaces its CMD, which is
         # what `command` does for a plain container.
-        args=ctx.command,
+        args=session_command(ctx.command, gpu),
         env=container_env(request, grant, ctx, gpu),
         user=ctx.run_as,
         labels=labels,

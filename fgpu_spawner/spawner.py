@@ -180,12 +180,14 @@ class FGPUSpawner(DockerSpawner):
         """,
     )
     gpu_sharing = CaselessStrEnum(
-        ["hami", "mps", "none", "simulated"],
+        ["hami", "mig", "mps", "none", "simulated"],
         default_value="simulated",
         config=True,
         help="""
-        How a GPU grant reaches the container: `hami` (HAMi-core limits), `mps` (CUDA MPS),
-        `none` (whole devices, accounting only) or `simulated` (no device; for hosts without GPUs).
+        How a GPU grant reaches the container: `hami` (HAMi-core limits, which a determined
+        student can get around), `mig` (whole MIG instances, isolated by the driver: the strict
+        mode), `mps` (CUDA MPS), `none` (whole devices, accounting only) or `simulated` (no
+        device; for hosts without GPUs). docs/admin-guide.md, "How strict is a GPU slice".
         """,
     )
     hami_library_path = Unicode(
@@ -223,6 +225,18 @@ class FGPUSpawner(DockerSpawner):
         and mounts read-only at `/etc/ld.so.preload` in `hami` sessions, as HAMi's device plugin
         does: the dynamic loader then loads HAMi-core into every process, whatever its
         environment, so unsetting `LD_PRELOAD` does not lift the GPU limits.
+        """,
+    )
+    hami_shrreg_tool_path = Unicode(
+        GpuPaths.hami_shrreg_tool_path,
+        config=True,
+        help="""
+        Host path of HAMi-core's `shrreg-tool`, built with the library (`scripts/gpu-node`
+        installs both). It is mounted read-only into `hami` sessions, and the session's command
+        starts with `shrreg-tool --create_new`, which creates the session's usage region from
+        the spawner's limits before any process of the student runs: HAMi-core keeps the limits
+        of whoever creates the region. A missing file makes the spawn fail, never a session
+        without limits.
         """,
     )
     mps_pipe_dir = Unicode(
@@ -922,6 +936,7 @@ class FGPUSpawner(DockerSpawner):
             hami_cache_base=self.hami_cache_base,
             hami_lock_dir=self.hami_lock_dir,
             hami_preload_path=self.hami_preload_path,
+            hami_shrreg_tool_path=self.hami_shrreg_tool_path,
             mps_pipe_dir=self.mps_pipe_dir,
         )
 

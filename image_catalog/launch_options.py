@@ -37,8 +37,9 @@ ENV_MAX_COUNT = 32
 ENV_MAX_BYTES = 8192
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: Prefixes the hub, the spawner and the GPU sharing set or read (fgpu_spawner/container_spec.py,
-#: gpu_sharing.py; HAMi-core's CUDA_DEVICE_*, MPS's CUDA_MPS_*, the dynamic loader's LD_*): a
-#: session setting one could widen its GPU slice or impersonate its server.
+#: gpu_sharing.py; HAMi-core's CUDA_DEVICE_*, CUDA_REDIRECT and GPU_CORE_UTILIZATION_POLICY, HAMi's
+#: CUDA_DISABLE_CONTROL, MPS's CUDA_MPS_*, the dynamic loader's LD_*): a session setting one could
+#: widen its GPU slice or impersonate its server.
 RESERVED_PREFIXES = ("JUPYTER", "JPY_", "FGPU_", "CUDA_", "NVIDIA_", "LD_", "HAMI_", "GPU_")
 #: Exact names the hub or the image sets for the session's user, limits and shell.
 RESERVED_NAMES = frozenset(
@@ -57,8 +58,13 @@ RESERVED_NAMES = frozenset(
         "MEM_LIMIT",
         "CPU_GUARANTEE",
         "MEM_GUARANTEE",
-        "LIBCUDA_LOG_LEVEL",
         "VIRTUAL_ENV",
+        # HAMi-core's per-process switches outside its CUDA_*/GPU_* names: the OOM killer that
+        # enforces the memory limit, the log level and the kernel-time sampling
+        # (multiprocess_memory_limit.c, log_utils.c).
+        "ACTIVE_OOM_KILLER",
+        "LIBCUDA_LOG_LEVEL",
+        "RECORD_KERNEL_INTERVAL",
     }
 )
 

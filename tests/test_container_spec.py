@@ -10,6 +10,7 @@ from fgpu_spawner.container_spec import (
     mount_options_of,
     writable_layer_support,
 )
+from fgpu_spawner.gpu_sharing import hami_region_first_prefix
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 
@@ -136,6 +137,19 @@ def test_a_gpu_grant_becomes_devices_env_and_labels_for_its_mode():
     assert device["device_ids"] == ["GPU-a"]
     assert spec.create_kwargs["environment"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"
     assert spec.create_kwargs["labels"]["fgpu.gpu_sharing"] == "hami"
+
+
+def test_a_hami_session_creates_its_usage_region_before_its_command_runs():
+    # HAMi-core keeps the limits of whichever process creates the region: the spawner's tool first.
+    grant = Grant("sess-2", "node-a", {"GPU-a": 0.5})
+    request = ResourceRequest("sk", "fgpu/sk:1.5", cpu=1, mem=GIB, fgpu=1.0)
+    ctx = context(gpu_sharing="hami", gpu_memory={"GPU-a": 16 * GIB})
+    spec = build_container_spec(request, grant, ctx)
+    tool = "/usr/local/vgpu/shrreg-tool"
+    assert spec.create_kwargs["command"] == [*hami_region_first_prefix(), "jupyterhub-singleuser"]
+    mounts = {m["Target"]: m for m in spec.host_config["mounts"]}
+    assert mounts[tool]["Source"] == "/usr/local/lib/hami-shrreg-tool"
+    assert mounts[tool]["ReadOnly"] is True
 
 
 def test_simulated_grants_get_no_device():

@@ -183,6 +183,25 @@ def test_hami_core_is_checked_where_gpu_sharing_is_hami(state, tmp_path):
     assert "does not exist" in by_name(report)["hami-core"]["message"]
 
 
+def elf(path, mode=0o755):
+    path.write_bytes(b"\x7fELF and the rest")
+    path.chmod(mode)
+    return str(path)
+
+
+def test_hami_core_needs_its_shrreg_tool_which_starts_every_hami_session(tmp_path):
+    library = elf(tmp_path / "libvgpu.so", 0o644)
+    missing = doctor.check_hami("hami", library, str(tmp_path / "shrreg-tool"))
+    assert missing.status == "fail"
+    assert "shrreg-tool" in missing.message and "does not exist" in missing.message
+    assert "scripts/gpu-node" in missing.fix
+    not_runnable = doctor.check_hami("hami", library, elf(tmp_path / "tool", 0o644))
+    assert (not_runnable.status, "is not executable" in not_runnable.message) == ("fail", True)
+    both = doctor.check_hami("hami", library, elf(tmp_path / "shrreg-tool"))
+    assert both.status == "ok" and "shrreg-tool" in both.message
+    assert doctor.check_hami("simulated", library, "/nope").status == "ok"
+
+
 def test_without_simulated_gpus_a_host_with_no_nvml_fails(state, monkeypatch):
     monkeypatch.delenv("FGPU_SIMULATED_GPUS")
     code, report = doctor_says(*SMALL, "--gpu-sharing", "none")

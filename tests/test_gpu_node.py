@@ -16,6 +16,7 @@ import pytest
 
 from fgpu_admin import gpu_node
 from fgpu_admin.gpu_node import (
+    SELFCHECK_PREFIX,
     InputError,
     check_capped,
     daemon_config_problems,
@@ -30,7 +31,7 @@ from fgpu_admin.gpu_node import (
     parse_smi_table,
     selfcheck_env,
 )
-from fgpu_spawner.gpu_sharing import build_gpu_settings
+from fgpu_spawner.gpu_sharing import build_gpu_settings, hami_region_first_prefix
 from fgpu_spawner.grant import Grant
 
 from .harness import ROOT
@@ -372,6 +373,15 @@ def test_the_self_checks_limits_are_the_spawners(memory_mib, fraction):
     ).env
     ours = selfcheck_env(memory_mib, fraction, uuid)
     assert {k: spawner[k] for k in ours} == ours
+
+
+def test_the_self_check_starts_its_command_as_the_spawner_starts_a_hami_session():
+    assert list(SELFCHECK_PREFIX) == hami_region_first_prefix()
+
+
+def test_the_selfcheck_prefix_command_prints_the_prefix_one_argument_a_line(capsys):
+    assert gpu_node.main(["selfcheck-prefix"]) == 0
+    assert capsys.readouterr().out.splitlines() == list(SELFCHECK_PREFIX)
 
 
 def test_half_an_8_gib_card_is_4096_mib_and_50_percent():

@@ -97,6 +97,7 @@ def test_the_script_defaults_are_the_spawners_paths():
     for path in (
         defaults.hami_library_path,
         defaults.hami_preload_path,
+        defaults.hami_shrreg_tool_path,
         defaults.hami_lock_dir,
         defaults.hami_cache_base,
     ):
@@ -194,6 +195,7 @@ def test_check_only_lists_what_is_not_done_and_changes_nothing(node_root, stand_
     assert '"icc" is true, not false' in joined
     assert "HAMi-core 5091a2fbe1816df1265490f771346730f29e2c8d (v2.9.0) is not at" in joined
     assert "/var/lib/fgpu-hub/ld.so.preload does not name /usr/local/vgpu/libvgpu.so" in joined
+    assert "HAMi-core's shrreg-tool is not at /usr/local/lib/hami-shrreg-tool" in joined
     assert "8192 MiB NVIDIA GeForce RTX 3070" in result.stderr
     assert snapshot(node_root) == before
 
@@ -236,6 +238,42 @@ def test_a_staged_run_installs_the_files_and_a_second_run_changes_nothing(
     assert check.returncode == 1  # the toolkit, the runtime and HAMi-core are still missing
     assert "ok: /var/lib/fgpu-hub/ld.so.preload" in check.stderr
     assert '"icc"' not in check.stderr
+
+
+def stage_hami_core(root: Path, with_tool: bool) -> None:
+    """HAMi-core as an earlier run left it: the library and its commit stamp, and the tool or not."""
+    paths = GpuPaths()
+    library = root / paths.hami_library_path.lstrip("/")
+    library.parent.mkdir(parents=True, exist_ok=True)
+    library.write_bytes(b"\x7fELF")
+    Path(f"{library}.fgpu-hami-core").write_text("5091a2fbe1816df1265490f771346730f29e2c8d\n")
+    if with_tool:
+        tool = root / paths.hami_shrreg_tool_path.lstrip("/")
+        tool.write_bytes(b"\x7fELF")
+        tool.chmod(0o755)
+
+
+def test_a_node_with_the_library_but_not_hami_cores_tool_is_not_ready(node_root, stand_in_driver):
+    # A node set up before sessions started with shrreg-tool: its hami sessions would not start.
+    stage_hami_core(node_root, with_tool=False)
+    check = run("--root", str(node_root), "--check-only", path=stand_in_driver)
+    assert check.returncode == 1
+    assert "NOT DONE: HAMi-core 5091a2fbe1816df1265490f771346730f29e2c8d (v2.9.0) is not at" in (
+        check.stderr
+    )
+    assert "NOT DONE: HAMi-core's shrreg-tool is not at /usr/local/lib/hami-shrreg-tool" in (
+        check.stderr
+    )
+
+
+def test_a_node_with_the_library_and_its_tool_has_hami_core(node_root, stand_in_driver):
+    stage_hami_core(node_root, with_tool=True)
+    check = run("--root", str(node_root), "--check-only", path=stand_in_driver)
+    assert (
+        "ok: HAMi-core 5091a2fbe1816df1265490f771346730f29e2c8d at /usr/local/lib/libvgpu.so"
+        in (check.stderr)
+    )
+    assert "ok: HAMi-core's shrreg-tool at /usr/local/lib/hami-shrreg-tool" in check.stderr
 
 
 def test_a_broken_daemon_json_stops_the_run_with_its_reason(node_root, stand_in_driver):

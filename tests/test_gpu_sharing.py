@@ -8,6 +8,7 @@ from fgpu_spawner.gpu_sharing import (
     GpuSettings,
     build_gpu_settings,
     hami_preload_text,
+    session_command,
 )
 from fgpu_spawner.grant import Grant
 
@@ -24,6 +25,16 @@ HAMI_BINDS_SESS_2 = {
 HAMI_MOUNTS = [
     Mount("/usr/local/vgpu/libvgpu.so", "/usr/local/lib/libvgpu.so", "bind", read_only=True),
     Mount("/etc/ld.so.preload", "/var/lib/fgpu-hub/ld.so.preload", "bind", read_only=True),
+    Mount("/usr/local/vgpu/shrreg-tool", "/usr/local/lib/hami-shrreg-tool", "bind", read_only=True),
+]
+# HAMi-core's default region path leads to the session's region, HAMi-core's tool creates that
+# region from the spawner's limits, then the command runs.
+HAMI_PREFIX = [
+    "/bin/sh",
+    "-c",
+    "ln -sfn /usr/local/vgpu/cache/cudevshr.cache /tmp/cudevshr.cache"
+    ' && "$0" --create_new && exec "$@"',
+    "/usr/local/vgpu/shrreg-tool",
 ]
 
 
@@ -54,6 +65,7 @@ def test_hami_one_and_a_half_gpus():
         },
         labels={"fgpu.gpu_sharing": "hami"},
         mounts=HAMI_MOUNTS,
+        command_prefix=HAMI_PREFIX,
     )
 
 
@@ -113,6 +125,7 @@ def test_hami_uses_the_configured_host_paths():
         hami_cache_base="/srv/vgpu/",
         hami_lock_dir="/run/vgpulock",
         hami_preload_path="/etc/fgpu/ld.so.preload",
+        hami_shrreg_tool_path="/opt/hami/shrreg-tool",
     )
     settings = build_gpu_settings(QUARTER, MEMORY, "hami", paths=paths)
     assert settings.binds == {
@@ -122,7 +135,27 @@ def test_hami_uses_the_configured_host_paths():
     assert {m["Source"]: m["Target"] for m in settings.mounts} == {
         "/opt/hami/libvgpu.so": "/usr/local/vgpu/libvgpu.so",
         "/etc/fgpu/ld.so.preload": "/etc/ld.so.preload",
+        "/opt/hami/shrreg-tool": "/usr/local/vgpu/shrreg-tool",
     }
+
+
+def test_hami_session_command_runs_behind_the_region_creating_prefix():
+    settings = build_gpu_settings(QUARTER, MEMORY, "hami")
+    command = session_command(["jupyterhub-singleuser", "--debug"], settings)
+    assert command == [*HAMI_PREFIX, "jupyterhub-singleuser", "--debug"]
+
+
+def test_hami_prefix_without_a_command_to_hand_over_to_is_refused():
+    settings = build_gpu_settings(QUARTER, MEMORY, "hami")
+    with pytest.raises(ValueError, match="needs the session's command"):
+        session_command([], settings)
+
+
+@pytest.mark.parametrize("mode", ["mps", "none", "simulated"])
+def test_other_modes_leave_the_command_alone(mode):
+    settings = build_gpu_settings(QUARTER, MEMORY, mode)
+    assert settings.command_prefix == []
+    assert session_command(["jupyterhub-singleuser"], settings) == ["jupyterhub-singleuser"]
 
 
 @pytest.mark.parametrize("session_id", ["..", "../etc", "a/b", "", ".hidden"])
@@ -181,6 +214,37 @@ def test_none_requests_whole_devices_without_limits():
         labels={"fgpu.gpu_sharing": "none"},
     )
     assert build_gpu_settings(QUARTER, {}, "none").device_requests == request_for("GPU-a")
+
+
+# --- mig -----------------------------------------------------------------------------------------
+
+MIG_A = "MIG-4f1c3e2a-0b5d-5e6f-8a9b-1c2d3e4f5a6b"
+MIG_B = "MIG-9e8d7c6b-5a4f-5e3d-8c2b-1a0f9e8d7c6b"
+
+
+def test_mig_requests_whole_instances_and_nothing_else():
+    settings = build_gpu_settings(Grant("sess-5", "node1", {MIG_A: 1.0, MIG_B: 1.0}), {}, "mig")
+    assert settings == GpuSettings(
+        env={
+            "NVIDIA_VISIBLE_DEVICES": f"{MIG_A},{MIG_B}",
+            "CUDA_VISIBLE_DEVICES": f"{MIG_A},{MIG_B}",
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        },
+        device_requests=request_for(MIG_A, MIG_B),
+        binds={},
+        labels={"fgpu.gpu_sharing": "mig"},
+    )
+
+
+def test_mig_never_shares_an_instance():
+    # Two sessions in one instance would have no limit between them: refused, not started.
+    with pytest.raises(ValueError, match="a MIG instance is given whole"):
+        build_gpu_settings(Grant("sess-6", "node1", {MIG_A: 0.5}), {}, "mig")
+
+
+def test_mig_refuses_a_whole_card_labelled_by_mistake():
+    with pytest.raises(ValueError, match="GPU-a is not a MIG instance"):
+        build_gpu_settings(Grant("sess-7", "node1", {"GPU-a": 1.0}), {}, "mig")
 
 
 # --- simulated ------------------------------------------------------------------------------------
@@ -269,8 +333,8 @@ def test_device_requests_are_valid_docker_py_kwargs(mode):
 
 
 def test_unknown_mode_is_refused():
-    with pytest.raises(ValueError, match="Unknown gpu_sharing mode 'mig'"):
-        build_gpu_settings(QUARTER, MEMORY, "mig")
+    with pytest.raises(ValueError, match="Unknown gpu_sharing mode 'vgpu'"):
+        build_gpu_settings(QUARTER, MEMORY, "vgpu")
 
 
 @pytest.mark.parametrize("mode", ["hami", "mps", "simulated"])

@@ -175,11 +175,16 @@ def test_the_preloaded_library_loads_without_ld_preload_and_cannot_be_changed(
     at HAMi-core's path: every process of the session loads it, LD_PRELOAD unset, and the session
     user cannot rewrite the preload file."""
     library = next(path for path in HOST_LIBRARIES if os.path.exists(path))
+    # HAMi-core's shrreg-tool, which starts every hami session, stands in as a no-op.
+    tool = tmp_path / "shrreg-tool"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
     paths = GpuPaths(
         hami_library_path=library,
         hami_cache_base=str(tmp_path / "cache"),
         hami_lock_dir=str(tmp_path / "lock"),
         hami_preload_path=str(tmp_path / "ld.so.preload"),
+        hami_shrreg_tool_path=str(tool),
     )
     FGPUSpawner(hami_preload_path=paths.hami_preload_path).write_hami_preload_file()
     grant = Grant(f"sess-{secrets.token_hex(4)}", "local", {"GPU-a": 0.5})

@@ -6,7 +6,7 @@ import docker
 import pytest
 
 from fgpu_spawner.container_spec import ContainerContext, build_container_spec
-from fgpu_spawner.gpu_sharing import HAMI_LIBRARY_IN_CONTAINER, GpuPaths
+from fgpu_spawner.gpu_sharing import HAMI_LIBRARY_IN_CONTAINER, GpuPaths, hami_region_first_prefix
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from fgpu_spawner.service_spec import SwarmContext, build_service_spec, pick_home_account
@@ -121,6 +121,15 @@ def test_hami_pieces_become_mounts_on_the_gpu_node():
     assert "/var/lib/fgpu-hub/vgpu/sess-2" not in json.dumps(container["Mounts"])
     assert mounts[paths.hami_lock_dir] == (paths.hami_lock_dir, "bind", False)
     assert env_of(container)["CUDA_DEVICE_MEMORY_LIMIT_1"] == "8192m"
+
+
+def test_a_hami_task_creates_its_usage_region_before_the_command_runs():
+    tool = "/usr/local/vgpu/shrreg-tool"
+    ctx = gpu_context("hami", command=["jupyterhub-singleuser"])
+    _, _, container = spec_parts(GPU_REQUEST, GPU_GRANT, ctx)
+    assert container["Args"] == [*hami_region_first_prefix(), "jupyterhub-singleuser"]
+    mounts = {m["Target"]: (m["Source"], m["ReadOnly"]) for m in container["Mounts"]}
+    assert mounts[tool] == (GpuPaths().hami_shrreg_tool_path, True)
 
 
 @pytest.mark.parametrize(

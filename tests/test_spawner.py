@@ -225,11 +225,16 @@ def test_the_host_gpu_paths_are_config_and_reach_the_gpu_settings():
     config.FGPUSpawner.hami_cache_base = "/srv/vgpu-cache"
     config.FGPUSpawner.mps_pipe_dir = "/run/mps"
     config.FGPUSpawner.hami_preload_path = "/etc/fgpu/ld.so.preload"
+    config.FGPUSpawner.hami_shrreg_tool_path = "/opt/hami/shrreg-tool"
     paths = FGPUSpawner(config=config).gpu_paths
     grant = Grant("sess-9", "node-a", {"GPU-a": 0.5})
     hami = build_gpu_settings(grant, {"GPU-a": 2**34}, "hami", paths)
     sources = {mount["Source"]: mount["ReadOnly"] for mount in hami.mounts}
-    assert sources == {"/opt/hami/libvgpu.so": True, "/etc/fgpu/ld.so.preload": True}
+    assert sources == {
+        "/opt/hami/libvgpu.so": True,
+        "/etc/fgpu/ld.so.preload": True,
+        "/opt/hami/shrreg-tool": True,
+    }
     assert "/srv/vgpu-cache/sess-9" in hami.binds
     assert "/run/mps" in build_gpu_settings(grant, {"GPU-a": 2**34}, "mps", paths).binds
 
