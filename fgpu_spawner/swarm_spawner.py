@@ -53,6 +53,8 @@ STARTING_STATES = {"new", "pending", "assigned", "accepted", "preparing", "ready
 LIVE_STATES = STARTING_STATES | {"running"}
 #: Seconds between two looks at a task while it starts or goes away.
 _TASK_POLL_SECONDS = 0.25
+#: A shared home folder: its owner (the session user) only.
+HOME_FOLDER_MODE = 0o700
 
 
 class FGPUSwarmSpawner(FGPUSpawner):
@@ -323,20 +325,22 @@ class FGPUSwarmSpawner(FGPUSpawner):
             raise self._engine_refused("create", e) from None
 
     def prepare_home_folder(self) -> None:
-        """Make the user's shared home folder, owned by the session user: Swarm refuses a bind
-        whose source is missing on the node, and the shared storage shows the hub's mkdir on
-        every node."""
+        """Make the user's shared home folder, owned by the session user and closed to everyone
+        else: Swarm refuses a bind whose source is missing on the node, and the shared storage
+        shows the hub's mkdir on every node."""
         if not Path(self.home_root).is_dir():
             raise OSError(
                 f"The shared home root {self.home_root} is not mounted on the hub's host; mount "
                 "the same shared storage there as on every node"
             )
         folder = Path(home_folder(self.swarm_context, self.user.name))
-        if folder.is_dir():
-            return
-        folder.mkdir(mode=0o750)
-        uid, _, gid = self.run_as.partition(":")
-        os.chown(folder, int(uid), int(gid or uid))
+        if not folder.is_dir():
+            folder.mkdir(mode=HOME_FOLDER_MODE)
+            uid, _, gid = self.run_as.partition(":")
+            os.chown(folder, int(uid), int(gid or uid))
+        # Every session runs as the same uid:gid, so a group bit would let any account of that
+        # gid on a node or storage client read every home; homes an older hub made 0750 close.
+        folder.chmod(HOME_FOLDER_MODE)
 
     async def start_object(self):
         """Wait until the session's task runs on its node; a task the node rejects or that
