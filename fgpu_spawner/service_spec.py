@@ -230,6 +230,26 @@ def _endpoint(port: int, swarm: SwarmContext) -> EndpointSpec:
     )
 
 
+def reachable_sessions(endpoint: str, network_per_session: bool) -> str:
+    """Why sessions could reach one another's servers with this endpoint; "" when they cannot.
+
+    Only an overlay of each session's own, which the hub's container joins, keeps them apart:
+    a host-mode port is published on every address of the node, where any session on any node
+    reaches it (Swarm cannot bind it to one address, and a session must reach the nodes' network
+    for the hub), and an overlay has no `icc` switch."""
+    if endpoint == "host_port":
+        return (
+            "endpoint 'host_port' publishes every session's server on its node's address, where "
+            "any other session reaches it"
+        )
+    if not network_per_session:
+        return (
+            f"endpoint {endpoint!r} without network_per_session puts every session on one "
+            "overlay, where each reaches every other (an overlay has no icc switch)"
+        )
+    return ""
+
+
 def _check_service_name(name: str) -> None:
     if len(name) > 63 or not _SERVICE_NAME_RE.match(name):
         raise ValueError(

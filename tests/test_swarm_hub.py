@@ -477,6 +477,8 @@ def test_an_overlay_session_is_reached_at_its_reported_address_from_another_node
     spawner = _OverlaySpawner(
         client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
         endpoint="overlay",
+        network_per_session=False,  # the shared overlay, on purpose
+        allow_reachable_sessions=True,
         network_name=f"fgpu-ovl-{tag}",
         registry=lab.env["FGPU_SWARM_REGISTRY"],
         object_name=f"fgpu-overlay-{tag}",
@@ -586,6 +588,8 @@ def test_spawns_that_race_to_make_the_overlay_all_use_the_one_the_manager_kept(l
     kwargs = dict(
         client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
         endpoint="overlay",
+        network_per_session=False,  # the shared overlay, on purpose
+        allow_reachable_sessions=True,
         network_name=name,
     )
     try:
@@ -622,6 +626,8 @@ def test_the_hubs_container_joins_the_shared_overlay_once_however_many_spawns_ra
     kwargs = dict(
         client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
         endpoint="overlay",
+        network_per_session=False,  # the shared overlay, on purpose
+        allow_reachable_sessions=True,
         network_name=name,
         hub_container=hub_container.name,
     )
@@ -646,13 +652,14 @@ def test_the_hubs_container_joins_the_shared_overlay_once_however_many_spawns_ra
 
 @pytest.fixture(scope="module")
 def overlay_hub(lab: Lab, tmp_path_factory):
-    """A hub in `FGPU_SWARM_ENDPOINT=overlay` mode, with an overlay per session, whose process and
+    """A hub in the shipped Swarm defaults for a hub in a container (`overlay`, an overlay per
+    session: nothing but FGPU_SWARM_HUB_CONTAINER set), whose process and
     proxy run in the network of a container on the manager, as a site runs the hub's container
     there (`swarm_lab.hub_container`). Students reach the proxy at the port the container
     publishes on the manager's address."""
     with hub_container(lab.env, labels={TEST_LABEL: secrets.token_hex(3)}) as anchor:
         workdir = tmp_path_factory.mktemp("overlay-hub")
-        env = {**lab.env, **anchor.env(per_session=True)}
+        env = {**lab.env, **anchor.env()}
         with running_hub(workdir, env=env, launcher=anchor.launcher, url=anchor.url) as hub:
             hub.lab, hub.anchor = lab, anchor.container
             try:
