@@ -6,6 +6,8 @@ one session cannot reach another's server in that default is
 tests/test_swarm_hub.py::test_the_hubs_proxy_reaches_sessions_on_other_nodes_over_their_own_overlays_and_they_not_each_other.
 """
 
+import logging
+
 import pytest
 from jupyterhub.spawner import SpawnException
 
@@ -97,3 +99,34 @@ async def test_the_spawner_refuses_reachable_sessions_before_any_engine_call(tra
 async def test_a_site_that_accepts_it_gets_host_port():
     spawner = FGPUSwarmSpawner(endpoint="host_port", allow_reachable_sessions=True)
     assert (await spawner.session_network()).id == ""
+
+
+def _report(node: str, daemon: dict | None) -> dict:
+    body = {"version": 1, "node": node, "sampled_at": "t", "sessions": {}, "gpus": None}
+    return body if daemon is None else {**body, "daemon": daemon}
+
+
+def test_the_queue_places_nothing_on_a_node_whose_engine_lets_sessions_reach_one_another(caplog):
+    from queue_service.app import QueueService
+    from queue_service.node_reports import NodeReports, parse_report
+
+    service = QueueService()
+    service.node_reports, service._refused_nodes = NodeReports(), {}
+    service.log = logging.getLogger("fgpu-test-isolation")  # the app's own does not propagate
+    reports = {
+        "good": {"icc": False, "no_new_privileges": True},
+        "icc-on": {"icc": True, "no_new_privileges": True},
+        "nnp-off": {"icc": False, "no_new_privileges": False},
+        "old-agent": None,  # unknown: flagged (health, doctor), not refused
+    }
+    for node, daemon in reports.items():
+        service.node_reports.put(parse_report(node, _report(node, daemon)))
+    refused = {node for node in [*reports, "silent"] if service.isolation_refused(node)}
+    assert refused == {"icc-on", "nnp-off"}
+    assert "Node icc-on takes no sessions: its engine has icc wrong" in caplog.text
+    # Said once, not at every reconciler round.
+    service.isolation_refused("icc-on")
+    assert caplog.text.count("Node icc-on takes no sessions") == 1
+    # Fixed: the next report puts it back.
+    service.node_reports.put(parse_report("icc-on", _report("icc-on", reports["good"])))
+    assert not service.isolation_refused("icc-on")
