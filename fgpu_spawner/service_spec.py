@@ -48,7 +48,9 @@ What a service spec can and cannot say, on dockerd 20.10 (API 1.41) and docker-p
   the task at its own address, or, with `publish_host_port`, at the node's address and the port
   the task publishes in host mode; such a task may also stay on its node's bridge (no network).
   With `vip`, where the site's kernel has IPVS, the endpoint is a VIP and the proxy reaches the
-  service by its name on the overlay.
+  service by its name on the overlay. Only an overlay of the session's own keeps sessions apart
+  (`reachable_sessions` says why the others do not; measured in the lab: a session on another
+  node reaches a `host_port` session's server at its node's address).
 """
 
 from __future__ import annotations

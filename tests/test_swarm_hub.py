@@ -158,6 +158,24 @@ def test_a_session_lands_on_its_granted_node_with_its_limits_in_that_nodes_cgrou
     assert reply.status_code == 200, reply.text
 
 
+def test_on_host_port_a_session_reaches_anothers_server_which_is_why_it_needs_the_sites_word(
+    swarm_hub, admin, started
+):
+    """Why `host_port` starts only with FGPU_SWARM_REACHABLE_SESSIONS=1 (this hub, the lab's, has
+    it): the server's port is published on every address of its node, and a session on another
+    node, whose engine has `"icc": false`, still reaches it there, as the proxy does."""
+    for user in ("una", "vic"):
+        start(swarm_hub, started, user, "h")
+    models = {user: swarm_hub.wait_ready(user, "h", timeout=180) for user in ("una", "vic")}
+    records = {user: session_of(admin, user, "h") for user in models}
+    nodes = {user: record["grant"]["node"] for user, record in records.items()}
+    assert nodes["una"] != nodes["vic"]  # one GPU per node, 1 fGPU each
+    vic = session_container(swarm_hub.lab, nodes["vic"], records["vic"]["id"])
+    una_target = proxy_target(swarm_hub, models["una"]["url"])
+    reached = fetch_from(vic, f"{una_target}{models['una']['url']}api")
+    assert reached == {"status": 200}, reached
+
+
 def test_three_one_gpu_sessions_run_on_three_nodes_and_a_fourth_waits(swarm_hub, admin, started):
     users = ["bea", "cal", "dee"]
     for user in users:
