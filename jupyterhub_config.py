@@ -36,12 +36,15 @@ Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these 
   FGPU_SWARM_REGISTRY  registry the nodes pull session images from (host:port)
   FGPU_HUB_CONNECT_IP  this host's address as the nodes reach it: the hub's API listens there
   FGPU_SWARM_HOME_ROOT shared storage mounted at this path on every node and here: home folders
-  FGPU_SWARM_ENDPOINT  `host_port` (default; a hub beside the Swarm) or `overlay` (a hub on it)
-  FGPU_SWARM_HUB_CONTAINER  with `overlay`: the container on the manager in whose network the hub
-                       and its proxy run; the spawner joins it to the sessions' overlays, and the
-                       hub's API and the queue service then listen there, not at FGPU_HUB_CONNECT_IP
-  FGPU_SWARM_NETWORK_PER_SESSION  1: with FGPU_SWARM_HUB_CONTAINER, an overlay of its own per
-                       session, so that sessions cannot reach one another
+  FGPU_SWARM_HUB_CONTAINER  the container on the manager in whose network the hub and its proxy
+                       run; the spawner joins it to the sessions' overlays, and the hub's API and
+                       the queue service then listen there, not at FGPU_HUB_CONNECT_IP
+  FGPU_SWARM_ENDPOINT  `overlay` (default with FGPU_SWARM_HUB_CONTAINER: a hub on the overlay),
+                       `vip`, or `host_port` (default without it: a hub beside the Swarm)
+  FGPU_SWARM_NETWORK_PER_SESSION  1 (default): an overlay of its own per session, so that sessions
+                       cannot reach one another; 0: one overlay shared by all
+  FGPU_SWARM_REACHABLE_SESSIONS  1: accept an endpoint where sessions reach one another's servers
+                       (`host_port`, or a shared overlay); without it such a hub does not start
   FGPU_NODE_AGENT_URL  the queue service as nodes reach it (default in Swarm mode: the service's
                        own address at FGPU_HUB_CONNECT_IP); the node agent is deployed to report there
   FGPU_NODE_AGENT_SOCKET  each node's engine socket (default /var/run/docker.sock)
@@ -90,7 +93,6 @@ if engine == "swarm":
     c.JupyterHub.hub_ip = os.environ.get("FGPU_HUB_CONNECT_IP", "0.0.0.0")
     c.FGPUSwarmSpawner.registry = os.environ.get("FGPU_SWARM_REGISTRY", "")
     c.FGPUSwarmSpawner.home_root = os.environ.get("FGPU_SWARM_HOME_ROOT", "")
-    c.FGPUSwarmSpawner.endpoint = os.environ.get("FGPU_SWARM_ENDPOINT", "host_port")
 else:
     # Sessions run on their own bridge, where they cannot reach one another; the hub's API
     # listens on its gateway, so sessions can call it and nothing outside can.
@@ -103,9 +105,30 @@ if hub_container:
     c.JupyterHub.hub_ip = "0.0.0.0"
     c.JupyterHub.hub_connect_ip = "127.0.0.1"
     c.FGPUSwarmSpawner.hub_container = hub_container
-    c.FGPUSwarmSpawner.network_per_session = (
-        os.environ.get("FGPU_SWARM_NETWORK_PER_SESSION", "") == "1"
+if engine == "swarm":
+    # Isolation must not rest on a default: an endpoint where sessions reach one another's
+    # servers is refused here, at start, unless the site says it accepts it.
+    from fgpu_spawner.service_spec import reachable_sessions
+
+    endpoint = os.environ.get("FGPU_SWARM_ENDPOINT") or (
+        "overlay" if hub_container else "host_port"
     )
+    if endpoint not in ("host_port", "overlay", "vip"):
+        raise SystemExit(f"FGPU_SWARM_ENDPOINT must be host_port, overlay or vip, not {endpoint!r}")
+    # Only the hub's container can join an overlay per session (FGPUSwarmSpawner.hub_container).
+    per_session = bool(hub_container) and os.environ.get("FGPU_SWARM_NETWORK_PER_SESSION") != "0"
+    accepted = os.environ.get("FGPU_SWARM_REACHABLE_SESSIONS") == "1"
+    reason = reachable_sessions(endpoint, per_session)
+    if reason and not accepted:
+        raise SystemExit(
+            f"Swarm mode: sessions could reach one another ({reason}). Run the hub in a "
+            "container on the manager (FGPU_SWARM_HUB_CONTAINER), where each session gets an "
+            "overlay of its own, or set FGPU_SWARM_REACHABLE_SESSIONS=1 to accept it and "
+            "firewall the nodes (docs/admin-guide.md, 'Adding nodes')."
+        )
+    c.FGPUSwarmSpawner.endpoint = endpoint
+    c.FGPUSwarmSpawner.network_per_session = per_session
+    c.FGPUSwarmSpawner.allow_reachable_sessions = accepted
 c.JupyterHub.allow_named_servers = True
 # Sessions outlive a hub restart; the queue service's reconciler owns their clean-up.
 c.JupyterHub.cleanup_servers = False

@@ -102,7 +102,7 @@ def main() -> None:
             running_hub(Path(tmp) / "host-port", env=exports) as host_port_hub,
             running_hub(
                 Path(tmp) / "overlay",
-                env={**exports, **anchor.env(per_session=True)},
+                env={**exports, **anchor.env()},
                 launcher=anchor.launcher,
                 url=anchor.url,
             ) as overlay_hub,

@@ -1,7 +1,8 @@
 """Check the hub's parts and say what is wrong and how to fix it (exit 1 on a failure).
 
 Run it in the hub's state directory, with the hub's environment (`set -a; . /etc/fgpu-hub/env`).
-It checks: the Docker engine (and, with FGPU_ENGINE=swarm, the Swarm's nodes); the hub's and the
+It checks: the Docker engine (and, with FGPU_ENGINE=swarm, the Swarm's nodes, and, given an admin's
+token in FGPU_ADMIN_TOKEN, that every node's engine keeps sessions apart); the hub's and the
 queue's databases (FGPU_HUB_DB_URL, FGPU_QUEUE_DB_URL; the queue's schema against this version's);
 free space on the engine's data root and in the backup folder; that the catalog's images are on
 the engine; the GPUs (NVML) and HAMi-core's library; the clock against the engine's; and, when
@@ -37,6 +38,7 @@ from queue_service import inventory, state_dir
 from queue_service.db import alembic_config, make_engine
 from queue_service.frozen_containers import CGROUP_ROOT, freezer_file, read_frozen
 from queue_service.images import ImageStore
+from queue_service.node_reports import DAEMON_FIX
 from queue_service.session_containers import SESSION_LABEL
 
 from .backup import BACKUP_DIR_ENV, DEFAULT_BACKUP_DIR
@@ -48,6 +50,9 @@ DEFAULT_HAMI_LIBRARY = GpuPaths.hami_library_path
 #: ... and its shrreg-tool, which starts every hami session (c.FGPUSpawner.hami_shrreg_tool_path).
 DEFAULT_HAMI_SHRREG_TOOL = GpuPaths.hami_shrreg_tool_path
 NO_ENGINE = "not checked: the Docker engine does not answer"
+#: An admin's hub API token, for what only admins may read (the nodes' reports). From the
+#: environment, not an argument: a command line is visible to every user of the host.
+ADMIN_TOKEN_ENV = "FGPU_ADMIN_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,8 @@ def run_checks(args: argparse.Namespace, environ: Mapping[str, str]) -> list[Res
     results = [check_engine(engine, environ)]
     if swarm:
         results.append(check_swarm_nodes(engine))
+        hub = args.hub_url or default_hub_url(environ)
+        results.append(check_node_daemons(hub, environ.get(ADMIN_TOKEN_ENV, ""), args.timeout))
     hub_url, queue_url = state_dir.hub_db_url(environ), state_dir.queue_db_url(environ)
     results += [
         check_hub_db(hub_url, args.timeout),
@@ -741,6 +748,43 @@ def check_service_health(hub_url: str, timeout: float) -> Result:
     if status == "degraded":
         return Result("queue service", WARN, f"degraded ({url}){details}", _SERVICE_FIX)
     return Result("queue service", FAIL, f"{status or 'no status'} ({url}){details}", _SERVICE_FIX)
+
+
+def check_node_daemons(hub_url: str, token: str, timeout: float) -> Result:
+    """Whether every Swarm node's engine keeps sessions apart, as its agent reports it."""
+    if not token:
+        return Result(
+            "node daemons",
+            WARN,
+            "not checked: the nodes' reports are for admins",
+            f"set {ADMIN_TOKEN_ENV} to an admin's API token (the hub's Token page)",
+        )
+    url = hub_url.rstrip("/") + "/services/queue/api/nodes"
+    try:
+        response = requests.get(url, headers={"Authorization": f"token {token}"}, timeout=timeout)
+        response.raise_for_status()
+        nodes = response.json()["nodes"]
+    except (requests.RequestException, ValueError, KeyError) as e:
+        return Result("node daemons", WARN, f"not checked: {url}: {_first_line(e)}")
+    return node_daemons_result(nodes)
+
+
+def node_daemons_result(nodes: list[Mapping]) -> Result:
+    """The nodes' reports (`api/nodes`): a fresh one with an isolation problem fails."""
+    fresh = [node for node in nodes if not node.get("stale")]
+    bad = [
+        f"{node['node']}: {', '.join(node['isolation_problems'])}"
+        for node in fresh
+        # A service older than the field: every node is unknown.
+        if node.get("isolation_problems", ["isolation not reported"])
+    ]
+    if bad:
+        return Result("node daemons", FAIL, "; ".join(bad), DAEMON_FIX)
+    if not fresh:
+        return Result("node daemons", WARN, "no node agent has reported lately: not checked")
+    return Result(
+        "node daemons", OK, f"{len(fresh)} nodes keep sessions apart (icc off, no-new-privileges)"
+    )
 
 
 _SERVICE_FIX = "read the hub's log (journalctl -u fgpu-hub) for the queue service's messages"

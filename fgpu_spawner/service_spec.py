@@ -50,7 +50,9 @@ What a service spec can and cannot say, on dockerd 20.10 (API 1.41) and docker-p
   the task at its own address, or, with `publish_host_port`, at the node's address and the port
   the task publishes in host mode; such a task may also stay on its node's bridge (no network).
   With `vip`, where the site's kernel has IPVS, the endpoint is a VIP and the proxy reaches the
-  service by its name on the overlay.
+  service by its name on the overlay. Only an overlay of the session's own keeps sessions apart
+  (`reachable_sessions` says why the others do not; measured in the lab: a session on another
+  node reaches a `host_port` session's server at its node's address).
 """
 
 from __future__ import annotations
@@ -257,6 +259,26 @@ def _endpoint(port: int, swarm: SwarmContext) -> EndpointSpec:
     return EndpointSpec(
         mode="dnsrr", ports=[{"Protocol": "tcp", "TargetPort": port, "PublishMode": "host"}]
     )
+
+
+def reachable_sessions(endpoint: str, network_per_session: bool) -> str:
+    """Why sessions could reach one another's servers with this endpoint; "" when they cannot.
+
+    Only an overlay of each session's own, which the hub's container joins, keeps them apart:
+    a host-mode port is published on every address of the node, where any session on any node
+    reaches it (Swarm cannot bind it to one address, and a session must reach the nodes' network
+    for the hub), and an overlay has no `icc` switch."""
+    if endpoint == "host_port":
+        return (
+            "endpoint 'host_port' publishes every session's server on its node's address, where "
+            "any other session reaches it"
+        )
+    if not network_per_session:
+        return (
+            f"endpoint {endpoint!r} without network_per_session puts every session on one "
+            "overlay, where each reaches every other (an overlay has no icc switch)"
+        )
+    return ""
 
 
 def _check_service_name(name: str) -> None:

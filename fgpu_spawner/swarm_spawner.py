@@ -7,23 +7,25 @@ names, created on the Swarm manager the environment points at (DOCKER_HOST, DOCK
 DOCKER_CERT_PATH; `eval "$(scripts/swarm-lab up ...)"` sets them for the local lab). The shipped
 config picks this class when `FGPU_ENGINE=swarm`.
 
-How the proxy reaches a session (`endpoint`):
-- `host_port` (default): the task publishes its server's port in host mode on its node, and the
-  proxy reaches the node's address and that port. This needs neither IPVS (host mode is plain
-  iptables DNAT on the node) nor a hub inside the Swarm, so it serves a hub that runs beside the
-  Swarm, as the lab's does. The task stays on its node's bridge, where sessions cannot reach one
-  another when the node's engine runs with `"icc": false`.
-- `overlay`: the task joins `network_name`, an attachable overlay network (created when missing),
-  and the proxy reaches the task's own address on it: for a hub that runs on the overlay itself
-  (as a Swarm service or a container attached to it). Endpoints are DNS round-robin, because a
-  kernel without IPVS cannot serve VIPs. The hub, not only its proxy, must be on the overlay: it
-  checks a new server's own address before it routes to it. With `hub_container` the spawner
-  joins that container (the hub's, on the manager's engine) to the session's overlay, and the
-  session reaches the hub's API at the container's name there. An overlay has no `icc` switch, so
-  on one shared overlay every session reaches every other: `network_per_session` gives each session
-  an overlay of its own, which only it and the hub's container join.
+How the proxy reaches a session (`endpoint`), and whether sessions reach one another:
+- `overlay` (default): the task joins an attachable overlay network, and the proxy reaches the
+  task's own address on it: for a hub that runs on the overlay itself (a container attached to
+  it). Endpoints are DNS round-robin, because a kernel without IPVS cannot serve VIPs. The hub,
+  not only its proxy, must be on the overlay: it checks a new server's own address before it
+  routes to it. With `hub_container` the spawner joins that container (the hub's, on the
+  manager's engine) to the session's overlay, and the session reaches the hub's API at the
+  container's name there. An overlay has no `icc` switch, so on one shared overlay every session
+  reaches every other: `network_per_session` (default on) gives each session an overlay of its
+  own, which only it and the hub's container join.
 - `vip`: the same overlay, with a VIP endpoint, and the proxy reaches the service by its name:
   for sites whose kernels have IPVS. Not testable here (no IPVS); the spec is unit-tested.
+- `host_port`: the task publishes its server's port in host mode on its node, and the proxy
+  reaches the node's address and that port: no IPVS and no hub inside the Swarm, as the lab's
+  hub beside it. Swarm publishes on every address of the node, where every other session (on
+  any node: they reach the nodes' network, as they reach the hub) reaches it too.
+A shared overlay or `host_port` is refused unless `allow_reachable_sessions` says the site
+accepts it (`service_spec.reachable_sessions` says why), so that isolation never rests on a
+default.
 
 The manager cannot see a task's container (it runs on another engine): the task's state, exit code
 and error come from the manager's task list, and the logs from the service's log stream.
@@ -44,7 +46,13 @@ import docker.errors
 from traitlets import Bool, CaselessStrEnum, Float, Unicode, default
 
 from .network import SessionNetwork, pick_network
-from .service_spec import SwarmContext, build_service_spec, home_folder, pick_home_account
+from .service_spec import (
+    SwarmContext,
+    build_service_spec,
+    home_folder,
+    pick_home_account,
+    reachable_sessions,
+)
 from .spawner import FGPUSpawner, spawn_error
 from .storage import account_tag, home_volume_name
 
@@ -54,6 +62,8 @@ STARTING_STATES = {"new", "pending", "assigned", "accepted", "preparing", "ready
 LIVE_STATES = STARTING_STATES | {"running"}
 #: Seconds between two looks at a task while it starts or goes away.
 _TASK_POLL_SECONDS = 0.25
+#: A shared home folder: its owner (the session user) only.
+HOME_FOLDER_MODE = 0o700
 
 
 class FGPUSwarmSpawner(FGPUSpawner):
@@ -89,14 +99,26 @@ class FGPUSwarmSpawner(FGPUSpawner):
     )
     endpoint = CaselessStrEnum(
         ["host_port", "overlay", "vip"],
-        default_value="host_port",
+        default_value="overlay",
         config=True,
         help="""
-        How the proxy reaches a session: `host_port` publishes the server's port in host mode on
-        the session's node (a hub beside the Swarm); `overlay` reaches the task's address on
-        `network_name`, an attachable overlay network (a hub on that overlay), through a DNS
-        round-robin endpoint; `vip` reaches the service by its name on that overlay through a
-        virtual IP, for sites whose kernels have IPVS (these machines' do not).
+        How the proxy reaches a session: `overlay` (the default) reaches the task's address on
+        its overlay network (a hub on that overlay: `hub_container`), through a DNS round-robin
+        endpoint; `vip` reaches the service by its name on that overlay through a virtual IP,
+        for sites whose kernels have IPVS (these machines' do not); `host_port` publishes the
+        server's port in host mode on the session's node (a hub beside the Swarm), where every
+        other session reaches it too, so it needs `allow_reachable_sessions`.
+        """,
+    )
+    allow_reachable_sessions = Bool(
+        False,
+        config=True,
+        help="""
+        Accept an endpoint where sessions can reach one another's servers: `host_port`, or an
+        overlay shared by all sessions (`network_per_session` off). Off: such a spawn is refused
+        with a config error, so that isolation never rests on a setting left at its default.
+        A site that turns it on firewalls the nodes itself (docs/admin-guide.md, "Adding
+        nodes").
         """,
     )
     hub_container = Unicode(
@@ -114,13 +136,14 @@ class FGPUSwarmSpawner(FGPUSpawner):
         """,
     )
     network_per_session = Bool(
-        False,
+        True,
         config=True,
         help="""
         With `endpoint = "overlay"` and `hub_container`: each session gets an attachable overlay of
         its own (named as its service), which only the session and the hub's container join, so
-        sessions cannot reach one another (an overlay has no `icc` switch: on one shared overlay
-        every session reaches every other). The hub's container leaves the network, and the
+        sessions cannot reach one another (an overlay has no `icc` switch: on one shared overlay,
+        `network_name`, every session reaches every other; turning this off needs
+        `allow_reachable_sessions`). The hub's container leaves the network, and the
         network is removed, once the session's task has left it. Each such network takes one
         subnet of the Swarm's address pool (a /24 unless `docker swarm init
         --default-addr-pool-mask-length` says otherwise: 256 sessions in a /16), and one attachment
@@ -191,6 +214,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
 
     async def session_network(self):
         """The attachable overlay of `overlay` endpoints (created when missing); none otherwise."""
+        self._refuse_reachable_sessions()
         if self.endpoint == "host_port":
             return SessionNetwork("", "", "")  # the node's bridge
         if self.network_per_session and not self.hub_container:
@@ -205,6 +229,18 @@ class FGPUSwarmSpawner(FGPUSpawner):
         except docker.errors.APIError as e:
             message = f"No overlay network {self.overlay_name!r}: {e.explanation or e}"
             raise spawn_error(message, reason="config", status_code=500) from None
+
+    def _refuse_reachable_sessions(self) -> None:
+        reason = reachable_sessions(self.endpoint, self.network_per_session)
+        if reason and not self.allow_reachable_sessions:
+            raise spawn_error(
+                f"Sessions could reach one another: {reason}. Run the hub in a container on the "
+                "manager (FGPUSwarmSpawner.hub_container) with endpoint 'overlay' and "
+                "network_per_session, or accept it with "
+                "FGPUSwarmSpawner.allow_reachable_sessions = True (README, 'Swarm mode')",
+                reason="config",
+                status_code=500,
+            )
 
     def _ensure_overlay(self):
         network = self._overlay()
@@ -329,9 +365,9 @@ class FGPUSwarmSpawner(FGPUSpawner):
             raise self._engine_refused("create", e) from None
 
     def prepare_home_folder(self) -> None:
-        """Make the user's shared home folder, owned by the session user: Swarm refuses a bind
-        whose source is missing on the node, and the shared storage shows the hub's mkdir on
-        every node."""
+        """Make the user's shared home folder, owned by the session user and closed to everyone
+        else: Swarm refuses a bind whose source is missing on the node, and the shared storage
+        shows the hub's mkdir on every node."""
         if not Path(self.home_root).is_dir():
             raise OSError(
                 f"The shared home root {self.home_root} is not mounted on the hub's host; mount "
@@ -339,11 +375,13 @@ class FGPUSwarmSpawner(FGPUSpawner):
             )
         self._home_account = self.home_account_now()
         folder = Path(home_folder(self.swarm_context, self.user.name, self._home_account))
-        if folder.is_dir():
-            return
-        folder.mkdir(mode=0o750)
-        uid, _, gid = self.run_as.partition(":")
-        os.chown(folder, int(uid), int(gid or uid))
+        if not folder.is_dir():
+            folder.mkdir(mode=HOME_FOLDER_MODE)
+            uid, _, gid = self.run_as.partition(":")
+            os.chown(folder, int(uid), int(gid or uid))
+        # Every session runs as the same uid:gid, so a group bit would let any account of that
+        # gid on a node or storage client read every home; homes an older hub made 0750 close.
+        folder.chmod(HOME_FOLDER_MODE)
 
     def home_account_now(self) -> str:
         """Which of the user's folders is this account's (service_spec.pick_home_account): a

@@ -11,7 +11,10 @@ seconds it:
 2. reads the node's GPUs through NVML (`libnvidia-ml.so.1`, by ctypes) when the driver is there:
    uuid, name, memory total and used, utilisation. Without the library `gpus` is null (no NVML on
    this node: a node with simulated GPUs, whose GPUs are the manager's node labels);
-3. POSTs the report, as JSON, to `<FGPU_AGENT_URL>api/nodes/<hostname>/report` with the hub API
+3. reads the settings of its node's engine that keep sessions apart (`daemon_settings`): `icc` from
+   the default bridge, `no-new-privileges` from its own /proc/self/status (the engine's /info does
+   not say it on 20.10); null when it cannot tell;
+4. POSTs the report, as JSON, to `<FGPU_AGENT_URL>api/nodes/<hostname>/report` with the hub API
    token of the node-agent service (a Swarm secret), and runs the jobs the answer names (commit a
    session container, push the image), reporting each job's result in the next report.
 
@@ -48,6 +51,8 @@ ENGINE_API = "v1.41"
 #: Jobs the queue service may hand to an agent (see `run_job`).
 JOB_KINDS = ("commit",)
 NVML_LIBRARY = "libnvidia-ml.so.1"
+#: The default bridge's option that mirrors the engine's `"icc"` setting.
+ICC_OPTION = "com.docker.network.bridge.enable_icc"
 
 
 # -- pure: engine JSON to a report ---------------------------------------------------------------
@@ -116,7 +121,7 @@ def session_usage(containers, stats_by_id, previous_cpu):
     return sessions, samples
 
 
-def build_report(node, sampled_at, sessions, gpus, jobs=(), agent=None):
+def build_report(node, sampled_at, sessions, gpus, jobs=(), agent=None, daemon=None):
     """The JSON body the agent POSTs (the queue service's `node_reports.parse_report` reads it)."""
     return {
         "version": REPORT_VERSION,
@@ -126,7 +131,31 @@ def build_report(node, sampled_at, sessions, gpus, jobs=(), agent=None):
         "gpus": gpus,
         "jobs": list(jobs),
         "agent": agent or {},
+        "daemon": daemon or {"icc": None, "no_new_privileges": None},
     }
+
+
+def bridge_icc(bridge):
+    """Whether the node's engine lets containers of its default bridge reach one another (its
+    `"icc"` setting, which the default bridge carries as an option); None when it does not say."""
+    value = ((bridge or {}).get("Options") or {}).get(ICC_OPTION)
+    return {"true": True, "false": False}.get(value)
+
+
+def no_new_privileges(status_text):
+    """Whether this process runs with no-new-privileges (`NoNewPrivs` in /proc/self/status).
+    The agent is a Swarm task like the sessions, and API 1.41 lets no task ask for it: it has it
+    exactly when the node's engine sets it for every container (`"no-new-privileges": true`),
+    which the engine's /info does not show."""
+    for line in status_text.splitlines():
+        if line.startswith("NoNewPrivs:"):
+            return line.split()[1] == "1"
+    return None
+
+
+def daemon_settings(bridge, status_text):
+    """The node engine's settings that keep sessions apart, as the report carries them."""
+    return {"icc": bridge_icc(bridge), "no_new_privileges": no_new_privileges(status_text)}
 
 
 def session_filters(deployment=None):
@@ -239,6 +268,9 @@ class Engine:
 
     def info(self):
         return self.json("GET", "/info")
+
+    def default_bridge(self):
+        return self.json("GET", "/networks/bridge")
 
     def session_containers(self, deployment=None):
         query = {"filters": json.dumps(session_filters(deployment))}
@@ -389,8 +421,19 @@ class Agent:
         gpus = self.read_gpus()
         with self.lock:
             jobs, self.done_jobs = self.done_jobs, []
-        agent = own_usage(_read("/proc/self/status"), sum(os.times()[:2]))
-        return build_report(self.node, now_iso(), sessions, gpus, jobs, agent)
+        status = _read("/proc/self/status")
+        agent = own_usage(status, sum(os.times()[:2]))
+        daemon = daemon_settings(self.read_bridge(), status)
+        return build_report(self.node, now_iso(), sessions, gpus, jobs, agent, daemon)
+
+    def read_bridge(self):
+        """The default bridge, or None (reported as "unknown"): a node without one (`"bridge":
+        "none"`) must not silence its sessions' usage."""
+        try:
+            return self.engine.default_bridge()
+        except EngineError as e:
+            log(f"no default bridge: {e}")
+            return None
 
     def read_gpus(self):
         """The GPUs, or None: a GPU NVML cannot read (lost, say) must not silence the node's

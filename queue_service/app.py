@@ -37,7 +37,7 @@ from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
 from .deployment import deployment_id
 from .engine import Engine
 from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
-from .health import HealthMonitor, containers_check, select_one
+from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .history import History
 from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
@@ -45,7 +45,7 @@ from .image_check import engine_references
 from .images import ImageStore
 from .launches import Launcher
 from .node_agent_deploy import TOKEN_FILE, deploy_node_agent, node_agent_token
-from .node_reports import NodeReports
+from .node_reports import DAEMON_FIX, NodeReports, wrong_daemon_settings
 from .presets import parse_presets
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
@@ -512,7 +512,7 @@ class QueueService(Application):
                 [n.attrs for n in self.docker.nodes.list()], self.reserve_cpu, self.reserve_mem
             ),
         )
-        found = [scheduler_node(node) for node in nodes]
+        found = [scheduler_node(node) for node in nodes if not self.isolation_refused(node.name)]
         if found == self.manager.nodes and self.manager.engine_problem is None:
             return
         described = ", ".join(
@@ -520,6 +520,24 @@ class QueueService(Application):
         )
         self.log.info("Swarm nodes taking sessions: %s", described or "none")
         await self.manager.replace_nodes(found)
+
+    def isolation_refused(self, node: str) -> bool:
+        """Whether `node`'s agent reports an engine setting that lets sessions reach one another
+        or gain privileges: no session is placed there (its running ones go on, as on a paused
+        node) until it is fixed. Unknown (no fresh report, an older agent) is flagged by the
+        health check and doctor, not refused: nodes run no agent in some setups (README,
+        "Swarm mode"), and the first reports come a few seconds after the hub starts."""
+        report = self.node_reports.fresh(node)
+        wrong = [] if report is None else wrong_daemon_settings(report.daemon)
+        if wrong and self._refused_nodes.get(node) != wrong:  # said once, not every round
+            self.log.warning(
+                "Node %s takes no sessions: its engine has %s wrong; %s",
+                node,
+                " and ".join(wrong),
+                DAEMON_FIX,
+            )
+        self._refused_nodes[node] = wrong
+        return bool(wrong)
 
     async def discover_node(self) -> None:
         """Read the node from the engine, once: at start, or when the engine first answers."""
@@ -633,6 +651,7 @@ class QueueService(Application):
             calls=calls,
         )
         self.node_reports = NodeReports(stale_after=self.node_report_stale)
+        self._refused_nodes: dict[str, list[str]] = {}
         # In Swarm mode a session's usage is read on its node, by the node's agent.
         self.manager.usage_of = (
             self.node_reports.usage if self.engine == "swarm" else self.stats.usage
@@ -668,6 +687,11 @@ class QueueService(Application):
                 calls.unresponsive(),
                 freeze.frozen() if freeze else [],
                 freeze.thaws() if freeze else [],
+            ),
+            node_daemons=(
+                (lambda: node_daemons_check(self.node_reports.nodes()))
+                if self.engine == "swarm"
+                else None
             ),
         )
         prefix = self.service_prefix

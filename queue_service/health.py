@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from sqlalchemy import text
 
 from .db import DbThread
+from .node_reports import DAEMON_FIX
 
 OK, DEGRADED, FAIL = "ok", "degraded", "fail"
 _RANK = {OK: 0, DEGRADED: 1, FAIL: 2}
@@ -142,6 +143,19 @@ def containers_check(unresponsive: list, frozen: list[dict], thaws: list) -> Che
     )
 
 
+def node_daemons_check(nodes: list[dict]) -> Check:
+    """Swarm nodes whose engine lacks a setting that keeps sessions apart, from their agents'
+    fresh reports (`NodeReports.nodes()`): an older agent's "unknown" included."""
+    parts = [
+        f"node {node['node']}: {', '.join(node['isolation_problems'])}"
+        for node in nodes
+        if not node["stale"] and node.get("isolation_problems")
+    ]
+    if not parts:
+        return Check("node daemons", OK, "every reporting node keeps sessions apart")
+    return Check("node daemons", DEGRADED, "; ".join(parts), DAEMON_FIX)
+
+
 def _clock(moment: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(moment))
 
@@ -166,6 +180,7 @@ class HealthMonitor:
         db_probe: Callable[[], None],
         interval: float,
         containers: Callable[[], Check] | None = None,
+        node_daemons: Callable[[], Check] | None = None,
         min_interval: float = 2.0,
         clock: Callable[[], float] = time.time,
     ):
@@ -176,6 +191,7 @@ class HealthMonitor:
         self.min_interval = min_interval
         self.clock = clock
         self.containers = containers
+        self.node_daemons = node_daemons
         self.started_at = clock()
         self._last: tuple[float, list[Check]] | None = None
         self._running: asyncio.Future | None = None
@@ -206,6 +222,8 @@ class HealthMonitor:
         ]
         if self.containers is not None:
             found.append(self.containers())
+        if self.node_daemons is not None:
+            found.append(self.node_daemons())
         self._last = (now, found)
         return found
 

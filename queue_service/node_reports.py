@@ -11,7 +11,11 @@ last report per node with the time it came in, and answers:
 - `session_ids(node)`: the session containers the node says it runs (None when its report is stale
   or missing: unknown is not "none", so the reconciler never ends sessions on a silent node from
   this alone);
-- `stale(node)`: no report within `stale_after` seconds.
+- `stale(node)`: no report within `stale_after` seconds;
+- in `nodes()`, each node's engine settings (`daemon`: `icc`, `no_new_privileges`) and what is wrong
+  with them (`isolation_problems`). A report without `daemon` (an agent older than the field) is
+  taken, as "unknown", which is flagged like a wrong value; the queue service places no session on
+  a node whose value is wrong (`wrong_daemon_settings`; app.py, `isolation_refused`).
 
 Jobs (a commit on the node that runs a session, then a push) wait in `queue_job` until the node's
 next report takes them (`take_jobs`); their results come back in a later report (`job_result`).
@@ -31,7 +35,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .errors import Refusal
@@ -42,6 +46,18 @@ REPORT_VERSION = 1
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,252})$")
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 DEFAULT_MAX_NODES = 10_000
+#: What a report without the `daemon` field (an agent older than it) says of the node's engine.
+UNKNOWN_DAEMON = {"icc": None, "no_new_privileges": None}
+#: Each daemon setting a session's isolation needs: the value it must have, and what its absence
+#: lets a session do. The engine's daemon.json says `"icc": false, "no-new-privileges": true`.
+REQUIRED_DAEMON = {
+    "icc": (False, "sessions on the node's bridge can reach one another"),
+    "no_new_privileges": (True, "a setuid program in a session can gain privileges"),
+}
+DAEMON_FIX = (
+    'set "icc": false and "no-new-privileges": true in the node\'s /etc/docker/daemon.json, '
+    "restart its engine, and run the current node agent (docs/admin-guide.md, 'Adding nodes')"
+)
 #: Results of jobs kept per node until someone reads them.
 MAX_RESULTS_PER_NODE = 100
 
@@ -75,6 +91,9 @@ class NodeReport:
     agent: dict
     size: int
     received: float = 0.0
+    #: The node engine's settings that keep sessions apart (`icc`, `no_new_privileges`): True,
+    #: False or None (unknown: an agent older than the field, or one that could not tell).
+    daemon: dict = field(default_factory=lambda: dict(UNKNOWN_DAEMON))
 
 
 def parse_report(node: str, data: Any, size: int = 0) -> NodeReport:
@@ -100,7 +119,30 @@ def parse_report(node: str, data: Any, size: int = 0) -> NodeReport:
         jobs=_jobs(data.get("jobs", [])),
         agent=_agent(data.get("agent", {})),
         size=size,
+        daemon=_daemon(data.get("daemon")),
     )
+
+
+def wrong_daemon_settings(daemon: Mapping) -> list[str]:
+    """The settings a node's engine reports with the wrong value (unknown ones left out): the
+    queue places no session on such a node."""
+    return [
+        key
+        for key, (needed, _risk) in REQUIRED_DAEMON.items()
+        if daemon.get(key) is not None and daemon[key] != needed
+    ]
+
+
+def isolation_problems(daemon: Mapping) -> list[str]:
+    """What is wrong with a node engine's settings for isolating sessions ([] when nothing)."""
+    problems = []
+    for key, (needed, risk) in REQUIRED_DAEMON.items():
+        value = daemon.get(key)
+        if value is None:
+            problems.append(f"{key} unknown (the node's agent does not report it): {risk} if off")
+        elif value != needed:
+            problems.append(f"{key} is {str(value).lower()}: {risk}")
+    return problems
 
 
 def _text(data: Mapping, key: str, limit: int = 256) -> str:
@@ -183,6 +225,20 @@ def _agent(value: Any) -> dict:
     if not isinstance(value, Mapping):
         raise ValueError("agent must be an object.")
     return {k: v for k, v in value.items() if k in ("rss_bytes", "cpu_seconds")}
+
+
+def _daemon(value: Any) -> dict:
+    if value is None:
+        return dict(UNKNOWN_DAEMON)  # an agent older than the field: unknown, and flagged
+    if not isinstance(value, Mapping):
+        raise ValueError("daemon must be an object of the engine's settings.")
+    daemon = {}
+    for key in REQUIRED_DAEMON:
+        setting = value.get(key)
+        if setting is not None and not isinstance(setting, bool):
+            raise ValueError(f"daemon: {key} must be true, false or null.")
+        daemon[key] = setting
+    return daemon
 
 
 class NodeReports:
@@ -276,6 +332,8 @@ class NodeReports:
                 "sampled_at": report.sampled_at,
                 "report_bytes": report.size,
                 "agent": report.agent,
+                "daemon": report.daemon,
+                "isolation_problems": isolation_problems(report.daemon),
                 "gpus": None if report.gpus is None else [asdict(g) for g in report.gpus],
                 "sessions": {sid: asdict(u) for sid, u in report.sessions.items()},
                 "jobs_waiting": len(self._jobs.get(name, [])),

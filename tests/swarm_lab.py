@@ -173,12 +173,14 @@ class HubContainer:
     #: The hub's public URL: the port the container publishes on the manager's address.
     url: str
 
-    def env(self, per_session: bool = True) -> dict[str, str]:
-        """What the shipped config needs to run the hub in this container's network."""
+    def env(self) -> dict[str, str]:
+        """What the shipped config needs to run the hub in this container's network: the
+        container's name, the rest (an overlay per session) left at the shipped defaults."""
         return {
-            "FGPU_SWARM_ENDPOINT": "overlay",
             "FGPU_SWARM_HUB_CONTAINER": self.container.name,
-            "FGPU_SWARM_NETWORK_PER_SESSION": "1" if per_session else "",
+            # The lab's own acceptance of reachable sessions (its hub beside the Swarm) is not
+            # this hub's: it must be isolated without it.
+            "FGPU_SWARM_REACHABLE_SESSIONS": "",
             "FGPU_HUB_IP": "0.0.0.0",
             "FGPU_HUB_PORT": str(HUB_CONTAINER_PORT),
             "FGPU_DEMO_LOGIN_ON_NETWORK": "1",

@@ -335,3 +335,29 @@ def test_a_frozen_session_container_is_named_with_how_to_thaw_it(docker_engine):
         assert session_id in doctor.check_frozen_sessions(engine).message
     finally:
         container.remove(force=True)
+
+
+def _node(name, problems, stale=False):
+    return {"node": name, "stale": stale, "isolation_problems": problems}
+
+
+def test_a_node_whose_engine_does_not_keep_sessions_apart_fails_by_name():
+    result = doctor.node_daemons_result(
+        [
+            _node("gpu-1", []),
+            _node("gpu-2", ["icc unknown (the node's agent does not report it)"]),
+            _node("gpu-3", ["icc is true: sessions reach one another"], stale=True),
+        ]
+    )
+    assert result.status == doctor.FAIL
+    assert result.message == "gpu-2: icc unknown (the node's agent does not report it)"
+    assert "daemon.json" in result.fix
+    # A service older than the field reports no problems at all: unknown, so it fails too.
+    assert doctor.node_daemons_result([{"node": "gpu-1", "stale": False}]).status == doctor.FAIL
+    assert doctor.node_daemons_result([_node("gpu-1", [])]).status == doctor.OK
+    assert doctor.node_daemons_result([_node("gpu-1", [], stale=True)]).status == doctor.WARN
+
+
+def test_without_an_admins_token_the_node_daemons_are_not_checked_and_it_says_how():
+    result = doctor.check_node_daemons("http://127.0.0.1:1", "", 1)
+    assert result.status == doctor.WARN and "FGPU_ADMIN_TOKEN" in result.fix

@@ -114,3 +114,27 @@ def test_the_containers_check_names_what_does_not_answer_is_frozen_or_was_thawed
     assert "session s3 (container cccccccccccc) was thawed" in check.message
     assert "after 61 s frozen (docker unpause)" in check.message
     assert check.fix
+
+
+def test_the_node_daemons_check_names_each_fresh_node_whose_engine_does_not_keep_sessions_apart():
+    from queue_service.node_reports import NodeReports, parse_report
+
+    store = NodeReports()
+    base = {"version": 1, "sampled_at": "t", "sessions": {}, "gpus": None}
+    store.put(
+        parse_report(
+            "n1", {**base, "node": "n1", "daemon": {"icc": False, "no_new_privileges": True}}
+        )
+    )
+    assert health.node_daemons_check(store.nodes()).status == health.OK
+    store.put(parse_report("n2", {**base, "node": "n2"}))  # an older agent: unknown
+    store.put(
+        parse_report(
+            "n3", {**base, "node": "n3", "daemon": {"icc": True, "no_new_privileges": True}}
+        )
+    )
+    check = health.node_daemons_check(store.nodes())
+    assert check.status == health.DEGRADED
+    assert "node n2: icc unknown" in check.message and "node n3: icc is true" in check.message
+    assert "node n1" not in check.message
+    assert '"icc": false' in check.fix and "no-new-privileges" in check.fix

@@ -242,6 +242,7 @@ def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
         "FGPU_SWARM_REGISTRY": "10.213.0.1:5000",
         "FGPU_HUB_CONNECT_IP": "10.213.0.1",
         "FGPU_SWARM_HOME_ROOT": "/srv/homes",
+        "FGPU_SWARM_REACHABLE_SESSIONS": "1",  # a hub beside the Swarm (the lab's)
     }
     for name, value in lab.items():
         monkeypatch.setenv(name, value)
@@ -251,6 +252,7 @@ def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
     assert config.FGPUSwarmSpawner.registry == "10.213.0.1:5000"
     assert config.FGPUSwarmSpawner.home_root == "/srv/homes"
     assert config.FGPUSwarmSpawner.endpoint == "host_port"
+    assert config.FGPUSwarmSpawner.allow_reachable_sessions is True
     (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
     assert "--QueueService.engine=swarm" in queue["command"]
     # No local session bridge is made on the manager: its engine runs no sessions.

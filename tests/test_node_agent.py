@@ -339,6 +339,13 @@ def test_the_agent_reports_a_real_session_containers_usage(docker_engine, sessio
     usage = report["sessions"][session_id]
     assert usage["container"] == created.id and usage["mem_limit_bytes"] == 256 << 20
     assert report["gpus"] is None and report["agent"]["rss_bytes"] > 0
+    # This machine's engine keeps its default "icc" (on), and this test process runs without
+    # no-new-privileges: the agent reads both as they are.
+    bridge_options = docker_engine.networks.get("bridge").attrs["Options"]
+    assert report["daemon"] == {
+        "icc": bridge_options[agent.ICC_OPTION] == "true",
+        "no_new_privileges": "NoNewPrivs:\t1" in Path("/proc/self/status").read_text(),
+    }
 
     server = HTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -389,3 +396,25 @@ def test_a_commit_job_commits_the_session_container(docker_engine, session_conta
         for tag in (f"{repository}:t1", f"127.0.0.1:1/{repository}:t1"):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 docker_engine.images.remove(tag, force=True)
+
+
+STATUS = "Name:\tpython3\nNoNewPrivs:\t{}\nSeccomp:\t2\n"
+
+
+@pytest.mark.parametrize(
+    ("options", "status", "daemon"),
+    [
+        ({agent.ICC_OPTION: "false"}, STATUS.format(1), {"icc": False, "no_new_privileges": True}),
+        ({agent.ICC_OPTION: "true"}, STATUS.format(0), {"icc": True, "no_new_privileges": False}),
+        # No default bridge, an option the engine leaves out, a kernel older than NoNewPrivs.
+        (None, "Name:\tpython3\n", {"icc": None, "no_new_privileges": None}),
+        ({}, STATUS.format(1), {"icc": None, "no_new_privileges": True}),
+    ],
+)
+def test_the_daemons_isolation_settings_come_from_the_bridge_and_the_agents_own_status(
+    options, status, daemon
+):
+    bridge = None if options is None else {"Name": "bridge", "Options": options}
+    assert agent.daemon_settings(bridge, status) == daemon
+    report = agent.build_report("node-1", "t", {}, None, daemon=daemon)
+    assert parse_report("node-1", json.loads(json.dumps(report))).daemon == daemon

@@ -18,6 +18,7 @@ import time
 import docker
 import pytest
 
+from fgpu_admin import doctor
 from queue_service.node_agent_deploy import deploy_node_agent
 
 from .harness import QueueUser, running_hub
@@ -87,6 +88,14 @@ def test_every_worker_reports_and_a_sessions_usage_comes_from_its_node(lab, lab_
     )
     figures = {"deploy until every node reported (s)": round(time.monotonic() - start, 1)}
     assert set(fresh) == set(nodes), "the manager runs no agent"
+    # The lab's engines run with "icc": false and "no-new-privileges": true (swarm-lab's
+    # daemon.json), which each agent reads on its own node: the bridge, its own NoNewPrivs.
+    for node in nodes:
+        assert fresh[node]["daemon"] == {"icc": False, "no_new_privileges": True}, node
+        assert fresh[node]["isolation_problems"] == [], node
+    # `fgpu-hub doctor`, with an admin's token, reads the same reports.
+    daemons = doctor.check_node_daemons(lab_hub.url, lab_hub.user_token("admin"), 30)
+    assert daemons.status == doctor.OK, daemons
     (agent_service,) = manager.services.list(filters={"name": "fgpu-node-agent"})
     assert agent_service.attrs["Spec"]["Mode"] == {"Global": {}}
 

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from queue_service.errors import Refusal
-from queue_service.node_reports import NodeReports, parse_report
+from queue_service.node_reports import NodeReports, isolation_problems, parse_report
 
 
 def body(node="node-1", **changes):
@@ -82,6 +82,9 @@ class Clock:
         ("node-1", body(jobs=[{"ok": True}]), "each with its id"),
         ("node-1", body(sampled_at=""), "sampled_at"),
         ("node-1", body(agent=[]), "agent must be an object"),
+        ("node-1", body(daemon=[]), "daemon must be an object"),
+        ("node-1", body(daemon={"icc": "false"}), "daemon: icc must be true, false or null"),
+        ("node-1", body(daemon={"no_new_privileges": 1}), "no_new_privileges must be true"),
     ],
 )
 def test_a_bad_report_is_refused_with_what_is_wrong(node, data, message):
@@ -171,3 +174,34 @@ async def test_a_job_for_a_silent_node_is_refused_and_an_unanswered_one_withdraw
     with pytest.raises(Refusal, match="no result within 0.05 s"):
         await store.run_job("node-1", {"kind": "commit"}, 0.05)
     assert store.take_jobs("node-1") == []  # not handed out after its caller gave up
+
+
+ISOLATED = {"icc": False, "no_new_privileges": True}
+
+
+def test_a_node_whose_engine_keeps_sessions_apart_has_no_isolation_problem():
+    store = NodeReports()
+    store.put(parse_report("node-1", body(daemon=ISOLATED)))
+    (node,) = store.nodes()
+    assert node["daemon"] == ISOLATED
+    assert node["isolation_problems"] == []
+
+
+def test_an_older_agent_without_the_daemon_field_is_taken_and_its_node_flagged_unknown():
+    store = NodeReports()
+    store.put(parse_report("node-1", body()))  # no "daemon": an agent older than the field
+    (node,) = store.nodes()
+    assert node["daemon"] == {"icc": None, "no_new_privileges": None}
+    assert [p.split(" ", 2)[:2] for p in node["isolation_problems"]] == [
+        ["icc", "unknown"],
+        ["no_new_privileges", "unknown"],
+    ]
+
+
+def test_icc_on_or_privileges_allowed_are_named_with_what_they_let_a_session_do():
+    assert isolation_problems({"icc": True, "no_new_privileges": True}) == [
+        "icc is true: sessions on the node's bridge can reach one another"
+    ]
+    assert isolation_problems({"icc": False, "no_new_privileges": False}) == [
+        "no_new_privileges is false: a setuid program in a session can gain privileges"
+    ]

@@ -160,6 +160,24 @@ def test_a_session_lands_on_its_granted_node_with_its_limits_in_that_nodes_cgrou
     assert reply.status_code == 200, reply.text
 
 
+def test_on_host_port_a_session_reaches_anothers_server_which_is_why_it_needs_the_sites_word(
+    swarm_hub, admin, started
+):
+    """Why `host_port` starts only with FGPU_SWARM_REACHABLE_SESSIONS=1 (this hub, the lab's, has
+    it): the server's port is published on every address of its node, and a session on another
+    node, whose engine has `"icc": false`, still reaches it there, as the proxy does."""
+    for user in ("una", "vic"):
+        start(swarm_hub, started, user, "h")
+    models = {user: swarm_hub.wait_ready(user, "h", timeout=180) for user in ("una", "vic")}
+    records = {user: session_of(admin, user, "h") for user in models}
+    nodes = {user: record["grant"]["node"] for user, record in records.items()}
+    assert nodes["una"] != nodes["vic"]  # one GPU per node, 1 fGPU each
+    vic = session_container(swarm_hub.lab, nodes["vic"], records["vic"]["id"])
+    una_target = proxy_target(swarm_hub, models["una"]["url"])
+    reached = fetch_from(vic, f"{una_target}{models['una']['url']}api")
+    assert reached == {"status": 200}, reached
+
+
 def test_three_one_gpu_sessions_run_on_three_nodes_and_a_fourth_waits(swarm_hub, admin, started):
     users = ["bea", "cal", "dee"]
     for user in users:
@@ -519,6 +537,8 @@ def test_an_overlay_session_is_reached_at_its_reported_address_from_another_node
     spawner = _OverlaySpawner(
         client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
         endpoint="overlay",
+        network_per_session=False,  # the shared overlay, on purpose
+        allow_reachable_sessions=True,
         network_name=f"fgpu-ovl-{tag}",
         registry=lab.env["FGPU_SWARM_REGISTRY"],
         object_name=f"fgpu-overlay-{tag}",
@@ -628,6 +648,8 @@ def test_spawns_that_race_to_make_the_overlay_all_use_the_one_the_manager_kept(l
     kwargs = dict(
         client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
         endpoint="overlay",
+        network_per_session=False,  # the shared overlay, on purpose
+        allow_reachable_sessions=True,
         network_name=name,
     )
     try:
@@ -664,6 +686,8 @@ def test_the_hubs_container_joins_the_shared_overlay_once_however_many_spawns_ra
     kwargs = dict(
         client_kwargs=docker.utils.kwargs_from_env(environment=lab.env),
         endpoint="overlay",
+        network_per_session=False,  # the shared overlay, on purpose
+        allow_reachable_sessions=True,
         network_name=name,
         hub_container=hub_container.name,
     )
@@ -688,13 +712,14 @@ def test_the_hubs_container_joins_the_shared_overlay_once_however_many_spawns_ra
 
 @pytest.fixture(scope="module")
 def overlay_hub(lab: Lab, tmp_path_factory):
-    """A hub in `FGPU_SWARM_ENDPOINT=overlay` mode, with an overlay per session, whose process and
+    """A hub in the shipped Swarm defaults for a hub in a container (`overlay`, an overlay per
+    session: nothing but FGPU_SWARM_HUB_CONTAINER set), whose process and
     proxy run in the network of a container on the manager, as a site runs the hub's container
     there (`swarm_lab.hub_container`). Students reach the proxy at the port the container
     publishes on the manager's address."""
     with hub_container(lab.env, labels={TEST_LABEL: secrets.token_hex(3)}) as anchor:
         workdir = tmp_path_factory.mktemp("overlay-hub")
-        env = {**lab.env, **anchor.env(per_session=True)}
+        env = {**lab.env, **anchor.env()}
         with running_hub(workdir, env=env, launcher=anchor.launcher, url=anchor.url) as hub:
             hub.lab, hub.anchor = lab, anchor.container
             try:

@@ -66,14 +66,15 @@ def test_sessions_reach_the_hub_at_its_containers_name_on_their_overlay():
     assert on_overlay.hub_connect_url == "http://fgpu-hub:8081"
     # Without the hub's container, or beside the Swarm: the hub's own connect URL.
     assert FGPUSwarmSpawner(endpoint="overlay", hub=hub).hub_connect_url is None
-    assert FGPUSwarmSpawner(hub_container="fgpu-hub", hub=hub).hub_connect_url is None
+    beside = FGPUSwarmSpawner(endpoint="host_port", hub_container="fgpu-hub", hub=hub)
+    assert beside.hub_connect_url is None
 
 
 def test_a_session_of_its_own_overlay_names_it_as_its_service():
-    shared = FGPUSwarmSpawner(endpoint="overlay")
+    shared = FGPUSwarmSpawner(endpoint="overlay", network_per_session=False)
     shared.object_name = "jupyter-ann-s1"  # otherwise made from the user, whom this test lacks
     assert shared.overlay_name == "fgpu-sessions-overlay"
-    own = FGPUSwarmSpawner(endpoint="overlay", hub_container="hub", network_per_session=True)
+    own = FGPUSwarmSpawner(hub_container="hub")  # the defaults: an overlay per session
     own.object_name = "jupyter-ann-s1"
     assert own.overlay_name == "jupyter-ann-s1"
 
