@@ -3,6 +3,7 @@ session runs as the same uid:gid (`run_as`), so a group or other bit would let a
 that gid on a node or storage client read every student's home."""
 
 import stat
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from fgpu_spawner.swarm_spawner import FGPUSwarmSpawner
@@ -10,7 +11,7 @@ from fgpu_spawner.swarm_spawner import FGPUSwarmSpawner
 
 def _spawner(home_root, user="ann") -> FGPUSwarmSpawner:
     spawner = FGPUSwarmSpawner(home_root=str(home_root), run_as="1000:100")
-    spawner.user = SimpleNamespace(name=user)
+    spawner.user = SimpleNamespace(name=user, created=datetime(2026, 11, 1, tzinfo=UTC))
     return spawner
 
 
@@ -19,8 +20,11 @@ def _mode(path) -> int:
 
 
 def test_a_new_shared_home_folder_is_0700_and_owned_by_the_session_user(tmp_path):
-    _spawner(tmp_path).prepare_home_folder()
-    home = tmp_path / "ann"
+    spawner = _spawner(tmp_path)
+    spawner.prepare_home_folder()
+    # A new account's own folder (`ann_u<creation time>`, service_spec.home_folder).
+    (home,) = tmp_path.iterdir()
+    assert home.name.startswith("ann")
     assert _mode(home) == 0o700
     assert (home.stat().st_uid, home.stat().st_gid) == (1000, 100)
 
