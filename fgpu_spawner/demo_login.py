@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from jupyterhub.auth import DummyAuthenticator
+from jupyterhub.handlers.login import LoginHandler
 from tornado import web
 from traitlets import Bool
 
@@ -138,18 +139,29 @@ class DemoAuthenticator(DummyAuthenticator):
         )
 
     async def authenticate(self, handler, data):
-        """Any name, as DummyAuthenticator, but only from this machine (see the module's note)."""
-        if handler is not None and not self.allow_non_loopback:
-            peer = peer_address(handler)
-            if not comes_from_this_machine(peer):
-                self.log.warning("Demo login refused from %s on the hub's own port", peer)
-                public_url = getattr(self.parent, "bind_url", "the hub's public address")
-                refusal = off_public_address_refusal(public_url)
-                error = web.HTTPError(403, "%s", refusal)
-                # What the hub's error and login pages show (a plain HTTPError's text is not).
-                error.jupyterhub_message = refusal
-                raise error
+        """Any name, as DummyAuthenticator, but only from this machine (see the module's note).
+        Checked here too, not only on the login page: the token API takes a password as well."""
+        if handler is not None:
+            self.refuse_unless_from_this_machine(handler)
         return await super().authenticate(handler, data)
+
+    def refuse_unless_from_this_machine(self, handler) -> None:
+        """A 403 saying where to log in, for a request that came to the hub's own port from
+        elsewhere (a session); nothing when the demo login may run on the network."""
+        if self.allow_non_loopback:
+            return
+        peer = peer_address(handler)
+        if comes_from_this_machine(peer):
+            return
+        self.log.warning("Demo login refused from %s on the hub's own port", peer)
+        refusal = off_public_address_refusal(getattr(self.parent, "bind_url", "127.0.0.1"))
+        error = web.HTTPError(403, "%s", refusal)
+        # What the hub's error and login pages show (a plain HTTPError's text is not).
+        error.jupyterhub_message = refusal
+        raise error
+
+    def get_handlers(self, app):
+        return [("/login", DemoLoginHandler)]
 
     def check_allow_config(self):
         super().check_allow_config()
@@ -161,3 +173,12 @@ class DemoAuthenticator(DummyAuthenticator):
             raise SystemExit(1)
         if not is_loopback_url(bind_url):
             self.log.warning("The demo login runs on %s: anyone can log in as admin.", bind_url)
+
+
+class DemoLoginHandler(LoginHandler):
+    """The hub's login page, not even shown to a session: where the network lets sessions reach
+    the hub's own port, they get a 403 that says where to log in instead."""
+
+    async def prepare(self):
+        self.authenticator.refuse_unless_from_this_machine(self)
+        await super().prepare()

@@ -39,11 +39,12 @@ What a service spec can and cannot say, on dockerd 20.10 (API 1.41) and docker-p
   nodes in a Swarm"). HAMi-core's per-session cache is a tmpfs of the task's own instead of a
   host folder.
 - **Home.** A local volume stays on its node, so with `SwarmContext.home_root` set the home folder
-  is a bind of `<home_root>/<user>`: shared storage (NFS, CephFS) mounted at that path on every
-  node. As home volumes do (storage.py), a folder belongs to one hub account: a user deleted and
-  created again under the same name gets `<home_root>/<user>_u<account>` (`pick_home_account`),
-  and the old folder is kept untouched. Without a root, the context's own mounts are used as they are (a volume with a driver that
-  follows the user is the other choice).
+  is a bind of a folder of `<home_root>`: shared storage (NFS, CephFS) mounted at that path on
+  every node. As a home volume (storage.py), a folder belongs to one hub account, whose creation
+  time its name carries, `<home_root>/<user>_u<account>`, so a user deleted and created again
+  under the same name never gets the old folder; `<home_root>/<user>`, as earlier releases named
+  it, stays its account's (`pick_home_account`). Without a root, the context's own mounts are
+  used as they are (a volume with a driver that follows the user is the other choice).
 - **Network.** The task joins the session's attachable overlay network through the task template
   (the service-level `Networks` field is deprecated). Endpoints are DNS round-robin, because a
   kernel without IPVS (as here) cannot serve service VIPs or the ingress mesh; the proxy reaches
@@ -100,7 +101,7 @@ _LOCAL_NETWORKS = {"", "host", "bridge", "none"}
 class SwarmContext:
     """What Swarm mode needs besides the single-host `ContainerContext`."""
 
-    #: The shared storage's root on every node; each user's home is `<home_root>/<user>`. Empty:
+    #: The shared storage's root on every node; a user's home is a folder of it. Empty:
     #: no home bind (the `ContainerContext` mounts decide).
     home_root: str = ""
     home_path: str = "/home/jovyan"

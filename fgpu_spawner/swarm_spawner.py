@@ -90,10 +90,11 @@ class FGPUSwarmSpawner(FGPUSpawner):
         config=True,
         help="""
         Shared storage (NFS, CephFS...) mounted at this same path on every node and on the hub's
-        host. Each user's home folder is `<home_root>/<user>`, bound into the session, so it
-        follows the user from node to node; the hub makes a missing folder (owned by `run_as`).
-        A user deleted and created again under the same name gets `<home_root>/<user>_u<account>`
-        instead, and the old folder stays as it was. Empty: the home is the `home_volume` on whichever node the session runs (a local volume
+        host. Each account's home folder is `<home_root>/<user>_u<account creation time>` (or
+        `<home_root>/<user>`, as earlier releases named it), bound into the session, so it
+        follows the user from node to node; the hub makes a missing folder (owned by `run_as`). A
+        user deleted and created again under the same name gets a new one; the old folder stays
+        as it was. Empty: the home is the `home_volume` on whichever node the session runs (a local volume
         stays on its node; a volume driver that follows the user is the other way).
         """,
     )

@@ -11,10 +11,11 @@ account's creation, a usage day on or after its creation day.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import and_, or_
+from sqlalchemy import and_, false, or_
 
 from .models import SessionRecord, UsageDay
 
@@ -71,3 +72,16 @@ def usage_days_of(account: Account):
         return by_name
     before_accounts = and_(UsageDay.account == UNKNOWN, UsageDay.day >= account.created.date())
     return and_(by_name, or_(UsageDay.account == account.key, before_accounts))
+
+
+def any_of(accounts: Iterable[Account], table) -> object:
+    """The SQL condition for the rows (`table`: SessionRecord or UsageDay) of any of `accounts`:
+    the names asked about as a whole in one IN, each account of its own beside it (a group of
+    hundreds stays one IN, not hundreds of ORs)."""
+    accounts = set(accounts)
+    whole_names = sorted(a.name for a in accounts if not a.key)
+    of_one = sessions_of if table is SessionRecord else usage_days_of
+    conditions = [of_one(a) for a in sorted(accounts, key=str) if a.key]
+    if whole_names:
+        conditions.append(table.user.in_(whole_names))
+    return or_(false(), *conditions)

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta
 
-from sqlalchemy import event, false, or_, select
+from sqlalchemy import event, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from . import budgets as budget_rules
 from . import usage
-from .accounts import Account, sessions_of, usage_days_of
+from .accounts import Account, any_of
 from .db import DbThread
 from .errors import Refusal
 from .models import FINAL, SessionRecord, UsageDay, UsageRecorded, as_utc, utcnow
@@ -144,8 +144,8 @@ class UsageBook:
         )
         if users is not None:
             accounts = [u if isinstance(u, Account) else Account(u) for u in set(users)]
-            stored = stored.where(or_(false(), *map(usage_days_of, accounts)))
-            live = live.where(or_(false(), *map(sessions_of, accounts)))
+            stored = stored.where(any_of(accounts, UsageDay))
+            live = live.where(any_of(accounts, SessionRecord))
         # A name's accounts share a row of the answer (a person reads the figures by name).
         table = usage.merge(
             *(

@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime
 
 from sqlalchemy import select
 
-from queue_service.accounts import Account, account_key, sessions_of, usage_days_of
+from queue_service.accounts import Account, account_key, any_of, sessions_of, usage_days_of
 from queue_service.db import open_database
 from queue_service.models import SessionRecord, UsageDay
 
@@ -52,4 +52,11 @@ def test_each_account_has_its_own_rows_and_older_rows_go_by_when_they_were_writt
         assert ids(Account("ann")) == ["s1", "s2", "s3", "s4"]  # an admin asking by name
         assert ids(Account("bob", new)) == []
         assert days(Account("ann", new)) == [date(2026, 11, 24), date(2026, 11, 25)]
+        s.add(session(5, "", OLD))
+        s.get(SessionRecord, "s5").user = "bob"
+        s.flush()
+        # A budget's group: the asking account, and the other members by name.
+        group = any_of([Account("ann", new), Account("bob")], SessionRecord)
+        assert sorted(s.scalars(select(SessionRecord.id).where(group))) == ["s3", "s4", "s5"]
+        assert sorted(s.scalars(select(SessionRecord.id).where(any_of([], SessionRecord)))) == []
     db.kw["bind"].dispose()

@@ -13,15 +13,17 @@ import re
 import secrets
 
 import pytest
+import requests
 
 from fgpu_spawner.network import SESSION_NETWORK
 
 from .harness import TEST_LABEL
 from .test_security_auth import form_login, hub_user
 
-# Run inside a container on the session network: a login through the form, then an admin token
-# asked for with a password in the body (the hub's token API takes that without a cookie). Prints
-# each answer's status and message as JSON.
+# Run inside a container on the session network: the login page, a login through the form (with
+# the XSRF token a page at the public address hands out), then an admin token asked for with a
+# password in the body (the hub's token API takes that without a cookie). Prints each answer's
+# status and text as JSON.
 FROM_A_SESSION = r"""
 import json, re, sys, urllib.request as r
 from http.cookiejar import CookieJar
@@ -32,7 +34,7 @@ class Stay(r.HTTPRedirectHandler):
     def redirect_request(self, *args):
         return None
 
-base, name = sys.argv[1], sys.argv[2]
+base, name, xsrf, cookie = sys.argv[1:5]
 opener = r.build_opener(r.HTTPCookieProcessor(CookieJar()), Stay())
 # Forged on every request: the hub's anonymous XSRF token is bound to the client's address.
 opener.addheaders += [("X-Forwarded-For", "127.0.0.1"), ("X-Real-Ip", "127.0.0.1")]
@@ -44,13 +46,12 @@ def status(request):
     except HTTPError as e:
         return [e.code, e.read().decode()]
 
-page = opener.open(base + "/hub/login", timeout=30).read().decode()
-xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+page = status(r.Request(base + "/hub/login"))
 form = urlencode({"username": name, "password": "", "_xsrf": xsrf}).encode()
-login = status(r.Request(base + "/hub/login", data=form))
+login = status(r.Request(base + "/hub/login", data=form, headers={"Cookie": "_xsrf=" + cookie}))
 body = json.dumps({"auth": {"username": "admin", "password": ""}}).encode()
 token = status(r.Request(base + "/hub/api/users/admin/tokens", data=body))
-print(json.dumps({"login": login, "token": token}))
+print(json.dumps({"page": page, "login": login, "token": token}))
 """
 
 
@@ -65,6 +66,15 @@ def session_network_gateway(docker_engine) -> str:
     return network.attrs["IPAM"]["Config"][0]["Gateway"]
 
 
+def public_login_form_xsrf(hub) -> tuple[str, str]:
+    """The login form's XSRF token and cookie, as a page at the public address hands them out."""
+    browser = requests.Session()
+    page = browser.get(f"{hub.url}/hub/login", timeout=60)
+    assert page.status_code == 200, page.text
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text).group(1)
+    return xsrf, browser.cookies.get("_xsrf")
+
+
 def admin_token_ids(hub) -> set[str]:
     response = hub.request("GET", "users/admin/tokens")
     assert response.status_code == 200, response.text
@@ -77,18 +87,20 @@ def test_a_session_cannot_use_the_demo_login_on_the_hubs_own_port(hub, docker_en
     hub_url = f"http://{session_network_gateway(docker_engine)}:{hub_port(hub)}"
     student = f"mallory-{secrets.token_hex(4)}"
     tokens_before = admin_token_ids(hub)
+    xsrf, cookie = public_login_form_xsrf(hub)
     output = docker_engine.containers.run(
         "fgpu/jupyter-base:py3.11",
-        ["python", "-c", FROM_A_SESSION, hub_url, student],
+        ["python", "-c", FROM_A_SESSION, hub_url, student, xsrf, cookie],
         network=SESSION_NETWORK,
         labels={TEST_LABEL: hub.run_id},
         remove=True,
     )
     answers = json.loads(output.decode().strip().splitlines()[-1])
 
-    login_status, login_page = answers["login"]
-    assert login_status == 403, answers
-    assert "demo login is taken only at http://127.0.0.1:" in login_page
+    for asked in ("page", "login"):
+        status, text = answers[asked]
+        assert status == 403, answers
+        assert "demo login is taken only at http://127.0.0.1:" in text
     assert answers["token"][0] == 403, answers
     # Nothing left behind: no account of that name, no new admin token.
     assert hub_user(hub, student) is None
