@@ -398,32 +398,36 @@ def _confirm(existing: list[str], yes: bool) -> None:
     listed = ", ".join(existing[:6]) + (
         f" and {len(existing) - 6} more" if len(existing) > 6 else ""
     )
-    if yes:
-        print(f"overwriting {listed}", file=sys.stderr)
-        return
-    if not sys.stdin.isatty():
-        raise AdminError(
-            f"this directory already holds a hub's state ({listed}); run again with --yes to overwrite it"
-        )
-    answer = input(f"Overwrite {listed}? [y/N] ")
-    if answer.strip().lower() not in ("y", "yes"):
-        raise AdminError("nothing restored")
+    _ask(
+        yes,
+        f"overwriting {listed}",
+        f"this directory already holds a hub's state ({listed}); run again with --yes to overwrite it",
+        f"Overwrite {listed}? [y/N] ",
+    )
 
 
 def _confirm_config(config: list[str], install: bool, path: Path) -> None:
     """Site config files are code the hub runs: installed only when the admin says so, apart
     from --yes."""
     listed = ", ".join(config)
-    if install:
-        print(f"installing site config {listed}", file=sys.stderr)
+    _ask(
+        install,
+        f"installing site config {listed}",
+        f"the archive holds site config files, code the hub runs: {listed}; read them"
+        f" (tar xzf {path} config/site) and run again with --install-config to install them",
+        f"Install site config {listed} (code the hub runs)? [y/N] ",
+    )
+
+
+def _ask(given: bool, saying: str, without_terminal: str, question: str) -> None:
+    """Go on when the flag gave the answer (saying so), or when the admin says yes on a
+    terminal; refuse otherwise (without a terminal, with what to run instead)."""
+    if given:
+        print(saying, file=sys.stderr)
         return
     if not sys.stdin.isatty():
-        raise AdminError(
-            f"the archive holds site config files, code the hub runs: {listed}; read them"
-            f" (tar xzf {path} config/site) and run again with --install-config to install them"
-        )
-    answer = input(f"Install site config {listed} (code the hub runs)? [y/N] ")
-    if answer.strip().lower() not in ("y", "yes"):
+        raise AdminError(without_terminal)
+    if input(question).strip().lower() not in ("y", "yes"):
         raise AdminError("nothing restored")
 
 

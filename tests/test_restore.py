@@ -405,22 +405,29 @@ def test_on_a_terminal_the_restore_asks_first(backed_up, hub_dbs):
     folder, path, _, _ = backed_up
     before = snapshot(folder, hub_dbs)
     for answer, code in (("n", 1), ("y", 0)):
-        main_side, terminal = pty.openpty()
-        process = subprocess.Popen(
-            [str(VENV_BIN / "fgpu-hub"), "restore", str(path)],
-            cwd=folder,
-            stdin=terminal,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        os.write(main_side, f"{answer}\n".encode())
-        out, err = process.communicate(timeout=120)
-        os.close(main_side)
-        os.close(terminal)
-        assert process.returncode == code, err
+        returncode, out, err = restore_on_a_terminal(path, folder, answer)
+        assert returncode == code, err
         if answer == "n":
             assert err.strip().endswith("error: nothing restored")
             assert snapshot(folder, hub_dbs) == before
         else:
             assert "start the hub again" in out
+
+
+def restore_on_a_terminal(archive: Path, cwd: Path, answer: str) -> tuple[int, str, str]:
+    """`fgpu-hub restore` with a terminal as its input, answering its question with `answer`:
+    (exit code, stdout, stderr)."""
+    main_side, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [str(VENV_BIN / "fgpu-hub"), "restore", str(archive)],
+        cwd=cwd,
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.write(main_side, f"{answer}\n".encode())
+    out, err = process.communicate(timeout=120)
+    os.close(main_side)
+    os.close(terminal)
+    return process.returncode, out, err

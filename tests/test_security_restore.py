@@ -15,8 +15,6 @@ import contextlib
 import hashlib
 import io
 import json
-import os
-import pty
 import secrets
 import subprocess
 import tarfile
@@ -34,6 +32,7 @@ from queue_service import state_dir
 
 from .harness import VENV_BIN
 from .hub_state import hub_db_rows, make_hub_state
+from .test_restore import restore_on_a_terminal
 
 # ---------------------------------------------------------------------------------------------
 # Crafting archives.
@@ -593,20 +592,8 @@ def test_on_a_terminal_the_site_config_is_asked_about(site, tmp_path, capsys):
     (state / "site_config.py").write_text("c = get_config()\n")
     base = backup(state, tmp_path / "config.tar.gz", capsys)
     for answer, code in (("n", 1), ("y", 0)):
-        main_side, terminal = pty.openpty()
-        process = subprocess.Popen(
-            [str(VENV_BIN / "fgpu-hub"), "restore", str(base)],
-            cwd=state,
-            stdin=terminal,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        os.write(main_side, f"{answer}\n".encode())
-        out, err = process.communicate(timeout=120)
-        os.close(main_side)
-        os.close(terminal)
-        assert process.returncode == code, err
+        returncode, out, err = restore_on_a_terminal(base, state, answer)
+        assert returncode == code, err
         assert "Install site config site_config.py (new) (code the hub runs)? [y/N]" in out
         if answer == "n":
             assert err.strip().endswith("error: nothing restored")
