@@ -772,12 +772,9 @@ def check_node_daemons(hub_url: str, token: str, timeout: float) -> Result:
 def node_daemons_result(nodes: list[Mapping]) -> Result:
     """The nodes' reports (`api/nodes`): a fresh one with an isolation problem fails."""
     fresh = [node for node in nodes if not node.get("stale")]
-    bad = [
-        f"{node['node']}: {', '.join(node['isolation_problems'])}"
-        for node in fresh
-        # A service older than the field: every node is unknown.
-        if node.get("isolation_problems", ["isolation not reported"])
-    ]
+    # A service older than the field: every node is unknown.
+    problems = {n["node"]: n.get("isolation_problems", ["isolation not reported"]) for n in fresh}
+    bad = [f"{node}: {', '.join(found)}" for node, found in problems.items() if found]
     if bad:
         return Result("node daemons", FAIL, "; ".join(bad), DAEMON_FIX)
     if not fresh:

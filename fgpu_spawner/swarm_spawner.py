@@ -268,7 +268,11 @@ class FGPUSwarmSpawner(FGPUSpawner):
                 network = self._find_overlay()
                 if network is None:
                     raise
-        if network.get("Driver") != "overlay" or not network.get("Attachable"):
+        if not _attachable_overlay(network):
+            # The list can show a network another spawn is making before all its settings: ask
+            # for the whole network before calling it another kind (seen once in a race of six).
+            network = self.client.inspect_network(network["Id"])
+        if not _attachable_overlay(network):
             raise docker.errors.APIError(
                 f"{self.overlay_name!r} exists but is not an attachable overlay network"
             )
@@ -526,3 +530,7 @@ def published_port(task: dict, target_port: int) -> int:
         if port.get("TargetPort") == target_port and port.get("PublishedPort"):
             return int(port["PublishedPort"])
     raise RuntimeError(f"Task {task.get('ID', '?')[:12]} publishes no port for {target_port}")
+
+
+def _attachable_overlay(network: dict) -> bool:
+    return network.get("Driver") == "overlay" and bool(network.get("Attachable"))

@@ -75,7 +75,9 @@ def test_a_session_without_a_gpu_says_so_and_when_the_idle_culler_would_stop_it(
     page.goto(f"{gpu_hub.url}/user/{username}/lab", timeout=SPAWN_TIMEOUT_MS)
     item = page.locator(".fgpu-session-status")
     # The shared hub's idle timeout is an hour; activity (this page) postpones the end.
-    expect(item).to_have_text(re.compile(r"^no GPU · stops if unused in (59|60) min$"))
+    expect(item).to_have_text(
+        re.compile(r"^no GPU · stops if unused in (59|60) min$"), timeout=60_000
+    )
     title = item.get_attribute("title")
     assert "This session holds no GPU, 0.5 CPU cores and 0.5 GiB of memory." in title
     assert "if nobody uses it until then (idle: no activity for 1 h)" in title, title
