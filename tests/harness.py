@@ -307,7 +307,9 @@ def _wait_for_hub(hub: Hub, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if hub.process.poll() is not None:
-            raise RuntimeError(f"the hub exited:\n{hub.log_text()[-3000:]}")
+            # A negative code is the signal that ended it (-9: killed), which its log cannot say.
+            code = hub.process.returncode
+            raise RuntimeError(f"the hub exited with code {code}:\n{hub.log_text()[-3000:]}")
         try:
             if hub.request("GET", "").status_code == 200:
                 return
