@@ -82,13 +82,14 @@ def test_a_session_without_a_gpu_says_so_and_when_the_idle_culler_would_stop_it(
     assert "This session holds no GPU, 0.5 CPU cores and 0.5 GiB of memory." in title
     assert "if nobody uses it until then (idle: no activity for 1 h)" in title, title
     assert "Run nvidia-smi" not in title
-    only_the_owner_and_the_queue_service_reach_the_planned_end(gpu_hub, username)
+    cookies = page.context.cookies()  # the owner's login, as their browser holds it
+    only_the_owner_and_the_queue_service_reach_the_planned_end(gpu_hub, username, cookies)
 
 
-def only_the_owner_and_the_queue_service_reach_the_planned_end(gpu_hub, username):
+def only_the_owner_and_the_queue_service_reach_the_planned_end(gpu_hub, username, cookies):
     """The session's endpoint (fgpu_session_end.py) behind the hub's proxy: its owner reads it and
-    bad bodies are refused, leaving it as it was; another student's token and a request with no
-    credentials get nothing. (Checked on the session of the test above: one start less.)"""
+    bad bodies are refused, leaving it as it was; another student's token, a request with no
+    credentials and one with the owner's cookies but no XSRF token get nothing. (Checked on the session of the test above: one start less.)"""
     url = f"{gpu_hub.url}/user/{username}/fgpu/session-end"
     owner = {"Authorization": f"token {gpu_hub.user_token(username)}"}
     told = wait_for_end(url, owner)
@@ -108,6 +109,15 @@ def only_the_owner_and_the_queue_service_reach_the_planned_end(gpu_hub, username
     # A cookie-less, token-less request from anywhere is sent to log in, never served.
     anonymous = requests.get(url, allow_redirects=False, timeout=10)
     assert anonymous.status_code in (302, 403), anonymous.status_code
+    # The owner's login cookies alone, as another site's form would send them: no XSRF token, no
+    # change.
+    browser = requests.Session()
+    for cookie in cookies:
+        browser.cookies.set(cookie["name"], cookie["value"], path=cookie["path"])
+    assert browser.get(url, timeout=10).json()["ends"] == told  # the cookies do log in
+    forged = browser.put(url, data='{"ends": null}', timeout=10)
+    assert forged.status_code == 403, forged.status_code
+    assert requests.get(url, headers=owner, timeout=10).json()["ends"] == told
 
 
 def wait_for_end(url: str, headers: dict, timeout: float = 60) -> dict:
