@@ -28,6 +28,7 @@ from image_catalog import CatalogError, CatalogImage, parse_image
 from .container_calls import ContainerLocks
 from .errors import Refusal
 from .images import ImageError
+from .registry_images import split_reference
 from .session_containers import running_session_containers
 
 PRIVATE_REPOSITORY = "fgpu-private"
@@ -54,9 +55,7 @@ class CommitError(Refusal):
 def repository_of(reference: str) -> str:
     """The repository a reference names, as the engine reads it: without tag or digest, and
     without Docker Hub's implicit registry (`docker.io/x/y` and `x/y` are one repository)."""
-    name = reference.split("@", 1)[0]
-    if name.rfind(":") > name.rfind("/"):
-        name = name[: name.rfind(":")]
+    name = split_reference(reference)[0]
     for registry in _DEFAULT_REGISTRIES:
         if name.startswith(registry):
             return name[len(registry) :]
@@ -218,7 +217,7 @@ def commit_session(client, session_id: str, user: str, tag: str, locks: Containe
         LABEL_SOURCE_IMAGE: container.attrs["Config"].get("Image", ""),
     }
     conf = commit_config(source.attrs["Config"], container.attrs["Config"], labels)
-    repository, _, tag = reference.rpartition(":")
+    repository, tag = split_reference(reference)
     message = f"fGPU hub: session {session_id} of {user}"
     with locks.committing(session_id):
         result = _commit_unpaused(client, container.id, repository, tag, message, conf)

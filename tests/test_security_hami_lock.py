@@ -42,11 +42,16 @@ def spawner_with_lock_dir(lock_dir: Path, tmp_path: Path) -> FGPUSpawner:
     return FGPUSpawner(config=config)
 
 
-def test_the_spawner_refuses_a_planted_lock_link_and_leaves_its_target_alone(tmp_path, target):
+def planted_lock_link(tmp_path, target):
+    """A lock folder of ours whose `lock` is a link someone planted; a spawner that uses it."""
     lock_dir = tmp_path / "vgpulock"
     lock_dir.mkdir(mode=0o755)
     (lock_dir / "lock").symlink_to(target)
-    spawner = spawner_with_lock_dir(lock_dir, tmp_path)
+    return lock_dir, spawner_with_lock_dir(lock_dir, tmp_path)
+
+
+def test_the_spawner_refuses_a_planted_lock_link_and_leaves_its_target_alone(tmp_path, target):
+    lock_dir, spawner = planted_lock_link(tmp_path, target)
     with pytest.raises(UnsafeLockPath, match="not a plain file.*symbolic link"):
         spawner.prepare_hami_host_paths("sess-1")
     assert_untouched(target)
@@ -56,10 +61,7 @@ def test_the_spawner_refuses_a_planted_lock_link_and_leaves_its_target_alone(tmp
 def test_the_spawner_never_creates_the_missing_target_of_a_planted_link(tmp_path):
     """/etc/ld.so.preload is usually absent: a link to it must not bring it into being."""
     missing = tmp_path / "absent-ld.so.preload"
-    lock_dir = tmp_path / "vgpulock"
-    lock_dir.mkdir(mode=0o755)
-    (lock_dir / "lock").symlink_to(missing)
-    spawner = spawner_with_lock_dir(lock_dir, tmp_path)
+    _, spawner = planted_lock_link(tmp_path, missing)
     with pytest.raises(UnsafeLockPath, match="symbolic link"):
         spawner.prepare_hami_host_paths("sess-2")
     assert not os.path.lexists(missing)
