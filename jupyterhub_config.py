@@ -271,7 +271,7 @@ c.JupyterHub.services = [
     {"name": "fgpu-spawner", "api_token": spawner_token},
     {"name": "fgpu-node-agent", "api_token": node_agent_service_token},
 ]
-# In Swarm mode the queue service deploys the node agent on every node (a global service); the
+# In Swarm mode the queue service deploys the node agent on every node (a service per node); the
 # agents report to this URL, the service as a node reaches it: by default the service's own
 # address on the nodes' network (above); a site may name its proxy instead, e.g.
 # http://hub.example.org/services/queue/. Outside Swarm mode no agent is deployed unless set.

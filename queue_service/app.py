@@ -36,6 +36,7 @@ from .db import open_database
 from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
 from .deployment import deployment_id
 from .engine import Engine
+from .errors import Refusal
 from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .history import History
@@ -44,7 +45,15 @@ from .image_builds import BackgroundBuilds
 from .image_check import engine_references
 from .images import ImageStore
 from .launches import Launcher
-from .node_agent_deploy import TOKEN_FILE, deploy_node_agent, node_agent_token
+from .node_agent_deploy import (
+    TOKEN_FILE,
+    AgentSettings,
+    deploy_node_agents,
+    node_agent_token,
+    rotate_node_key,
+)
+from .node_credentials import CREDENTIALS_FILE, NodeCredentials
+from .node_identity import NodeIdentity
 from .node_reports import DAEMON_FIX, NodeReports, wrong_daemon_settings
 from .presets import parse_presets
 from .queue import QueueManager, SchedulerSettings
@@ -428,6 +437,23 @@ class QueueService(Application):
         images, so that any node can start them; empty, nothing is committed through an agent.
         """,
     )
+    node_agent_deploy_interval = Float(
+        60.0,
+        config=True,
+        help="""
+        Seconds between two checks that every Swarm node runs its agent, with its own key: a node
+        that joined gets its agent within this time, one that left loses its agent and key.
+        """,
+    )
+    node_credentials_file = Unicode(
+        CREDENTIALS_FILE,
+        config=True,
+        help="""
+        File holding each Swarm node's own key, with which its agent signs its reports (mode
+        0600, made when missing; relative paths are in the state directory). Keep it as private
+        as the hub's database: a key lets its holder report for that node.
+        """,
+    )
     node_agent_token_file = Unicode(
         TOKEN_FILE,
         config=True,
@@ -519,7 +545,10 @@ class QueueService(Application):
             f"{n.name} ({n.resource_group}: {n.cpu:g} CPU, {len(n.gpus)} GPU)" for n in found
         )
         self.log.info("Swarm nodes taking sessions: %s", described or "none")
-        await self.manager.replace_nodes(found)
+        withheld = {
+            n.name: self._refused_nodes[n.name] for n in nodes if self._refused_nodes[n.name]
+        }
+        await self.manager.replace_nodes(found, withheld)
 
     def isolation_refused(self, node: str) -> bool:
         """Whether `node`'s agent reports an engine setting that lets sessions reach one another
@@ -651,6 +680,8 @@ class QueueService(Application):
             calls=calls,
         )
         self.node_reports = NodeReports(stale_after=self.node_report_stale)
+        self.node_credentials = NodeCredentials(self.node_credentials_file)
+        self._agents_lock = asyncio.Lock()
         self._refused_nodes: dict[str, list[str]] = {}
         # In Swarm mode a session's usage is read on its node, by the node's agent.
         self.manager.usage_of = (
@@ -722,6 +753,8 @@ class QueueService(Application):
             session_limits={**SESSION_LIMITS, **self.session_limits},
             agent_service=self.agent_service,
             node_reports=self.node_reports,
+            node_identity=NodeIdentity(self.node_credentials),
+            rotate_node_key=self.rotate_node_key,
             node_agent_registry=self.node_agent_registry,
             engine=self.engine,
             health=self.health,
@@ -736,7 +769,8 @@ class QueueService(Application):
         await listen_when_free(app, url.port or 80, url.hostname, self.log)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         if self.node_agent_url:
-            await self.deploy_node_agent()
+            await self.deploy_node_agents()
+            self._agents_task = asyncio.create_task(self.keep_node_agents_deployed())
         try:
             await self.reconciler.reconcile()
         except Exception as e:  # the engine is down: the reconciler's rounds try again
@@ -800,27 +834,46 @@ class QueueService(Application):
             await asyncio.sleep(self.engine_images_interval)
             await asyncio.to_thread(self.look_at_engine_images)
 
-    async def deploy_node_agent(self) -> None:
-        """Deploy (or update) the node agent on the Swarm; a failure is logged, not fatal: the
-        service works without reports, with usage of other nodes' sessions unknown."""
-        token = node_agent_token(self.node_agent_token_file)
+    def _agent_settings(self) -> AgentSettings:
+        return AgentSettings(
+            token=node_agent_token(self.node_agent_token_file),
+            report_url=self.node_agent_url,
+            image=self.node_agent_image,
+            name=self.agent_service,
+            interval=self.node_agent_interval,
+            deployment_id=self.deployment_id,
+            docker_socket=self.node_agent_docker_socket,
+        )
+
+    async def deploy_node_agents(self) -> None:
+        """Deploy (or update) every node's agent; a failure is logged, not fatal: the service
+        works without reports, with usage of other nodes' sessions unknown."""
         try:
-            service = await asyncio.get_running_loop().run_in_executor(
-                None,
-                lambda: deploy_node_agent(
-                    self.docker,
-                    token=token,
-                    report_url=self.node_agent_url,
-                    image=self.node_agent_image,
-                    name=self.agent_service,
-                    interval=self.node_agent_interval,
-                    deployment_id=self.deployment_id,
-                    docker_socket=self.node_agent_docker_socket,
-                ),
-            )
-            self.log.info("Node agent deployed as Swarm service %s", service.name)
+            async with self._agents_lock:
+                services = await asyncio.to_thread(
+                    deploy_node_agents, self.docker, self.node_credentials, self._agent_settings()
+                )
+            self.log.debug("Node agents deployed: %s", ", ".join(s.name for s in services))
         except Exception as e:
-            self.log.error("Could not deploy the node agent: %s", e)
+            self.log.error("Could not deploy the node agents: %s", e)
+
+    async def keep_node_agents_deployed(self) -> None:
+        while True:
+            await asyncio.sleep(self.node_agent_deploy_interval)
+            await self.deploy_node_agents()
+
+    async def rotate_node_key(self, node: str):
+        """A new key for `node`'s agent, which moves to it now (api/nodes/{node}/key)."""
+        if not self.node_agent_url:
+            raise Refusal("No node agents are deployed here (single-host mode).", "conflict")
+        async with self._agents_lock:
+            return await asyncio.to_thread(
+                rotate_node_key,
+                self.docker,
+                self.node_credentials,
+                self._agent_settings(),
+                node,
+            )
 
     async def serve_until_stopped(self) -> None:
         """Serve until SIGINT or SIGTERM. The hub stops its services with SIGINT and escalates to

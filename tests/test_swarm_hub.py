@@ -54,15 +54,14 @@ def swarm_hub(lab: Lab, tmp_path_factory):
     env = {**lab.env, "FGPU_USER_QUOTA": '{"fgpu": 1}'}
     with running_hub(tmp_path_factory.mktemp("swarm-hub"), EXTRA_CONFIG, env=env) as hub:
         hub.lab = lab
-        try:
-            yield hub
-        finally:
-            # The sessions the hub left, and the node agents its service deployed.
-            manager = lab.manager()
-            for service in manager.services.list(filters={"label": f"{TEST_LABEL}={hub.run_id}"}):
-                service.remove()
-            for service in manager.services.list(filters={"name": "fgpu-node-agent"}):
-                service.remove()
+        yield hub
+    # The sessions the hub left, and the node agents its service deployed: once it is gone, so
+    # that its next deploy round cannot bring them back.
+    manager = lab.manager()
+    for service in manager.services.list(filters={"label": f"{TEST_LABEL}={hub.run_id}"}):
+        service.remove()
+    for service in manager.services.list(filters={"name": "fgpu-node-agent"}):
+        service.remove()
 
 
 @pytest.fixture(scope="module")
