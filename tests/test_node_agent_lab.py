@@ -12,6 +12,7 @@ The lab is the run's shared one (tests/swarm_lab.py).
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import subprocess
@@ -256,6 +257,11 @@ def agent_services(manager) -> list:
 def test_deploying_again_changes_nothing_and_a_rotated_key_moves_one_node_to_it(lab, lab_hub):
     manager = engine_client(lab)
     nodes = lab["FGPU_SWARM_NODES"].split(",")
+    wait_for(
+        lambda: len(agent_services(manager)) == len(nodes),
+        timeout=120,
+        what="an agent service on every node",
+    )
     before = {s.name: s.version for s in agent_services(manager)}
     (service, *_) = agent_services(manager)
     spec = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]
@@ -308,7 +314,10 @@ def test_deploying_again_changes_nothing_and_a_rotated_key_moves_one_node_to_it(
     assert refused.status_code == 403 and "signature does not match" in refused.text
     # ... while the node's agent, restarted with the new key, reports again.
     wait_for(
-        lambda: reports(lab_hub)[nodes[0]]["age_seconds"] < time.monotonic() - since,
+        lambda: (
+            reports(lab_hub).get(nodes[0], {"age_seconds": math.inf})["age_seconds"]
+            < time.monotonic() - since
+        ),
         timeout=180,
         what=f"{nodes[0]}'s agent reporting with its new key",
     )
