@@ -50,6 +50,7 @@ from .node_agent_deploy import (
     AgentSettings,
     deploy_node_agents,
     node_agent_token,
+    pinned_image,
     rotate_node_key,
 )
 from .node_credentials import CREDENTIALS_FILE, NodeCredentials
@@ -838,7 +839,11 @@ class QueueService(Application):
         return AgentSettings(
             token=node_agent_token(self.node_agent_token_file),
             report_url=self.node_agent_url,
-            image=self.node_agent_image,
+            image=pinned_image(
+                self.node_agent_image,
+                self.node_agent_registry,
+                {v["image"]: v["digest"] for v in self.images.all() if v["digest"]},
+            ),
             name=self.agent_service,
             interval=self.node_agent_interval,
             deployment_id=self.deployment_id,

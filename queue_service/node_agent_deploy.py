@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,7 @@ from docker.types import (
 from node_agent import agent as agent_module
 
 from .node_credentials import NodeCredential, NodeCredentials
+from .registry_images import pinned_reference
 
 AGENT_SOURCE = Path(agent_module.__file__)
 AGENT_PATH = "/fgpu/agent.py"
@@ -151,6 +153,19 @@ def spec_digest(kwargs: dict) -> str:
     return hashlib.sha256(json.dumps(kwargs, sort_keys=True, default=repr).encode()).hexdigest()[
         :16
     ]
+
+
+def pinned_image(image: str, registry: str, digests: Mapping[str, str]) -> str:
+    """The agent's image at the digest the hub pinned for it (`digests`: catalog reference →
+    digest, registry_images.py), so that a tag moved in the registry behind the hub's back does
+    not change what runs as root on every node; `image` as it is when none is pinned."""
+    prefix = f"{registry.rstrip('/')}/" if registry else ""
+    reference = image.removeprefix(prefix) if prefix else image
+    digest = digests.get(reference)
+    if not digest:
+        return image
+    pinned = pinned_reference(reference, digest)
+    return prefix + pinned if prefix and image.startswith(prefix) else pinned
 
 
 def node_agent_token(path: str | os.PathLike = TOKEN_FILE) -> str:

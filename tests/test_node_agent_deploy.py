@@ -14,6 +14,7 @@ from queue_service.node_agent_deploy import (
     agent_service_kwargs,
     content_name,
     node_agent_token,
+    pinned_image,
     service_name,
 )
 
@@ -131,3 +132,17 @@ def test_the_token_is_made_once_private_and_kept(tmp_path):
     path.write_text("\n")
     with pytest.raises(ValueError, match="is empty"):
         node_agent_token(path)
+
+
+def test_the_agent_runs_from_the_digest_the_hub_pinned_not_from_a_tag():
+    digest = "sha256:" + "a" * 64
+    pins = {"fgpu/jupyter-base:py3.11": digest}
+    registry = "10.213.0.1:5000"
+    assert (
+        pinned_image(f"{registry}/fgpu/jupyter-base:py3.11", registry, pins)
+        == f"{registry}/fgpu/jupyter-base@{digest}"
+    )
+    assert pinned_image("fgpu/jupyter-base:py3.11", registry, pins) == f"fgpu/jupyter-base@{digest}"
+    # Nothing pinned yet (a registry not asked yet, or another image): the reference as given.
+    assert pinned_image(f"{registry}/other:1", registry, pins) == f"{registry}/other:1"
+    assert pinned_image("fgpu/jupyter-base:py3.11", "", {}) == "fgpu/jupyter-base:py3.11"

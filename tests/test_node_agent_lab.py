@@ -246,6 +246,13 @@ def pinned_service(manager, image: str, node: str, command: list[str], labels: d
     )
 
 
+def as_given(image: str) -> str:
+    """The image the hub gave the agent's service: its pinned `name@digest` as it is, or the
+    `name:tag` to which Swarm added the digest it resolved."""
+    name = image.split("@")[0]
+    return name if ":" in name.rsplit("/", 1)[-1] else image
+
+
 def agent_services(manager) -> list:
     return [
         s
@@ -269,7 +276,7 @@ def test_deploying_again_changes_nothing_and_a_rotated_key_moves_one_node_to_it(
     settings = AgentSettings(
         token=(lab_hub.workdir / "fgpu_node_agent_token").read_text().strip(),
         report_url=env["FGPU_AGENT_URL"],
-        image=spec["Image"].split("@")[0],  # Swarm pins the digest it resolved
+        image=as_given(spec["Image"]),
         interval=float(env["FGPU_AGENT_INTERVAL"]),
         deployment_id=env["FGPU_DEPLOYMENT"],
         docker_socket=LAB_SOCKET,

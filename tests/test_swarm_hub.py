@@ -343,6 +343,13 @@ def test_the_node_agent_reports_usage_and_a_session_saved_on_its_node_starts_on_
         what="jo's usage, reported by the agent of its node",
     )
     assert usage["mem_bytes"] > 0 and usage["mem_limit_bytes"] == 512 * 2**20
+    # The agents (root, with their node's engine) run from the digest the hub pinned for their
+    # image, so a tag moved in the registry behind the hub's back does not change them.
+    agents = lab.manager().services.list(filters={"label": "fgpu.role=node-agent"})
+    assert agents
+    for agent_service in agents:
+        image = agent_service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"]
+        assert "/fgpu/jupyter-base@sha256:" in image, image
 
     saved = admin.call("POST", f"sessions/{record['id']}/image", json={"tag": "v1"})
     assert saved.status_code == 201, saved.text
