@@ -124,7 +124,7 @@ if engine == "swarm":
             f"Swarm mode: sessions could reach one another ({reason}). Run the hub in a "
             "container on the manager (FGPU_SWARM_HUB_CONTAINER), where each session gets an "
             "overlay of its own, or set FGPU_SWARM_REACHABLE_SESSIONS=1 to accept it and "
-            "firewall the nodes (docs/admin-guide.md, 'Adding nodes')."
+            "firewall the nodes (docs/source/howto/adding-nodes.md, 'Adding nodes')."
         )
     c.FGPUSwarmSpawner.endpoint = endpoint
     c.FGPUSwarmSpawner.network_per_session = per_session

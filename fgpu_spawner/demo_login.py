@@ -9,7 +9,7 @@ this class alone in jupyterhub_config.py, so none of them reaches the site's aut
 The hub's own port (`hub_ip:hub_port`) serves `/hub/login` and the token API too, and sessions
 reach it (the session network's gateway on one host, every address in Swarm mode). So a demo
 login is taken only from a connection that comes from this machine itself (the proxy behind the
-loopback public address), never from a session (docs/admin-guide.md, "The demo login").
+loopback public address), never from a session (docs/source/howto/demo-login.md, "The demo login").
 """
 
 from __future__ import annotations

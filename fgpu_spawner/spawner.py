@@ -187,7 +187,7 @@ class FGPUSpawner(DockerSpawner):
         How a GPU grant reaches the container: `hami` (HAMi-core limits, which a determined
         student can get around), `mig` (whole MIG instances, isolated by the driver: the strict
         mode), `mps` (CUDA MPS), `none` (whole devices, accounting only) or `simulated` (no
-        device; for hosts without GPUs). docs/admin-guide.md, "How strict is a GPU slice".
+        device; for hosts without GPUs). docs/source/howto/gpu-slice.md, "How strict is a GPU slice".
         """,
     )
     hami_library_path = Unicode(
