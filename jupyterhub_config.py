@@ -1,4 +1,4 @@
-"""The fGPU hub's JupyterHub configuration (DESIGN.md, contract 2).
+"""The fGPU hub's JupyterHub configuration (docs/source/explanation/contracts.md, contract 2).
 
 Run it with `jupyterhub -f jupyterhub_config.py`, or extend it from another file with
 `load_subconfig("jupyterhub_config.py")`. State (hub DB, cookie secret) lives in the directory the hub

@@ -1,4 +1,4 @@
-"""The shipped demo login: any user name gets in, and `admin` is an admin (DESIGN.md, contract 2).
+"""The shipped demo login: any user name gets in, and `admin` is an admin (docs/source/explanation/contracts.md, contract 2).
 
 That is fine for one person on 127.0.0.1 and an open door anywhere else, so the demo login
 refuses to start when the hub's public address (`JupyterHub.bind_url`, set from FGPU_HUB_IP) is

@@ -1,4 +1,4 @@
-"""Session → private image (DESIGN.md contract 4): the commit; `handlers/sessions.py` serves it.
+"""Session → private image (docs/source/explanation/contracts.md, contract 4): the commit; `handlers/sessions.py` serves it.
 
 The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`. The session
 keeps running, unpaused (see `commit_session`). The image
