@@ -12,7 +12,6 @@ from pathlib import Path
 import yaml
 from docutils.parsers.rst import Directive
 from docutils.statemachine import StringList
-from sphinx.util.nodes import nested_parse_with_titles
 
 METHODS = ("get", "head", "post", "put", "patch", "delete")
 
@@ -26,17 +25,10 @@ class _Generated(Directive):
     def run(self):
         from docutils import nodes
 
-        node = nodes.section() if self.has_titles else nodes.container()
-        node.document = self.state.document
+        node = nodes.container()
         source = self.state.document.current_source or "<generated>"
-        content = StringList(self.lines(), source=source)
-        if self.has_titles:
-            nested_parse_with_titles(self.state, content, node)
-        else:
-            self.state.nested_parse(content, self.content_offset, node)
+        self.state.nested_parse(StringList(self.lines(), source=source), self.content_offset, node)
         return node.children
-
-    has_titles = False
 
 
 def _table(header: list[str], rows: list[list[str]], widths: str = "auto") -> list[str]:
@@ -110,7 +102,6 @@ class Metrics(_Generated):
 
 class OpenAPI(_Generated):
     required_arguments = 1
-    has_titles = True
 
     def lines(self):
         env = self.state.document.settings.env
@@ -131,8 +122,13 @@ class OpenAPI(_Generated):
                 if method not in item:
                     continue
                 op = item[method]
-                title = f"{method.upper()} {route}"
-                out += [title, "~" * len(title), "", op.get("summary", "") + ".", ""]
+                out += [
+                    f".. rubric:: ``{method.upper()} {route}``",
+                    "   :heading-level: 3",
+                    "",
+                    op.get("summary", "") + ".",
+                    "",
+                ]
                 if op.get("description"):
                     out += [*op["description"].strip().splitlines(), ""]
                 params = shared + [resolve(p) for p in op.get("parameters", [])]
