@@ -4,7 +4,7 @@ Run it with `jupyterhub -f jupyterhub_config.py`, or extend it from another file
 `load_subconfig("jupyterhub_config.py")`. State (hub DB, cookie secret) lives in the directory the hub
 is started from, as JupyterHub's own default has it.
 
-Environment variables:
+Environment variables (every one the file reads, with its default: docs/source/reference/environment.md):
   FGPU_HUB_PORT        public port of the hub (default 8000)
   FGPU_HUB_IP          public address of the hub (default 127.0.0.1)
   FGPU_SIMULATED_GPUS  simulated GPUs for hosts without any, e.g. "2x8GiB"

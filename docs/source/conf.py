@@ -35,3 +35,4 @@ html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
 }
+html_show_sourcelink = False
