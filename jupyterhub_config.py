@@ -1,10 +1,10 @@
-"""The fGPU hub's JupyterHub configuration (DESIGN.md, contract 2).
+"""The fGPU hub's JupyterHub configuration (docs/source/explanation/contracts.md, contract 2).
 
 Run it with `jupyterhub -f jupyterhub_config.py`, or extend it from another file with
 `load_subconfig("jupyterhub_config.py")`. State (hub DB, cookie secret) lives in the directory the hub
 is started from, as JupyterHub's own default has it.
 
-Environment variables:
+Environment variables (every one the file reads, with its default: docs/source/reference/environment.md):
   FGPU_HUB_PORT        public port of the hub (default 8000)
   FGPU_HUB_IP          public address of the hub (default 127.0.0.1)
   FGPU_SIMULATED_GPUS  simulated GPUs for hosts without any, e.g. "2x8GiB"
@@ -124,7 +124,7 @@ if engine == "swarm":
             f"Swarm mode: sessions could reach one another ({reason}). Run the hub in a "
             "container on the manager (FGPU_SWARM_HUB_CONTAINER), where each session gets an "
             "overlay of its own, or set FGPU_SWARM_REACHABLE_SESSIONS=1 to accept it and "
-            "firewall the nodes (docs/admin-guide.md, 'Adding nodes')."
+            "firewall the nodes (docs/source/howto/adding-nodes.md, 'Adding nodes')."
         )
     c.FGPUSwarmSpawner.endpoint = endpoint
     c.FGPUSwarmSpawner.network_per_session = per_session

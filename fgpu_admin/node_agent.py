@@ -1,6 +1,6 @@
 """Manage the node agents: `fgpu-hub node-agent rotate NODE` gives a node's agent a new key.
 
-Each Swarm node's agent signs its reports with a key of its own (docs/admin-guide.md, "Node
+Each Swarm node's agent signs its reports with a key of its own (docs/source/howto/adding-nodes.md, "Node
 agents and their keys"). `rotate` asks the running queue service for a new key for NODE (its
 hostname or Swarm node id): the old key is refused from that moment, and the node's agent service
 moves to a Swarm secret holding the new one (its task restarts, and reports again within seconds).

@@ -1,6 +1,6 @@
 """`user_options` → `ResourceRequest`: parsing and validation, with no I/O.
 
-The form and `POST /hub/api/users/{name}/servers/{server}` send the same keys (DESIGN.md, contract 3),
+The form and `POST /hub/api/users/{name}/servers/{server}` send the same keys (docs/source/explanation/contracts.md, contract 3),
 so one parser serves both. Every refusal raises `InvalidRequest` with a sentence a student can act on.
 """
 

@@ -118,7 +118,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
         Accept an endpoint where sessions can reach one another's servers: `host_port`, or an
         overlay shared by all sessions (`network_per_session` off). Off: such a spawn is refused
         with a config error, so that isolation never rests on a setting left at its default.
-        A site that turns it on firewalls the nodes itself (docs/admin-guide.md, "Adding
+        A site that turns it on firewalls the nodes itself (docs/source/howto/adding-nodes.md, "Adding
         nodes").
         """,
     )

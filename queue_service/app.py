@@ -1,4 +1,4 @@
-"""`python -m queue_service`: the hub-managed `queue` service (DESIGN.md, contract 4).
+"""`python -m queue_service`: the hub-managed `queue` service (docs/source/explanation/contracts.md, contract 4).
 
 JupyterHub starts it with JUPYTERHUB_SERVICE_URL, _PREFIX, _API_URL and _API_TOKEN in its
 environment; everything else is configured with `--QueueService.<trait>=<value>` on its command line

@@ -57,7 +57,7 @@ REQUIRED_DAEMON = {
 }
 DAEMON_FIX = (
     'set "icc": false and "no-new-privileges": true in the node\'s /etc/docker/daemon.json, '
-    "restart its engine, and run the current node agent (docs/admin-guide.md, 'Adding nodes')"
+    "restart its engine, and run the current node agent (docs/source/howto/adding-nodes.md, 'Adding nodes')"
 )
 #: Results of jobs kept per node until someone reads them.
 MAX_RESULTS_PER_NODE = 100

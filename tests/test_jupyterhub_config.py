@@ -1,4 +1,4 @@
-"""The shipped jupyterhub_config.py (DESIGN.md, contract 2), loaded as JupyterHub loads it."""
+"""The shipped jupyterhub_config.py (docs/source/explanation/contracts.md, contract 2), loaded as JupyterHub loads it."""
 
 import ast
 import re
