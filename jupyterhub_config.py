@@ -22,7 +22,7 @@ Environment variables (every one the file reads, with its default: docs/source/r
                        "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
   FGPU_PRESETS         site-wide resource presets as a JSON list, e.g. '[{"name": "CPU small",
                        "cpu": 1, "mem": "2G"}, {"name": "half GPU", "cpu": 2, "mem": "4G",
-                       "fgpu": 1}]' (a hub group adds its own: `fgpu_presets`, README)
+                       "fgpu": 1}]' (a hub group adds its own: `fgpu_presets`, docs/source/explanation/sessions-and-queue.md)
   FGPU_CLASS_SIZE      students expected at once, to size the hub's spawn slots (default 200)
   FGPU_IDLE_TIMEOUT    seconds without activity after which jupyterhub-idle-culler stops a
                        session, named ones included (0 or unset: 3600); `off` runs no culler
@@ -478,7 +478,7 @@ from templates import TEMPLATES_DIR  # noqa: E402
 c.JupyterHub.template_paths = [str(TEMPLATES_DIR / "hub")]
 
 # After logging in, a student lands on the queue's Sessions page, where their sessions, the
-# indicator and the launch dialog are (README, "Using the hub"), not on the hub's spawn form. This
+# indicator and the launch dialog are (docs/source/explanation/sessions-and-queue.md, "Using the hub"), not on the hub's spawn form. This
 # is only the default: a `next=` from a link the student followed (say /user/x/lab) still wins,
 # as JupyterHub's get_next_url reads `next` first. A callable, so that a site which sets its
 # own base_url after loading this file still lands under it.

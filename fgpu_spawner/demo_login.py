@@ -50,7 +50,7 @@ def demo_login_refusal(bind_url: str, allowed: bool) -> str | None:
     return (
         f"Refusing to start: the demo login (any user name gets in, and 'admin' is an admin) "
         f"would be reachable at {bind_url}, which is not a loopback address. Configure a real "
-        f"authenticator for a site (README.md, 'Configuration'), or bind to 127.0.0.1 "
+        f"authenticator for a site (docs/source/howto/configure.md, 'Configuration'), or bind to 127.0.0.1 "
         f"(FGPU_HUB_IP). To run the demo login on the network anyway, set {ALLOW_ENV}=1 "
         f"(or c.DemoAuthenticator.allow_non_loopback = True)."
     )

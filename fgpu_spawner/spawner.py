@@ -126,7 +126,7 @@ class FGPUSpawner(DockerSpawner):
         config=True,
         help="""
         Catalog name of the image preselected on the spawn form. Empty means the first visible
-        image of the catalog. A request must still name its image (README, "Launch options").
+        image of the catalog. A request must still name its image (docs/source/explanation/sessions-and-queue.md, "Launch options").
 
             c.FGPUSpawner.default_image_name = "python-3.11"
         """,
@@ -870,7 +870,7 @@ class FGPUSpawner(DockerSpawner):
             if not cls._layer_limit_support.supported:
                 self.log.warning(
                     "Session containers' writable layers are NOT limited to %s bytes: %s. A "
-                    "session can fill the engine's disk; see README, 'Session containers'.",
+                    "session can fill the engine's disk; see docs/source/explanation/session-containers.md, 'Session containers'.",
                     self.writable_layer_size,
                     cls._layer_limit_support.reason,
                 )

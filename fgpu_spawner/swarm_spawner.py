@@ -238,7 +238,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
                 f"Sessions could reach one another: {reason}. Run the hub in a container on the "
                 "manager (FGPUSwarmSpawner.hub_container) with endpoint 'overlay' and "
                 "network_per_session, or accept it with "
-                "FGPUSwarmSpawner.allow_reachable_sessions = True (README, 'Swarm mode')",
+                "FGPUSwarmSpawner.allow_reachable_sessions = True (docs/source/howto/swarm.md, 'Swarm mode')",
                 reason="config",
                 status_code=500,
             )
