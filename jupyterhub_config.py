@@ -59,7 +59,7 @@ import sys
 import docker
 
 from fgpu_spawner.network import SESSION_NETWORK, ensure_session_network
-from queue_service.state_dir import (
+from queue_service.store.state_dir import (
     HUB_DB_ENV,
     QUEUE_DB_ENV,
     db_url_problem,
@@ -134,8 +134,8 @@ c.JupyterHub.allow_named_servers = True
 c.JupyterHub.cleanup_servers = False
 
 # Both databases are configured in one place, the environment (FGPU_HUB_DB_URL,
-# FGPU_QUEUE_DB_URL: queue_service/state_dir.py). A new JupyterHub's schema is applied at start,
-# as the queue service applies its own, each after a backup (queue_service/db_upgrade.py).
+# FGPU_QUEUE_DB_URL: queue_service/store/state_dir.py). A new JupyterHub's schema is applied at start,
+# as the queue service applies its own, each after a backup (queue_service/store/db_upgrade.py).
 for variable, url in ((HUB_DB_ENV, hub_db_url()), (QUEUE_DB_ENV, queue_db_url())):
     if problem := db_url_problem(url, variable):
         raise SystemExit(problem)
@@ -188,14 +188,14 @@ pending_per_user = parse_quota(user_quota, "FGPU_USER_QUOTA").max_pending
 
 # Which hub a session container belongs to, kept in the state directory (outside the service's
 # DB): hubs sharing an engine then adopt or stop only their own sessions.
-from queue_service.deployment import deployment_id  # noqa: E402
+from queue_service.store.deployment import deployment_id  # noqa: E402  # noqa: E402
 
 fgpu_deployment_id = deployment_id(os.getcwd())
 
-# The node agents (one per Swarm node, queue_service/node_agent_deploy.py) report to the service
+# The node agents (one per Swarm node, queue_service/engine/node_agent_deploy.py) report to the service
 # with a token of their own, kept in the state directory: the service hands the same file's token
 # to them as a Swarm secret, and a hub restart leaves them as they were.
-from queue_service.node_agent_deploy import TOKEN_FILE, node_agent_token  # noqa: E402
+from queue_service.engine.node_agent_deploy import TOKEN_FILE, node_agent_token  # noqa: E402  # noqa: E402
 
 node_agent_service_token = node_agent_token(os.path.join(os.getcwd(), TOKEN_FILE))
 
@@ -220,9 +220,9 @@ except ValueError:
         " seconds above 0 and FGPU_END_WARNING seconds"
     ) from None
 
-# The scopes the service reads (queue_service/scopes.py, where the choice of admin:servers for
+# The scopes the service reads (queue_service/core/scopes.py, where the choice of admin:servers for
 # admin powers is explained).
-from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles  # noqa: E402
+from queue_service.core.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles  # noqa: E402  # noqa: E402
 
 DOCKER_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 # The build tool's own settings (image_catalog/build.py), for the builds behind the hub.
@@ -403,7 +403,7 @@ def back_up_the_hub_db_before_its_upgrade() -> None:
     from jupyterhub.app import JupyterHub
     from sqlalchemy.exc import OperationalError
 
-    from queue_service.db_upgrade import UpgradeRefused, backup_before_hub_upgrade
+    from queue_service.store.db_upgrade import UpgradeRefused, backup_before_hub_upgrade
 
     if not JupyterHub.initialized():
         return

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
-from queue_service import state_dir
+from queue_service.store import state_dir
 from tests.hub_state import make_hub_state
 
 VENV_BIN = Path(sys.executable).parent

@@ -1,4 +1,4 @@
-"""What the automatic backup adds to a schema upgrade of the queue DB (queue_service/db_upgrade.py).
+"""What the automatic backup adds to a schema upgrade of the queue DB (queue_service/store/db_upgrade.py).
 
 A queue DB at revision 0004 with N ended sessions is upgraded to head with its backup (SQLite's
 online backup, or pg_dump -Fc), against the baseline measured in the same run: the same database
@@ -22,8 +22,8 @@ from alembic import command
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from queue_service.db import make_engine
-from queue_service.db_upgrade import BackupSettings, alembic_config, upgrade
+from queue_service.store.db import make_engine
+from queue_service.store.db_upgrade import BackupSettings, alembic_config, upgrade
 
 POSTGRES_URL = os.environ.get(
     "FGPU_TEST_POSTGRES_URL", "postgresql+psycopg://fgpu:fgpu@127.0.0.1:5432/fgpu_test"

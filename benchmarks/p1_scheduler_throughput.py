@@ -22,7 +22,7 @@ import random
 import statistics
 import time
 
-from queue_service.scheduler import (
+from queue_service.core.scheduler import (
     PLACEMENTS,
     POLICIES,
     QUANTA_PER_GPU,

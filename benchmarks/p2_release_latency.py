@@ -21,11 +21,12 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from queue_service import scheduler
-from queue_service.db import open_database
-from queue_service.models import SessionRecord, Status
+from queue_service.core import scheduler
+from queue_service.core.status import Status
 from queue_service.queue import QueueManager, SchedulerSettings
 from queue_service.quotas import QuotaBook
+from queue_service.store.db import open_database
+from queue_service.store.models import SessionRecord
 
 NODE = scheduler.Node(
     "bench", "default", 64.0, 256 * 1024**3, (scheduler.Gpu("GPU-0", 8 * 1024**3),)

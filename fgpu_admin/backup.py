@@ -29,8 +29,8 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from queue_service import state_dir
-from queue_service.db_upgrade import libpq_dsn
+from queue_service.store import state_dir
+from queue_service.store.db_upgrade import libpq_dsn
 
 from . import archive, signing
 from .archive import ArchiveError, Digest
@@ -462,7 +462,7 @@ def query(database: dict, url: str, staging: Path, sql: str) -> list[tuple]:
 def engine_for(args):
     """The Docker engine, or an AdminError before anything is written: the images and homes
     asked for cannot be saved without it."""
-    from image_catalog.engine_client import docker_client_from_env
+    from fgpu_shared.engine_client import docker_client_from_env
 
     try:
         client = docker_client_from_env(timeout=300)
@@ -495,7 +495,7 @@ def short_error(error: Exception) -> str:
 
 def _quiet_engine():
     """The engine for sizes alone: None (sizes unknown) when it does not answer."""
-    from image_catalog.engine_client import docker_client_from_env
+    from fgpu_shared.engine_client import docker_client_from_env
 
     try:
         client = docker_client_from_env(timeout=30)

@@ -30,16 +30,17 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import sessionmaker
 
+from fgpu_shared.engine_client import api_client_from_env
+from fgpu_shared.units import format_size, parse_size
 from fgpu_spawner.gpu_sharing import GpuPaths
 from image_catalog import load_catalog
-from image_catalog.engine_client import api_client_from_env
-from image_catalog.units import format_size, parse_size
-from queue_service import inventory, state_dir
-from queue_service.db import alembic_config, make_engine
-from queue_service.frozen_containers import CGROUP_ROOT, freezer_file, read_frozen
-from queue_service.images import ImageStore
-from queue_service.node_reports import DAEMON_FIX
-from queue_service.session_containers import SESSION_LABEL
+from queue_service.engine import inventory
+from queue_service.engine.frozen_containers import CGROUP_ROOT, freezer_file, read_frozen
+from queue_service.engine.node_reports import DAEMON_FIX
+from queue_service.engine.session_containers import SESSION_LABEL
+from queue_service.store import state_dir
+from queue_service.store.db import alembic_config, make_engine
+from queue_service.store.images import ImageStore
 
 from .backup import BACKUP_DIR_ENV, DEFAULT_BACKUP_DIR
 
@@ -481,7 +482,7 @@ def check_frozen_sessions(
 ) -> Result:
     """Session containers that are paused, or whose cgroup freezer reads frozen on this machine:
     such a session answers nothing, and the engine's calls about it hang (the queue service
-    thaws one after a minute; see queue_service/frozen_containers.py)."""
+    thaws one after a minute; see queue_service/engine/frozen_containers.py)."""
     if engine.client is None:
         return Result("frozen sessions", WARN, NO_ENGINE)
     try:

@@ -34,7 +34,7 @@ import tempfile
 import zlib
 from pathlib import Path
 
-from queue_service import state_dir
+from queue_service.store import state_dir
 
 from . import archive, home_tar, image_tar, signing, sql_dump
 from .archive import ArchiveError, Digest
@@ -220,7 +220,7 @@ def known_revisions() -> dict[str, set[str]]:
     (hub_package,) = importlib.util.find_spec("jupyterhub").submodule_search_locations
     queue_package = Path(__file__).resolve().parent.parent / "queue_service"
     return {
-        "queue": _revisions(queue_package / "migrations" / "versions"),
+        "queue": _revisions(queue_package / "store" / "migrations" / "versions"),
         "hub": _revisions(Path(hub_package) / "alembic" / "versions"),
     }
 

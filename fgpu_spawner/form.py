@@ -17,8 +17,8 @@ import math
 
 import jinja2
 
+from fgpu_shared.units import format_size, parse_size
 from image_catalog import Catalog
-from image_catalog.units import format_size, parse_size
 from templates import TEMPLATES_DIR
 
 from .request import KNOWN_OPTIONS, Range, RequestLimits

@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 
 from docker.types import Mount
 
-from image_catalog.units import simulated_gpu_name
+from fgpu_shared.units import simulated_gpu_name
 
 from .grant import Grant
 

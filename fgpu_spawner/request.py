@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from fgpu_shared.units import format_size, parse_amount, parse_positive_size
 from image_catalog import Catalog
 from image_catalog.launch_options import OptionError, check_env, check_name, resolve_preset
-from image_catalog.units import format_size, parse_amount, parse_positive_size
 
 KNOWN_OPTIONS = (
     "image",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from image_catalog.units import format_size
+from fgpu_shared.units import format_size
 
 
 @dataclass(frozen=True)

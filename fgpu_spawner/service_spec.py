@@ -32,7 +32,7 @@ What a service spec can and cannot say, on dockerd 20.10 (API 1.41) and docker-p
   settings as on one host. A session without GPUs, or with simulated ones, gets "void", so an
   image that says `NVIDIA_VISIBLE_DEVICES=all` (every CUDA base image does) sees no GPU on a node
   whose default runtime is NVIDIA's. GPUs are not Swarm generic resources (see
-  `queue_service.inventory.swarm_nodes`).
+  `queue_service.engine.inventory.swarm_nodes`).
 - **Mounts.** Swarm binds are `Mount`s whose host path must exist on the node (the engine creates
   a missing one for a plain container, not for a task): HAMi-core's library, the preload file
   and its lock folder, and the MPS pipe folder, are installed on every GPU node (docs/source/howto/swarm.md, "GPU

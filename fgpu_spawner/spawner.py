@@ -29,9 +29,9 @@ from sqlalchemy.orm import object_session
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default, validate
 
+from fgpu_shared.engine_client import api_client_from_env
 from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
-from image_catalog.engine_client import api_client_from_env
 from image_catalog.launch_options import SESSION_LIMITS
 
 from . import form, idle
@@ -416,7 +416,7 @@ class FGPUSpawner(DockerSpawner):
     @property
     def client(self) -> docker.APIClient:
         """DockerSpawner's client (one per class), verifying a TLS engine against its own CA
-        rather than `REQUESTS_CA_BUNDLE` (image_catalog/engine_client.py)."""
+        rather than `REQUESTS_CA_BUNDLE` (fgpu_shared/engine_client.py)."""
         cls = type(self)
         if cls.__dict__.get("_client") is None:
             kwargs = {"tls": docker.tls.TLSConfig(**self.tls_config)} if self.tls_config else {}

@@ -35,7 +35,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from . import labextension
+from image_catalog import labextension
+
 from .catalog import RECIPES_DIR, Catalog, CatalogImage, load_catalog
 
 Log = Callable[[str], None]
@@ -610,7 +611,7 @@ def build(
     Up-to-date images are skipped. An entry without a recipe can only be used as it is, so it
     must already be present in the engine.
     """
-    from .engine_client import docker_client_from_env
+    from fgpu_shared.engine_client import docker_client_from_env
 
     catalog = catalog or load_catalog()
     order = build_order(catalog, names)

@@ -122,7 +122,7 @@ def check_env(value: object) -> dict[str, str]:
 
 def resolve_preset(options: dict, presets: list[dict]) -> dict:
     """`options` with its `preset` replaced by that preset's slots; `presets` as `GET
-    api/presets` lists them for the user (queue_service/presets.py).
+    api/presets` lists them for the user (queue_service/core/presets.py).
 
     The rule: a preset sets cpu, mem and fgpu together, so a launch naming a preset may not also
     give any of them: no launch is half preset, half custom. Raises OptionError."""

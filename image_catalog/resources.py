@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .units import format_size, parse_positive_size
+from fgpu_shared.units import format_size, parse_positive_size
 
 SLOTS = ("cpu", "mem", "fgpu")
 LEVELS = ("min", "default", "max")

@@ -2,7 +2,7 @@
 
 The manager of a Swarm cannot `docker stats` a container on another node, nor read another node's
 NVML, so every worker node runs this agent (a global Swarm service, as cAdvisor or Portainer's agent
-are deployed; `queue_service/node_agent_deploy.py` builds and deploys it). Every `FGPU_AGENT_INTERVAL`
+are deployed; `queue_service/engine/node_agent_deploy.py` builds and deploys it). Every `FGPU_AGENT_INTERVAL`
 seconds it:
 
 1. lists the node's live session containers (label `fgpu.session_id`, and `fgpu.deployment` when

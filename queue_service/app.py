@@ -28,24 +28,15 @@ from traitlets.config import Application
 from image_catalog import load_catalog
 from image_catalog.build import heavy_names
 from image_catalog.launch_options import SESSION_LIMITS
-
-from . import handlers, inventory, scheduler
-from .automatic_ends import AutomaticEnds, DockerNotifier
-from .container_calls import ContainerCalls, ContainerLocks
-from .db import open_database
-from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
-from .deployment import deployment_id
-from .engine import Engine
-from .errors import Refusal
-from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
-from .health import HealthMonitor, containers_check, node_daemons_check, select_one
-from .history import History
-from .hub_client import HubClient
-from .image_builds import BackgroundBuilds
-from .image_check import engine_references
-from .images import ImageStore
-from .launches import Launcher
-from .node_agent_deploy import (
+from queue_service import handlers
+from queue_service.core import scheduler
+from queue_service.core.errors import Refusal
+from queue_service.core.presets import parse_presets
+from queue_service.engine import inventory
+from queue_service.engine.client import Engine
+from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
+from queue_service.engine.frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
+from queue_service.engine.node_agent_deploy import (
     TOKEN_FILE,
     AgentSettings,
     deploy_node_agents,
@@ -53,22 +44,33 @@ from .node_agent_deploy import (
     pinned_image,
     rotate_node_key,
 )
-from .node_credentials import CREDENTIALS_FILE, NodeCredentials
-from .node_identity import NodeIdentity
-from .node_reports import DAEMON_FIX, NodeReports, wrong_daemon_settings
-from .presets import parse_presets
+from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
+from queue_service.engine.node_identity import NodeIdentity
+from queue_service.engine.node_reports import DAEMON_FIX, NodeReports, wrong_daemon_settings
+from queue_service.engine.registry_images import registry_digests
+from queue_service.engine.session_containers import DockerSessionLister
+from queue_service.engine.session_services import SwarmSessionLister
+from queue_service.engine.stats import StatsSampler
+from queue_service.store.db import open_database
+from queue_service.store.db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
+from queue_service.store.deployment import deployment_id
+from queue_service.store.history import History
+from queue_service.store.images import ImageStore
+from queue_service.store.state_dir import queue_db_url, with_driver
+from queue_service.store.usage import UsageBook
+from queue_service.store.utilization import UtilizationLog, cluster_figures
+
+from .automatic_ends import AutomaticEnds, DockerNotifier
+from .health import HealthMonitor, containers_check, node_daemons_check, select_one
+from .hub_client import HubClient
+from .image_builds import BackgroundBuilds
+from .image_check import engine_references
+from .launches import Launcher
 from .queue import QueueManager, SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
-from .registry_images import registry_digests
 from .server_removal import ServerRemover
-from .session_containers import DockerSessionLister
 from .session_end_notice import EndNotice
-from .session_services import SwarmSessionLister
-from .state_dir import queue_db_url, with_driver
-from .stats import StatsSampler
-from .usage_store import UsageBook
-from .utilization_store import UtilizationLog, cluster_figures
 
 #: Largest body the server reads at all (the handlers refuse more than 64 KiB with a message).
 MAX_BODY_BACKSTOP = 1 << 20
@@ -226,7 +228,7 @@ class QueueService(Application):
         Resource presets offered to everyone, beside the custom sliders of the launch dialog
         and the spawn form: each a name and its slots (cpu in cores, mem as bytes or a size,
         fgpu in units, 0 when left out). A hub group adds its own in its properties, as
-        `fgpu_presets` (queue_service/presets.py). A preset above a user's quota or the session
+        `fgpu_presets` (queue_service/core/presets.py). A preset above a user's quota or the session
         limits is listed to them as unavailable, with the reason. The shipped
         jupyterhub_config.py reads FGPU_PRESETS (JSON).
 

@@ -48,11 +48,13 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from .container_calls import ContainerCalls, ContainerLocks
-from .errors import Refusal
+from queue_service.core.errors import Refusal
+from queue_service.core.status import Status
+from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
+from queue_service.engine.session_containers import running_session_containers
+from queue_service.store.models import as_utc
+
 from .hub_client import HubError
-from .models import Status, as_utc
-from .session_containers import running_session_containers
 
 LIFETIME_PROPERTY = "max_session_lifetime"
 POLICY_PROPERTY = "idle_policy"

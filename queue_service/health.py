@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import text
 
-from .db import DbThread
-from .node_reports import DAEMON_FIX
+from queue_service.engine.node_reports import DAEMON_FIX
+from queue_service.store.db import DbThread
 
 OK, DEGRADED, FAIL = "ok", "degraded", "fail"
 _RANK = {OK: 0, DEGRADED: 1, FAIL: 2}

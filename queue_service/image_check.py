@@ -14,9 +14,8 @@ import docker.errors
 import requests
 
 from image_catalog.container_hardening import hardening
-
-from .images import CheckResult, ImageError
-from .models import utcnow
+from queue_service.store.images import CheckResult, ImageError
+from queue_service.store.models import utcnow
 
 CHECK_LABEL = "fgpu.image-check"
 CHECK_COMMAND = ["jupyterhub-singleuser", "--version"]

@@ -26,6 +26,7 @@ import logging
 import secrets
 import uuid
 
+from fgpu_shared.units import parse_amount, parse_positive_size
 from image_catalog.launch_options import (
     NAME_MAX,
     OptionError,
@@ -33,13 +34,12 @@ from image_catalog.launch_options import (
     check_name,
     resolve_preset,
 )
-from image_catalog.units import parse_amount, parse_positive_size
+from queue_service.core import end_reasons
+from queue_service.core.errors import Refusal
+from queue_service.core.status import FINAL, Status
+from queue_service.store.accounts import Account
 
-from . import end_reasons
-from .accounts import Account
-from .errors import Refusal
 from .hub_client import HubError
-from .models import FINAL, Status
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,9 @@ pushes the image to the site's registry, from which any node pulls it.
 
 from __future__ import annotations
 
-from .errors import Refusal
-from .node_reports import NodeReports
+from queue_service.core.errors import Refusal
+from queue_service.engine.node_reports import NodeReports
+
 from .private_images import LABEL_OWNER, LABEL_SOURCE_SESSION, private_reference
 
 #: A commit copies the session's writable layer, and a push sends it: minutes, not seconds.

@@ -24,12 +24,11 @@ import docker
 import docker.errors
 
 from image_catalog import CatalogError, CatalogImage, parse_image
-
-from .container_calls import ContainerLocks
-from .errors import Refusal
-from .images import ImageError
-from .registry_images import split_reference
-from .session_containers import running_session_containers
+from queue_service.core.errors import Refusal
+from queue_service.engine.container_calls import ContainerLocks
+from queue_service.engine.registry_images import split_reference
+from queue_service.engine.session_containers import running_session_containers
+from queue_service.store.images import ImageError
 
 PRIVATE_REPOSITORY = "fgpu-private"
 LABEL_OWNER = "fgpu.private-owner"

@@ -34,9 +34,10 @@ from datetime import datetime
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import sessionmaker
 
-from . import end_reasons, limits, scheduler
-from .errors import Refusal
-from .models import ALLOCATED, FINAL, SessionRecord, Status, as_utc, request_view, utcnow
+from queue_service.core import end_reasons, limits, scheduler
+from queue_service.core.errors import Refusal
+from queue_service.core.status import ALLOCATED, FINAL, Status
+from queue_service.store.models import SessionRecord, as_utc, request_view, utcnow
 
 #: Views of ended records kept in memory, so a spawn that reads its ended record needs no DB call.
 ENDED_VIEWS_KEPT = 10_000

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 
-from image_catalog.units import parse_size
+from fgpu_shared.units import parse_size
+from queue_service.core import scheduler
+from queue_service.core.budgets import BUDGET_KEYS, Budget, BudgetError, parse_budgets
+from queue_service.core.presets import PRESETS_PROPERTY, Preset, PresetError, parse_presets
 
-from . import scheduler
-from .budgets import BUDGET_KEYS, Budget, BudgetError, parse_budgets
 from .hub_client import HubClient, HubError
-from .presets import PRESETS_PROPERTY, Preset, PresetError, parse_presets
 
 QUOTA_PROPERTY = "fgpu_quota"
 _KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups"} | BUDGET_KEYS

@@ -42,11 +42,17 @@ import time
 import docker.errors
 import requests
 
-from . import end_reasons
-from .container_calls import ContainerCalls, ContainerUnresponsive
+from queue_service.core import end_reasons
+from queue_service.core.status import Status
+from queue_service.engine.container_calls import ContainerCalls, ContainerUnresponsive
+from queue_service.engine.session_containers import (
+    DockerSessionLister,
+    deployment_of,
+    session_from_labels,
+)
+from queue_service.store.models import as_utc
+
 from .hub_client import HubError
-from .models import Status, as_utc
-from .session_containers import DockerSessionLister, deployment_of, session_from_labels
 
 #: Errors that mean the engine does not answer (down, restarting, or its socket gone).
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)

@@ -21,9 +21,11 @@ from collections.abc import Callable
 from sqlalchemy import select, update
 from sqlalchemy.orm import sessionmaker
 
-from .db import DbThread
+from queue_service.core.status import FINAL
+from queue_service.store.db import DbThread
+from queue_service.store.models import SessionRecord, utcnow
+
 from .hub_client import HubError
-from .models import FINAL, SessionRecord, utcnow
 
 _FINAL_VALUES = [status.value for status in FINAL]
 

@@ -90,7 +90,7 @@ def hub(tmp_path_factory, docker_engine, test_catalog):
     yield from shared_hub("hub", tmp_path_factory, env=env, extra_config=extra)
 
 
-#: A Prometheus scraper on the shared GPU hub, set up exactly as queue_service/metrics.py documents.
+#: A Prometheus scraper on the shared GPU hub, set up exactly as queue_service/core/metrics.py documents.
 PROMETHEUS_TOKEN = secrets.token_hex(16)
 PROMETHEUS_CONFIG = f"""
 c.JupyterHub.services.append({{"name": "prometheus", "api_token": {PROMETHEUS_TOKEN!r}}})

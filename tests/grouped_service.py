@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from traitlets import Unicode  # noqa: E402
 
-from queue_service import inventory, scheduler  # noqa: E402
 from queue_service.app import QueueService  # noqa: E402
+from queue_service.core import scheduler  # noqa: E402
+from queue_service.engine import inventory
 
 
 def sibling_nodes(local: scheduler.Node, groups: dict) -> list[scheduler.Node]:

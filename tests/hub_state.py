@@ -20,9 +20,10 @@ import pytest
 from jupyterhub import orm
 from sqlalchemy import text
 
-from queue_service import state_dir
-from queue_service.db import open_database
-from queue_service.models import ImageRecord, SessionRecord, Status
+from queue_service.core.status import Status
+from queue_service.store import state_dir
+from queue_service.store.db import open_database
+from queue_service.store.models import ImageRecord, SessionRecord
 
 GROUP = "course-a"
 GROUP_QUOTA = {"fgpu": 1}

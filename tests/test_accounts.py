@@ -7,9 +7,9 @@ from datetime import UTC, date, datetime
 
 from sqlalchemy import select
 
-from queue_service.accounts import Account, account_key, any_of, sessions_of, usage_days_of
-from queue_service.db import open_database
-from queue_service.models import SessionRecord, UsageDay
+from queue_service.store.accounts import Account, account_key, any_of, sessions_of, usage_days_of
+from queue_service.store.db import open_database
+from queue_service.store.models import SessionRecord, UsageDay
 
 OLD = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 NEW = datetime(2026, 11, 24, 15, 30, 0, 250000, tzinfo=UTC)

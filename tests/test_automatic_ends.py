@@ -28,9 +28,9 @@ from queue_service.automatic_ends import (
     tightest,
     warning_message,
 )
-from queue_service.errors import Refusal
+from queue_service.core.errors import Refusal
+from queue_service.core.status import Status
 from queue_service.hub_client import HubError
-from queue_service.models import Status
 from queue_service.quotas import QuotaBook
 
 from .test_queue import ask, open_manager  # noqa: F401 (the fixture)

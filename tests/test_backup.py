@@ -18,8 +18,8 @@ from alembic.script import ScriptDirectory
 
 from fgpu_admin import archive
 from fgpu_admin.cli import main
-from queue_service import state_dir
-from queue_service.db import alembic_config
+from queue_service.store import state_dir
+from queue_service.store.db import alembic_config
 
 from .harness import VENV_BIN
 from .hub_state import file_modes, fill_home_volume, make_hub_state

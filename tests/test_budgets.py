@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from queue_service.budgets import (
+from queue_service.core.budgets import (
     Budget,
     BudgetError,
     first_refusal,

@@ -9,7 +9,7 @@ import docker.errors
 import pytest
 import requests
 
-from queue_service.container_calls import (
+from queue_service.engine.container_calls import (
     ContainerCalls,
     ContainerLocks,
     ContainerUnresponsive,

@@ -1,4 +1,4 @@
-"""Schema upgrades (queue_service/db_upgrade.py): from an older release's schema with its rows, a
+"""Schema upgrades (queue_service/store/db_upgrade.py): from an older release's schema with its rows, a
 backup first, and a failed migration that leaves the database exactly as it was; on SQLite and on
 a real PostgreSQL server."""
 
@@ -20,8 +20,8 @@ from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from queue_service.db import make_engine
-from queue_service.db_upgrade import (
+from queue_service.store.db import make_engine
+from queue_service.store.db_upgrade import (
     MIGRATIONS_DIR,
     BackupSettings,
     UpgradeRefused,
@@ -33,7 +33,7 @@ from queue_service.db_upgrade import (
     take_backup,
     upgrade,
 )
-from queue_service.models import ImageRecord, SessionRecord, UsageDay
+from queue_service.store.models import ImageRecord, SessionRecord, UsageDay
 
 HEAD = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 
@@ -244,7 +244,7 @@ def test_an_upgrade_from_an_older_release_keeps_every_row(db_url, revision, tmp_
     )
     assert images["ann-work"].owner == "ann" and images["ann-work"].hidden
     assert len(usage) == (2 if revision == "0006" else 0)
-    # Rows from before accounts were told apart are kept as the name's (queue_service/accounts.py).
+    # Rows from before accounts were told apart are kept as the name's (queue_service/store/accounts.py).
     assert {r.account for r in records.values()} == {""}
     assert {(u.user, u.account, u.fgpu_hours) for u in usage} == (
         {("bob", "", 0.75), ("ann", "", 1)} if revision == "0006" else set()

@@ -13,8 +13,9 @@ from pathlib import Path
 import yaml
 from tornado.web import RequestHandler
 
-from queue_service import end_reasons, state_dir
+from queue_service.core import end_reasons
 from queue_service.handlers import routes
+from queue_service.store import state_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "docs" / "source"
@@ -160,7 +161,7 @@ def test_metrics_page_lists_every_family_of_the_metrics_page():
     names = [name for name, _, _ in fgpu_docs.metric_families()]
     assert "fgpu_queue_sessions" in names and "fgpu_gpu_allocated_fgpu" in names
     assert all(help_text for _, help_text, _ in fgpu_docs.metric_families())
-    source = (ROOT / "queue_service" / "metrics.py").read_text()
+    source = (ROOT / "queue_service" / "core" / "metrics.py").read_text()
     assert sorted(names) == sorted(
         set(re.findall(r'"(fgpu_(?:session|gpu|queue)_[a-z_]+)"', source))
     )

@@ -17,9 +17,9 @@ from sqlalchemy import create_engine, text
 
 from fgpu_admin import cli, doctor
 from image_catalog import CatalogImage, load_catalog
-from queue_service.db import open_database
-from queue_service.frozen_containers import freezer_file, freezer_value
-from queue_service.images import ImageStore
+from queue_service.engine.frozen_containers import freezer_file, freezer_value
+from queue_service.store.db import open_database
+from queue_service.store.images import ImageStore
 
 from .conftest import MISSING_IMAGE
 from .harness import TEST_LABEL, free_port

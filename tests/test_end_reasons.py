@@ -1,9 +1,9 @@
-"""The end codes and their labels (queue_service/end_reasons.py)."""
+"""The end codes and their labels (queue_service/core/end_reasons.py)."""
 
 from __future__ import annotations
 
-from queue_service import end_reasons
-from queue_service.models import FINAL, Status
+from queue_service.core import end_reasons
+from queue_service.core.status import FINAL, Status
 
 
 def test_every_code_the_issue_names_has_a_label():

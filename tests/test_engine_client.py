@@ -1,9 +1,9 @@
-"""`image_catalog.engine_client`: a TLS engine is verified against its own CA."""
+"""`fgpu_shared.engine_client`: a TLS engine is verified against its own CA."""
 
 import docker
 import pytest
 
-from image_catalog.engine_client import EngineAPIClient, api_client_from_env
+from fgpu_shared.engine_client import EngineAPIClient, api_client_from_env
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from queue_service.container_calls import ContainerCalls
-from queue_service.frozen_containers import (
+from queue_service.engine.container_calls import ContainerCalls
+from queue_service.engine.frozen_containers import (
     CGROUP_ROOT,
     FreezeWatch,
     freezer_file,
@@ -23,7 +23,7 @@ from queue_service.frozen_containers import (
     is_frozen,
     read_frozen,
 )
-from queue_service.session_containers import running_session_containers
+from queue_service.engine.session_containers import running_session_containers
 
 from .harness import TEST_LABEL, QueueUser, docker_client
 from .test_storage import start_session

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import get_args
 
-from queue_service.errors import Cause
+from queue_service.core.errors import Cause
+from queue_service.core.scheduler import RefusalCause
 from queue_service.handlers.base import STATUS_OF_CAUSE, filtered_grant, scope_holds
-from queue_service.scheduler import RefusalCause
 
 
 def test_every_cause_has_one_status_and_only_refusals_are_there():

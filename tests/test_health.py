@@ -9,9 +9,9 @@ from types import SimpleNamespace
 from sqlalchemy.orm import sessionmaker
 
 from queue_service import health
-from queue_service.container_calls import Unanswered
-from queue_service.db import make_engine
-from queue_service.frozen_containers import Thaw
+from queue_service.engine.container_calls import Unanswered
+from queue_service.engine.frozen_containers import Thaw
+from queue_service.store.db import make_engine
 
 INTERVAL = 5.0
 
@@ -117,7 +117,7 @@ def test_the_containers_check_names_what_does_not_answer_is_frozen_or_was_thawed
 
 
 def test_the_node_daemons_check_names_each_fresh_node_whose_engine_does_not_keep_sessions_apart():
-    from queue_service.node_reports import NodeReports, parse_report
+    from queue_service.engine.node_reports import NodeReports, parse_report
 
     store = NodeReports()
     base = {"version": 1, "sampled_at": "t", "sessions": {}, "gpus": None}

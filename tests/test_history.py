@@ -1,4 +1,4 @@
-"""The history of ended sessions (queue_service/history.py) against SQLite and PostgreSQL, and
+"""The history of ended sessions (queue_service/store/history.py) against SQLite and PostgreSQL, and
 the migration that gave records their end codes (0005)."""
 
 from __future__ import annotations
@@ -9,19 +9,20 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
-from queue_service import end_reasons, scheduler
-from queue_service.db import alembic_config, open_database
-from queue_service.errors import Refusal
-from queue_service.history import (
+from queue_service.core import end_reasons, scheduler
+from queue_service.core.errors import Refusal
+from queue_service.core.status import Status
+from queue_service.queue import QueueManager, SchedulerSettings
+from queue_service.quotas import QuotaBook
+from queue_service.store.db import alembic_config, open_database
+from queue_service.store.history import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
     History,
     HistoryFilter,
     parse_filters,
 )
-from queue_service.models import SessionRecord, Status
-from queue_service.queue import QueueManager, SchedulerSettings
-from queue_service.quotas import QuotaBook
+from queue_service.store.models import SessionRecord
 
 GIB = 1024**3
 NODE = scheduler.Node("node-1", "default", cpu=64.0, mem=64 * GIB, gpus=())

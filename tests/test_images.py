@@ -1,4 +1,4 @@
-"""queue_service.images: the catalog in the service's DB, on SQLite and a real PostgreSQL."""
+"""queue_service.store.images: the catalog in the service's DB, on SQLite and a real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from sqlalchemy import create_engine, inspect, text
 
 from image_catalog import load_catalog, parse_image
 from image_catalog.catalog import parse_catalog
-from queue_service.db import alembic_config, open_database
-from queue_service.db_upgrade import BackupSettings
-from queue_service.images import CheckResult, ImageError, ImageStore
-from queue_service.models import Base
+from queue_service.store.db import alembic_config, open_database
+from queue_service.store.db_upgrade import BackupSettings
+from queue_service.store.images import CheckResult, ImageError, ImageStore
+from queue_service.store.models import Base
 
 PASSED = CheckResult(True, "jupyterhub-singleuser 5.3.0", datetime(2026, 11, 22, tzinfo=UTC))
 

@@ -21,7 +21,7 @@ import pytest
 from jupyterhub import orm
 
 from fgpu_admin import cli, install_service, service_unit
-from queue_service.db import open_database
+from queue_service.store.db import open_database
 
 FGPU_HUB = str(Path(sys.executable).parent / "fgpu-hub")
 UNITS = (service_unit.HUB_UNIT, service_unit.BACKUP_UNIT, service_unit.BACKUP_TIMER)

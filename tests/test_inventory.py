@@ -4,7 +4,7 @@ import docker
 import pynvml
 import pytest
 
-from queue_service.inventory import (
+from queue_service.engine.inventory import (
     GpuInfo,
     NodeInfo,
     discover_local_node,

@@ -11,8 +11,8 @@ from traitlets.config.loader import PyFileConfigLoader
 from fgpu_spawner import FGPUSpawner
 from fgpu_spawner.demo_login import DemoAuthenticator
 from fgpu_spawner.network import ICC_OPTION
+from queue_service.core.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles
 from queue_service.quotas import QuotaError
-from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles
 
 from .harness import ROOT
 

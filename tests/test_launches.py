@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from queue_service.errors import Refusal
+from queue_service.core.errors import Refusal
 from queue_service.launches import hub_options, launch_request
 
 GIB = 1024**3

@@ -1,13 +1,13 @@
-"""queue_service.limits: every quota figure that applies, its use, and the sentence the pages
+"""queue_service.core.limits: every quota figure that applies, its use, and the sentence the pages
 show. Pure: no hub, no DB (the figures as api/resources gives them: tests/test_queue.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from queue_service.limits import Holding, quota_limits
-from queue_service.quota_wording import limit_sentence
-from queue_service.scheduler import UNLIMITED, Quota, SlotLimits
+from queue_service.core.limits import Holding, quota_limits
+from queue_service.core.quota_wording import limit_sentence
+from queue_service.core.scheduler import UNLIMITED, Quota, SlotLimits
 
 GIB = 1024**3
 

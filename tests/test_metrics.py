@@ -13,7 +13,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from queue_service.metrics import CONTENT_TYPE, escape, render
+from queue_service.core.metrics import CONTENT_TYPE, escape, render
 
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
 
@@ -84,7 +84,7 @@ def test_label_values_are_escaped():
 
 
 # -- against a real hub ------------------------------------------------------------------------------
-# The shared `gpu_hub` (tests/conftest.py) has the scraper set up as queue_service/metrics.py says.
+# The shared `gpu_hub` (tests/conftest.py) has the scraper set up as queue_service/core/metrics.py says.
 
 
 def as_user(hub, name: str, admin: bool = False) -> requests.Session:

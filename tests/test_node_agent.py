@@ -18,8 +18,9 @@ import docker
 import pytest
 
 from node_agent import agent
-from queue_service import private_images, stats
-from queue_service.node_reports import parse_report
+from queue_service import private_images
+from queue_service.engine import stats
+from queue_service.engine.node_reports import parse_report
 
 from .harness import TEST_LABEL, remove_containers
 from .harness import wait_until as _poll
@@ -106,7 +107,7 @@ def test_the_agent_is_one_file_of_the_standard_library_alone():
     [((1_000, 10_000, 2), (6_000, 20_000, 2)), (None, (1, 2, 2)), ((9_000, 10_000, 2), (1, 2, 2))],
 )
 def test_cpu_and_memory_follow_the_queue_services_own_formulas(previous, current):
-    """The agent cannot import queue_service.stats on a node; both must give the same figures."""
+    """The agent cannot import queue_service.engine.stats on a node; both must give the same figures."""
     assert agent.cpu_percent(previous, current) == stats.cpu_percent(previous, current)
     for answer in (V1_STATS, V2_STATS, {}):
         assert agent.memory(answer) == stats.memory(answer)

@@ -1,4 +1,4 @@
-"""The node agent's deployment (queue_service/node_agent_deploy.py): the pure service builder and
+"""The node agent's deployment (queue_service/engine/node_agent_deploy.py): the pure service builder and
 the token file. Deploying on a real Swarm, one service and key per node, is tried in
 tests/test_node_agent_lab.py."""
 
@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from queue_service.node_agent_deploy import (
+from queue_service.engine.node_agent_deploy import (
     AGENT_SOURCE,
     agent_service_kwargs,
     content_name,

@@ -26,8 +26,8 @@ import requests
 
 from fgpu_admin import doctor
 from node_agent import agent
-from queue_service.node_agent_deploy import AgentSettings, deploy_node_agents
-from queue_service.node_credentials import CREDENTIALS_FILE, NodeCredentials
+from queue_service.engine.node_agent_deploy import AgentSettings, deploy_node_agents
+from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
 
 from .harness import QueueUser, running_hub
 from .swarm_lab import IMAGE, LAB_NAME, LAB_NET, engine_client, wait_for

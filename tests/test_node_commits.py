@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from queue_service.errors import Refusal
+from queue_service.core.errors import Refusal
+from queue_service.engine.node_reports import NodeReports, parse_report
 from queue_service.node_commits import commit_job, commit_on_node
-from queue_service.node_reports import NodeReports, parse_report
 
 from .test_node_reports import Clock, body
 

@@ -1,4 +1,4 @@
-"""Each node's own key (queue_service/node_credentials.py): made once per Swarm node id, kept
+"""Each node's own key (queue_service/engine/node_credentials.py): made once per Swarm node id, kept
 private, rotated on demand, forgotten when the node leaves, and read again when another process
 (`fgpu-hub node-agent rotate`) changed the file."""
 
@@ -9,8 +9,8 @@ import stat
 
 import pytest
 
-from queue_service.errors import Refusal
-from queue_service.node_credentials import NodeCredentials
+from queue_service.core.errors import Refusal
+from queue_service.engine.node_credentials import NodeCredentials
 
 NODE_A, NODE_B = "a" * 25, "b" * 25
 

@@ -1,4 +1,4 @@
-"""Who sent a node report (queue_service/node_identity.py): a report is taken only when it is
+"""Who sent a node report (queue_service/engine/node_identity.py): a report is taken only when it is
 signed with the key of the node its URL names, now, and later than that node's last one; the
 refusals say which check failed. The agent's own signing (node_agent/agent.py) makes the
 requests, so both sides are tried together."""
@@ -10,9 +10,9 @@ import json
 import pytest
 
 from node_agent import agent
-from queue_service.errors import Refusal
-from queue_service.node_credentials import NodeCredentials
-from queue_service.node_identity import NodeIdentity
+from queue_service.core.errors import Refusal
+from queue_service.engine.node_credentials import NodeCredentials
+from queue_service.engine.node_identity import NodeIdentity
 
 NODE_A, NODE_B = "a" * 25, "b" * 25
 PATH = "/services/queue/api/nodes/worker-1/report"

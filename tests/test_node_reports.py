@@ -1,4 +1,4 @@
-"""The store of node agents' reports (queue_service/node_reports.py): what a report must look like,
+"""The store of node agents' reports (queue_service/engine/node_reports.py): what a report must look like,
 and what the service reads back (usage, GPUs, session ids), with staleness on a fake clock; and
 jobs for a node's agent."""
 
@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from queue_service.errors import Refusal
-from queue_service.node_reports import NodeReports, isolation_problems, parse_report
+from queue_service.core.errors import Refusal
+from queue_service.engine.node_reports import NodeReports, isolation_problems, parse_report
 
 
 def body(node="node-1", **changes):

@@ -1,5 +1,5 @@
 """Issue 22's details, checked without a hub: one way to show sizes (fgpu.js's `size` in Debian's
-Chromium beside image_catalog.units.format_size), the demo login's note under its password field,
+Chromium beside fgpu_shared.units.format_size), the demo login's note under its password field,
 and where a login lands (fgpu_spawner/landing.py). The pages themselves: tests/test_pages.py."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from fgpu_shared.units import format_size
 from fgpu_spawner.demo_login import DemoAuthenticator
 from fgpu_spawner.landing import sessions_page_url
-from image_catalog.units import format_size
 from queue_service.handlers.pages import STATIC_DIR, page_namespace, template_environment
 
 from .browser import browser  # noqa: F401 (the module's Chromium)

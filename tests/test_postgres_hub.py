@@ -15,7 +15,7 @@ from jupyterhub import dbutil, orm
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from queue_service.db_upgrade import alembic_config
+from queue_service.store.db_upgrade import alembic_config
 
 from .harness import VENV_BIN, QueueUser, logged_in, running_hub, wait_until
 

@@ -1,10 +1,10 @@
-"""Resource presets (queue_service/presets.py): parsing, who gets which, and which are usable."""
+"""Resource presets (queue_service/core/presets.py): parsing, who gets which, and which are usable."""
 
 from __future__ import annotations
 
 import pytest
 
-from queue_service.presets import Preset, PresetError, listing, merged, parse_presets, refusal
+from queue_service.core.presets import Preset, PresetError, listing, merged, parse_presets, refusal
 
 GIB = 1024**3
 SESSION_MAX = {"cpu": 4.0, "mem": 8 * GIB, "fgpu": 2.0}

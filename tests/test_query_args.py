@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_service import query_args
-from queue_service.errors import Refusal
+from queue_service.core import query_args
+from queue_service.core.errors import Refusal
 
 ANY_TEXT = st.one_of(
     st.text(st.characters(exclude_categories=("Cs",))),

@@ -21,12 +21,14 @@ import pytest
 from sqlalchemy import event, update
 from sqlalchemy.orm import sessionmaker
 
-from queue_service import queue, scheduler
-from queue_service.db import open_database
-from queue_service.models import SessionRecord, Status
+from queue_service import queue
+from queue_service.core import scheduler
+from queue_service.core.status import Status
 from queue_service.queue import QueueManager, Refused, SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.reconciler import Reconciler
+from queue_service.store.db import open_database
+from queue_service.store.models import SessionRecord
 
 MIB = 1024**2
 GIB = 1024**3

@@ -549,7 +549,7 @@ def run_service_alone(workdir, db_url: str) -> subprocess.CompletedProcess:
 def test_a_database_it_cannot_upgrade_stops_the_service_with_why_and_untouched(tmp_path):
     """A queue DB from a newer release: the service exits before it listens, says why, and
     neither the database nor the state directory changes."""
-    from queue_service.db import upgrade
+    from queue_service.store.db import upgrade
 
     db = tmp_path / "fgpu_queue.sqlite"
     upgrade(f"sqlite:///{db}")

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from queue_service import scheduler
 from queue_service.app import QueueService
+from queue_service.core import scheduler
 from queue_service.quotas import (
     DEFAULT_USER_QUOTA,
     QUOTA_PROPERTY,

@@ -20,13 +20,14 @@ from fgpu_spawner.container_spec import ContainerContext, session_labels
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from queue_service import reconciler as reconciler_module
-from queue_service import scheduler
-from queue_service.db import open_database
-from queue_service.models import SessionRecord, Status
+from queue_service.core import scheduler
+from queue_service.core.status import Status
+from queue_service.engine.session_containers import SESSION_LABEL, DockerSessionLister
 from queue_service.queue import QueueManager, Refused, SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.reconciler import ENGINE_ERRORS, Reconciler
-from queue_service.session_containers import SESSION_LABEL, DockerSessionLister
+from queue_service.store.db import open_database
+from queue_service.store.models import SessionRecord
 
 from .harness import TEST_LABEL, containers_with, remove_containers
 

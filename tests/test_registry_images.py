@@ -1,4 +1,4 @@
-"""queue_service/registry_images.py against a real registry (Debian's docker-registry, as the Swarm
+"""queue_service/engine/registry_images.py against a real registry (Debian's docker-registry, as the Swarm
 lab runs it) into which the real engine pushes: what Swarm mode offers is what the registry holds."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from tornado.testing import bind_unused_port
 
-from queue_service.registry_images import (
+from queue_service.engine.registry_images import (
     RegistryUnreachable,
     manifest_path,
     pinned_reference,

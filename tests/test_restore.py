@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from fgpu_admin import archive
 from fgpu_admin.cli import main
-from queue_service import state_dir
+from queue_service.store import state_dir
 
 from .harness import VENV_BIN
 from .hub_state import (
@@ -315,7 +315,7 @@ def test_the_known_revisions_are_alembics_own():
     from alembic.script import ScriptDirectory
 
     from fgpu_admin.restore import known_revisions
-    from queue_service.db import MIGRATIONS_DIR
+    from queue_service.store.db import MIGRATIONS_DIR
 
     def walked(folder) -> set[str]:
         return {script.revision for script in ScriptDirectory(str(folder)).walk_revisions()}

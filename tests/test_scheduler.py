@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_service.scheduler import (
+from queue_service.core.scheduler import (
     NO_QUOTAS,
     QUANTA_PER_GPU,
     Allocation,

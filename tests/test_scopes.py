@@ -1,8 +1,8 @@
-"""queue_service/scopes.py: the check of the hub's roles against the scopes the service reads."""
+"""queue_service/core/scopes.py: the check of the hub's roles against the scopes the service reads."""
 
 from __future__ import annotations
 
-from queue_service.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles, is_filtered_form
+from queue_service.core.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles, is_filtered_form
 
 
 def test_the_shipped_kind_of_roles_pass():

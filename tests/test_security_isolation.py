@@ -108,7 +108,7 @@ def _report(node: str, daemon: dict | None) -> dict:
 
 def test_the_queue_places_nothing_on_a_node_whose_engine_lets_sessions_reach_one_another(caplog):
     from queue_service.app import QueueService
-    from queue_service.node_reports import NodeReports, parse_report
+    from queue_service.engine.node_reports import NodeReports, parse_report
 
     service = QueueService()
     service.node_reports, service._refused_nodes = NodeReports(), {}

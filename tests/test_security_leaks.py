@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from queue_service.session_containers import SESSION_LABEL
+from queue_service.engine.session_containers import SESSION_LABEL
 
 from .engine_proxy import EngineProxy
 from .harness import QueueUser, docker_client, relaunch, running_hub

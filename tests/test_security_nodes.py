@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from node_agent import agent
-from queue_service.node_credentials import CREDENTIALS_FILE, NodeCredentials
+from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
 
 from .harness import QueueUser
 from .test_security_handlers import EVIL, Browser, narrow_admin_token

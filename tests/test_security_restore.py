@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fgpu_admin import archive, home_tar, image_tar, signing, sql_dump
 from fgpu_admin.archive import ArchiveError
 from fgpu_admin.cli import main
-from queue_service import state_dir
+from queue_service.store import state_dir
 
 from .harness import VENV_BIN
 from .hub_state import hub_db_rows, make_hub_state

@@ -10,10 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from queue_service.db import open_database
+from queue_service.core.status import Status
 from queue_service.hub_client import HubError
-from queue_service.models import SessionRecord, Status
 from queue_service.server_removal import ServerRemover, hub_server_state
+from queue_service.store.db import open_database
+from queue_service.store.models import SessionRecord
 
 GIB = 1024**3
 STOPPED = {"stopped": True, "ready": False, "pending": None}

@@ -1,8 +1,8 @@
-"""`queue_service.session_services`: which Swarm services still hold their session's slice."""
+"""`queue_service.engine.session_services`: which Swarm services still hold their session's slice."""
 
 import pytest
 
-from queue_service.session_services import live_sessions, nodes_down, orphan_networks
+from queue_service.engine.session_services import live_sessions, nodes_down, orphan_networks
 
 NODES = [
     {"ID": "n1", "Description": {"Hostname": "node-1"}, "Status": {"State": "ready"}},

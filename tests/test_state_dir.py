@@ -1,8 +1,8 @@
-"""The state directory's database URLs (queue_service/state_dir.py): one place, the environment."""
+"""The state directory's database URLs (queue_service/store/state_dir.py): one place, the environment."""
 
 import pytest
 
-from queue_service.state_dir import db_url_problem, hub_db_url, queue_db_url, with_driver
+from queue_service.store.state_dir import db_url_problem, hub_db_url, queue_db_url, with_driver
 
 
 def test_without_the_variables_both_databases_are_sqlite_files_in_the_state_directory():

@@ -7,8 +7,8 @@ import secrets
 
 import pytest
 
-from queue_service.session_containers import SESSION_LABEL
-from queue_service.stats import (
+from queue_service.engine.session_containers import SESSION_LABEL
+from queue_service.engine.stats import (
     GpuUse,
     StatsSampler,
     container_id_of_cgroup,

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from image_catalog.units import format_size, parse_amount, parse_positive_size, parse_size
+from fgpu_shared.units import format_size, parse_amount, parse_positive_size, parse_size
 
 GIB = 1024**3
 

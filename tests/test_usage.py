@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 
-from queue_service.usage import (
+from queue_service.core.usage import (
     GIB,
     Figures,
     Held,

@@ -11,13 +11,14 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from sqlalchemy import delete, event, func, select, update
 
-from queue_service import scheduler
-from queue_service.db import open_database
-from queue_service.models import SessionRecord, Status, UsageDay, UsageRecorded, as_utc
+from queue_service.core import scheduler
+from queue_service.core.status import Status
+from queue_service.core.usage import GIB, Figures, total
 from queue_service.queue import QueueManager, Refused, SchedulerSettings
 from queue_service.quotas import QuotaBook
-from queue_service.usage import GIB, Figures, total
-from queue_service.usage_store import UsageBook
+from queue_service.store.db import open_database
+from queue_service.store.models import SessionRecord, UsageDay, UsageRecorded, as_utc
+from queue_service.store.usage import UsageBook
 
 MIB = 1024**2
 GPU = "GPU-00000000-0000-0000-0000-000000000001"

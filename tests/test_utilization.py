@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from queue_service import scheduler, utilization
-from queue_service.utilization import FIELDS, Sample, as_json, average, buckets, measure, thin
+from queue_service.core import scheduler, utilization
+from queue_service.core.utilization import FIELDS, Sample, as_json, average, buckets, measure, thin
 
 GIB = 1024**3
 NODES = [

@@ -11,13 +11,13 @@ import pytest
 from alembic import command
 from sqlalchemy import func, inspect, select
 
-from queue_service import scheduler
-from queue_service.db import alembic_config, open_database
-from queue_service.models import UtilizationSample, as_utc
+from queue_service.core import scheduler
+from queue_service.core.utilization import FIELDS
 from queue_service.queue import QueueManager, SchedulerSettings
 from queue_service.quotas import QuotaBook
-from queue_service.utilization import FIELDS
-from queue_service.utilization_store import BUCKETED, RAW, UtilizationLog, cluster_figures
+from queue_service.store.db import alembic_config, open_database
+from queue_service.store.models import UtilizationSample, as_utc
+from queue_service.store.utilization import BUCKETED, RAW, UtilizationLog, cluster_figures
 
 GIB = 1024**3
 MIB = 1024**2

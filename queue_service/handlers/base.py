@@ -29,10 +29,11 @@ from typing import ClassVar
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
 
-from ..accounts import Account, account_key
-from ..errors import Refusal
+from queue_service.core.errors import Refusal
+from queue_service.core.scopes import ADMIN_SCOPE, is_filtered_form
+from queue_service.store.accounts import Account, account_key
+
 from ..hub_client import HubError
-from ..scopes import ADMIN_SCOPE, is_filtered_form
 
 #: Largest request body any handler takes. The biggest real one, a catalog entry, is a few KiB.
 MAX_BODY_BYTES = 64 * 1024

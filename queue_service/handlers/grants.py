@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from tornado import web
 
-from .. import end_reasons, query_args
-from ..registry_images import pinned_reference
+from queue_service.core import end_reasons, query_args
+from queue_service.engine.registry_images import pinned_reference
+
 from .base import BaseHandler
 
 #: The longest a long-poll waits for a change, in seconds.

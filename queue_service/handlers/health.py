@@ -10,7 +10,8 @@ asks (`HealthMonitor`).
 
 from __future__ import annotations
 
-from .. import health
+from queue_service import health
+
 from .base import BaseHandler
 
 

@@ -24,13 +24,13 @@ from tornado import web
 
 from image_catalog import CatalogError, parse_image
 from image_catalog.labels import LabelError, entry_fields_from_labels
+from queue_service.core import query_args
+from queue_service.core.scopes import MANAGE_SCOPE
+from queue_service.store.images import CheckResult, ImageError, ImageStore, entry_of
+from queue_service.store.models import utcnow
 
-from .. import query_args
 from ..image_check import check_singleuser, image_labels
-from ..images import CheckResult, ImageError, ImageStore, entry_of
-from ..models import utcnow
 from ..private_images import refuse_private_image
-from ..scopes import MANAGE_SCOPE
 from .base import BaseHandler, filtered_grant, scope_holds
 
 

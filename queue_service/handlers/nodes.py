@@ -24,9 +24,9 @@ import json
 from tornado import web
 
 from node_agent.agent import NONCE_HEADER, SIGNATURE_HEADER, answer_signature
+from queue_service.engine.node_reports import parse_report
 
 from ..node_commits import commit_on_node
-from ..node_reports import parse_report
 from .base import BaseHandler
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from tornado import web
 
-from .. import presets
+from queue_service.core import presets
+
 from .resources import ResourcesHandler
 
 

@@ -4,15 +4,16 @@
   `?user=NAME` reads NAME's: the spawner (its form offers NAME the resource groups NAME may use,
   with what is free there) and admins may name anyone, others only themselves.
 - `GET cluster/quotas`: admins; every user with a live session, their groups and limits.
-- `GET metrics`: admins, or tokens with `read:metrics` (Prometheus; see `queue_service/metrics.py`).
+- `GET metrics`: admins, or tokens with `read:metrics` (Prometheus; see `queue_service/core/metrics.py`).
 """
 
 from __future__ import annotations
 
 from tornado import web
 
-from .. import metrics
-from ..accounts import Account
+from queue_service.core import metrics
+from queue_service.store.accounts import Account
+
 from .base import BaseHandler
 
 

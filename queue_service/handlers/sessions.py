@@ -17,11 +17,14 @@ import asyncio
 
 from tornado import web
 
-from .. import end_reasons, launches, query_args
-from ..history import parse_filters
+from queue_service import launches
+from queue_service.core import end_reasons, query_args
+from queue_service.core.status import Status
+from queue_service.store.history import parse_filters
+from queue_service.store.images import CheckResult
+from queue_service.store.models import utcnow
+
 from ..hub_client import HubError
-from ..images import CheckResult
-from ..models import Status, utcnow
 from ..node_commits import commit_on_node
 from ..private_images import (
     CommitError,

@@ -18,8 +18,9 @@ from datetime import date, timedelta
 
 from tornado import web
 
-from .. import query_args, usage
-from ..accounts import Account
+from queue_service.core import query_args, usage
+from queue_service.store.accounts import Account
+
 from .base import BaseHandler
 
 #: The default span, and the longest one asked at once (a decade of days is still small).

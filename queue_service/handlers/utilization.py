@@ -19,7 +19,8 @@ from datetime import datetime, timedelta
 
 from tornado import web
 
-from .. import query_args, utilization
+from queue_service.core import query_args, utilization
+
 from .base import BaseHandler
 
 DEFAULT_HOURS = 24

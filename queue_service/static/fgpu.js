@@ -6,7 +6,7 @@ var fgpu = (function () {
   var config = JSON.parse(document.getElementById("fgpu-page-config").textContent);
 
   // Sizes as the forms take them: binary, like Docker (1G = 1024M). Every page shows bytes
-  // through this one function, and it gives the text image_catalog/units.py's format_size gives
+  // through this one function, and it gives the text fgpu_shared/units.py's format_size gives
   // (the hub's spawn form, the queue's messages): two decimals at most, halves up ("1.13G").
   function size(bytes) {
     if (bytes === null || bytes === undefined) return "—";
@@ -155,7 +155,7 @@ var fgpu = (function () {
     ]);
   }
 
-  // ---- which limit stops a launch (api/resources `free`, `limits`: queue_service/limits.py) ----
+  // ---- which limit stops a launch (api/resources `free`, `limits`: queue_service/core/limits.py) ----
   // Pure: a scope is {name, allocatable, free, capacity} (the whole of what the user may use, or
   // one resource group); `limits` are api/resources `limits`, each with its own sentence.
 

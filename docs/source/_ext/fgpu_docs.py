@@ -1,7 +1,7 @@
 """Reference pages generated from the code, so that they cannot drift from it.
 
-- `fgpu-end-reasons`: the end reasons' codes and labels (`queue_service/end_reasons.py`);
-- `fgpu-metrics`: the metric families `queue_service/metrics.py` renders;
+- `fgpu-end-reasons`: the end reasons' codes and labels (`queue_service/core/end_reasons.py`);
+- `fgpu-metrics`: the metric families `queue_service/core/metrics.py` renders;
 - `fgpu-openapi PATH`: every operation of an OpenAPI 3 file (the REST API's).
 """
 
@@ -41,7 +41,7 @@ def _table(header: list[str], rows: list[list[str]], widths: str = "auto") -> li
 
 class EndReasons(_Generated):
     def lines(self):
-        from queue_service import end_reasons
+        from queue_service.core import end_reasons
 
         names = {
             value: name
@@ -58,7 +58,7 @@ class EndReasons(_Generated):
 def metric_families() -> list[tuple[str, str, list[str]]]:
     """(name, help, label names) of every family the metrics page holds, read from a page
     rendered for one running session on one node with one GPU."""
-    from queue_service import metrics
+    from queue_service.core import metrics
 
     usage = {
         "cpu_percent": 1.0,
@@ -147,7 +147,14 @@ class OpenAPI(_Generated):
         return out
 
 
-OWN_PACKAGES = ("fgpu_spawner", "queue_service", "image_catalog", "fgpu_admin", "node_agent")
+OWN_PACKAGES = (
+    "fgpu_spawner",
+    "queue_service",
+    "image_catalog",
+    "fgpu_admin",
+    "node_agent",
+    "fgpu_shared",
+)
 
 
 _documenting: dict[str, type] = {}

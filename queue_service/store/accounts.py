@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import and_, false, or_
 
-from .models import SessionRecord, UsageDay
+from queue_service.store.models import SessionRecord, UsageDay
 
 #: `account` of rows written before accounts were told apart.
 UNKNOWN = ""

@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
-from .db_upgrade import MIGRATIONS_DIR, BackupSettings, alembic_config, upgrade
+from queue_service.store.db_upgrade import MIGRATIONS_DIR, BackupSettings, alembic_config, upgrade
 
 __all__ = [
     "MIGRATIONS_DIR",

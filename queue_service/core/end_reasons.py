@@ -8,7 +8,7 @@ what people read. Every place that ends a record names one of these codes (the q
 
 from __future__ import annotations
 
-from .models import Status
+from queue_service.core.status import Status
 
 USER = "user"
 ADMIN = "admin"

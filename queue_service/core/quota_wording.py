@@ -5,7 +5,7 @@ quota)"). Pure."""
 
 from __future__ import annotations
 
-from image_catalog.units import format_size
+from fgpu_shared.units import format_size
 
 
 def holding_clause(kind: str, group: str | None, used: float, limit: float) -> str:

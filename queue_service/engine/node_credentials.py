@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .errors import Refusal
+from queue_service.core.errors import Refusal
 
 CREDENTIALS_FILE = "fgpu_node_credentials.json"
 #: A Swarm node id: 25 lowercase letters and digits (checked loosely: any engine's ids).

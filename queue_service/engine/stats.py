@@ -26,8 +26,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .container_calls import ContainerCalls, ContainerUnresponsive, timed_out
-from .session_containers import running_session_containers
+from queue_service.engine.container_calls import (
+    ContainerCalls,
+    ContainerUnresponsive,
+    timed_out,
+)
+from queue_service.engine.session_containers import running_session_containers
 
 #: How many stats calls may be in flight at once: the engine answers each in a few ms.
 MAX_CONCURRENT_CALLS = 4

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from image_catalog.units import format_size, parse_size
+from fgpu_shared.units import format_size, parse_size
 
 PRESETS_PROPERTY = "fgpu_presets"
 _KEYS = {"name", "cpu", "mem", "fgpu"}

@@ -18,11 +18,12 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import sessionmaker
 
-from . import end_reasons, query_args
-from .accounts import Account, sessions_of
-from .db import DbThread
-from .errors import Refusal
-from .models import FINAL, SessionRecord, as_utc, request_view
+from queue_service.core import end_reasons, query_args
+from queue_service.core.errors import Refusal
+from queue_service.core.status import FINAL
+from queue_service.store.accounts import Account, sessions_of
+from queue_service.store.db import DbThread
+from queue_service.store.models import SessionRecord, as_utc, request_view
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000

@@ -2,7 +2,7 @@
 
 Everything here takes plain values (nodes, allocations, pending requests, quotas) and returns plain
 values, so it can be unit-tested, property-tested and benchmarked on its own; the service reads its
-DB, calls `schedule()` and writes the decisions back. Only the standard library and the leaf `image_catalog.units` are imported.
+DB, calls `schedule()` and writes the decisions back. Only the standard library and the leaf `fgpu_shared.units` are imported.
 
 Units (docs/source/explanation/architecture.md, "The resource model"):
 
@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from image_catalog.units import format_size
-
-from .quota_wording import waiting_reason
+from fgpu_shared.units import format_size
+from queue_service.core.quota_wording import waiting_reason
 
 QUANTA_PER_GPU = 10_000
 MILLICORES_PER_CORE = 1_000

@@ -25,9 +25,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import utilization
-from .db import DbThread
-from .models import UtilizationSample, as_utc, utcnow
+from queue_service.core import utilization
+from queue_service.store.db import DbThread
+from queue_service.store.models import UtilizationSample, as_utc, utcnow
 
 #: Most samples one answer carries (a week of 60-second samples is averaged into 14-minute ones).
 MAX_POINTS = 720

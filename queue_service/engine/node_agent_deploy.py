@@ -48,9 +48,8 @@ from docker.types import (
 )
 
 from node_agent import agent as agent_module
-
-from .node_credentials import NodeCredential, NodeCredentials
-from .registry_images import pinned_reference
+from queue_service.engine.node_credentials import NodeCredential, NodeCredentials
+from queue_service.engine.registry_images import pinned_reference
 
 AGENT_SOURCE = Path(agent_module.__file__)
 AGENT_PATH = "/fgpu/agent.py"

@@ -9,7 +9,7 @@ sqlite3 driver commits DDL on its own unless it leaves transactions alone and th
 from alembic import context
 from sqlalchemy import engine_from_config, event, pool
 
-from queue_service.models import Base
+from queue_service.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

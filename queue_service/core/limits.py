@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .quota_wording import limit_sentence
-from .scheduler import Quota
+from queue_service.core.quota_wording import limit_sentence
+from queue_service.core.scheduler import Quota
 
 #: The order a page lists them in: what stops a launch outright first.
 KINDS = ("sessions", "pending", "fgpu", "cpu", "mem")

@@ -12,7 +12,7 @@ import threading
 
 import docker
 
-from image_catalog.engine_client import docker_client_from_env
+from fgpu_shared.engine_client import docker_client_from_env
 
 
 class Engine:

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .usage import start_of_day
+from queue_service.core.usage import start_of_day
 
 #: Figure → (slot it charges, how a person reads it).
 FIGURE_SLOTS = {

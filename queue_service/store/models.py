@@ -6,28 +6,13 @@ allocation: the scheduler's state is rebuilt from these rows.
 
 from __future__ import annotations
 
-import enum
 import json
 from datetime import UTC, date, datetime
 
 from sqlalchemy import BigInteger, Boolean, Date, DateTime, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-
-class Status(enum.StrEnum):
-    PENDING = "PENDING"
-    SCHEDULED = "SCHEDULED"
-    RUNNING = "RUNNING"
-    TERMINATED = "TERMINATED"
-    CANCELLED = "CANCELLED"
-    ERROR = "ERROR"
-    PENDING_TIMEOUT = "PENDING_TIMEOUT"
-
-
-#: Statuses that hold an allocation.
-ALLOCATED = (Status.SCHEDULED, Status.RUNNING)
-#: Statuses a record never leaves.
-FINAL = (Status.TERMINATED, Status.CANCELLED, Status.ERROR, Status.PENDING_TIMEOUT)
+from queue_service.core.status import Status
 
 
 def utcnow() -> datetime:

@@ -22,12 +22,13 @@ from datetime import date, datetime, timedelta
 from sqlalchemy import event, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from . import budgets as budget_rules
-from . import usage
-from .accounts import Account, any_of
-from .db import DbThread
-from .errors import Refusal
-from .models import FINAL, SessionRecord, UsageDay, UsageRecorded, as_utc, utcnow
+from queue_service.core import budgets as budget_rules
+from queue_service.core import usage
+from queue_service.core.errors import Refusal
+from queue_service.core.status import FINAL
+from queue_service.store.accounts import Account, any_of
+from queue_service.store.db import DbThread
+from queue_service.store.models import SessionRecord, UsageDay, UsageRecorded, as_utc, utcnow
 
 _FINAL_VALUES = [status.value for status in FINAL]
 _ENDED_KEY = "fgpu_usage_ended"

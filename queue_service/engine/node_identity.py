@@ -33,9 +33,8 @@ from node_agent.agent import (
     TIME_HEADER,
     request_signature,
 )
-
-from .errors import Refusal
-from .node_credentials import NodeCredential, NodeCredentials
+from queue_service.core.errors import Refusal
+from queue_service.engine.node_credentials import NodeCredential, NodeCredentials
 
 #: How far a report's signed time may be from the service's clock (the nodes run NTP).
 MAX_SKEW_SECONDS = 60.0

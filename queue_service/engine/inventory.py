@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from image_catalog.units import parse_positive_size, parse_size, simulated_gpu_name
+from fgpu_shared.units import parse_positive_size, parse_size, simulated_gpu_name
 
 # Plausible for a simulated GPU (an A100 has 108 SMs, an RTX 3090 82); nothing depends on it.
 SIMULATED_SM_COUNT = 80

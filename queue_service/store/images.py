@@ -31,11 +31,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import sessionmaker
 
+from fgpu_shared.units import parse_size
 from image_catalog import Catalog, CatalogError, CatalogImage, parse_image
-from image_catalog.units import parse_size
-
-from .errors import Refusal
-from .models import ImageRecord, ImageSeed, as_utc, utcnow
+from queue_service.core.errors import Refusal
+from queue_service.store.models import ImageRecord, ImageSeed, as_utc, utcnow
 
 #: Entry fields kept in columns of the same name.
 _PLAIN_FIELDS = ("display_name", "image", "framework", "version", "description", "gpu", "hidden")

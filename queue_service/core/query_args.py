@@ -15,7 +15,7 @@ import math
 import re
 from datetime import UTC, date, datetime
 
-from .errors import Refusal
+from queue_service.core.errors import Refusal
 
 FIRST_DAY = date(1970, 1, 1)
 LAST_DAY = date(2999, 12, 31)

@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .errors import Refusal
-from .stats import Usage
+from queue_service.core.errors import Refusal
+from queue_service.engine.stats import Usage
 
 REPORT_VERSION = 1
 #: A Swarm hostname: a DNS name (labels of letters, digits, '-', '_'), at most 253 characters.

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import docker.errors
 
-from .session_containers import SESSION_LABEL
+from queue_service.engine.session_containers import SESSION_LABEL
 
 #: The label of a session's own overlay (fgpu_spawner.swarm_spawner, `network_per_session`).
 SESSION_NETWORK_LABEL = "fgpu.role=session"

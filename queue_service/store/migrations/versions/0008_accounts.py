@@ -1,7 +1,7 @@
 """Sessions and usage days belong to a hub account, not to whoever has that name later.
 
 Existing rows are kept, with `account = ''`: they belong to the account of that name that was
-there when they were written (queue_service/accounts.py).
+there when they were written (queue_service/store/accounts.py).
 
 Revision ID: 0008
 Revises: 0007

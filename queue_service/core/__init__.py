@@ -1,0 +1,1 @@
+"""The pure core: scheduling, usage and utilization figures, budgets, end reasons, errors, scopes, wording. It imports the standard library, itself and `fgpu_shared.units` alone (tests/test_layers.py), so it is tested and benchmarked without a database, an engine or a hub."""

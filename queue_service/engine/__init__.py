@@ -1,0 +1,1 @@
+"""The sessions' engines, Docker and Swarm: the engine client, session containers and services, the inventory, live usage, the node agents' reports, keys and deployment, the registry. It never imports the stores or the handlers."""

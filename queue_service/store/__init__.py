@@ -1,0 +1,1 @@
+"""The queue service's persistence: the ORM models and alembic migrations, the database set-up and upgrades, and the stores of history, images, usage and utilization, accounts and the state directory. It never imports the engines or the handlers."""
