@@ -5,6 +5,7 @@ commit), with a real report posted to a real HTTP server."""
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import ctypes
 import json
@@ -168,6 +169,41 @@ def test_a_push_stream_gives_its_digest_or_fails_on_its_error():
     assert agent.push_digest(ok) == "sha256:ab"
     with pytest.raises(agent.EngineError, match="connection refused"):
         agent.push_digest(b'{"status":"Pushing"}\n{"error":"connection refused"}\n')
+
+
+def test_registry_credentials_become_the_push_header_docker_sends():
+    credentials = (
+        '{"username": "fgpu-nodes", "password": "p/+w", "serveraddress": "r:5000", "x": 1}'
+    )
+    header = agent.registry_auth_header(credentials)
+    assert "+" not in header and "/" not in header  # base64url, as the docker CLI sends it
+    assert json.loads(base64.urlsafe_b64decode(header)) == {
+        "username": "fgpu-nodes",
+        "password": "p/+w",
+        "serveraddress": "r:5000",
+    }
+    for bad, why in [
+        ("not json", "not JSON"),
+        ("[]", "no JSON object"),
+        ('{"username": "u", "password": ""}', "lack password, serveraddress"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            agent.registry_auth_header(bad)
+
+
+def test_the_agent_pushes_with_the_credentials_file_it_is_given(tmp_path):
+    assert agent.read_registry_auth({}) == agent.NO_REGISTRY_AUTH == "e30="
+    path = tmp_path / "auth.json"
+    path.write_text('{"username": "u", "password": "p", "serveraddress": "r:5000"}')
+    environ = {"FGPU_AGENT_REGISTRY_AUTH_FILE": str(path)}
+    assert agent.read_registry_auth(environ) == agent.registry_auth_header(path.read_text())
+    assert agent.Engine(registry_auth=agent.read_registry_auth(environ)).registry_auth != "e30="
+    path.write_text("")
+    with pytest.raises(SystemExit, match="no registry credentials in .*auth.json"):
+        agent.read_registry_auth(environ)
+    path.write_text('{"username": "u"}')
+    with pytest.raises(SystemExit, match="FGPU_AGENT_REGISTRY_AUTH_FILE.*lack password"):
+        agent.read_registry_auth(environ)
 
 
 # -- NVML through ctypes, with a fake library -----------------------------------------------------
