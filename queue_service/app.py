@@ -28,6 +28,7 @@ from traitlets.config import Application
 from image_catalog import load_catalog
 from image_catalog.build import heavy_names
 from image_catalog.launch_options import SESSION_LIMITS
+from image_catalog.registry_auth import RegistryAuthError, log_in, read_registry_auth
 
 from . import handlers, inventory, scheduler
 from .automatic_ends import AutomaticEnds, DockerNotifier
@@ -428,6 +429,24 @@ class QueueService(Application):
         images, so that any node can start them; empty, nothing is committed through an agent.
         """,
     )
+    registry_auth_file = Unicode(
+        "",
+        config=True,
+        help="""
+        File with the credentials of `node_agent_registry` (JSON: `username`, `password`,
+        `serveraddress`; not readable by every user): the service lists the registry's images
+        with them, and its client logs in with them before it deploys the node agent, so that
+        the nodes can pull the agent's image. Empty: the registry is asked without a login.
+        """,
+    )
+    registry_ca = Unicode(
+        "",
+        config=True,
+        help="""
+        CA certificate (PEM) that `node_agent_registry`'s TLS certificate is checked against, for a
+        registry whose certificate no public CA signed (the lab's). Empty: the system's CAs.
+        """,
+    )
     node_agent_token_file = Unicode(
         TOKEN_FILE,
         config=True,
@@ -575,6 +594,11 @@ class QueueService(Application):
     def build(self) -> web.Application:
         # Connected on first use: the service starts, and answers, while the engine is down.
         docker_client = self.docker = Engine(timeout=30)
+        try:
+            self.registry_auth()  # a bad credentials file stops the service here, named
+        except RegistryAuthError as e:
+            self.log.critical("Not starting: QueueService.registry_auth_file: %s", e)
+            raise SystemExit(1) from None
         self.hub = HubClient()
         self.quotas = QuotaBook(self.user_quota, log=self.log)
         settings = SchedulerSettings(
@@ -786,7 +810,9 @@ class QueueService(Application):
         if self.engine == "docker":
             return engine_references(self.docker)
         wanted = {view["image"] for view in self.images.all()}
-        found = registry_digests(self.node_agent_registry, wanted)
+        found = registry_digests(
+            self.node_agent_registry, wanted, self.registry_auth(), self.registry_ca or None
+        )
         for moved in self.images.pin_digests(found):
             self.log.warning(
                 "The registry's tag %s points at another image than the one pinned: sessions keep "
@@ -800,11 +826,23 @@ class QueueService(Application):
             await asyncio.sleep(self.engine_images_interval)
             await asyncio.to_thread(self.look_at_engine_images)
 
+    def registry_auth(self) -> dict[str, str] | None:
+        """The registry's credentials, or None without a file; a bad file raises
+        RegistryAuthError, which says what is wrong with it."""
+        return read_registry_auth(self.registry_auth_file) if self.registry_auth_file else None
+
+    def _log_in_to_registry(self) -> None:
+        # docker-py then sends the credentials with the agent's service: its nodes pull its image.
+        auth = self.registry_auth()
+        if auth is not None:
+            log_in(self.docker.api, auth)
+
     async def deploy_node_agent(self) -> None:
         """Deploy (or update) the node agent on the Swarm; a failure is logged, not fatal: the
         service works without reports, with usage of other nodes' sessions unknown."""
         token = node_agent_token(self.node_agent_token_file)
         try:
+            await asyncio.to_thread(self._log_in_to_registry)
             service = await asyncio.get_running_loop().run_in_executor(
                 None,
                 lambda: deploy_node_agent(

@@ -11,9 +11,12 @@ Each image is also **pinned** to the digest its tag pointed at when the service 
 moved behind the hub's back (a push by someone else) does not change what the next session runs.
 An admin's "Check" of the image pins it again to what the tag holds then.
 
-As Docker does for a registry, HTTPS is tried first and plain HTTP after it (a registry the nodes
-trust as insecure, as the lab's is). A registry that cannot be asked at all raises, and the last
-answer stands.
+A site's registry wants a login (QueueService.registry_auth_file: HTTP basic auth, as htpasswd
+gives) and speaks TLS, its certificate checked against the system's CAs or the site's own
+(QueueService.registry_ca). Without credentials, as Docker does for a registry, HTTPS is tried
+first and plain HTTP after it (a registry the nodes trust as insecure); with them, HTTPS only, so
+that the password never travels in clear. A registry that cannot be asked at all raises, and the
+last answer stands.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterable
+from dataclasses import dataclass
+
+from image_catalog.registry_auth import basic_authorization
 
 #: What a registry is asked to answer with: any image manifest or list (Docker's and OCI's).
 MANIFEST_TYPES = ", ".join(
@@ -37,6 +43,20 @@ TIMEOUT_S = 5.0
 
 class RegistryUnreachable(RuntimeError):
     """The registry answered neither over HTTPS nor over HTTP."""
+
+
+@dataclass(frozen=True)
+class Registry:
+    """How to ask one registry: its base URL, its TLS context, its `Authorization` header."""
+
+    base: str
+    context: ssl.SSLContext | None = None
+    authorization: str | None = None
+
+
+def schemes_for(auth: dict | None) -> tuple[str, ...]:
+    """The schemes to try, in order: credentials go over HTTPS only."""
+    return ("https",) if auth else ("https", "http")
 
 
 def split_reference(reference: str) -> tuple[str, str]:
@@ -62,40 +82,51 @@ def pinned_reference(reference: str, digest: str | None) -> str:
     return f"{split_reference(reference)[0]}@{digest}" if digest else reference
 
 
-def registry_digests(registry: str, references: Iterable[str]) -> dict[str, str]:
+def registry_digests(
+    registry: str,
+    references: Iterable[str],
+    auth: dict[str, str] | None = None,
+    ca_file: str | None = None,
+) -> dict[str, str]:
     """Each reference the registry (host:port) holds, named as the catalog names it (a private
     image's reference starts with the registry's address), with the digest of the manifest it
-    points at now. Blocking: run it in a thread."""
-    base = _base_url(registry)
-    found = {ref: _digest(base, ref.removeprefix(f"{registry}/")) for ref in references}
+    points at now; asked with `auth` (image_catalog/registry_auth.py) when given, over TLS
+    checked against `ca_file` when given. Blocking: run it in a thread."""
+    target = _connect(registry, auth, ca_file)
+    found = {ref: _digest(target, ref.removeprefix(f"{registry}/")) for ref in references}
     return {ref: digest for ref, digest in found.items() if digest is not None}
 
 
-def _base_url(registry: str) -> str:
+def _connect(registry: str, auth: dict[str, str] | None, ca_file: str | None) -> Registry:
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+    authorization = basic_authorization(auth) if auth else None
     errors = []
-    for scheme in ("https", "http"):
-        base = f"{scheme}://{registry}"
+    for scheme in schemes_for(auth):
+        target = Registry(f"{scheme}://{registry}", context, authorization)
         try:
-            _status(base + "/v2/")
-            return base
+            status = _head(target, "/v2/")[0]
         except (urllib.error.URLError, ssl.SSLError, OSError, ValueError) as e:
             errors.append(f"{scheme}: {getattr(e, 'reason', e)}")
+            continue
+        if status == 401 and auth:
+            raise RegistryUnreachable(f"registry {registry} refused the credentials given")
+        return target
     raise RegistryUnreachable(f"registry {registry} did not answer ({'; '.join(errors)})")
 
 
-def _digest(base: str, reference: str) -> str | None:
-    status, headers = _head(base + manifest_path(reference))
+def _digest(target: Registry, reference: str) -> str | None:
+    status, headers = _head(target, manifest_path(reference))
     return headers.get("Docker-Content-Digest") if status == 200 else None
 
 
-def _status(url: str) -> int:
-    return _head(url)[0]
-
-
-def _head(url: str) -> tuple[int, dict]:
-    request = urllib.request.Request(url, method="HEAD", headers={"Accept": MANIFEST_TYPES})
+def _head(target: Registry, path: str) -> tuple[int, dict]:
+    headers = {"Accept": MANIFEST_TYPES}
+    if target.authorization:
+        headers["Authorization"] = target.authorization
+    request = urllib.request.Request(target.base + path, method="HEAD", headers=headers)
+    context = target.context if target.base.startswith("https:") else None
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=context) as response:
             return response.status, dict(response.headers)
     except urllib.error.HTTPError as e:
         if e.code in (401, 404):  # /v2/ of a registry that wants a login still answers
