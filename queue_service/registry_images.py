@@ -12,7 +12,8 @@ moved behind the hub's back (a push by someone else) does not change what the ne
 An admin's "Check" of the image pins it again to what the tag holds then.
 
 A site's registry wants a login (QueueService.registry_auth_file: HTTP basic auth, as htpasswd
-gives) and speaks TLS, its certificate checked against the system's CAs or the site's own
+gives, or a bearer token its token service gives for those credentials, as Harbor's and GitLab's
+do) and speaks TLS, its certificate checked against the system's CAs or the site's own
 (QueueService.registry_ca). Without credentials, as Docker does for a registry, HTTPS is tried
 first and plain HTTP after it (a registry the nodes trust as insecure); with them, HTTPS only, so
 that the password never travels in clear. A registry that cannot be asked at all raises, and the
@@ -21,8 +22,11 @@ last answer stands.
 
 from __future__ import annotations
 
+import json
+import re
 import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -57,6 +61,21 @@ class Registry:
 def schemes_for(auth: dict | None) -> tuple[str, ...]:
     """The schemes to try, in order: credentials go over HTTPS only."""
     return ("https",) if auth else ("https", "http")
+
+
+def bearer_challenge(header: str) -> dict[str, str] | None:
+    """The parameters of a `WWW-Authenticate: Bearer realm="...",service="...",scope="..."`
+    challenge (a registry with token auth), or None for any other scheme."""
+    scheme, _, params = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return dict(re.findall(r'(\w+)="([^"]*)"', params))
+
+
+def token_url(challenge: dict[str, str]) -> str:
+    """Where the token for a challenge is asked for: its realm, with its service and scope."""
+    query = {key: challenge[key] for key in ("service", "scope") if challenge.get(key)}
+    return challenge["realm"] + ("?" + urllib.parse.urlencode(query) if query else "")
 
 
 def split_reference(reference: str) -> tuple[str, str]:
@@ -104,25 +123,41 @@ def _connect(registry: str, auth: dict[str, str] | None, ca_file: str | None) ->
     for scheme in schemes_for(auth):
         target = Registry(f"{scheme}://{registry}", context, authorization)
         try:
-            status = _head(target, "/v2/")[0]
+            status, headers = _head(target, "/v2/", authorization)
         except (urllib.error.URLError, ssl.SSLError, OSError, ValueError) as e:
             errors.append(f"{scheme}: {getattr(e, 'reason', e)}")
             continue
-        if status == 401 and auth:
+        # A token registry answers every request without its token so; the token comes later.
+        if status == 401 and auth and not bearer_challenge(headers.get("WWW-Authenticate", "")):
             raise RegistryUnreachable(f"registry {registry} refused the credentials given")
         return target
     raise RegistryUnreachable(f"registry {registry} did not answer ({'; '.join(errors)})")
 
 
 def _digest(target: Registry, reference: str) -> str | None:
-    status, headers = _head(target, manifest_path(reference))
+    path = manifest_path(reference)
+    status, headers = _head(target, path, target.authorization)
+    challenge = bearer_challenge(headers.get("WWW-Authenticate", "")) if status == 401 else None
+    # The credentials go to a token service over HTTPS only, as to the registry itself.
+    if challenge and target.authorization and challenge.get("realm", "").startswith("https://"):
+        status, headers = _head(target, path, f"Bearer {_token(target, challenge)}")
     return headers.get("Docker-Content-Digest") if status == 200 else None
 
 
-def _head(target: Registry, path: str) -> tuple[int, dict]:
+def _token(target: Registry, challenge: dict[str, str]) -> str:
+    """A pull token from the registry's token service, asked with the basic credentials."""
+    request = urllib.request.Request(
+        token_url(challenge), headers={"Authorization": target.authorization or ""}
+    )
+    with urllib.request.urlopen(request, timeout=TIMEOUT_S, context=target.context) as response:
+        answer = json.loads(response.read())
+    return answer.get("token") or answer["access_token"]
+
+
+def _head(target: Registry, path: str, authorization: str | None) -> tuple[int, dict]:
     headers = {"Accept": MANIFEST_TYPES}
-    if target.authorization:
-        headers["Authorization"] = target.authorization
+    if authorization:
+        headers["Authorization"] = authorization
     request = urllib.request.Request(target.base + path, method="HEAD", headers=headers)
     context = target.context if target.base.startswith("https:") else None
     try:
@@ -130,5 +165,5 @@ def _head(target: Registry, path: str) -> tuple[int, dict]:
             return response.status, dict(response.headers)
     except urllib.error.HTTPError as e:
         if e.code in (401, 404):  # /v2/ of a registry that wants a login still answers
-            return e.code, {}
+            return e.code, dict(e.headers)
         raise
