@@ -10,13 +10,18 @@ import contextlib
 import ctypes
 import json
 import secrets
+import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
+import warnings
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import docker
 import pytest
+from tornado.testing import bind_unused_port
 
 from node_agent import agent
 from queue_service import private_images, stats
@@ -24,6 +29,7 @@ from queue_service.node_reports import parse_report
 
 from .harness import TEST_LABEL, remove_containers
 from .harness import wait_until as _poll
+from .test_registry_images import tiny_image
 from .test_stats import V1_STATS, V2_STATS
 
 AGENT_FILE = Path(agent.__file__)
@@ -454,3 +460,62 @@ def test_the_daemons_isolation_settings_come_from_the_bridge_and_the_agents_own_
     assert agent.daemon_settings(bridge, status) == daemon
     report = agent.build_report("node-1", "t", {}, None, daemon=daemon)
     assert parse_report("node-1", json.loads(json.dumps(report))).daemon == daemon
+
+
+@pytest.fixture
+def locked_registry(tmp_path):
+    """A registry (Debian's docker-registry, as the lab runs it) on loopback that wants a login
+    (htpasswd, bcrypt), and its credentials file's text."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt  # libxcrypt's bcrypt, as scripts/swarm-lab uses when htpasswd is missing
+
+    password = secrets.token_hex(12)
+    hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=32))
+    (tmp_path / "htpasswd").write_text(f"fgpu-nodes:{hashed}\n")
+    sock, port = bind_unused_port()
+    sock.close()
+    address = f"127.0.0.1:{port}"
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {tmp_path / 'data'}\nauth:\n  htpasswd:\n    realm: test\n"
+        f"    path: {tmp_path / 'htpasswd'}\nhttp:\n  addr: {address}\n"
+    )
+    process = subprocess.Popen(["docker-registry", "serve", str(config)])
+    try:
+        _poll(lambda: _answers(address), timeout=15, what=f"the registry on {address}")
+        credentials = {"username": "fgpu-nodes", "password": password, "serveraddress": address}
+        yield address, json.dumps(credentials)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _answers(address: str) -> bool:
+    try:
+        urllib.request.urlopen(f"http://{address}/v2/", timeout=2)
+    except urllib.error.HTTPError as e:
+        return e.code == 401
+    except OSError:
+        return False
+    return False
+
+
+@pytest.mark.docker
+def test_the_engine_pushes_with_the_header_and_not_without_it(docker_engine, locked_registry):
+    address, credentials = locked_registry
+    pushed = f"{address}/fgpu-private/agent-{secrets.token_hex(3)}:t1"
+    tiny_image(docker_engine, pushed)
+    engine = agent.Engine("/var/run/docker.sock")
+    try:
+        with pytest.raises(agent.EngineError, match="no basic auth credentials"):
+            engine.push(pushed.rsplit(":", 1)[0], "t1")
+        header = agent.registry_auth_header(credentials)
+        digest = engine.push(pushed.rsplit(":", 1)[0], "t1", registry_auth=header)
+        assert digest.startswith("sha256:")
+        # The engine's own default header, as main() sets it from the credentials file.
+        logged_in = agent.Engine("/var/run/docker.sock", registry_auth=header)
+        assert logged_in.push(pushed.rsplit(":", 1)[0], "t1") == digest
+    finally:
+        docker_engine.images.remove(pushed, force=True)
