@@ -387,8 +387,10 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(
     session still runs the image whose digest was recorded."""
     manager, registry = swarm_hub.lab.manager(), swarm_hub.lab.env["FGPU_SWARM_REGISTRY"]
     name, reference = f"unpushed-{secrets.token_hex(3)}", f"fgpu/unpushed:{secrets.token_hex(3)}"
-    source = manager.images.pull(f"{registry}/fgpu/scikit-learn", tag="1.4.2")
-    source.tag(reference)  # the same layers as a pushed image: a quick push below
+    # The same layers as a pushed image that every node already holds: a quick push below, and
+    # a quick start of the session from it.
+    source = manager.images.pull(f"{registry}/{IMAGE.split(':')[0]}", tag=IMAGE.split(":")[1])
+    source.tag(reference)
     pushed = f"{registry}/{reference}"
     try:
         added = admin.call("POST", "images", json={"name": name, "image": reference})
