@@ -1,10 +1,10 @@
-"""The fGPU hub's JupyterHub configuration (DESIGN.md, contract 2).
+"""The fGPU hub's JupyterHub configuration (docs/source/explanation/contracts.md, contract 2).
 
 Run it with `jupyterhub -f jupyterhub_config.py`, or extend it from another file with
 `load_subconfig("jupyterhub_config.py")`. State (hub DB, cookie secret) lives in the directory the hub
 is started from, as JupyterHub's own default has it.
 
-Environment variables:
+Environment variables (every one the file reads, with its default: docs/source/reference/environment.md):
   FGPU_HUB_PORT        public port of the hub (default 8000)
   FGPU_HUB_IP          public address of the hub (default 127.0.0.1)
   FGPU_SIMULATED_GPUS  simulated GPUs for hosts without any, e.g. "2x8GiB"
@@ -22,7 +22,7 @@ Environment variables:
                        "fgpu": FGPU_MAX_PER_SESSION}; null lifts a limit
   FGPU_PRESETS         site-wide resource presets as a JSON list, e.g. '[{"name": "CPU small",
                        "cpu": 1, "mem": "2G"}, {"name": "half GPU", "cpu": 2, "mem": "4G",
-                       "fgpu": 1}]' (a hub group adds its own: `fgpu_presets`, README)
+                       "fgpu": 1}]' (a hub group adds its own: `fgpu_presets`, docs/source/explanation/sessions-and-queue.md)
   FGPU_CLASS_SIZE      students expected at once, to size the hub's spawn slots (default 200)
   FGPU_IDLE_TIMEOUT    seconds without activity after which jupyterhub-idle-culler stops a
                        session, named ones included (0 or unset: 3600); `off` runs no culler
@@ -131,7 +131,7 @@ if engine == "swarm":
             f"Swarm mode: sessions could reach one another ({reason}). Run the hub in a "
             "container on the manager (FGPU_SWARM_HUB_CONTAINER), where each session gets an "
             "overlay of its own, or set FGPU_SWARM_REACHABLE_SESSIONS=1 to accept it and "
-            "firewall the nodes (docs/admin-guide.md, 'Adding nodes')."
+            "firewall the nodes (docs/source/howto/adding-nodes.md, 'Adding nodes')."
         )
     c.FGPUSwarmSpawner.endpoint = endpoint
     c.FGPUSwarmSpawner.network_per_session = per_session
@@ -278,7 +278,7 @@ c.JupyterHub.services = [
     {"name": "fgpu-spawner", "api_token": spawner_token},
     {"name": "fgpu-node-agent", "api_token": node_agent_service_token},
 ]
-# In Swarm mode the queue service deploys the node agent on every node (a global service); the
+# In Swarm mode the queue service deploys the node agent on every node (a service per node); the
 # agents report to this URL, the service as a node reaches it: by default the service's own
 # address on the nodes' network (above); a site may name its proxy instead, e.g.
 # http://hub.example.org/services/queue/. Outside Swarm mode no agent is deployed unless set.
@@ -493,7 +493,7 @@ from templates import TEMPLATES_DIR  # noqa: E402
 c.JupyterHub.template_paths = [str(TEMPLATES_DIR / "hub")]
 
 # After logging in, a student lands on the queue's Sessions page, where their sessions, the
-# indicator and the launch dialog are (README, "Using the hub"), not on the hub's spawn form. This
+# indicator and the launch dialog are (docs/source/explanation/sessions-and-queue.md, "Using the hub"), not on the hub's spawn form. This
 # is only the default: a `next=` from a link the student followed (say /user/x/lab) still wins,
 # as JupyterHub's get_next_url reads `next` first. A callable, so that a site which sets its
 # own base_url after loading this file still lands under it.

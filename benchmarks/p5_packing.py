@@ -128,7 +128,7 @@ def main() -> None:
         nargs="+",
         default=[1, 2, 5],
         help="1: a 2 fGPU request spans two GPUs; 2: every request fits on one GPU; "
-        "5: DESIGN.md's other example, 1 fGPU = 0.2 GPU",
+        "5: the architecture's other example, 1 fGPU = 0.2 GPU",
     )
     args = parser.parse_args()
     print(f"P5: requests of 0.1–2 fGPU until the first one waits, mean over {args.seeds} seeds")

@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "restore": "restore",
     "doctor": "doctor",
     "install-service": "install_service",
+    "node-agent": "node_agent",
 }
 
 

@@ -30,7 +30,7 @@ MIN_DRIVER_VERSION = "525.60.13"
 #: Debian 11 (bullseye) and Ubuntu 20.04 are the oldest that NVIDIA's container toolkit and
 #: HAMi-core's build image (Ubuntu 20.04's glibc) still serve.
 MIN_OS_VERSION = {"debian": (11,), "ubuntu": (20, 4)}
-#: What every node's daemon.json must hold besides the NVIDIA runtime (README, "GPU nodes in a
+#: What every node's daemon.json must hold besides the NVIDIA runtime (docs/source/howto/swarm.md, "GPU nodes in a
 #: Swarm"): a Swarm service cannot ask for no-new-privileges at API 1.41, and sessions on a
 #: node's bridge must not reach one another.
 REQUIRED_DAEMON_SETTINGS = {"no-new-privileges": True, "icc": False}
@@ -231,7 +231,7 @@ def merge_daemon_config(config: dict) -> tuple[dict, list[str]]:
 
 
 def daemon_config_problems(config: dict, runtime_only: bool = False) -> list[str]:
-    """What a GPU node's daemon.json still lacks (README, "GPU nodes in a Swarm"); with
+    """What a GPU node's daemon.json still lacks (docs/source/howto/swarm.md, "GPU nodes in a Swarm"); with
     `runtime_only`, only the NVIDIA runtime (what `nvidia-ctk runtime configure` sets)."""
     problems = []
     if config.get("default-runtime") != "nvidia":

@@ -118,7 +118,7 @@ def hub_unit(settings: ServiceSettings) -> str:
         "# Installed by `fgpu-hub install-service`; run it again to change this file.",
         "[Unit]",
         "Description=fGPU hub (JupyterHub with the fGPU queue service)",
-        "Documentation=file://" + str(settings.repo / "README.md"),
+        "Documentation=file://" + str(settings.repo / "docs/source/howto/install.md"),
         "After=docker.service network-online.target",
         "Wants=docker.service network-online.target",
         "",

@@ -1,4 +1,4 @@
-"""The shipped demo login: any user name gets in, and `admin` is an admin (DESIGN.md, contract 2).
+"""The shipped demo login: any user name gets in, and `admin` is an admin (docs/source/explanation/contracts.md, contract 2).
 
 That is fine for one person on 127.0.0.1 and an open door anywhere else, so the demo login
 refuses to start when the hub's public address (`JupyterHub.bind_url`, set from FGPU_HUB_IP) is
@@ -9,7 +9,7 @@ this class alone in jupyterhub_config.py, so none of them reaches the site's aut
 The hub's own port (`hub_ip:hub_port`) serves `/hub/login` and the token API too, and sessions
 reach it (the session network's gateway on one host, every address in Swarm mode). So a demo
 login is taken only from a connection that comes from this machine itself (the proxy behind the
-loopback public address), never from a session (docs/admin-guide.md, "The demo login").
+loopback public address), never from a session (docs/source/howto/demo-login.md, "The demo login").
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def demo_login_refusal(bind_url: str, allowed: bool) -> str | None:
     return (
         f"Refusing to start: the demo login (any user name gets in, and 'admin' is an admin) "
         f"would be reachable at {bind_url}, which is not a loopback address. Configure a real "
-        f"authenticator for a site (README.md, 'Configuration'), or bind to 127.0.0.1 "
+        f"authenticator for a site (docs/source/howto/configure.md, 'Configuration'), or bind to 127.0.0.1 "
         f"(FGPU_HUB_IP). To run the demo login on the network anyway, set {ALLOW_ENV}=1 "
         f"(or c.DemoAuthenticator.allow_non_loopback = True)."
     )

@@ -1,4 +1,4 @@
-"""A grant's GPU slices → container settings, per `gpu_sharing` mode (DESIGN.md). Pure: no I/O.
+"""A grant's GPU slices → container settings, per `gpu_sharing` mode (docs/source/explanation/architecture.md, "fGPU inside the container"). Pure: no I/O.
 
 Modes:
 

@@ -1,4 +1,4 @@
-"""A grant: the slice of one node that a session may use (DESIGN.md, resource model).
+"""A grant: the slice of one node that a session may use (docs/source/explanation/architecture.md, "The resource model").
 
 The queue service issues grants; the spawner only reads them. `gpus` maps a GPU UUID to the fraction
 of that GPU granted, so a grant for 1.5 GPUs reads {"GPU-a": 1.0, "GPU-b": 0.5}.

@@ -1,4 +1,4 @@
-"""Where a student lands after logging in: the queue service's Sessions page (README, "Asking for
+"""Where a student lands after logging in: the queue service's Sessions page (docs/source/explanation/sessions-and-queue.md, "Asking for
 a session"), where their sessions, the resource indicator and the launch dialog are.
 
 JupyterHub calls `JupyterHub.default_url` when a login (or a visit to /hub/) carries no `next`;

@@ -1,6 +1,6 @@
 """`user_options` → `ResourceRequest`: parsing and validation, with no I/O.
 
-The form and `POST /hub/api/users/{name}/servers/{server}` send the same keys (DESIGN.md, contract 3),
+The form and `POST /hub/api/users/{name}/servers/{server}` send the same keys (docs/source/explanation/contracts.md, contract 3),
 so one parser serves both. Every refusal raises `InvalidRequest` with a sentence a student can act on.
 """
 
@@ -145,7 +145,7 @@ def _first(value, fallback):
 
 def _parse_image(value: object, catalog: Catalog):
     """The one rule of the form, the hub's REST API and `POST api/sessions`: a launch names its
-    image; none is chosen for the user (the form preselects one, README "Launch options")."""
+    image; none is chosen for the user (the form preselects one, docs/source/explanation/sessions-and-queue.md, "Launch options")."""
     visible = catalog.visible()
     if not visible:
         raise InvalidRequest("No image is offered to you yet; ask your instructor.")

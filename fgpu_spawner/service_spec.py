@@ -35,7 +35,7 @@ What a service spec can and cannot say, on dockerd 20.10 (API 1.41) and docker-p
   `queue_service.inventory.swarm_nodes`).
 - **Mounts.** Swarm binds are `Mount`s whose host path must exist on the node (the engine creates
   a missing one for a plain container, not for a task): HAMi-core's library, the preload file
-  and its lock folder, and the MPS pipe folder, are installed on every GPU node (README, "GPU
+  and its lock folder, and the MPS pipe folder, are installed on every GPU node (docs/source/howto/swarm.md, "GPU
   nodes in a Swarm"). HAMi-core's per-session cache is a tmpfs of the task's own instead of a
   host folder.
 - **Home.** A local volume stays on its node, so with `SwarmContext.home_root` set the home folder

@@ -2,7 +2,7 @@
 
 The flow of one spawn:
 1. `apply_user_options` turns the form or REST body into a `ResourceRequest` (refusals are 400s);
-2. `start()` obtains a `Grant` (no grant, no container: DESIGN.md "fail closed");
+2. `start()` obtains a `Grant` (no grant, no container: docs/source/explanation/architecture.md, "fail closed");
 3. `create_object()` hands request + grant to the pure builder in `container_spec` and creates it;
 4. `start()` waits until the server answers, or reports the container's exit code and image.
 """
@@ -126,7 +126,7 @@ class FGPUSpawner(DockerSpawner):
         config=True,
         help="""
         Catalog name of the image preselected on the spawn form. Empty means the first visible
-        image of the catalog. A request must still name its image (README, "Launch options").
+        image of the catalog. A request must still name its image (docs/source/explanation/sessions-and-queue.md, "Launch options").
 
             c.FGPUSpawner.default_image_name = "python-3.11"
         """,
@@ -187,7 +187,7 @@ class FGPUSpawner(DockerSpawner):
         How a GPU grant reaches the container: `hami` (HAMi-core limits, which a determined
         student can get around), `mig` (whole MIG instances, isolated by the driver: the strict
         mode), `mps` (CUDA MPS), `none` (whole devices, accounting only) or `simulated` (no
-        device; for hosts without GPUs). docs/admin-guide.md, "How strict is a GPU slice".
+        device; for hosts without GPUs). docs/source/howto/gpu-slice.md, "How strict is a GPU slice".
         """,
     )
     hami_library_path = Unicode(
@@ -544,7 +544,7 @@ class FGPUSpawner(DockerSpawner):
 
     @property
     def queue(self) -> QueueClient:
-        """The queue service: every grant comes from it (DESIGN.md, "fail closed")."""
+        """The queue service: every grant comes from it (docs/source/explanation/architecture.md, "fail closed")."""
         if not self.queue_url:
             raise spawn_error(
                 "No queue service is configured (c.FGPUSpawner.queue_url): no session can start "
@@ -870,7 +870,7 @@ class FGPUSpawner(DockerSpawner):
             if not cls._layer_limit_support.supported:
                 self.log.warning(
                     "Session containers' writable layers are NOT limited to %s bytes: %s. A "
-                    "session can fill the engine's disk; see README, 'Session containers'.",
+                    "session can fill the engine's disk; see docs/source/explanation/session-containers.md, 'Session containers'.",
                     self.writable_layer_size,
                     cls._layer_limit_support.reason,
                 )

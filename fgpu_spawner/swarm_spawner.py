@@ -132,7 +132,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
         Accept an endpoint where sessions can reach one another's servers: `host_port`, or an
         overlay shared by all sessions (`network_per_session` off). Off: such a spawn is refused
         with a config error, so that isolation never rests on a setting left at its default.
-        A site that turns it on firewalls the nodes itself (docs/admin-guide.md, "Adding
+        A site that turns it on firewalls the nodes itself (docs/source/howto/adding-nodes.md, "Adding
         nodes").
         """,
     )
@@ -252,7 +252,7 @@ class FGPUSwarmSpawner(FGPUSpawner):
                 f"Sessions could reach one another: {reason}. Run the hub in a container on the "
                 "manager (FGPUSwarmSpawner.hub_container) with endpoint 'overlay' and "
                 "network_per_session, or accept it with "
-                "FGPUSwarmSpawner.allow_reachable_sessions = True (README, 'Swarm mode')",
+                "FGPUSwarmSpawner.allow_reachable_sessions = True (docs/source/howto/swarm.md, 'Swarm mode')",
                 reason="config",
                 status_code=500,
             )

@@ -6,7 +6,7 @@ docker-py hands TLS to `requests`, whose sessions trust the environment by defau
 engine against that bundle instead of the CA in DOCKER_CERT_PATH, and a Swarm manager reached over
 TLS (a site's, or `scripts/swarm-lab`'s) fails with CERTIFICATE_VERIFY_FAILED. `EngineAPIClient`
 keeps the engine's own CA. The version is still negotiated ("auto"): never forced higher than the
-engine speaks (DESIGN.md, "Machines here").
+engine speaks (docs/source/explanation/architecture.md, "The machines it is built on").
 
 One module serves the spawner, the queue service and the image builder, each of which only reads
 the environment it is given.

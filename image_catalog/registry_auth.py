@@ -1,8 +1,8 @@
 """The credentials of the site's registry, for the hub's side: the spawner, the queue service, tests.
 
 In Swarm mode the nodes pull session images from the site's registry, which wants a login for every
-pull and push (README.md, "Swarm mode"; docs/admin-guide.md, "The registry"). Its credentials live
-in one file, readable by the hub's user only:
+pull and push (docs/source/howto/adding-nodes.md, "The registry"). Its credentials live in one
+file, readable by the hub's user only:
 
     {"username": "fgpu-nodes", "password": "...", "serveraddress": "registry.example.org:5000"}
 

@@ -15,8 +15,11 @@ seconds it:
    the default bridge, `no-new-privileges` from its own /proc/self/status (the engine's /info does
    not say it on 20.10); null when it cannot tell;
 4. POSTs the report, as JSON, to `<FGPU_AGENT_URL>api/nodes/<hostname>/report` with the hub API
-   token of the node-agent service (a Swarm secret), and runs the jobs the answer names (commit a
-   session container, push the image), reporting each job's result in the next report.
+   token of the node-agent service (a Swarm secret), signed with its node's own key (another
+   secret, given to this node's agent alone: `signed_headers`), and runs the jobs of an answer the
+   service signed with the same key (commit a session container, push the image), reporting each
+   job's result in the next report. An answer without the right signature is dropped: whoever sits
+   on the node network can neither report for this node nor hand it jobs.
 
 It is ONE file that needs only Python's standard library (no docker SDK, no pynvml), so it is shipped
 as a Swarm config and run by the session base image's `python3`, with no image of its own to build.
@@ -24,8 +27,9 @@ The functions above `Engine` are pure (engine JSON in, report out) and unit-test
 `post_report` and `main` do the I/O.
 
 Environment: FGPU_AGENT_URL (the queue service's base URL, ending in /), FGPU_AGENT_TOKEN_FILE,
-FGPU_AGENT_INTERVAL (seconds, default 5), FGPU_NODE_NAME (default: the engine's name for its host),
-FGPU_DEPLOYMENT (only containers of this hub), FGPU_DOCKER_SOCKET (default /var/run/docker.sock),
+FGPU_AGENT_KEY_FILE (this node's key), FGPU_NODE_ID (its Swarm node id), FGPU_AGENT_INTERVAL
+(seconds, default 5), FGPU_NODE_NAME (default: the engine's name for its host), FGPU_DEPLOYMENT
+(only containers of this hub), FGPU_DOCKER_SOCKET (default /var/run/docker.sock),
 FGPU_AGENT_REGISTRY_AUTH_FILE (the registry's credentials, the JSON object
 `{"username", "password", "serveraddress"}` that image_catalog/registry_auth.py reads too; the
 engine pushes with them; unset: without credentials).
@@ -35,9 +39,13 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import hashlib
+import hmac
 import http.client
 import json
 import os
+import secrets
+import signal
 import socket
 import sys
 import threading
@@ -57,6 +65,11 @@ JOB_KINDS = ("commit",)
 NVML_LIBRARY = "libnvidia-ml.so.1"
 #: The default bridge's option that mirrors the engine's `"icc"` setting.
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
+#: The headers that carry a report's signature (the queue service's node_identity.py reads them).
+NODE_ID_HEADER = "X-Fgpu-Node-Id"
+TIME_HEADER = "X-Fgpu-Time"
+NONCE_HEADER = "X-Fgpu-Nonce"
+SIGNATURE_HEADER = "X-Fgpu-Signature"
 
 
 # -- pure: engine JSON to a report ---------------------------------------------------------------
@@ -242,6 +255,44 @@ def own_usage(status_text, cpu_seconds):
 
 def now_iso():
     return datetime.now(UTC).isoformat()
+
+
+# -- pure: the signature of a report and of its answer ---------------------------------------------
+
+
+def _mac(key, *parts):
+    message = "\n".join(parts).encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
+def request_signature(key, method, path, node_id, timestamp, nonce, body):
+    """HMAC-SHA256 with the node's key over what a report must not lose or change: the method,
+    the path (which names the node), the node id, the time, a nonce and the body's digest."""
+    digest = hashlib.sha256(body).hexdigest()
+    return _mac(key, "fgpu-node-report", method.upper(), path, node_id, timestamp, nonce, digest)
+
+
+def signed_headers(key, node_id, method, path, body, now=None, nonce=None):
+    """The headers that prove a report comes from `node_id` now (its time is checked, and never
+    taken twice: a replay is refused)."""
+    timestamp = f"{time.time() if now is None else now:.6f}"
+    nonce = nonce or secrets.token_hex(16)
+    return {
+        NODE_ID_HEADER: node_id,
+        TIME_HEADER: timestamp,
+        NONCE_HEADER: nonce,
+        SIGNATURE_HEADER: request_signature(key, method, path, node_id, timestamp, nonce, body),
+    }
+
+
+def answer_signature(key, nonce, body):
+    """The service's signature of its answer to the report that carried `nonce`: an answer cannot
+    be moved to another report or node, nor its jobs changed on the way."""
+    return _mac(key, "fgpu-node-answer", nonce, hashlib.sha256(body).hexdigest())
+
+
+def answer_is_genuine(key, nonce, body, signature):
+    return hmac.compare_digest(answer_signature(key, nonce, body), signature or "")
 
 
 # -- I/O: the node's engine, over its unix socket ------------------------------------------------
@@ -523,20 +574,38 @@ def run_job(engine, job, node):
         return {**result, "ok": False, "error": str(e)}
 
 
-def post_report(url, token, report, timeout=30.0):
-    """POST the report; the queue service's answer (jobs, maybe) as a dict."""
+class UnsignedAnswer(ValueError):
+    """An answer not signed with this node's key: its jobs are not run."""
+
+
+def post_report(url, token, key, node_id, report, timeout=30.0):
+    """POST the report, signed; the queue service's answer (jobs, maybe) as a dict, once its
+    signature is checked."""
+    body = json.dumps(report).encode()
+    signed = signed_headers(key, node_id, "POST", urllib.parse.urlsplit(url).path, body)
     request = urllib.request.Request(
         url,
-        data=json.dumps(report).encode(),
+        data=body,
         method="POST",
-        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json", **signed},
     )
     with urllib.request.urlopen(request, timeout=timeout) as reply:
-        return json.loads(reply.read() or b"{}")
+        answer = reply.read()
+        signature = reply.headers.get(SIGNATURE_HEADER)
+    if not answer_is_genuine(key, signed[NONCE_HEADER], answer, signature):
+        raise UnsignedAnswer("the answer is not signed with this node's key; its jobs are dropped")
+    return json.loads(answer or b"{}")
 
 
 def report_url(base, node):
     return f"{base.rstrip('/')}/api/nodes/{urllib.parse.quote(node, safe='')}/report"
+
+
+def _secret(environ, variable):
+    value = _read(environ[variable]).strip()
+    if not value:
+        raise SystemExit(f"nothing in {environ[variable]} (${variable})")
+    return value
 
 
 def _read(path):
@@ -567,11 +636,13 @@ def read_registry_auth(environ):
 
 
 def main(environ=os.environ):
+    # PID 1 of its container ignores SIGTERM unless it says otherwise: without this, every
+    # update of the agent's service (a rotated key, a new agent) waited 10 s for the SIGKILL.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     socket_path = environ.get("FGPU_DOCKER_SOCKET", "/var/run/docker.sock")
     engine = Engine(socket_path, registry_auth=read_registry_auth(environ))
-    token = _read(environ["FGPU_AGENT_TOKEN_FILE"]).strip()
-    if not token:
-        raise SystemExit(f"no token in {environ['FGPU_AGENT_TOKEN_FILE']}")
+    token, key = _secret(environ, "FGPU_AGENT_TOKEN_FILE"), _secret(environ, "FGPU_AGENT_KEY_FILE")
+    node_id = environ["FGPU_NODE_ID"]
     interval = float(environ.get("FGPU_AGENT_INTERVAL", "5"))
     node = environ.get("FGPU_NODE_NAME") or engine.info()["Name"]
     url = report_url(environ["FGPU_AGENT_URL"], node)
@@ -585,7 +656,7 @@ def main(environ=os.environ):
         report = None
         try:
             report = agent.collect()
-            agent.run_jobs(jobs_of(post_report(url, token, report)))
+            agent.run_jobs(jobs_of(post_report(url, token, key, node_id, report)))
         except (OSError, EngineError, NvmlError, ValueError) as e:
             # The queue service or the engine may be restarting: the next round tries again,
             # with the results of jobs this report did not deliver.

@@ -1,4 +1,4 @@
-"""`python -m queue_service`: the hub-managed `queue` service (DESIGN.md, contract 4).
+"""`python -m queue_service`: the hub-managed `queue` service (docs/source/explanation/contracts.md, contract 4).
 
 JupyterHub starts it with JUPYTERHUB_SERVICE_URL, _PREFIX, _API_URL and _API_TOKEN in its
 environment; everything else is configured with `--QueueService.<trait>=<value>` on its command line
@@ -37,6 +37,7 @@ from .db import open_database
 from .db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
 from .deployment import deployment_id
 from .engine import Engine
+from .errors import Refusal
 from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .history import History
@@ -45,7 +46,16 @@ from .image_builds import BackgroundBuilds
 from .image_check import engine_references
 from .images import ImageStore
 from .launches import Launcher
-from .node_agent_deploy import TOKEN_FILE, deploy_node_agent, node_agent_token
+from .node_agent_deploy import (
+    TOKEN_FILE,
+    AgentSettings,
+    deploy_node_agents,
+    node_agent_token,
+    pinned_image,
+    rotate_node_key,
+)
+from .node_credentials import CREDENTIALS_FILE, NodeCredentials
+from .node_identity import NodeIdentity
 from .node_reports import DAEMON_FIX, NodeReports, wrong_daemon_settings
 from .presets import parse_presets
 from .queue import QueueManager, SchedulerSettings
@@ -447,6 +457,23 @@ class QueueService(Application):
         registry whose certificate no public CA signed (the lab's). Empty: the system's CAs.
         """,
     )
+    node_agent_deploy_interval = Float(
+        60.0,
+        config=True,
+        help="""
+        Seconds between two checks that every Swarm node runs its agent, with its own key: a node
+        that joined gets its agent within this time, one that left loses its agent and key.
+        """,
+    )
+    node_credentials_file = Unicode(
+        CREDENTIALS_FILE,
+        config=True,
+        help="""
+        File holding each Swarm node's own key, with which its agent signs its reports (mode
+        0600, made when missing; relative paths are in the state directory). Keep it as private
+        as the hub's database: a key lets its holder report for that node.
+        """,
+    )
     node_agent_token_file = Unicode(
         TOKEN_FILE,
         config=True,
@@ -538,13 +565,16 @@ class QueueService(Application):
             f"{n.name} ({n.resource_group}: {n.cpu:g} CPU, {len(n.gpus)} GPU)" for n in found
         )
         self.log.info("Swarm nodes taking sessions: %s", described or "none")
-        await self.manager.replace_nodes(found)
+        withheld = {
+            n.name: self._refused_nodes[n.name] for n in nodes if self._refused_nodes[n.name]
+        }
+        await self.manager.replace_nodes(found, withheld)
 
     def isolation_refused(self, node: str) -> bool:
         """Whether `node`'s agent reports an engine setting that lets sessions reach one another
         or gain privileges: no session is placed there (its running ones go on, as on a paused
         node) until it is fixed. Unknown (no fresh report, an older agent) is flagged by the
-        health check and doctor, not refused: nodes run no agent in some setups (README,
+        health check and doctor, not refused: nodes run no agent in some setups (docs/source/howto/swarm.md,
         "Swarm mode"), and the first reports come a few seconds after the hub starts."""
         report = self.node_reports.fresh(node)
         wrong = [] if report is None else wrong_daemon_settings(report.daemon)
@@ -675,6 +705,8 @@ class QueueService(Application):
             calls=calls,
         )
         self.node_reports = NodeReports(stale_after=self.node_report_stale)
+        self.node_credentials = NodeCredentials(self.node_credentials_file)
+        self._agents_lock = asyncio.Lock()
         self._refused_nodes: dict[str, list[str]] = {}
         # In Swarm mode a session's usage is read on its node, by the node's agent.
         self.manager.usage_of = (
@@ -746,6 +778,8 @@ class QueueService(Application):
             session_limits={**SESSION_LIMITS, **self.session_limits},
             agent_service=self.agent_service,
             node_reports=self.node_reports,
+            node_identity=NodeIdentity(self.node_credentials),
+            rotate_node_key=self.rotate_node_key,
             node_agent_registry=self.node_agent_registry,
             engine=self.engine,
             health=self.health,
@@ -760,7 +794,8 @@ class QueueService(Application):
         await listen_when_free(app, url.port or 80, url.hostname, self.log)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         if self.node_agent_url:
-            await self.deploy_node_agent()
+            await self.deploy_node_agents()
+            self._agents_task = asyncio.create_task(self.keep_node_agents_deployed())
         try:
             await self.reconciler.reconcile()
         except Exception as e:  # the engine is down: the reconciler's rounds try again
@@ -832,33 +867,57 @@ class QueueService(Application):
         return read_registry_auth(self.registry_auth_file) if self.registry_auth_file else None
 
     def _log_in_to_registry(self) -> None:
-        # docker-py then sends the credentials with the agent's service: its nodes pull its image.
+        # docker-py then sends the credentials with the agents' services: their nodes pull the
+        # agent's image with them.
         auth = self.registry_auth()
         if auth is not None:
             log_in(self.docker.api, auth)
 
-    async def deploy_node_agent(self) -> None:
-        """Deploy (or update) the node agent on the Swarm; a failure is logged, not fatal: the
-        service works without reports, with usage of other nodes' sessions unknown."""
-        token = node_agent_token(self.node_agent_token_file)
+    def _agent_settings(self) -> AgentSettings:
+        return AgentSettings(
+            token=node_agent_token(self.node_agent_token_file),
+            report_url=self.node_agent_url,
+            image=pinned_image(
+                self.node_agent_image,
+                self.node_agent_registry,
+                {v["image"]: v["digest"] for v in self.images.all() if v["digest"]},
+            ),
+            name=self.agent_service,
+            interval=self.node_agent_interval,
+            deployment_id=self.deployment_id,
+            docker_socket=self.node_agent_docker_socket,
+        )
+
+    async def deploy_node_agents(self) -> None:
+        """Deploy (or update) every node's agent; a failure is logged, not fatal: the service
+        works without reports, with usage of other nodes' sessions unknown."""
         try:
             await asyncio.to_thread(self._log_in_to_registry)
-            service = await asyncio.get_running_loop().run_in_executor(
-                None,
-                lambda: deploy_node_agent(
-                    self.docker,
-                    token=token,
-                    report_url=self.node_agent_url,
-                    image=self.node_agent_image,
-                    name=self.agent_service,
-                    interval=self.node_agent_interval,
-                    deployment_id=self.deployment_id,
-                    docker_socket=self.node_agent_docker_socket,
-                ),
-            )
-            self.log.info("Node agent deployed as Swarm service %s", service.name)
+            async with self._agents_lock:
+                services = await asyncio.to_thread(
+                    deploy_node_agents, self.docker, self.node_credentials, self._agent_settings()
+                )
+            self.log.debug("Node agents deployed: %s", ", ".join(s.name for s in services))
         except Exception as e:
-            self.log.error("Could not deploy the node agent: %s", e)
+            self.log.error("Could not deploy the node agents: %s", e)
+
+    async def keep_node_agents_deployed(self) -> None:
+        while True:
+            await asyncio.sleep(self.node_agent_deploy_interval)
+            await self.deploy_node_agents()
+
+    async def rotate_node_key(self, node: str):
+        """A new key for `node`'s agent, which moves to it now (api/nodes/{node}/key)."""
+        if not self.node_agent_url:
+            raise Refusal("No node agents are deployed here (single-host mode).", "conflict")
+        async with self._agents_lock:
+            return await asyncio.to_thread(
+                rotate_node_key,
+                self.docker,
+                self.node_credentials,
+                self._agent_settings(),
+                node,
+            )
 
     async def serve_until_stopped(self) -> None:
         """Serve until SIGINT or SIGTERM. The hub stops its services with SIGINT and escalates to

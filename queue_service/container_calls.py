@@ -1,7 +1,7 @@
 """Engine calls about one session container, bounded: no round waits on a container that does not
 answer, and the service's own `docker exec` never enters a container while it is committed.
 
-Why (docs/admin-guide.md, "A container that does not answer"): on cgroup v1 a `docker exec` that
+Why (docs/source/howto/logs-and-health.md, "A container that does not answer"): on cgroup v1 a `docker exec` that
 enters a frozen container leaves its `runc init` stuck in the freezer, and from then on the engine's
 calls about that container (inspect, stats, exec, stop) hang until their HTTP timeout. One such
 container must not stall the stats of every other session, the end warnings or the reconciler.

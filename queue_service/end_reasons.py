@@ -1,4 +1,4 @@
-"""Why a session ended, as a short code kept beside its free-text reason (DESIGN.md lifecycle).
+"""Why a session ended, as a short code kept beside its free-text reason (docs/source/explanation/architecture.md, "The session lifecycle").
 
 The code is what pages filter on and what the history API answers as `end_reason`; the label is
 what people read. Every place that ends a record names one of these codes (the queue manager's

@@ -3,7 +3,7 @@
 The service's own commits no longer pause a container (`private_images.commit_session`), but a
 container can still end up frozen: `docker pause` by hand, an engine that failed to resume one, or
 a cgroup freezer left `FROZEN` while a `runc exec` was stuck in it (what froze a session for 46
-minutes; docs/admin-guide.md, "A container that does not answer"). A frozen session answers
+minutes; docs/source/howto/logs-and-health.md, "A container that does not answer"). A frozen session answers
 nothing, and every engine call that touches it hangs.
 
 Each reconciler round, `FreezeWatch.check` reads the freezer of every live session container on

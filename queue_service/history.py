@@ -1,4 +1,4 @@
-"""Ended sessions, read from the DB (DESIGN.md contract 4: `GET sessions?finished=1`).
+"""Ended sessions, read from the DB (docs/source/explanation/contracts.md, contract 4: `GET sessions?finished=1`).
 
 The history grows without end, so it is never held in memory: each page of it is one indexed
 query (`ix_sessions_ended`, `ix_sessions_user_ended`), newest end first, on a thread of its own

@@ -1,6 +1,6 @@
 """The inventory: which nodes exist, what CPU and memory they offer, and which GPUs they hold.
 
-A node is an explicit dimension from the start (DESIGN.md, "More than one machine"), so the same
+A node is an explicit dimension from the start (docs/source/explanation/architecture.md, "More than one machine"), so the same
 `NodeInfo` describes the hub's own Docker host today and a Swarm node tomorrow:
 
 - `discover_local_node` asks the local engine (`docker info`) for CPU and memory, and NVML for

@@ -1,5 +1,5 @@
 """The quotas that bound what a user may still start, each with its figures and the sentence the
-pages show: api/resources `limits` (README, the resource indicator).
+pages show: api/resources `limits` (docs/source/explanation/sessions-and-queue.md, the resource indicator).
 
 A quota is counted as the scheduler counts it (scheduler.py): the user's own quota over the
 user's sessions, each hub group's quota over all of its members' sessions. Every configured

@@ -1,4 +1,4 @@
-"""The service's records: one row per session request, from PENDING to its end (DESIGN.md lifecycle).
+"""The service's records: one row per session request, from PENDING to its end (docs/source/explanation/architecture.md, "The session lifecycle").
 
 The queue lives here and nowhere else, so a hub or service restart loses no request and leaks no
 allocation: the scheduler's state is rebuilt from these rows.

@@ -19,11 +19,12 @@ last report per node with the time it came in, and answers:
 
 Jobs (a commit on the node that runs a session, then a push) wait in `queue_job` until the node's
 next report takes them (`take_jobs`); their results come back in a later report (`job_result`).
+A result counts only when it comes from the node its job was handed to, and says what its job
+asked (the same image; ids that are digests): a node cannot answer another node's commits.
 
-Identity: every agent presents the same hub token (one Swarm secret for a global service), so a
-report proves it comes from *a* node agent of this hub, not from the node it names. The URL's
-hostname is the report's node, and a body naming another node is refused (400). A node that is
-not (or no longer) in the Swarm may report: a drained node still runs sessions, and the store
+Identity: the handler takes a report only once node_identity.py has checked that it is signed
+with the key of the node the URL names, so `put(report)` trusts `report.node`. A body naming
+another node is refused too (400). A drained node still runs sessions and may report; the store
 keeps at most `max_nodes` nodes, so a misbehaving agent cannot grow it without bound.
 """
 
@@ -56,10 +57,11 @@ REQUIRED_DAEMON = {
 }
 DAEMON_FIX = (
     'set "icc": false and "no-new-privileges": true in the node\'s /etc/docker/daemon.json, '
-    "restart its engine, and run the current node agent (docs/admin-guide.md, 'Adding nodes')"
+    "restart its engine, and run the current node agent (docs/source/howto/adding-nodes.md, 'Adding nodes')"
 )
 #: Results of jobs kept per node until someone reads them.
 MAX_RESULTS_PER_NODE = 100
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,25 @@ def _daemon(value: Any) -> dict:
     return daemon
 
 
+def checked_result(job: Mapping, result: Mapping, node: str) -> dict:
+    """An agent's result as it may be believed: a successful commit must name the job's own
+    image and give digests for its ids, or it counts as a failure saying so."""
+    result = {**result, "node": node, "kind": job.get("kind")}
+    if not result.get("ok"):
+        return {**result, "ok": False, "error": str(result.get("error") or "failed")[:1000]}
+    faults = []
+    if result.get("image") != job.get("image"):
+        faults.append(f"image {str(result.get('image'))[:200]!r} is not the job's")
+    if not DIGEST_RE.match(str(result.get("image_id"))):
+        faults.append("image_id is not a sha256 digest")
+    digest = result.get("digest")
+    if job.get("push", True) and not DIGEST_RE.match(str(digest)):
+        faults.append("digest is not a sha256 digest")
+    if faults:
+        return {**result, "ok": False, "error": "the agent's result is wrong: " + "; ".join(faults)}
+    return dict(result)
+
+
 class NodeReports:
     """The last report of every node, and the jobs and job results on their way."""
 
@@ -256,6 +277,7 @@ class NodeReports:
         self._jobs: dict[str, list[dict]] = {}
         self._results: dict[str, dict] = {}
         self._waiting: dict[str, asyncio.Future] = {}
+        self._handed: dict[str, tuple[str, dict]] = {}  # job id → (node, job) taken by its agent
 
     def put(self, report: NodeReport) -> None:
         if report.node not in self._nodes and len(self._nodes) >= self.max_nodes:
@@ -269,16 +291,22 @@ class NodeReports:
         for session_id in report.sessions:
             self._where[session_id] = report.node
         for result in report.jobs:
+            handed = self._handed.get(result["id"])
+            if handed is None or handed[0] != report.node:
+                continue  # not a job of this node: another node's, or none at all
+            del self._handed[result["id"]]
+            result = checked_result(handed[1], result, report.node)
             self._results[result["id"]] = result
             waiter = self._waiting.get(result["id"])
             if waiter is not None and not waiter.done():
                 waiter.set_result(result)
-        self._trim_results()
+        self._trim(self._results)
+        self._trim(self._handed)
 
-    def _trim_results(self) -> None:
-        excess = len(self._results) - MAX_RESULTS_PER_NODE * max(1, len(self._nodes))
-        for job_id in list(self._results)[: max(0, excess)]:
-            del self._results[job_id]
+    def _trim(self, kept: dict) -> None:
+        excess = len(kept) - MAX_RESULTS_PER_NODE * max(1, len(self._nodes))
+        for job_id in list(kept)[: max(0, excess)]:
+            del kept[job_id]
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -348,7 +376,11 @@ class NodeReports:
         self._jobs.setdefault(node, []).append(dict(job))
 
     def take_jobs(self, node: str) -> list[dict]:
-        return self._jobs.pop(node, [])
+        """The jobs waiting for `node`, handed to its agent (whose identity the caller checked)."""
+        jobs = self._jobs.pop(node, [])
+        for job in jobs:
+            self._handed[job["id"]] = (node, job)
+        return jobs
 
     def job_result(self, job_id: str) -> dict | None:
         return self._results.get(job_id)

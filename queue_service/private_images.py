@@ -1,4 +1,4 @@
-"""Session → private image (DESIGN.md contract 4): the commit; `handlers/sessions.py` serves it.
+"""Session → private image (docs/source/explanation/contracts.md, contract 4): the commit; `handlers/sessions.py` serves it.
 
 The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`. The session
 keeps running, unpaused (see `commit_session`). The image
@@ -193,7 +193,7 @@ def commit_session(client, session_id: str, user: str, tag: str, locks: Containe
     The container is not paused (`pause=False`). A pause froze the container's cgroup for the
     copy, and a `docker exec` that entered it meanwhile (the service's own end warnings, or an
     admin's) left `runc init` stuck in the freezer: the session stayed frozen for good and every
-    engine call about it hung (docs/admin-guide.md, "A container that does not answer"). The
+    engine call about it hung (docs/source/howto/logs-and-health.md, "A container that does not answer"). The
     price is consistency: a file written during the copy may be caught half-written, which the
     Save dialog says (finish installs first); the engine's tar refuses a file that changes size
     mid-copy, so such a commit fails whole and is tried again (`COMMIT_ATTEMPTS`), then refused

@@ -104,6 +104,19 @@ class SchedulerSettings:
     pending_timeout: float = 3600.0
 
 
+def withheld_note(withheld: dict[str, list[str]]) -> str:
+    """What a request waiting for room is told of nodes held back ("" when none is)."""
+    if not withheld:
+        return ""
+    names = sorted(withheld)
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    if len(names) == 1:
+        return (
+            f"node {shown} takes no sessions until an admin fixes its engine's isolation settings"
+        )
+    return f"nodes {shown} take no sessions until an admin fixes their engines' isolation settings"
+
+
 class QueueManager:
     def __init__(
         self, db: sessionmaker, nodes, settings: SchedulerSettings, quotas, incremental=True
@@ -132,6 +145,10 @@ class QueueManager:
         # None while the engine's containers are counted (the reconciler says so), else why not:
         # no slice is granted before every container that holds one is known.
         self.engine_problem: str | None = None
+        # Nodes of the Swarm kept out of the inventory because their engine lets sessions reach
+        # one another or gain privileges (app.py, `isolation_refused`): name → the wrong settings.
+        # A request waiting for room is told, so that it does not wait in silence.
+        self.withheld_nodes: dict[str, list[str]] = {}
         self._inventory_version = 0
         # Per record id, the scheduler's view of a record object (`_Facts`), rebuilt only when a
         # write gives the id a new object: a pass over thousands of waiting records reads these.
@@ -150,10 +167,12 @@ class QueueManager:
         # A running session's next automatic end; the service wires in automatic_ends.py.
         self.ends_of: Callable[[str], dict | None] = lambda session_id: None
 
-    async def replace_nodes(self, nodes) -> None:
+    async def replace_nodes(self, nodes, withheld: dict[str, list[str]] | None = None) -> None:
         """A new inventory (a Swarm node joined, drained or failed), taken between writes: a pass
-        on the DB thread reads the inventory throughout, and must see one, whole."""
+        on the DB thread reads the inventory throughout, and must see one, whole. `withheld`:
+        the nodes left out of it until an admin fixes their engine."""
         async with self._lock:
+            self.withheld_nodes = dict(withheld or {})
             self.set_nodes(nodes)
 
     def set_nodes(self, nodes) -> None:
@@ -771,7 +790,7 @@ class QueueManager:
             )
             ended = set()
             if chosen:
-                outcome = scheduler.schedule(
+                outcome = self._schedule(
                     self.nodes,
                     [f.allocation for f in facts if f.allocation is not None],
                     chosen,
@@ -937,7 +956,7 @@ class QueueManager:
 
     def _place(self, allocated: list[SessionRecord], pending: list[SessionRecord], quotas) -> dict:
         """Grant what fits; the positions of what waits, by id."""
-        outcome = scheduler.schedule(
+        outcome = self._schedule(
             self.nodes,
             self._allocations(allocated),
             [self._scheduler_request(r) for r in pending],
@@ -946,6 +965,20 @@ class QueueManager:
         )
         self._apply(outcome, {r.id: r for r in pending})
         return {request_id: waiting.position for request_id, waiting in outcome.waiting.items()}
+
+    def _schedule(self, *args, **kwargs) -> scheduler.SchedulePass:
+        """A scheduling pass, whose requests waiting for room also hear of withheld nodes."""
+        outcome = scheduler.schedule(*args, **kwargs)
+        note = withheld_note(self.withheld_nodes)
+        if not note:
+            return outcome
+        waiting = {
+            request_id: dataclasses.replace(w, reason=f"{w.reason}; {note}")
+            if w.cause == "capacity"
+            else w
+            for request_id, w in outcome.waiting.items()
+        }
+        return dataclasses.replace(outcome, waiting=waiting)
 
     def _apply(self, outcome: scheduler.SchedulePass, records: dict) -> None:
         """Write a pass's outcome into `records` (by id; a waiting one not among them is left

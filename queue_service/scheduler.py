@@ -4,7 +4,7 @@ Everything here takes plain values (nodes, allocations, pending requests, quotas
 values, so it can be unit-tested, property-tested and benchmarked on its own; the service reads its
 DB, calls `schedule()` and writes the decisions back. Only the standard library and the leaf `image_catalog.units` are imported.
 
-Units (DESIGN.md, "Resource model"):
+Units (docs/source/explanation/architecture.md, "The resource model"):
 
 - GPU shares are counted in integer quanta, `QUANTA_PER_GPU` to a GPU, so that the grants of one
   GPU add up exactly and never drift past 1.0 the way floats do. A request of `fgpu` units is

@@ -1,7 +1,7 @@
 """The Docker engine's view of sessions: containers that carry the spawner's session label.
 
 The reconciler, the usage sampler and private images all look containers up by the
-`fgpu.session_id` label that the spawner puts on every session container (DESIGN.md, contract 5).
+`fgpu.session_id` label that the spawner puts on every session container (docs/source/explanation/contracts.md, contract 5).
 Only live containers count: an exited one holds no slice and has no usage. A paused one (a commit
 pauses it) is alive: it still holds its slice and comes back as it was.
 

@@ -1,4 +1,4 @@
-"""The shipped jupyterhub_config.py (DESIGN.md, contract 2), loaded as JupyterHub loads it."""
+"""The shipped jupyterhub_config.py (docs/source/explanation/contracts.md, contract 2), loaded as JupyterHub loads it."""
 
 import ast
 import re
@@ -28,9 +28,11 @@ def load_shipped_config():
     return PyFileConfigLoader("jupyterhub_config.py", path=str(ROOT)).load_config()
 
 
-def readme_site_recipe() -> str:
-    """The README's site file: the Python block that extends the shipped config."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def guide_site_recipe() -> str:
+    """The guide's site file (howto/configure.md): the Python block that extends the shipped config."""
+    blocks = re.findall(
+        r"```python\n(.*?)```", (ROOT / "docs/source/howto/configure.md").read_text(), re.S
+    )
     (recipe,) = [block for block in blocks if "load_subconfig" in block]
     return recipe
 
@@ -140,8 +142,8 @@ def test_the_demo_settings_reach_no_other_authenticator(tmp_path):
     assert pam.admin_users == set()
 
 
-def test_the_readme_site_recipe_lets_in_only_its_own_users(tmp_path):
-    site = load_site_config(tmp_path, readme_site_recipe())
+def test_the_guide_site_recipe_lets_in_only_its_own_users(tmp_path):
+    site = load_site_config(tmp_path, guide_site_recipe())
     assert site.JupyterHub.authenticator_class == "pam"
     pam = PAMAuthenticator(config=site)
     assert pam.allow_all is False

@@ -34,6 +34,8 @@ from .test_stats import V1_STATS, V2_STATS
 
 AGENT_FILE = Path(agent.__file__)
 IMAGE = "fgpu/jupyter-base:py3.11"
+KEY = "5e" * 32
+NODE_ID = "x3q8k2m5n7p9r1t4v6w8y0z2a"
 
 
 def container(session_id, container_id="c1", state="running"):
@@ -49,6 +51,40 @@ def sample(total, system, online=2, usage=100 << 20, limit=1 << 30):
         },
         "memory_stats": {"usage": usage, "stats": {"total_inactive_file": 0}, "limit": limit},
     }
+
+
+# -- the signature of a report and of its answer ----------------------------------------------
+
+
+def test_a_reports_signature_covers_its_node_path_time_nonce_and_body():
+    body = b'{"version": 1}'
+    headers = agent.signed_headers(KEY, NODE_ID, "POST", "/r", body, now=1000.5, nonce="n1")
+    assert headers[agent.NODE_ID_HEADER] == NODE_ID
+    assert (headers[agent.TIME_HEADER], headers[agent.NONCE_HEADER]) == ("1000.500000", "n1")
+    signature = headers[agent.SIGNATURE_HEADER]
+    assert len(signature) == 64
+    parts = ("POST", "/r", NODE_ID, "1000.500000", "n1", body)
+    assert agent.request_signature(KEY, *parts) == signature
+    for position, changed in enumerate(("GET", "/s", "other-node", "1000.6", "n2", b"{}")):
+        altered = list(parts)
+        altered[position] = changed
+        assert agent.request_signature(KEY, *altered) != signature, changed
+    assert agent.request_signature("00" * 32, *parts) != signature
+    # Every report gets a nonce of its own.
+    again = agent.signed_headers(KEY, NODE_ID, "POST", "/r", body, now=1000.5)
+    assert (
+        again[agent.NONCE_HEADER]
+        != agent.signed_headers(KEY, NODE_ID, "POST", "/r", body)[agent.NONCE_HEADER]
+    )
+
+
+def test_an_answer_is_genuine_only_for_its_key_its_reports_nonce_and_its_body():
+    signature = agent.answer_signature(KEY, "n1", b'{"jobs": []}')
+    assert agent.answer_is_genuine(KEY, "n1", b'{"jobs": []}', signature)
+    assert not agent.answer_is_genuine(KEY, "n2", b'{"jobs": []}', signature)
+    assert not agent.answer_is_genuine(KEY, "n1", b'{"jobs": [{}]}', signature)
+    assert not agent.answer_is_genuine("00" * 32, "n1", b'{"jobs": []}', signature)
+    assert not agent.answer_is_genuine(KEY, "n1", b'{"jobs": []}', None)
 
 
 # -- the file itself ------------------------------------------------------------------------------
@@ -341,20 +377,24 @@ def session_container(docker_engine):
 
 
 class Receiver(BaseHTTPRequestHandler):
-    """Stands for the queue service: keeps the reports and answers with a job once."""
+    """Stands for the queue service: keeps the reports and answers with a job, signed with
+    `key` (the node's key as the service holds it)."""
 
     reports: list = []
     headers_seen: list = []
     answer: dict = {}
+    key = KEY
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        Receiver.reports.append((self.path, json.loads(body)))
+        Receiver.reports.append((self.path, json.loads(body), body))
         Receiver.headers_seen.append(dict(self.headers))
         data = json.dumps(Receiver.answer).encode()
+        nonce = self.headers[agent.NONCE_HEADER]
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        self.send_header(agent.SIGNATURE_HEADER, agent.answer_signature(Receiver.key, nonce, data))
         self.end_headers()
         self.wfile.write(data)
 
@@ -394,12 +434,23 @@ def test_the_agent_reports_a_real_session_containers_usage(docker_engine, sessio
     try:
         Receiver.answer = {"jobs": [{"id": "j1", "kind": "commit", "session_id": "nope"}]}
         url = agent.report_url(f"http://127.0.0.1:{server.server_port}/services/queue/", node)
-        answer = agent.post_report(url, "secret-token", report)
+        answer = agent.post_report(url, "secret-token", KEY, NODE_ID, report)
+        # An answer signed with another key (a forged one, or the node's rotated-away key) is
+        # dropped with its jobs.
+        Receiver.key = "another" + KEY[7:]
+        with pytest.raises(agent.UnsignedAnswer, match="not signed with this node's key"):
+            agent.post_report(url, "secret-token", KEY, NODE_ID, report)
     finally:
+        Receiver.key = KEY
         server.shutdown()
-    path, received = Receiver.reports[-1]
+    path, received, body = Receiver.reports[-2]
+    headers = Receiver.headers_seen[-2]
     assert path == f"/services/queue/api/nodes/{node}/report"
-    assert Receiver.headers_seen[-1]["Authorization"] == "token secret-token"
+    assert headers["Authorization"] == "token secret-token"
+    assert headers[agent.NODE_ID_HEADER] == NODE_ID
+    assert headers[agent.SIGNATURE_HEADER] == agent.request_signature(
+        KEY, "POST", path, NODE_ID, headers[agent.TIME_HEADER], headers[agent.NONCE_HEADER], body
+    )
     assert parse_report(node, received).sessions[session_id].mem_bytes == usage["mem_bytes"]
     # The job it was handed names no container here: its result says so in the next report.
     runner.run_jobs(agent.jobs_of(answer), wait=True)

@@ -1,5 +1,6 @@
 """The node agent's deployment (queue_service/node_agent_deploy.py): the pure service builder and
-the token file. Deploying on a real Swarm is tried in tests/test_node_agent_lab.py."""
+the token file. Deploying on a real Swarm, one service and key per node, is tried in
+tests/test_node_agent_lab.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from queue_service.node_agent_deploy import (
     agent_service_kwargs,
     content_name,
     node_agent_token,
+    pinned_image,
+    service_name,
 )
+
+NODE_ID = "x3q8k2m5n7p9r1t4v6w8y0z2a"
 
 
 def build(**changes):
@@ -22,6 +27,8 @@ def build(**changes):
         "image": "10.213.0.1:5000/fgpu/jupyter-base:py3.11",
         "config": ("cfg-id", "fgpu-node-agent-code-0123456789ab"),
         "secret": ("sec-id", "fgpu-node-agent-token-ba9876543210"),
+        "key_secret": ("key-id", "fgpu-node-agent-key-x3q8k2m5n7p9-0123456789ab"),
+        "node": (NODE_ID, "worker-2"),
         "report_url": "http://10.213.0.1:8000/services/queue/",
         "interval": 5.0,
         "deployment_id": "d1",
@@ -29,16 +36,20 @@ def build(**changes):
     return agent_service_kwargs(**{**args, **changes})
 
 
-def test_the_agent_is_a_global_service_on_every_node_but_the_manager():
+def test_each_node_has_its_own_agent_service_pinned_to_its_node_id():
     kwargs = build()
-    assert kwargs["mode"].mode == "global"
-    assert kwargs["constraints"] == ["node.labels.fgpu.role != manager"]
+    assert kwargs["mode"].mode == "replicated" and kwargs["mode"]["replicated"]["Replicas"] == 1
+    assert kwargs["constraints"] == [f"node.id=={NODE_ID}"]
+    assert (
+        kwargs["name"] == service_name("fgpu-node-agent", NODE_ID) == "fgpu-node-agent-x3q8k2m5n7p9"
+    )
+    assert kwargs["labels"]["fgpu.node_id"] == NODE_ID
     assert kwargs["command"] == ["python3", "/fgpu/agent.py"]
     assert kwargs["restart_policy"]["Condition"] == "on-failure"
     assert kwargs["endpoint_spec"]["Mode"] == "dnsrr"  # no IPVS here: no VIP
 
 
-def test_the_code_is_a_config_the_token_a_secret_and_the_socket_a_bind():
+def test_the_code_is_a_config_the_token_and_the_nodes_key_secrets_and_the_socket_a_bind():
     kwargs = build()
     (config,) = kwargs["configs"]
     assert (config["ConfigID"], config["ConfigName"]) == (
@@ -46,7 +57,7 @@ def test_the_code_is_a_config_the_token_a_secret_and_the_socket_a_bind():
         "fgpu-node-agent-code-0123456789ab",
     )
     assert config["File"]["Name"] == "/fgpu/agent.py"
-    (secret,) = kwargs["secrets"]
+    secret, key = kwargs["secrets"]
     assert secret["SecretName"] == "fgpu-node-agent-token-ba9876543210"
     assert secret["File"] == {
         "Name": "fgpu-node-agent-token",
@@ -54,6 +65,8 @@ def test_the_code_is_a_config_the_token_a_secret_and_the_socket_a_bind():
         "GID": "0",
         "Mode": 0o400,
     }
+    assert key["SecretName"] == "fgpu-node-agent-key-x3q8k2m5n7p9-0123456789ab"
+    assert key["File"] == {"Name": "fgpu-node-agent-key", "UID": "0", "GID": "0", "Mode": 0o400}
     (mount,) = kwargs["mounts"]
     assert (mount["Type"], mount["Source"], mount["Target"]) == (
         "bind",
@@ -68,10 +81,16 @@ def test_the_code_is_a_config_the_token_a_secret_and_the_socket_a_bind():
     assert env["FGPU_AGENT_URL"] == "http://10.213.0.1:8000/services/queue/"
     assert env["FGPU_AGENT_INTERVAL"] == "5"
     assert env["FGPU_AGENT_TOKEN_FILE"] == "/run/secrets/fgpu-node-agent-token"
-    assert env["FGPU_NODE_NAME"] == "{{.Node.Hostname}}"  # filled in by Swarm, per node
+    assert env["FGPU_AGENT_KEY_FILE"] == "/run/secrets/fgpu-node-agent-key"
+    assert (env["FGPU_NODE_ID"], env["FGPU_NODE_NAME"]) == (NODE_ID, "worker-2")
     assert env["FGPU_DEPLOYMENT"] == "d1"
-    # The token never travels in the environment or on a command line.
-    assert not [item for item in kwargs["env"] if "token" in item.lower() and "FILE" not in item]
+    # Neither the token nor the key travels in the environment or on a command line.
+    secret_words = ("token", "key")
+    assert not [
+        item
+        for item in kwargs["env"]
+        if any(word in item.lower() for word in secret_words) and "FILE" not in item
+    ]
 
 
 def test_the_agent_holds_no_capability_and_little_of_the_node():
@@ -87,6 +106,7 @@ def test_the_spec_digest_changes_with_what_the_agent_runs_and_only_then():
     for change in (
         {"config": ("cfg-2", "fgpu-node-agent-code-ffffffffffff")},
         {"secret": ("sec-2", "fgpu-node-agent-token-ffffffffffff")},
+        {"key_secret": ("key-2", "fgpu-node-agent-key-x3q8k2m5n7p9-ffffffffffff")},
         {"interval": 2.0},
         {"image": "other:1"},
     ):
@@ -112,3 +132,17 @@ def test_the_token_is_made_once_private_and_kept(tmp_path):
     path.write_text("\n")
     with pytest.raises(ValueError, match="is empty"):
         node_agent_token(path)
+
+
+def test_the_agent_runs_from_the_digest_the_hub_pinned_not_from_a_tag():
+    digest = "sha256:" + "a" * 64
+    pins = {"fgpu/jupyter-base:py3.11": digest}
+    registry = "10.213.0.1:5000"
+    assert (
+        pinned_image(f"{registry}/fgpu/jupyter-base:py3.11", registry, pins)
+        == f"{registry}/fgpu/jupyter-base@{digest}"
+    )
+    assert pinned_image("fgpu/jupyter-base:py3.11", registry, pins) == f"fgpu/jupyter-base@{digest}"
+    # Nothing pinned yet (a registry not asked yet, or another image): the reference as given.
+    assert pinned_image(f"{registry}/other:1", registry, pins) == f"{registry}/other:1"
+    assert pinned_image("fgpu/jupyter-base:py3.11", "", {}) == "fgpu/jupyter-base:py3.11"

@@ -1,8 +1,8 @@
 """The node agent on a real Swarm (scripts/swarm-lab, 3 workers) reporting to a real hub.
 
 The hub runs on this machine with the shipped config; its queue service is pointed at the lab's
-manager and given `node_agent_url`, so it deploys the agent itself (config, secret, global service)
-at start, exactly as in Swarm mode. The hub's proxy listens on every address, so the agents reach it
+manager and given `node_agent_url`, so it deploys the agents itself (config, secrets, one service
+per node, each with its node's own key) at start, exactly as in Swarm mode. The hub's proxy listens on every address, so the agents reach it
 at the lab's gateway (the root namespace, FGPU_HUB_CONNECT_IP). A session-labelled service pinned to
 one node then shows up, with its usage, in that node's report, read back through `GET api/nodes`.
 
@@ -11,15 +11,23 @@ The lab is the run's shared one (tests/swarm_lab.py).
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import secrets
+import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import docker
 import pytest
+import requests
 
 from fgpu_admin import doctor
-from queue_service.node_agent_deploy import deploy_node_agent
+from node_agent import agent
+from queue_service.node_agent_deploy import AgentSettings, deploy_node_agents
+from queue_service.node_credentials import CREDENTIALS_FILE, NodeCredentials
 
 from .harness import QueueUser, running_hub
 from .swarm_lab import IMAGE, LAB_NAME, LAB_NET, engine_client, wait_for
@@ -98,8 +106,19 @@ def test_every_worker_reports_and_a_sessions_usage_comes_from_its_node(lab, lab_
     # `fgpu-hub doctor`, with an admin's token, reads the same reports.
     daemons = doctor.check_node_daemons(lab_hub.url, lab_hub.user_token("admin"), 30)
     assert daemons.status == doctor.OK, daemons
-    (agent_service,) = manager.services.list(filters={"name": "fgpu-node-agent"})
-    assert agent_service.attrs["Spec"]["Mode"] == {"Global": {}}
+    # One agent per node, pinned to its node id, holding that node's key and no other's.
+    keys = {c.node_id: c for c in NodeCredentials(lab_hub.workdir / CREDENTIALS_FILE).all()}
+    assert sorted(c.hostname for c in keys.values()) == sorted(nodes)
+    held = {}
+    for service in agent_services(manager):
+        spec = service.attrs["Spec"]
+        assert spec["Mode"] == {"Replicated": {"Replicas": 1}}
+        (constraint,) = spec["TaskTemplate"]["Placement"]["Constraints"]
+        node_id = constraint.removeprefix("node.id==")
+        held[node_id] = [s["SecretName"] for s in spec["TaskTemplate"]["ContainerSpec"]["Secrets"]]
+    assert set(held) == set(keys)
+    key_secrets = [names[1] for names in held.values()]
+    assert len(set(key_secrets)) == len(nodes) and len({names[0] for names in held.values()}) == 1
 
     # A session's container on node 2, labelled as this hub's spawner labels them.
     session_id = secrets.token_hex(16)
@@ -229,41 +248,89 @@ def pinned_service(manager, image: str, node: str, command: list[str], labels: d
     )
 
 
-def test_deploying_again_changes_nothing_and_a_new_token_moves_the_agents_to_a_new_secret(
-    lab, lab_hub
-):
+def as_given(image: str) -> str:
+    """The image the hub gave the agent's service: its pinned `name@digest` as it is, or the
+    `name:tag` to which Swarm added the digest it resolved."""
+    name = image.split("@")[0]
+    return name if ":" in name.rsplit("/", 1)[-1] else image
+
+
+def agent_services(manager) -> list:
+    return [
+        s
+        for s in manager.services.list(filters={"label": "fgpu.role=node-agent"})
+        if s.name.startswith("fgpu-node-agent-")
+    ]
+
+
+def test_deploying_again_changes_nothing_and_a_rotated_key_moves_one_node_to_it(lab, lab_hub):
     manager = engine_client(lab)
-    (service,) = manager.services.list(filters={"name": "fgpu-node-agent"})
-    spec = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]
-    env = dict(item.split("=", 1) for item in spec["Env"])
-    same = {
-        "report_url": env["FGPU_AGENT_URL"],
-        "image": spec["Image"].split("@")[0],  # Swarm pins the digest it resolved
-        "interval": float(env["FGPU_AGENT_INTERVAL"]),
-        "deployment_id": env["FGPU_DEPLOYMENT"],
-        "docker_socket": LAB_SOCKET,
-    }
-    token = (lab_hub.workdir / "fgpu_node_agent_token").read_text().strip()
-    assert deploy_node_agent(manager, token=token, **same).version == service.version
-
-    def token_secrets():
-        return {
-            s.name for s in manager.secrets.list() if s.name.startswith("fgpu-node-agent-token-")
-        }
-
-    (old,) = token_secrets()
-    rolled = deploy_node_agent(manager, token=secrets.token_hex(32), **same)
-    assert rolled.version > service.version
-    (new,) = token_secrets()  # the old secret is gone with the spec that held it
-    assert new != old
-    assert rolled.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Secrets"][0]["SecretName"] == new
-    # Back to the hub's token: every agent reports again.
-    deploy_node_agent(manager, token=token, **same)
-    assert token_secrets() == {old}
-    since = time.monotonic()
     nodes = lab["FGPU_SWARM_NODES"].split(",")
     wait_for(
-        lambda: all(reports(lab_hub)[n]["age_seconds"] < time.monotonic() - since for n in nodes),
+        lambda: len(agent_services(manager)) == len(nodes),
+        timeout=120,
+        what="an agent service on every node",
+    )
+    before = {s.name: s.version for s in agent_services(manager)}
+    (service, *_) = agent_services(manager)
+    spec = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]
+    env = dict(item.split("=", 1) for item in spec["Env"])
+    settings = AgentSettings(
+        token=(lab_hub.workdir / "fgpu_node_agent_token").read_text().strip(),
+        report_url=env["FGPU_AGENT_URL"],
+        image=as_given(spec["Image"]),
+        interval=float(env["FGPU_AGENT_INTERVAL"]),
+        deployment_id=env["FGPU_DEPLOYMENT"],
+        docker_socket=LAB_SOCKET,
+    )
+    keys = NodeCredentials(lab_hub.workdir / CREDENTIALS_FILE)
+    again = deploy_node_agents(manager, keys, settings)
+    assert {s.name: s.version for s in again} == before
+
+    # `fgpu-hub node-agent rotate NODE`, with an admin's token: only that node's agent moves.
+    old = keys.by_hostname(nodes[0])
+    since = time.monotonic()
+    rotated = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fgpu_admin",
+            "node-agent",
+            "rotate",
+            nodes[0],
+            "--hub-url",
+            lab_hub.url,
+        ],
+        env={**os.environ, "FGPU_ADMIN_TOKEN": lab_hub.user_token("admin")},
+        capture_output=True,
+        text=True,
         timeout=180,
-        what="every agent reporting again with the hub's token",
+    )
+    assert rotated.returncode == 0, rotated.stderr
+    assert f"node {nodes[0]} ({old.node_id}): new agent key made" in rotated.stdout
+    new = keys.by_hostname(nodes[0])
+    assert new.key != old.key
+    after = {s.name: s.version for s in agent_services(manager)}
+    moved = [name for name in after if after[name] != before[name]]
+    assert moved == [f"fgpu-node-agent-{old.node_id[:12]}"]
+    # The old key is refused from now on, for its own node too.
+    url = f"{lab_hub.url}/services/queue/api/nodes/{nodes[0]}/report"
+    data = json.dumps(agent.build_report(nodes[0], agent.now_iso(), {}, None)).encode()
+    headers = agent.signed_headers(old.key, old.node_id, "POST", urlsplit(url).path, data)
+    token = (lab_hub.workdir / "fgpu_node_agent_token").read_text().strip()
+    headers.update({"Authorization": f"token {token}", "Content-Type": "application/json"})
+    refused = requests.post(url, data=data, headers=headers, timeout=30)
+    assert refused.status_code == 403 and "signature does not match" in refused.text
+    # ... while the node's agent, restarted with the new key, reports again.
+    wait_for(
+        lambda: (
+            reports(lab_hub).get(nodes[0], {"age_seconds": math.inf})["age_seconds"]
+            < time.monotonic() - since
+        ),
+        timeout=180,
+        what=f"{nodes[0]}'s agent reporting with its new key",
+    )
+    print(
+        f"\nkey rotation until the node reported again: {round(time.monotonic() - since, 1)} s",
+        file=sys.stderr,
     )

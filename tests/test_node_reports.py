@@ -134,14 +134,51 @@ def test_a_session_that_moved_or_ended_is_read_from_its_last_node():
     assert store.session_ids("node-1") == set() and store.gpus("node-2")[0].uuid == "GPU-1"
 
 
+IMAGE = "10.213.0.1:5000/fgpu-private/ann:t1"
+DIGEST, IMAGE_ID = "sha256:" + "d" * 64, "sha256:" + "e" * 64
+JOB = {"id": "j1", "kind": "commit", "image": IMAGE, "push": True}
+DONE = {"id": "j1", "ok": True, "image": IMAGE, "image_id": IMAGE_ID, "digest": DIGEST}
+
+
 def test_jobs_go_out_with_the_next_answer_and_results_come_back():
     store = NodeReports(clock=Clock())
-    store.queue_job("node-1", {"id": "j1", "kind": "commit"})
+    store.queue_job("node-1", JOB)
     assert store.take_jobs("node-2") == []
-    assert store.take_jobs("node-1") == [{"id": "j1", "kind": "commit"}]
+    assert store.take_jobs("node-1") == [JOB]
     assert store.take_jobs("node-1") == []
-    store.put(parse_report("node-1", body(jobs=[{"id": "j1", "ok": True}])))
-    assert store.job_result("j1") == {"id": "j1", "ok": True}
+    store.put(parse_report("node-1", body(jobs=[DONE])))
+    assert store.job_result("j1") == {**DONE, "node": "node-1", "kind": "commit"}
+
+
+def test_only_the_node_a_job_was_handed_to_may_answer_it():
+    store = NodeReports(clock=Clock())
+    store.queue_job("node-1", JOB)
+    store.put(parse_report("node-1", body(jobs=[DONE])))  # before it was handed out
+    assert store.job_result("j1") is None
+    store.take_jobs("node-1")
+    store.put(parse_report("node-2", body("node-2", jobs=[DONE])))  # another node's answer
+    assert store.job_result("j1") is None
+    store.put(parse_report("node-1", body(jobs=[{**DONE, "ok": False, "error": "disk full"}])))
+    assert store.job_result("j1")["error"] == "disk full"
+    store.put(parse_report("node-1", body(jobs=[DONE])))  # answered once, not twice
+    assert store.job_result("j1")["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("change", "fault"),
+    [
+        ({"image": "10.213.0.1:5000/fgpu/jupyter-base:py3.11"}, "is not the job's"),
+        ({"image_id": "abc"}, "image_id is not a sha256 digest"),
+        ({"digest": None}, "digest is not a sha256 digest"),
+    ],
+)
+def test_a_result_that_does_not_match_its_job_counts_as_a_failure(change, fault):
+    store = NodeReports(clock=Clock())
+    store.queue_job("node-1", JOB)
+    store.take_jobs("node-1")
+    store.put(parse_report("node-1", body(jobs=[{**DONE, **change}])))
+    result = store.job_result("j1")
+    assert result["ok"] is False and fault in result["error"]
 
 
 def test_the_store_holds_a_bounded_number_of_nodes():
@@ -157,11 +194,11 @@ def test_the_store_holds_a_bounded_number_of_nodes():
 async def test_a_job_is_handed_to_its_node_and_its_result_awaited():
     store = NodeReports(clock=Clock())
     store.put(parse_report("node-1", body()))
-    waiting = asyncio.ensure_future(store.run_job("node-1", {"id": "j1", "kind": "commit"}, 5))
+    waiting = asyncio.ensure_future(store.run_job("node-1", JOB, 5))
     await asyncio.sleep(0)
-    assert store.take_jobs("node-1") == [{"id": "j1", "kind": "commit"}]  # the next answer's
-    store.put(parse_report("node-1", body(jobs=[{"id": "j1", "ok": True, "image": "r/i:t"}])))
-    assert await waiting == {"id": "j1", "ok": True, "image": "r/i:t"}
+    assert store.take_jobs("node-1") == [JOB]  # the next answer's
+    store.put(parse_report("node-1", body(jobs=[DONE])))
+    assert (await waiting)["digest"] == DIGEST
 
 
 async def test_a_job_for_a_silent_node_is_refused_and_an_unanswered_one_withdrawn():

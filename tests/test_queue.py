@@ -105,6 +105,28 @@ async def test_walk_through_two_granted_one_pending(manager):
     assert [s["id"] for s in manager.sessions()] == [first["id"], second["id"], third["id"]]
 
 
+async def test_a_request_waiting_for_room_hears_of_a_node_withheld_for_its_isolation(manager):
+    await manager.replace_nodes([NODE], withheld={"gpu-7": ["icc"]})
+    *_, third = await submit_three(manager)
+    assert third["status"] == Status.PENDING
+    assert "fGPU" in third["reason"], third["reason"]
+    assert third["reason"].endswith(
+        "; node gpu-7 takes no sessions until an admin fixes its engine's isolation settings"
+    )
+    # Fixed: the next inventory has no withheld node, and the reason no longer names it.
+    await manager.replace_nodes([NODE])
+    await manager.schedule()
+    assert "gpu-7" not in (await manager.get(third["id"]))["reason"]
+
+
+def test_withheld_nodes_are_named_a_few_at_a_time():
+    from queue_service.queue import withheld_note
+
+    assert withheld_note({}) == ""
+    many = withheld_note({f"n{i}": ["icc"] for i in range(5)})
+    assert many.startswith("nodes n0, n1, n2 and 2 more take no sessions")
+
+
 async def test_release_grants_the_pending_inside_the_release_call(manager):
     first, _, third = await submit_three(manager)
 

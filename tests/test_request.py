@@ -41,7 +41,7 @@ def test_form_strings_and_rest_numbers_mean_the_same():
 
 @pytest.mark.parametrize("image", [None, "", "  "])
 def test_a_launch_names_its_image_even_where_a_default_is_configured(image):
-    """One rule for the form, the hub's REST API and POST api/sessions (README, "Launch
+    """One rule for the form, the hub's REST API and POST api/sessions (docs/source/explanation/sessions-and-queue.md, "Launch
     options"); the configured default is only the form's preselection."""
     limits = RequestLimits(LIMITS.cpu, LIMITS.mem, LIMITS.fgpu, default_image="sk")
     options = {} if image is None else {"image": image}

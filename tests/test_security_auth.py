@@ -2,7 +2,7 @@
 
 - The demo login is for 127.0.0.1: on any other address the hub refuses to start and says why,
   unless the admin says so explicitly; on 127.0.0.1 any name gets in and `admin` is an admin.
-- The README's site recipe carries none of the demo's settings over.
+- The guide's site recipe (docs/source/howto/configure.md) carries none of the demo's settings over.
 - A user deleted and created again under the same name is a new account: the old account's home
   volume and private images are kept, and out of its reach.
 """
@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from .harness import TEST_LABEL, QueueUser, containers_with, running_hub
-from .test_jupyterhub_config import readme_site_recipe
+from .test_jupyterhub_config import guide_site_recipe
 from .test_storage import run_in, start_session
 
 SITE_PASSWORD = "site-secret"
@@ -90,8 +90,8 @@ def test_the_admin_can_run_the_demo_login_on_the_network_explicitly(tmp_path):
 
 
 @pytest.mark.hub
-def test_the_readme_site_recipe_inherits_no_demo_login_settings(tmp_path):
-    recipe = readme_site_recipe().replace('load_subconfig("jupyterhub_config.py")', "")
+def test_the_guide_site_recipe_inherits_no_demo_login_settings(tmp_path):
+    recipe = guide_site_recipe().replace('load_subconfig("jupyterhub_config.py")', "")
     with running_hub(tmp_path / "site", extra_config=recipe + SITE_LOGIN) as hub:
         # The recipe's allow list decides: the demo's allow_all would have let anyone in.
         assert form_login(hub, "mallory", SITE_PASSWORD) == 403

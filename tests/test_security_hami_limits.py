@@ -5,7 +5,7 @@ with HAMi-core's variables, by making their first CUDA process create the sessio
 with limits of their own (HAMi-core keeps whatever the region's creator had in its environment),
 or by starting a process with an empty environment (`env -i`), which HAMi-core would give a fresh
 region without limits. What stays open (a process naming a fresh cache file, writing the region
-file, or bypassing the dynamic loader) is in docs/admin-guide.md, "How strict is a GPU slice".
+file, or bypassing the dynamic loader) is in docs/source/howto/gpu-slice.md, "How strict is a GPU slice".
 
 The spec is checked as a unit; the region-first prefix is run in a real container with a
 stand-in for HAMi-core's tool (no GPU here), so the shell quoting is what the engine runs.

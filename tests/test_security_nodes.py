@@ -1,16 +1,25 @@
 """`POST api/nodes/{hostname}/report` (handlers/nodes.py) against the real hub and service: only the
 node agents' hub identity may report; students, admins' narrow tokens, the spawner and cross-site
-cookies are refused, and a bad report is a 400 that stores nothing."""
+cookies are refused, and a bad report is a 400 that stores nothing. Beyond the hub identity, a
+report must be signed with the key of the node it names (node_identity.py): another node's key,
+no signature, a replay or a stale report is a 403 that stores nothing, and the answer comes back
+signed. `POST api/nodes/{hostname}/key` (a new key for a node) is for full admins alone.
+
+The keys are the hub's own (its state directory's `fgpu_node_credentials.json`), made here for
+made-up node ids as the deployment makes them for real ones."""
 
 from __future__ import annotations
 
 import json
 import secrets
+import time
+from urllib.parse import urlsplit
 
 import pytest
 import requests
 
 from node_agent import agent
+from queue_service.node_credentials import CREDENTIALS_FILE, NodeCredentials
 
 from .harness import QueueUser
 from .test_security_handlers import EVIL, Browser, narrow_admin_token
@@ -46,6 +55,30 @@ def post(token: str | None, url: str, **kwargs) -> requests.Response:
     )
 
 
+def a_node(hub) -> tuple[str, str, str]:
+    """(hostname, node id, key) of a node the hub holds a key for."""
+    node, node_id = f"node-{secrets.token_hex(3)}", secrets.token_hex(12) + "n"
+    key = NodeCredentials(hub.workdir / CREDENTIALS_FILE).ensure(node_id, node).key
+    return node, node_id, key
+
+
+AGENTS = "the node agents' token"
+
+
+def signed_post(hub, node, data: bytes, key, node_id, token=AGENTS, **signing):
+    """POST `data` as the agent of `node_id` does: the agents' hub token (or `token`; None: no
+    token at all) and the node's key."""
+    url = report_url(hub, node)
+    headers = agent.signed_headers(key, node_id, "POST", urlsplit(url).path, data, **signing)
+    headers["Content-Type"] = "application/json"
+    return post(agent_token(hub) if token == AGENTS else token, url, data=data, headers=headers)
+
+
+def answer_is_signed(response: requests.Response, key: str, sent_nonce: str) -> bool:
+    signature = response.headers.get(agent.SIGNATURE_HEADER)
+    return agent.answer_is_genuine(key, sent_nonce, response.content, signature)
+
+
 def reported_nodes(hub) -> dict:
     response = QueueUser(hub, "admin").call("GET", "nodes")
     assert response.status_code == 200, response.text
@@ -53,11 +86,12 @@ def reported_nodes(hub) -> dict:
 
 
 def test_the_node_agent_reports_and_admins_read_it(hub):
-    node = f"node-{secrets.token_hex(3)}"
+    node, node_id, key = a_node(hub)
     report = a_report(node)
-    response = post(agent_token(hub), report_url(hub, node), json=report)
+    response = signed_post(hub, node, json.dumps(report).encode(), key, node_id, nonce="n-1")
     assert response.status_code == 200, response.text
     assert response.json() == {"node": node, "jobs": []}
+    assert answer_is_signed(response, key, "n-1")
     stored = reported_nodes(hub)[node]
     assert stored["sessions"] == report["sessions"] and stored["stale"] is False
     assert stored["report_bytes"] == len(json.dumps(report))
@@ -77,7 +111,9 @@ def test_only_the_node_agents_identity_may_report(hub, username, who):
         token = hub.spawner_token
     else:
         token = None
-    response = post(token, report_url(hub, node), json=a_report(node))
+    _, node_id, key = a_node(hub)
+    data = json.dumps(a_report(node)).encode()
+    response = signed_post(hub, node, data, key, node_id, token=token)
     assert response.status_code == (401 if token is None else 403), response.text
     if token:
         assert "node agents" in response.json()["message"]
@@ -110,14 +146,9 @@ def test_students_cannot_read_the_nodes_reports(hub, username):
     ],
 )
 def test_a_bad_report_is_a_400_with_its_fault_and_stores_nothing(hub, data, message):
-    node = f"node-{secrets.token_hex(3)}"
+    node, node_id, key = a_node(hub)
     data = data.replace('"NODE"', json.dumps(node))
-    response = post(
-        agent_token(hub),
-        report_url(hub, node),
-        data=data,
-        headers={"Content-Type": "application/json"},
-    )
+    response = signed_post(hub, node, data.encode(), key, node_id)
     assert response.status_code == 400, response.text
     assert message in response.json()["message"]
     assert node not in reported_nodes(hub)
@@ -139,3 +170,62 @@ def test_only_admins_may_save_a_session_on_its_node(hub, username):
     # This hub runs on one host: no registry to push to, so nothing is sent to any agent.
     refused = admin.call("POST", f"nodes/{node}/commits", json=body)
     assert refused.status_code == 409 and "No registry" in refused.json()["message"]
+
+
+def test_a_report_without_its_nodes_signature_is_refused_and_stores_nothing(hub):
+    node, node_id, key = a_node(hub)
+    other, other_id, other_key = a_node(hub)
+    data = json.dumps(a_report(node)).encode()
+    unsigned = post(
+        agent_token(hub),
+        report_url(hub, node),
+        data=data,
+        headers={"Content-Type": "application/json"},
+    )
+    assert unsigned.status_code == 403 and "not signed" in unsigned.json()["message"]
+    # The agent token with another node's key: a node reports only for itself.
+    borrowed = signed_post(hub, node, data, other_key, other_id)
+    assert borrowed.status_code == 403
+    assert f"key of node {other} cannot report for node {node}" in borrowed.json()["message"]
+    # Another node's id with a key that is not its own.
+    claimed = signed_post(hub, node, data, other_key, node_id)
+    assert claimed.status_code == 403 and "signature does not match" in claimed.json()["message"]
+    stale = signed_post(hub, node, data, key, node_id, now=time.time() - 600)
+    assert stale.status_code == 403 and "stale or replayed" in stale.json()["message"]
+    assert node not in reported_nodes(hub)
+
+
+def test_a_replayed_report_is_refused(hub):
+    node, node_id, key = a_node(hub)
+    data = json.dumps(a_report(node)).encode()
+    url = report_url(hub, node)
+    headers = agent.signed_headers(key, node_id, "POST", urlsplit(url).path, data)
+    headers["Content-Type"] = "application/json"
+    first = post(agent_token(hub), url, data=data, headers=headers)
+    assert first.status_code == 200, first.text
+    again = post(agent_token(hub), url, data=data, headers=headers)
+    assert again.status_code == 403 and "a replay" in again.json()["message"]
+
+
+def test_a_report_sampled_long_before_it_was_signed_is_refused(hub):
+    node, node_id, key = a_node(hub)
+    report = {**a_report(node), "sampled_at": "2020-01-01T00:00:00+00:00"}
+    response = signed_post(hub, node, json.dumps(report).encode(), key, node_id)
+    assert response.status_code == 403 and "a stale report" in response.json()["message"]
+    assert node not in reported_nodes(hub)
+
+
+def test_only_full_admins_may_rotate_a_nodes_key(hub, username):
+    node, _, _ = a_node(hub)
+    path = f"nodes/{node}/key"
+    student = QueueUser(hub, username).call("POST", path, json={})
+    assert student.status_code == 403, student.text
+    narrow = narrow_admin_token(hub, ["access:services!service=queue"])
+    url = f"{hub.url}/services/queue/api/{path}"
+    assert narrow.post(url, json={}, timeout=60).status_code == 403
+    assert post(agent_token(hub), url, json={}).status_code == 403
+    browser = Browser(hub, "admin")
+    assert browser.call("POST", path, headers=EVIL, json={}).status_code == 403
+    # This hub runs on one host: no agents to move, and it says so.
+    refused = QueueUser(hub, "admin").call("POST", path, json={})
+    assert refused.status_code == 409 and "single-host" in refused.json()["message"]

@@ -1,9 +1,9 @@
 """Issue 23 §1: the registry the nodes pull from, on the run's Swarm lab (tests/swarm_lab.py).
 
-The lab's registry is kept as a site keeps its own (scripts/swarm-lab; docs/admin-guide.md, "The
-registry"): every pull and push wants the one user's password, the nodes' listener speaks TLS with
-a certificate of the lab's CA, and each node's DOCKER-USER chain rejects its containers' traffic to
-it. Here, from the hub's side (the root namespace) and from inside containers on a node. What a real
+The lab's registry is kept as a site keeps its own (scripts/swarm-lab;
+docs/source/howto/adding-nodes.md, "The registry"): every pull and push wants the one user's
+password, the nodes' listener speaks TLS with a certificate of the lab's CA, and each node's
+DOCKER-USER chain rejects its containers' traffic to it. Here, from the hub's side (the root namespace) and from inside containers on a node. What a real
 session sees, and that a tag moved behind the hub's back does not change what the next session
 runs, is checked on the Swarm hub (tests/test_swarm_hub.py), whose sessions are already there.
 """

@@ -55,15 +55,14 @@ def swarm_hub(lab: Lab, tmp_path_factory):
     env = {**lab.env, "FGPU_USER_QUOTA": '{"fgpu": 1}'}
     with running_hub(tmp_path_factory.mktemp("swarm-hub"), EXTRA_CONFIG, env=env) as hub:
         hub.lab = lab
-        try:
-            yield hub
-        finally:
-            # The sessions the hub left, and the node agents its service deployed.
-            manager = lab.manager()
-            for service in manager.services.list(filters={"label": f"{TEST_LABEL}={hub.run_id}"}):
-                service.remove()
-            for service in manager.services.list(filters={"name": "fgpu-node-agent"}):
-                service.remove()
+        yield hub
+    # The sessions the hub left, and the node agents its service deployed: once it is gone, so
+    # that its next deploy round cannot bring them back.
+    manager = lab.manager()
+    for service in manager.services.list(filters={"label": f"{TEST_LABEL}={hub.run_id}"}):
+        service.remove()
+    for service in manager.services.list(filters={"name": "fgpu-node-agent"}):
+        service.remove()
 
 
 @pytest.fixture(scope="module")
@@ -355,6 +354,13 @@ def test_the_node_agent_reports_usage_and_a_session_saved_on_its_node_starts_on_
         what="jo's usage, reported by the agent of its node",
     )
     assert usage["mem_bytes"] > 0 and usage["mem_limit_bytes"] == 512 * 2**20
+    # The agents (root, with their node's engine) run from the digest the hub pinned for their
+    # image, so a tag moved in the registry behind the hub's back does not change them.
+    agents = lab.manager().services.list(filters={"label": "fgpu.role=node-agent"})
+    assert agents
+    for agent_service in agents:
+        image = agent_service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"]
+        assert "/fgpu/jupyter-base@sha256:" in image, image
 
     saved = admin.call("POST", f"sessions/{record['id']}/image", json={"tag": "v1"})
     assert saved.status_code == 201, saved.text

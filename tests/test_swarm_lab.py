@@ -1,4 +1,4 @@
-"""`scripts/swarm-lab` (DESIGN.md, "Local Swarm lab") against a real lab of 3 worker nodes.
+"""`scripts/swarm-lab` (docs/source/explanation/contracts.md, contract 6) against a real lab of 3 worker nodes.
 
 The lab is the run's shared one (tests/swarm_lab.py). The tests run in file order: the last one
 takes the lab down and checks that nothing of it is left.

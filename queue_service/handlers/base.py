@@ -222,9 +222,13 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     # -- input and output -----------------------------------------------------------------------
 
+    def raw_body(self) -> bytes:
+        """The body as it came (a signature covers these very bytes)."""
+        return b"".join(self._chunks)
+
     def body(self) -> dict:
         try:
-            data = json.loads(b"".join(self._chunks) or b"{}")
+            data = json.loads(self.raw_body() or b"{}")
         except ValueError:
             raise web.HTTPError(400, "The request body is not valid JSON.") from None
         if not isinstance(data, dict):

@@ -1,4 +1,4 @@
-"""`api/images`: the catalog's REST API (DESIGN.md, contract 4), and the Images page's rights.
+"""`api/images`: the catalog's REST API (docs/source/explanation/contracts.md, contract 4), and the Images page's rights.
 
 - `GET api/images`: the images the caller may start. Managers add `?all=1` for everything they
   manage; admins and the spawner add `?user=NAME` for what NAME may start (an instructor naming

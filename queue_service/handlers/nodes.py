@@ -1,9 +1,14 @@
 """`api/nodes`: the node agents' reports (issue 12, "Every node counts").
 
 - `POST api/nodes/{hostname}/report`: a node agent's report (`node_reports.parse_report`); the
-  answer carries the jobs waiting for that node (`{"jobs": [...]}`). Only the hub service whose
-  token the agents hold (`agent_service`) may report: a student's token, an admin's, the spawner's
-  or a cookie gets 403; a body that is not a report gets 400 with its fault, and nothing is stored.
+  answer carries the jobs waiting for that node (`{"jobs": [...]}`), signed with the node's key.
+  Only the hub service whose token the agents hold (`agent_service`) may report: a student's
+  token, an admin's, the spawner's or a cookie gets 403. The report must also be signed with the
+  key of the node the URL names, now, and never before (node_identity.py): another node's key, a
+  replay or a stale report gets 403. A body that is not a report gets 400 with its fault; nothing
+  of a refused report is stored.
+- `POST api/nodes/{hostname}/key`: admins; a new key for that node's agent (its old one is refused
+  at once), and the agent's service moved to it (`fgpu-hub node-agent rotate NODE` calls it).
 - `GET api/nodes`: admins; every node that reported, with its age, GPUs and sessions' usage.
 - `POST api/nodes/{hostname}/commits` with `{session_id, user, tag}`: admins; the node's agent
   commits the session's container to `<registry>/fgpu-private/<user>:<tag>` and pushes it
@@ -14,7 +19,11 @@
 
 from __future__ import annotations
 
+import json
+
 from tornado import web
+
+from node_agent.agent import NONCE_HEADER, SIGNATURE_HEADER, answer_signature
 
 from ..node_commits import commit_on_node
 from ..node_reports import parse_report
@@ -35,13 +44,34 @@ class NodeReportHandler(BaseHandler):
 
     @web.authenticated
     async def post(self, node):
-        store = self.settings["node_reports"]
+        store, identity = self.settings["node_reports"], self.settings["node_identity"]
+        request = self.request
+        credential, signed_at = identity.verify(
+            node, request.method, request.path, request.headers, self.raw_body()
+        )
         try:
             report = parse_report(node, self.body(), size=self._received)
         except ValueError as e:
             raise web.HTTPError(400, f"Not a node report: {e}") from None
+        identity.check_sampled_at(report.sampled_at, signed_at)
         store.put(report)
-        self.write_json({"node": node, "jobs": store.take_jobs(node)})
+        answer = json.dumps({"node": node, "jobs": store.take_jobs(node)}).encode()
+        nonce = request.headers[NONCE_HEADER]
+        self.set_header(SIGNATURE_HEADER, answer_signature(credential.key, nonce, answer))
+        self.set_header("Content-Type", "application/json")
+        self.finish(answer)
+
+
+class NodeKeyHandler(BaseHandler):
+    """POST a new key for a node's agent (admins)."""
+
+    @web.authenticated
+    async def post(self, node):
+        self.require_admin("Rotating a node agent's key")
+        rotated = await self.settings["rotate_node_key"](node)
+        self.write_json(
+            {"node": rotated.hostname, "node_id": rotated.node_id, "made": rotated.made}
+        )
 
 
 class NodesHandler(BaseHandler):
@@ -85,4 +115,5 @@ def routes(prefix: str) -> list:
         (prefix + r"api/nodes", NodesHandler),
         (prefix + r"api/nodes/([^/]+)/commits", NodeCommitsHandler),
         (prefix + r"api/nodes/([^/]+)/report", NodeReportHandler),
+        (prefix + r"api/nodes/([^/]+)/key", NodeKeyHandler),
     ]

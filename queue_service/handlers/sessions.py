@@ -1,4 +1,4 @@
-"""`api/sessions` (DESIGN.md, contract 4): people's sessions.
+"""`api/sessions` (docs/source/explanation/contracts.md, contract 4): people's sessions.
 
 - `GET api/sessions`: your own; everyone's for admins (`?all=0`: an admin's own only);
 - `GET api/sessions?finished=1`: the ended ones, newest first, from the DB (`history.py`), with

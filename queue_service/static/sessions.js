@@ -236,7 +236,7 @@
 
   // ---- presets (api/presets): a radio each beside "Custom"; one the user may not have is shown
   // disabled with the service's reason. Picking one sets the sliders to its slots, and the launch
-  // names the preset instead of sending cpu, mem and fgpu (README, "Launch options").
+  // names the preset instead of sending cpu, mem and fgpu (docs/source/explanation/sessions-and-queue.md, "Launch options").
   var presets = [];
 
   function chosenPreset() {
