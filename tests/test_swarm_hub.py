@@ -575,6 +575,7 @@ def test_an_overlay_session_is_reached_at_its_reported_address_from_another_node
         allow_reachable_sessions=True,
         network_name=f"fgpu-ovl-{tag}",
         registry=lab.env["FGPU_SWARM_REGISTRY"],
+        registry_auth_file=lab.env["FGPU_SWARM_REGISTRY_AUTH_FILE"],
         object_name=f"fgpu-overlay-{tag}",
         task_start_timeout=180,
     )
