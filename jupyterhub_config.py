@@ -34,6 +34,12 @@ Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these 
   FGPU_ENGINE          `swarm`: sessions are Swarm services on the nodes of the Swarm whose manager
                        DOCKER_HOST names (with DOCKER_TLS_VERIFY, DOCKER_CERT_PATH); default `docker`
   FGPU_SWARM_REGISTRY  registry the nodes pull session images from (host:port)
+  FGPU_SWARM_REGISTRY_AUTH_FILE  its credentials (JSON: username, password, serveraddress; not
+                       readable by every user), given to the nodes with each session's service
+                       and to the queue service, which lists the registry's images with them
+  FGPU_SWARM_REGISTRY_CA  the CA that signed the registry's TLS certificate, when not a public one
+                       (the queue service checks the registry with it; the nodes trust it through
+                       /etc/docker/certs.d)
   FGPU_HUB_CONNECT_IP  this host's address as the nodes reach it: the hub's API listens there
   FGPU_SWARM_HOME_ROOT shared storage mounted at this path on every node and here: home folders
   FGPU_SWARM_HUB_CONTAINER  the container on the manager in whose network the hub and its proxy
@@ -92,6 +98,7 @@ if engine == "swarm":
     # network (the lab's gateway); the spawner builds Swarm services instead of containers.
     c.JupyterHub.hub_ip = os.environ.get("FGPU_HUB_CONNECT_IP", "0.0.0.0")
     c.FGPUSwarmSpawner.registry = os.environ.get("FGPU_SWARM_REGISTRY", "")
+    c.FGPUSwarmSpawner.registry_auth_file = os.environ.get("FGPU_SWARM_REGISTRY_AUTH_FILE", "")
     c.FGPUSwarmSpawner.home_root = os.environ.get("FGPU_SWARM_HOME_ROOT", "")
 else:
     # Sessions run on their own bridge, where they cannot reach one another; the hub's API
@@ -288,6 +295,14 @@ if node_agent_url:
         queue_service["command"].append(f"--QueueService.node_agent_image={agent_image}")
         registry = f"--QueueService.node_agent_registry={os.environ['FGPU_SWARM_REGISTRY']}"
         queue_service["command"].append(registry)
+        # Its credentials and CA: the service lists the registry's images with them, and hands
+        # the credentials to the nodes with the agent's service.
+        for option, variable in [
+            ("registry_auth_file", "FGPU_SWARM_REGISTRY_AUTH_FILE"),
+            ("registry_ca", "FGPU_SWARM_REGISTRY_CA"),
+        ]:
+            if os.environ.get(variable):
+                queue_service["command"].append(f"--QueueService.{option}={os.environ[variable]}")
     if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
         socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
         queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")

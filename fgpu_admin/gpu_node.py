@@ -354,6 +354,41 @@ def _reported_totals(output: str) -> list[int]:
     return totals
 
 
+def parse_registry(text: str) -> tuple[str, int]:
+    """(host, port) of `--registry HOST:PORT`; the port is required (the rule names it)."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "/" in host:
+        raise InputError(
+            f"--registry takes HOST:PORT, e.g. registry.example.org:5000 (got {text!r})"
+        )
+    return host, int(port)
+
+
+def registry_rule(address: str, port: int) -> list[str]:
+    """The DOCKER-USER rule that turns away the node's containers' traffic to the registry at
+    `address:port` (iptables arguments after the chain): rejected, so that a session fails at
+    once. The engine's own pulls leave from the host's stack (OUTPUT) and never meet it."""
+    return f"-d {address}/32 -p tcp --dport {port} -j REJECT --reject-with tcp-reset".split()
+
+
+def registry_dropin(addresses: list[str], port: int) -> str:
+    """A systemd drop-in for docker.service that puts the rule first in DOCKER-USER each time
+    dockerd has started (dockerd makes the chain and keeps what is in it, but iptables rules
+    do not survive a reboot)."""
+    lines = [
+        "# Written by scripts/gpu-node --registry: the node's containers (sessions) never reach the",
+        "# site's registry; the engine pulls from the host's own stack, which the rule never sees.",
+        "[Service]",
+    ]
+    for address in sorted(set(addresses)):
+        rule = " ".join(registry_rule(address, port))
+        lines.append(
+            f"ExecStartPost=/bin/sh -c 'iptables -C DOCKER-USER {rule} 2>/dev/null || "
+            f"iptables -I DOCKER-USER 1 {rule}'"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # --- command line ----------------------------------------------------------------------------
 
 
@@ -455,6 +490,17 @@ def cmd_parse_smi(args) -> int:
     return EXIT_OK
 
 
+def cmd_parse_registry(args) -> int:
+    host, port = parse_registry(args.registry)
+    print(host, port)
+    return 0
+
+
+def cmd_registry_dropin(args) -> int:
+    print(registry_dropin(args.address, args.port), end="")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python3 -m fgpu_admin.gpu_node", description=__doc__.split("\n\n")[0]
@@ -492,6 +538,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("parse-smi", help="nvidia-smi output (table or CSV) on stdin, as JSON")
     p.add_argument("--fields", help="the query's fields, for CSV without a header")
     p.set_defaults(run=cmd_parse_smi)
+    p = sub.add_parser("parse-registry", help="HOST:PORT of --registry, as 'HOST PORT'")
+    p.add_argument("registry")
+    p.set_defaults(run=cmd_parse_registry)
+    p = sub.add_parser("registry-dropin", help="docker.service's drop-in with the registry rule")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("address", nargs="+")
+    p.set_defaults(run=cmd_registry_dropin)
     return parser
 
 

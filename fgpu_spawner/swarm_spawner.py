@@ -45,6 +45,8 @@ from urllib.parse import urlparse
 import docker.errors
 from traitlets import Bool, CaselessStrEnum, Float, Unicode, default
 
+from fgpu_shared.registry_auth import RegistryAuthError, read_registry_auth
+
 from .network import SessionNetwork, pick_network
 from .service_spec import (
     SwarmContext,
@@ -83,6 +85,18 @@ class FGPUSwarmSpawner(FGPUSpawner):
         (the lab's). A catalog reference without a registry of its own (`fgpu/jupyter-base:py3.11`)
         is pulled from here; the site pushes its built images to it (`scripts/swarm-lab` does it
         for the lab). Empty: nodes pull references as the catalog writes them.
+        """,
+    )
+    registry_auth_file = Unicode(
+        "",
+        config=True,
+        help="""
+        File with the credentials of `registry` (JSON: `username`, `password`,
+        `serveraddress`; not readable by every user), for a registry that wants a login for
+        pulls, as a site's should. The spawner logs the manager's client in with them once, and
+        docker-py sends them with every service it creates, so Swarm hands them to the node that
+        pulls the image; the session itself never sees them. `scripts/swarm-lab up` exports the
+        lab's as FGPU_SWARM_REGISTRY_AUTH_FILE. Empty: the registry is asked without a login.
         """,
     )
     home_root = Unicode(
@@ -364,10 +378,32 @@ class FGPUSwarmSpawner(FGPUSpawner):
             )
         except (OSError, ValueError) as e:
             raise spawn_error(str(e), reason="config", status_code=500) from None
+        await self.log_in_to_registry()
         try:
             return await self.docker("create_service", **spec)
         except docker.errors.APIError as e:
             raise self._engine_refused("create", e) from None
+
+    async def log_in_to_registry(self) -> None:
+        """Log the client in with `registry_auth_file`'s credentials, so that the service
+        carries them to its node (once per client: docker-py keeps them and skips the engine's
+        check afterwards)."""
+        if not self.registry_auth_file:
+            return
+        try:
+            auth = await asyncio.to_thread(read_registry_auth, self.registry_auth_file)
+        except RegistryAuthError as e:
+            message = f"FGPUSwarmSpawner.registry_auth_file: {e}"
+            raise spawn_error(message, reason="config", status_code=500) from None
+        try:
+            await self.docker(
+                "login", auth["username"], auth["password"], registry=auth["serveraddress"]
+            )
+        except docker.errors.APIError as e:
+            message = (
+                f"the registry {auth['serveraddress']} refused the hub's login: {e.explanation}"
+            )
+            raise spawn_error(message, reason="config", status_code=500) from None
 
     def prepare_home_folder(self) -> None:
         """Make the user's shared home folder, owned by the session user and closed to everyone

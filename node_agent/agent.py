@@ -29,11 +29,15 @@ The functions above `Engine` are pure (engine JSON in, report out) and unit-test
 Environment: FGPU_AGENT_URL (the queue service's base URL, ending in /), FGPU_AGENT_TOKEN_FILE,
 FGPU_AGENT_KEY_FILE (this node's key), FGPU_NODE_ID (its Swarm node id), FGPU_AGENT_INTERVAL
 (seconds, default 5), FGPU_NODE_NAME (default: the engine's name for its host), FGPU_DEPLOYMENT
-(only containers of this hub), FGPU_DOCKER_SOCKET (default /var/run/docker.sock).
+(only containers of this hub), FGPU_DOCKER_SOCKET (default /var/run/docker.sock),
+FGPU_AGENT_REGISTRY_AUTH_FILE (the registry's credentials, the JSON object
+`{"username", "password", "serveraddress"}` that fgpu_shared/registry_auth.py reads too; the
+engine pushes with them; unset: without credentials).
 """
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import hashlib
 import hmac
@@ -191,6 +195,28 @@ def jobs_of(answer):
     ]
 
 
+#: X-Registry-Auth without credentials: `{}`, base64 (the engine wants the header valid).
+NO_REGISTRY_AUTH = "e30="
+REGISTRY_AUTH_FIELDS = ("username", "password", "serveraddress")
+
+
+def registry_auth_header(content):
+    """The X-Registry-Auth header value (base64url JSON, as the docker CLI sends it) for a
+    registry credentials file's content: a JSON object with a non-empty string for each of
+    `REGISTRY_AUTH_FIELDS`. Raises ValueError, saying what is wrong, on anything else."""
+    try:
+        found = json.loads(content)
+    except ValueError as e:
+        raise ValueError(f"registry credentials are not JSON: {e}") from None
+    if not isinstance(found, dict):
+        raise ValueError("registry credentials are no JSON object")
+    missing = [f for f in REGISTRY_AUTH_FIELDS if not isinstance(found.get(f), str) or not found[f]]
+    if missing:
+        raise ValueError(f"registry credentials lack {', '.join(missing)}")
+    auth = json.dumps({f: found[f] for f in REGISTRY_AUTH_FIELDS}).encode()
+    return base64.urlsafe_b64encode(auth).decode()
+
+
 def split_image(reference):
     """(repository, tag) of an image reference; a registry's port is not a tag."""
     name, _, tag = reference.rpartition(":")
@@ -293,8 +319,10 @@ class _UnixConnection(http.client.HTTPConnection):
 class Engine:
     """The node's Docker engine through its bind-mounted socket: plain HTTP, one connection a call."""
 
-    def __init__(self, socket_path="/var/run/docker.sock", timeout=30.0):
+    def __init__(self, socket_path="/var/run/docker.sock", timeout=30.0, registry_auth=None):
         self.socket_path, self.timeout = socket_path, timeout
+        #: X-Registry-Auth of this engine's pushes (registry_auth_header).
+        self.registry_auth = registry_auth or NO_REGISTRY_AUTH
 
     def call(self, method, path, query=None, body=None, headers=None, timeout=None):
         url = f"/{ENGINE_API}{path}"
@@ -350,10 +378,10 @@ class Engine:
         query.update(comment=message, pause="true" if pause else "false")
         return self.json("POST", "/commit", query=query, body=conf or {}, timeout=600)
 
-    def push(self, repository, tag):
-        """Push, failing on the first error line of the engine's progress stream."""
-        # The registry needs no credentials here; the header must still be valid base64 JSON.
-        headers = {"X-Registry-Auth": "e30="}
+    def push(self, repository, tag, registry_auth=None):
+        """Push with the X-Registry-Auth header `registry_auth` (default: the engine's own),
+        failing on the first error line of the engine's progress stream."""
+        headers = {"X-Registry-Auth": registry_auth or self.registry_auth}
         path = f"/images/{urllib.parse.quote(repository, safe='/:')}/push"
         raw = self.call("POST", path, query={"tag": tag}, headers=headers, timeout=600)
         return push_digest(raw)
@@ -592,11 +620,27 @@ def log(message):
     print(f"[fgpu-node-agent {now_iso()}] {message}", file=sys.stderr, flush=True)
 
 
+def read_registry_auth(environ):
+    """The X-Registry-Auth of the agent's pushes, from FGPU_AGENT_REGISTRY_AUTH_FILE; a file
+    named but missing, empty or malformed stops the agent, saying so."""
+    path = environ.get("FGPU_AGENT_REGISTRY_AUTH_FILE")
+    if not path:
+        return NO_REGISTRY_AUTH
+    content = _read(path)
+    if not content.strip():
+        raise SystemExit(f"no registry credentials in {path} (FGPU_AGENT_REGISTRY_AUTH_FILE)")
+    try:
+        return registry_auth_header(content)
+    except ValueError as e:
+        raise SystemExit(f"{path} (FGPU_AGENT_REGISTRY_AUTH_FILE): {e}") from None
+
+
 def main(environ=os.environ):
     # PID 1 of its container ignores SIGTERM unless it says otherwise: without this, every
     # update of the agent's service (a rotated key, a new agent) waited 10 s for the SIGKILL.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    engine = Engine(environ.get("FGPU_DOCKER_SOCKET", "/var/run/docker.sock"))
+    socket_path = environ.get("FGPU_DOCKER_SOCKET", "/var/run/docker.sock")
+    engine = Engine(socket_path, registry_auth=read_registry_auth(environ))
     token, key = _secret(environ, "FGPU_AGENT_TOKEN_FILE"), _secret(environ, "FGPU_AGENT_KEY_FILE")
     node_id = environ["FGPU_NODE_ID"]
     interval = float(environ.get("FGPU_AGENT_INTERVAL", "5"))

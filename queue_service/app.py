@@ -25,6 +25,7 @@ from tornado import web
 from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default, validate
 from traitlets.config import Application
 
+from fgpu_shared.registry_auth import RegistryAuthError, log_in, read_registry_auth
 from image_catalog import load_catalog
 from image_catalog.build import heavy_names
 from image_catalog.launch_options import SESSION_LIMITS
@@ -440,6 +441,24 @@ class QueueService(Application):
         images, so that any node can start them; empty, nothing is committed through an agent.
         """,
     )
+    registry_auth_file = Unicode(
+        "",
+        config=True,
+        help="""
+        File with the credentials of `node_agent_registry` (JSON: `username`, `password`,
+        `serveraddress`; not readable by every user): the service lists the registry's images
+        with them, and its client logs in with them before it deploys the node agent, so that
+        the nodes can pull the agent's image. Empty: the registry is asked without a login.
+        """,
+    )
+    registry_ca = Unicode(
+        "",
+        config=True,
+        help="""
+        CA certificate (PEM) that `node_agent_registry`'s TLS certificate is checked against, for a
+        registry whose certificate no public CA signed (the lab's). Empty: the system's CAs.
+        """,
+    )
     node_agent_deploy_interval = Float(
         60.0,
         config=True,
@@ -607,6 +626,11 @@ class QueueService(Application):
     def build(self) -> web.Application:
         # Connected on first use: the service starts, and answers, while the engine is down.
         docker_client = self.docker = Engine(timeout=30)
+        try:
+            self.registry_auth()  # a bad credentials file stops the service here, named
+        except RegistryAuthError as e:
+            self.log.critical("Not starting: QueueService.registry_auth_file: %s", e)
+            raise SystemExit(1) from None
         self.hub = HubClient()
         self.quotas = QuotaBook(self.user_quota, log=self.log)
         settings = SchedulerSettings(
@@ -823,7 +847,9 @@ class QueueService(Application):
         if self.engine == "docker":
             return engine_references(self.docker)
         wanted = {view["image"] for view in self.images.all()}
-        found = registry_digests(self.node_agent_registry, wanted)
+        found = registry_digests(
+            self.node_agent_registry, wanted, self.registry_auth(), self.registry_ca or None
+        )
         for moved in self.images.pin_digests(found):
             self.log.warning(
                 "The registry's tag %s points at another image than the one pinned: sessions keep "
@@ -836,6 +862,18 @@ class QueueService(Application):
         while True:
             await asyncio.sleep(self.engine_images_interval)
             await asyncio.to_thread(self.look_at_engine_images)
+
+    def registry_auth(self) -> dict[str, str] | None:
+        """The registry's credentials, or None without a file; a bad file raises
+        RegistryAuthError, which says what is wrong with it."""
+        return read_registry_auth(self.registry_auth_file) if self.registry_auth_file else None
+
+    def _log_in_to_registry(self) -> None:
+        # docker-py then sends the credentials with the agents' services: their nodes pull the
+        # agent's image with them.
+        auth = self.registry_auth()
+        if auth is not None:
+            log_in(self.docker.api, auth)
 
     def _agent_settings(self) -> AgentSettings:
         return AgentSettings(
@@ -856,6 +894,7 @@ class QueueService(Application):
         """Deploy (or update) every node's agent; a failure is logged, not fatal: the service
         works without reports, with usage of other nodes' sessions unknown."""
         try:
+            await asyncio.to_thread(self._log_in_to_registry)
             async with self._agents_lock:
                 services = await asyncio.to_thread(
                     deploy_node_agents, self.docker, self.node_credentials, self._agent_settings()

@@ -25,6 +25,8 @@ from urllib.parse import urlparse
 import docker
 import pytest
 
+from fgpu_shared.registry_auth import log_in, read_registry_auth
+
 from .harness import docker_client
 from .harness import wait_until as wait_for  # noqa: F401 (the lab tests import it from here)
 
@@ -81,6 +83,9 @@ def engine_client(env: dict[str, str], **tls: object) -> docker.DockerClient:
     client = docker.DockerClient(**kwargs, version="1.41", timeout=60)
     # requests would otherwise verify against REQUESTS_CA_BUNDLE (when set) instead of the lab's CA.
     client.api.trust_env = False
+    # The lab's registry wants a login for every pull and push, as the hub's client gives it.
+    if env.get("FGPU_SWARM_REGISTRY_AUTH_FILE"):
+        log_in(client.api, read_registry_auth(env["FGPU_SWARM_REGISTRY_AUTH_FILE"]))
     return client
 
 

@@ -471,3 +471,23 @@ def test_the_module_needs_nothing_but_the_standard_library():
         check=True,
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_the_registry_rule_rejects_the_containers_traffic_to_it_first_in_docker_user():
+    assert gpu_node.parse_registry("registry.example.org:5000") == ("registry.example.org", 5000)
+    for bad in ("registry.example.org", ":5000", "r:0", "r:http", "https://r:5000"):
+        with pytest.raises(gpu_node.InputError, match="--registry takes HOST:PORT"):
+            gpu_node.parse_registry(bad)
+    dropin = gpu_node.registry_dropin(["10.0.0.6", "10.0.0.5", "10.0.0.6"], 5000)
+    rule = "-d 10.0.0.5/32 -p tcp --dport 5000 -j REJECT --reject-with tcp-reset"
+    assert "[Service]" in dropin.splitlines()
+    commands = [line for line in dropin.splitlines() if line.startswith("ExecStartPost=")]
+    assert commands == [
+        f"ExecStartPost=/bin/sh -c 'iptables -C DOCKER-USER {rule} 2>/dev/null || "
+        f"iptables -I DOCKER-USER 1 {rule}'",
+        "ExecStartPost=/bin/sh -c 'iptables -C DOCKER-USER "
+        + rule.replace("10.0.0.5", "10.0.0.6")
+        + " 2>/dev/null || iptables -I DOCKER-USER 1 "
+        + rule.replace("10.0.0.5", "10.0.0.6")
+        + "'",
+    ]

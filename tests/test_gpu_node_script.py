@@ -283,3 +283,32 @@ def test_a_broken_daemon_json_stops_the_run_with_its_reason(node_root, stand_in_
     assert result.returncode == 1
     assert "daemon.json is not valid JSON" in result.stderr
     assert daemon.read_text() == '{"icc": true,'
+
+
+def test_a_staged_run_with_the_registry_keeps_sessions_off_it_and_trusts_its_ca(
+    node_root, stand_in_driver, tmp_path
+):
+    ca = tmp_path / "registry-ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nstand-in\n-----END CERTIFICATE-----\n")
+    args = ("--root", str(node_root), "--registry", "10.0.0.5:5000")
+    check = run(*args, "--check-only", path=stand_in_driver)
+    assert "NOT DONE: /etc/systemd/system/docker.service.d/fgpu-registry.conf is missing" in (
+        check.stderr
+    )
+    first = run(*args, "--registry-ca", str(ca), path=stand_in_driver)
+    assert first.returncode == 0, first.stderr
+    dropin = node_root / "etc/systemd/system/docker.service.d/fgpu-registry.conf"
+    assert "iptables -I DOCKER-USER 1 -d 10.0.0.5/32 -p tcp --dport 5000 -j REJECT" in (
+        dropin.read_text()
+    )
+    assert (node_root / "etc/docker/certs.d/10.0.0.5:5000/ca.crt").read_bytes() == ca.read_bytes()
+    after = snapshot(node_root)
+    second = run(*args, "--registry-ca", str(ca), path=stand_in_driver)
+    assert second.returncode == 0 and snapshot(node_root) == after
+    assert "ok: /etc/systemd/system/docker.service.d/fgpu-registry.conf unchanged" in second.stderr
+    check = run(*args, "--check-only", path=stand_in_driver)
+    assert "ok: /etc/systemd/system/docker.service.d/fgpu-registry.conf keeps sessions off" in (
+        check.stderr
+    )
+    bad = run("--root", str(node_root), "--registry-ca", str(ca), path=stand_in_driver)
+    assert bad.returncode == 2 and "--registry-ca needs --registry" in bad.stderr

@@ -242,6 +242,8 @@ def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
     lab = {
         "FGPU_ENGINE": "swarm",
         "FGPU_SWARM_REGISTRY": "10.213.0.1:5000",
+        "FGPU_SWARM_REGISTRY_AUTH_FILE": "/lab/registry/nodes-auth.json",
+        "FGPU_SWARM_REGISTRY_CA": "/lab/tls/ca.pem",
         "FGPU_HUB_CONNECT_IP": "10.213.0.1",
         "FGPU_SWARM_HOME_ROOT": "/srv/homes",
         "FGPU_SWARM_REACHABLE_SESSIONS": "1",  # a hub beside the Swarm (the lab's)
@@ -252,11 +254,15 @@ def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
     assert config.JupyterHub.spawner_class == "fgpu-swarm"
     assert config.JupyterHub.hub_ip == "10.213.0.1"
     assert config.FGPUSwarmSpawner.registry == "10.213.0.1:5000"
+    assert config.FGPUSwarmSpawner.registry_auth_file == "/lab/registry/nodes-auth.json"
     assert config.FGPUSwarmSpawner.home_root == "/srv/homes"
     assert config.FGPUSwarmSpawner.endpoint == "host_port"
     assert config.FGPUSwarmSpawner.allow_reachable_sessions is True
     (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
     assert "--QueueService.engine=swarm" in queue["command"]
+    # The queue service lists the registry's images with its credentials, over TLS with its CA.
+    assert "--QueueService.registry_auth_file=/lab/registry/nodes-auth.json" in queue["command"]
+    assert "--QueueService.registry_ca=/lab/tls/ca.pem" in queue["command"]
     # No local session bridge is made on the manager: its engine runs no sessions.
     assert "network_name" not in config.FGPUSpawner
 

@@ -5,17 +5,23 @@ commit), with a real report posted to a real HTTP server."""
 from __future__ import annotations
 
 import ast
+import base64
 import contextlib
 import ctypes
 import json
 import secrets
+import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
+import warnings
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import docker
 import pytest
+from tornado.testing import bind_unused_port
 
 from node_agent import agent
 from queue_service import private_images
@@ -24,6 +30,7 @@ from queue_service.engine.node_reports import parse_report
 
 from .harness import TEST_LABEL, remove_containers
 from .harness import wait_until as _poll
+from .test_registry_images import tiny_image
 from .test_stats import V1_STATS, V2_STATS
 
 AGENT_FILE = Path(agent.__file__)
@@ -205,6 +212,41 @@ def test_a_push_stream_gives_its_digest_or_fails_on_its_error():
     assert agent.push_digest(ok) == "sha256:ab"
     with pytest.raises(agent.EngineError, match="connection refused"):
         agent.push_digest(b'{"status":"Pushing"}\n{"error":"connection refused"}\n')
+
+
+def test_registry_credentials_become_the_push_header_docker_sends():
+    credentials = (
+        '{"username": "fgpu-nodes", "password": "p/+w", "serveraddress": "r:5000", "x": 1}'
+    )
+    header = agent.registry_auth_header(credentials)
+    assert "+" not in header and "/" not in header  # base64url, as the docker CLI sends it
+    assert json.loads(base64.urlsafe_b64decode(header)) == {
+        "username": "fgpu-nodes",
+        "password": "p/+w",
+        "serveraddress": "r:5000",
+    }
+    for bad, why in [
+        ("not json", "not JSON"),
+        ("[]", "no JSON object"),
+        ('{"username": "u", "password": ""}', "lack password, serveraddress"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            agent.registry_auth_header(bad)
+
+
+def test_the_agent_pushes_with_the_credentials_file_it_is_given(tmp_path):
+    assert agent.read_registry_auth({}) == agent.NO_REGISTRY_AUTH == "e30="
+    path = tmp_path / "auth.json"
+    path.write_text('{"username": "u", "password": "p", "serveraddress": "r:5000"}')
+    environ = {"FGPU_AGENT_REGISTRY_AUTH_FILE": str(path)}
+    assert agent.read_registry_auth(environ) == agent.registry_auth_header(path.read_text())
+    assert agent.Engine(registry_auth=agent.read_registry_auth(environ)).registry_auth != "e30="
+    path.write_text("")
+    with pytest.raises(SystemExit, match="no registry credentials in .*auth.json"):
+        agent.read_registry_auth(environ)
+    path.write_text('{"username": "u"}')
+    with pytest.raises(SystemExit, match="FGPU_AGENT_REGISTRY_AUTH_FILE.*lack password"):
+        agent.read_registry_auth(environ)
 
 
 # -- NVML through ctypes, with a fake library -----------------------------------------------------
@@ -470,3 +512,62 @@ def test_the_daemons_isolation_settings_come_from_the_bridge_and_the_agents_own_
     assert agent.daemon_settings(bridge, status) == daemon
     report = agent.build_report("node-1", "t", {}, None, daemon=daemon)
     assert parse_report("node-1", json.loads(json.dumps(report))).daemon == daemon
+
+
+@pytest.fixture
+def locked_registry(tmp_path):
+    """A registry (Debian's docker-registry, as the lab runs it) on loopback that wants a login
+    (htpasswd, bcrypt), and its credentials file's text."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt  # libxcrypt's bcrypt, as scripts/swarm-lab uses when htpasswd is missing
+
+    password = secrets.token_hex(12)
+    hashed = crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=32))
+    (tmp_path / "htpasswd").write_text(f"fgpu-nodes:{hashed}\n")
+    sock, port = bind_unused_port()
+    sock.close()
+    address = f"127.0.0.1:{port}"
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n"
+        f"    rootdirectory: {tmp_path / 'data'}\nauth:\n  htpasswd:\n    realm: test\n"
+        f"    path: {tmp_path / 'htpasswd'}\nhttp:\n  addr: {address}\n"
+    )
+    process = subprocess.Popen(["docker-registry", "serve", str(config)])
+    try:
+        _poll(lambda: _answers(address), timeout=15, what=f"the registry on {address}")
+        credentials = {"username": "fgpu-nodes", "password": password, "serveraddress": address}
+        yield address, json.dumps(credentials)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _answers(address: str) -> bool:
+    try:
+        urllib.request.urlopen(f"http://{address}/v2/", timeout=2)
+    except urllib.error.HTTPError as e:
+        return e.code == 401
+    except OSError:
+        return False
+    return False
+
+
+@pytest.mark.docker
+def test_the_engine_pushes_with_the_header_and_not_without_it(docker_engine, locked_registry):
+    address, credentials = locked_registry
+    pushed = f"{address}/fgpu-private/agent-{secrets.token_hex(3)}:t1"
+    tiny_image(docker_engine, pushed)
+    engine = agent.Engine("/var/run/docker.sock")
+    try:
+        with pytest.raises(agent.EngineError, match="no basic auth credentials"):
+            engine.push(pushed.rsplit(":", 1)[0], "t1")
+        header = agent.registry_auth_header(credentials)
+        digest = engine.push(pushed.rsplit(":", 1)[0], "t1", registry_auth=header)
+        assert digest.startswith("sha256:")
+        # The engine's own default header, as main() sets it from the credentials file.
+        logged_in = agent.Engine("/var/run/docker.sock", registry_auth=header)
+        assert logged_in.push(pushed.rsplit(":", 1)[0], "t1") == digest
+    finally:
+        docker_engine.images.remove(pushed, force=True)

@@ -62,6 +62,8 @@ for service in c.JupyterHub.services:
             "--QueueService.node_agent_image={image}",
             "--QueueService.node_agent_interval={INTERVAL}",
             "--QueueService.node_agent_registry={lab["FGPU_SWARM_REGISTRY"]}",
+            "--QueueService.registry_auth_file={lab["FGPU_SWARM_REGISTRY_AUTH_FILE"]}",
+            "--QueueService.registry_ca={lab["FGPU_SWARM_REGISTRY_CA"]}",
             "--QueueService.node_agent_docker_socket={LAB_SOCKET}",
         ]
 """

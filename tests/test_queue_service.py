@@ -527,6 +527,23 @@ def test_the_service_reads_its_database_from_the_environment_with_the_installed_
     assert given.db_url == "postgresql+psycopg://queue:pw@db.example/other"
 
 
+def test_a_registry_credentials_file_every_user_reads_stops_the_service_before_it_starts(
+    tmp_path, capfd
+):
+    from queue_service.app import QueueService
+
+    path = tmp_path / "registry-auth.json"
+    path.write_text('{"username": "u", "password": "p", "serveraddress": "r:5000"}')
+    path.chmod(0o644)
+    with pytest.raises(SystemExit):
+        QueueService(registry_auth_file=str(path)).build()
+    assert f"registry_auth_file: registry credentials file {path} is readable by every user" in (
+        capfd.readouterr().err
+    )
+    path.chmod(0o600)
+    assert QueueService(registry_auth_file=str(path)).registry_auth()["serveraddress"] == "r:5000"
+
+
 def run_service_alone(workdir, db_url: str) -> subprocess.CompletedProcess:
     """The queue service started by hand in `workdir` on `db_url`, with no hub behind it."""
     env = {

@@ -14,10 +14,13 @@ from tornado.testing import bind_unused_port
 
 from queue_service.engine.registry_images import (
     RegistryUnreachable,
+    bearer_challenge,
     manifest_path,
     pinned_reference,
     registry_digests,
+    schemes_for,
     split_reference,
+    token_url,
 )
 
 
@@ -109,3 +112,24 @@ def test_a_pinned_image_starts_from_its_digest():
     )
     assert pinned_reference("10.0.0.1:5000/p/jo:v1", "sha256:cd") == "10.0.0.1:5000/p/jo@sha256:cd"
     assert pinned_reference("fgpu/jupyter-base:py3.11", None) == "fgpu/jupyter-base:py3.11"
+
+
+def test_credentials_go_over_https_only_and_a_token_registrys_challenge_is_read():
+    assert schemes_for(None) == ("https", "http")
+    assert schemes_for({"username": "u", "password": "p", "serveraddress": "r"}) == ("https",)
+    header = (
+        'Bearer realm="https://harbor.example/service/token",service="harbor-registry",'
+        'scope="repository:fgpu/jupyter-base:pull"'
+    )
+    challenge = bearer_challenge(header)
+    assert challenge == {
+        "realm": "https://harbor.example/service/token",
+        "service": "harbor-registry",
+        "scope": "repository:fgpu/jupyter-base:pull",
+    }
+    assert token_url(challenge) == (
+        "https://harbor.example/service/token?service=harbor-registry"
+        "&scope=repository%3Afgpu%2Fjupyter-base%3Apull"
+    )
+    assert bearer_challenge('Basic realm="fgpu-lab-registry"') is None
+    assert token_url({"realm": "https://t.example/token"}) == "https://t.example/token"

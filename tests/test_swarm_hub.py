@@ -34,6 +34,7 @@ from fgpu_spawner.swarm_spawner import LIVE_STATES, FGPUSwarmSpawner
 from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub
 from .swarm_lab import IMAGE, LAB_ENV, LAB_NAME, Lab, hub_container, swarm_lab, wait_for
+from .test_security_registry import probe_registry, unreachable
 
 GPU_SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
 NODE_DOWN_GRACE = 6
@@ -148,6 +149,16 @@ def test_a_session_lands_on_its_granted_node_with_its_limits_in_that_nodes_cgrou
     assert cgroup_value(node, "pids", container.id, "pids.max") == "1024"
     status = container.exec_run(["grep", "-E", "^(CapEff|NoNewPrivs)", "/proc/self/status"])
     assert status.output.decode().split() == ["CapEff:", "0000000000000000", "NoNewPrivs:", "1"]
+    # Its image is the one the registry's digest names (pulled with the hub's credentials, which
+    # the service carried to the node); the registry itself is out of the session's reach:
+    # neither the catalog nor a push of a manifest gets through (test_security_registry.py).
+    pinned = admin.call("GET", "images/python-3.11").json()["digest"]
+    spec_image = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"]
+    assert (
+        spec_image == f"{swarm_hub.lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE.split(':')[0]}@{pinned}"
+    )
+    found = probe_registry(container)
+    assert unreachable(found), found
 
     # The proxy reaches the server on its node.
     token = swarm_hub.user_token("ada")
@@ -373,13 +384,19 @@ def test_the_node_agent_reports_usage_and_a_session_saved_on_its_node_starts_on_
         node.update({**node.attrs["Spec"], "Availability": "active"})
 
 
-def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(swarm_hub, admin):
+def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(
+    swarm_hub, admin, started
+):
     """An admin adds an image that the manager holds (and checks) but the registry does not: no
-    node could pull it, so students are not offered it; once it is pushed, they are."""
+    node could pull it, so students are not offered it; once it is pushed, they are. Its tag then
+    moved behind the hub's back (issue 23: a student's push of a backdoored image), the next
+    session still runs the image whose digest was recorded."""
     manager, registry = swarm_hub.lab.manager(), swarm_hub.lab.env["FGPU_SWARM_REGISTRY"]
     name, reference = f"unpushed-{secrets.token_hex(3)}", f"fgpu/unpushed:{secrets.token_hex(3)}"
-    source = manager.images.pull(f"{registry}/fgpu/scikit-learn", tag="1.4.2")
-    source.tag(reference)  # the same layers as a pushed image: a quick push below
+    # The same layers as a pushed image that every node already holds: a quick push below, and
+    # a quick start of the session from it.
+    source = manager.images.pull(f"{registry}/{IMAGE.split(':')[0]}", tag=IMAGE.split(":")[1])
+    source.tag(reference)
     pushed = f"{registry}/{reference}"
     try:
         added = admin.call("POST", "images", json={"name": name, "image": reference})
@@ -406,6 +423,17 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(swar
         time.sleep(3)  # three looks at the registry
         assert admin.call("GET", f"images/{name}").json()["digest"] == pinned
         assert "points at another image than the one pinned" in swarm_hub.log_text()
+        assert other.id != source.id
+
+        # The next session: started from the digest, it runs the image first pushed.
+        start(swarm_hub, started, student.name, "moved", {"image": name, "cpu": 0.5, "mem": "512M"})
+        swarm_hub.wait_ready(student.name, "moved", timeout=180)
+        record = session_of(admin, student.name, "moved")
+        (service,) = manager.services.list(filters={"label": f"fgpu.session_id={record['id']}"})
+        spec_image = service.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Image"]
+        assert spec_image == f"{registry}/fgpu/unpushed@{pinned}"
+        container = session_container(swarm_hub.lab, record["grant"]["node"], record["id"])
+        assert container.image.id == source.id
     finally:
         admin.call("DELETE", f"images/{name}")
         for tag in (reference, pushed):
@@ -547,6 +575,7 @@ def test_an_overlay_session_is_reached_at_its_reported_address_from_another_node
         allow_reachable_sessions=True,
         network_name=f"fgpu-ovl-{tag}",
         registry=lab.env["FGPU_SWARM_REGISTRY"],
+        registry_auth_file=lab.env["FGPU_SWARM_REGISTRY_AUTH_FILE"],
         object_name=f"fgpu-overlay-{tag}",
         task_start_timeout=180,
     )
@@ -813,6 +842,9 @@ def test_the_hubs_proxy_reaches_sessions_on_other_nodes_over_their_own_overlays_
         ]
         assert urlparse(api_url).hostname == hub.anchor.name
         assert fetch_from(containers["kim"], api_url) == {"status": 200}
+        # On its overlay, as beside the hub, the session cannot reach the registry.
+        found = probe_registry(containers["kim"])
+        assert unreachable(found), found
 
         # kim, in a browser: the hub's login, then JupyterLab, once her server has had the
         # hub's API confirm the login (OAuth), over the overlay.

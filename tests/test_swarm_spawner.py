@@ -83,3 +83,16 @@ async def test_an_overlay_per_session_without_the_hubs_container_is_refused_befo
     spawner = FGPUSwarmSpawner(endpoint="overlay", network_per_session=True)
     with pytest.raises(SpawnException, match="network_per_session needs hub_container"):
         await spawner.session_network()
+
+
+async def test_a_bad_registry_credentials_file_fails_the_spawn_saying_why(tmp_path):
+    path = tmp_path / "registry-auth.json"
+    spawner = FGPUSwarmSpawner(registry_auth_file=str(path))
+    with pytest.raises(SpawnException, match=f"registry_auth_file: .*{path}: No such file"):
+        await spawner.log_in_to_registry()
+    path.write_text('{"username": "u", "password": "p", "serveraddress": "r:5000"}')
+    path.chmod(0o604)
+    with pytest.raises(SpawnException, match="readable by every user .mode 0604.: chmod 0600"):
+        await spawner.log_in_to_registry()
+    # Without a file there is no login to make (and no engine is asked).
+    await FGPUSwarmSpawner().log_in_to_registry()
