@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import errno
+import json
 import os
 import signal
 import sys
@@ -888,6 +889,9 @@ class QueueService(Application):
             interval=self.node_agent_interval,
             deployment_id=self.deployment_id,
             docker_socket=self.node_agent_docker_socket,
+            registry_auth=json.dumps(auth, sort_keys=True)
+            if (auth := self.registry_auth())
+            else None,
         )
 
     async def deploy_node_agents(self) -> None:
@@ -912,6 +916,7 @@ class QueueService(Application):
         """A new key for `node`'s agent, which moves to it now (api/nodes/{node}/key)."""
         if not self.node_agent_url:
             raise Refusal("No node agents are deployed here (single-host mode).", "conflict")
+        await asyncio.to_thread(self._log_in_to_registry)
         async with self._agents_lock:
             return await asyncio.to_thread(
                 rotate_node_key,

@@ -146,3 +146,16 @@ def test_the_agent_runs_from_the_digest_the_hub_pinned_not_from_a_tag():
     # Nothing pinned yet (a registry not asked yet, or another image): the reference as given.
     assert pinned_image(f"{registry}/other:1", registry, pins) == f"{registry}/other:1"
     assert pinned_image("fgpu/jupyter-base:py3.11", "", {}) == "fgpu/jupyter-base:py3.11"
+
+
+def test_the_registry_credentials_are_a_secret_of_their_own_named_in_the_environment():
+    kwargs = build(registry_secret=("reg-id", "fgpu-node-agent-registry-0123456789ab"))
+    token, key, registry = kwargs["secrets"]
+    assert registry["SecretName"] == "fgpu-node-agent-registry-0123456789ab"
+    assert registry["File"] == {"Name": "fgpu-registry-auth", "UID": "0", "GID": "0", "Mode": 0o400}
+    env = dict(item.split("=", 1) for item in kwargs["env"])
+    assert env["FGPU_AGENT_REGISTRY_AUTH_FILE"] == "/run/secrets/fgpu-registry-auth"
+    assert kwargs["labels"]["fgpu.agent_spec"] != build()["labels"]["fgpu.agent_spec"]
+    # Without a registry that asks for them, the agent has none and is told of none.
+    assert len(build()["secrets"]) == 2
+    assert "FGPU_AGENT_REGISTRY_AUTH_FILE" not in "".join(build()["env"])

@@ -55,6 +55,7 @@ AGENT_SOURCE = Path(agent_module.__file__)
 AGENT_PATH = "/fgpu/agent.py"
 TOKEN_SECRET_FILE = "fgpu-node-agent-token"
 KEY_SECRET_FILE = "fgpu-node-agent-key"
+REGISTRY_SECRET_FILE = "fgpu-registry-auth"
 DOCKER_SOCKET = "/var/run/docker.sock"
 TOKEN_FILE = "fgpu_node_agent_token"
 #: Labels that mark what this module made (configs, secrets, the service).
@@ -73,7 +74,11 @@ def content_name(prefix: str, content: bytes) -> str:
 
 
 def agent_env(
-    report_url: str, interval: float, deployment_id: str | None, node: tuple[str, str]
+    report_url: str,
+    interval: float,
+    deployment_id: str | None,
+    node: tuple[str, str],
+    registry: bool = False,
 ) -> list[str]:
     env = [
         f"FGPU_AGENT_URL={report_url}",
@@ -86,6 +91,8 @@ def agent_env(
     ]
     if deployment_id:
         env.append(f"FGPU_DEPLOYMENT={deployment_id}")
+    if registry:
+        env.append(f"FGPU_AGENT_REGISTRY_AUTH_FILE=/run/secrets/{REGISTRY_SECRET_FILE}")
     return env
 
 
@@ -110,9 +117,11 @@ def agent_service_kwargs(
     interval: float = 5.0,
     deployment_id: str | None = None,
     docker_socket: str = DOCKER_SOCKET,
+    registry_secret: tuple[str, str] | None = None,
 ) -> dict:
     """`client.services.create(**kwargs)` for the agent of `node` (its Swarm id, its hostname);
-    `config`, `secret` (the hub token) and `key_secret` (the node's key) are (id, name).
+    `config`, `secret` (the hub token), `key_secret` (the node's key) and `registry_secret` (the
+    site registry's credentials, with which the agent pushes saved sessions) are (id, name).
 
     `docker_socket` is the node's engine socket as the node sees it; Swarm fills templates in a
     mount's source, so `/var/lib/fgpu-swarm-lab/LAB/nodes/{{.Node.Hostname}}/docker.sock` gives each
@@ -130,9 +139,14 @@ def agent_service_kwargs(
         "secrets": [
             _secret_reference(secret, TOKEN_SECRET_FILE),
             _secret_reference(key_secret, KEY_SECRET_FILE),
+            *(
+                [_secret_reference(registry_secret, REGISTRY_SECRET_FILE)]
+                if registry_secret
+                else []
+            ),
         ],
         "mounts": [Mount(DOCKER_SOCKET, docker_socket, type="bind")],
-        "env": agent_env(report_url, interval, deployment_id, node),
+        "env": agent_env(report_url, interval, deployment_id, node, bool(registry_secret)),
         "user": "0",
         "read_only": True,
         "cap_drop": ["ALL"],
@@ -204,6 +218,8 @@ class AgentSettings:
     interval: float = 5.0
     deployment_id: str | None = None
     docker_socket: str = DOCKER_SOCKET
+    #: The site registry's credentials file's content (JSON), or None: a registry without them.
+    registry_auth: str | None = None
 
 
 def agent_nodes(client: docker.DockerClient) -> list[tuple[str, str]]:
@@ -229,6 +245,11 @@ def deploy_node_agents(
     config = _ensure(client.configs, content_name(f"{name}-code", source), source)
     token = settings.token.encode()
     secret = _ensure(client.secrets, content_name(f"{name}-token", token), token)
+    registry = None
+    if settings.registry_auth:
+        auth = settings.registry_auth.encode()
+        made = _ensure(client.secrets, content_name(f"{name}-registry", auth), auth)
+        registry = (made.id, made.name)
     nodes = agent_nodes(client)
     services, keys = [], set()
     for node in nodes:
@@ -246,6 +267,7 @@ def deploy_node_agents(
             interval=settings.interval,
             deployment_id=settings.deployment_id,
             docker_socket=settings.docker_socket,
+            registry_secret=registry,
         )
         services.append(_create_or_update(client, kwargs))
     _remove_other_services(client, name, {service.name for service in services})
@@ -253,6 +275,7 @@ def deploy_node_agents(
     _remove_unused(client.configs, f"{name}-code-", keep={config.name})
     _remove_unused(client.secrets, f"{name}-token-", keep={secret.name})
     _remove_unused(client.secrets, f"{name}-key-", keep=keys)
+    _remove_unused(client.secrets, f"{name}-registry-", keep={registry[1]} if registry else set())
     return services
 
 
