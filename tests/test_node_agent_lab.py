@@ -25,6 +25,7 @@ import pytest
 import requests
 
 from fgpu_admin import doctor
+from fgpu_shared.registry_auth import read_registry_auth
 from node_agent import agent
 from queue_service.engine.node_agent_deploy import AgentSettings, deploy_node_agents
 from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
@@ -282,6 +283,10 @@ def test_deploying_again_changes_nothing_and_a_rotated_key_moves_one_node_to_it(
         interval=float(env["FGPU_AGENT_INTERVAL"]),
         deployment_id=env["FGPU_DEPLOYMENT"],
         docker_socket=LAB_SOCKET,
+        # As the hub gives them: the registry's credentials, which the agents push with.
+        registry_auth=json.dumps(
+            read_registry_auth(lab["FGPU_SWARM_REGISTRY_AUTH_FILE"]), sort_keys=True
+        ),
     )
     keys = NodeCredentials(lab_hub.workdir / CREDENTIALS_FILE)
     again = deploy_node_agents(manager, keys, settings)
