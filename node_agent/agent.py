@@ -292,7 +292,9 @@ def answer_signature(key, nonce, body):
 
 
 def answer_is_genuine(key, nonce, body, signature):
-    return hmac.compare_digest(answer_signature(key, nonce, body), signature or "")
+    # Bytes: a header is any latin-1 text, and compare_digest refuses non-ASCII strings.
+    expected = answer_signature(key, nonce, body).encode()
+    return hmac.compare_digest(expected, (signature or "").encode("latin-1", "replace"))
 
 
 # -- I/O: the node's engine, over its unix socket ------------------------------------------------
@@ -539,7 +541,11 @@ class Agent:
             thread.join()
 
     def _run_job(self, job):
-        result = run_job(self.engine, job, self.node)
+        try:
+            result = run_job(self.engine, job, self.node)
+        except Exception as e:  # whatever went wrong, the job is answered and may run again
+            result = {"id": job["id"], "kind": job["kind"], "node": self.node, "ok": False}
+            result["error"] = f"{type(e).__name__}: {e}"
         with self.lock:
             self.done_jobs.append(result)
             self.running_jobs.discard(job["id"])
@@ -570,7 +576,7 @@ def run_job(engine, job, node):
         digest = engine.push(repository, tag) if job.get("push", True) else None
         image = f"{repository}:{tag}"
         return {**result, "ok": True, "image": image, "image_id": committed["Id"], "digest": digest}
-    except (EngineError, OSError, ValueError, KeyError, TypeError) as e:
+    except (EngineError, OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as e:
         return {**result, "ok": False, "error": str(e)}
 
 
@@ -657,7 +663,7 @@ def main(environ=os.environ):
         try:
             report = agent.collect()
             agent.run_jobs(jobs_of(post_report(url, token, key, node_id, report)))
-        except (OSError, EngineError, NvmlError, ValueError) as e:
+        except (OSError, http.client.HTTPException, EngineError, NvmlError, ValueError) as e:
             # The queue service or the engine may be restarting: the next round tries again,
             # with the results of jobs this report did not deliver.
             agent.give_back(report["jobs"] if report else [])

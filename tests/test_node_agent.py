@@ -571,3 +571,21 @@ def test_the_engine_pushes_with_the_header_and_not_without_it(docker_engine, loc
         assert logged_in.push(pushed.rsplit(":", 1)[0], "t1") == digest
     finally:
         docker_engine.images.remove(pushed, force=True)
+
+
+class BrokenEngine:
+    """An engine whose socket answers garbage: http.client's own errors are not OSErrors."""
+
+    def session_containers(self, deployment=None):
+        import http.client
+
+        raise http.client.BadStatusLine("garbage")
+
+
+def test_a_job_whose_engine_call_fails_in_any_way_is_answered_and_may_run_again():
+    runner = agent.Agent(BrokenEngine(), nvml=None, node="worker-1")
+    job = {"id": "j1", "kind": "commit", "session_id": "s1", "image": "r/i:t"}
+    runner.run_jobs([job], wait=True)
+    (result,) = runner.done_jobs
+    assert result["ok"] is False and "garbage" in result["error"]
+    assert runner.running_jobs == set()  # handed out again, it runs again

@@ -65,3 +65,16 @@ def test_a_readable_damaged_or_badly_named_store_is_refused(tmp_path):
     path.write_text('{"nodes": [1, 2]}')
     with pytest.raises(Refusal, match="damaged"):
         NodeCredentials(path).get(NODE_A)
+
+
+def test_a_second_node_with_a_hostname_another_node_holds_gets_no_key(tmp_path):
+    """Reports, jobs and results go by hostname: a clone, or a node renamed to pass for another,
+    must not sign as it."""
+    store = NodeCredentials(tmp_path / "keys.json")
+    first = store.ensure(NODE_A, "worker-1")
+    with pytest.raises(Refusal, match="has the hostname 'worker-1' of node a+") as refused:
+        store.ensure(NODE_B, "worker-1")
+    assert refused.value.cause == "conflict"
+    assert store.get(NODE_B) is None and store.get(NODE_A) == first
+    # Renamed to a hostname of its own, it gets its key.
+    assert store.ensure(NODE_B, "worker-2").hostname == "worker-2"

@@ -127,3 +127,11 @@ def test_a_reports_sampled_at_must_agree_with_its_signed_time(identity):
         identity.check_sampled_at("yesterday", signed_at)
     assert refused.value.cause == "invalid"
     assert json.dumps(report)  # the agent's own report shape is what is checked
+
+
+def test_a_signature_header_that_is_not_ascii_is_refused_not_a_crash(keys, identity):
+    headers = signed(keys.get(NODE_A).key)
+    headers[agent.SIGNATURE_HEADER] = "é" * 64  # tornado hands headers over as latin-1 text
+    with pytest.raises(Refusal, match="signature does not match"):
+        identity.verify("worker-1", "POST", PATH, headers, b"{}")
+    assert not agent.answer_is_genuine(keys.get(NODE_A).key, "n1", b"{}", "é" * 64)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import secrets
 from collections.abc import Mapping
@@ -48,9 +49,11 @@ from docker.types import (
 )
 
 from node_agent import agent as agent_module
+from queue_service.core.errors import Refusal
 from queue_service.engine.node_credentials import NodeCredential, NodeCredentials
 from queue_service.engine.registry_images import pinned_reference
 
+log = logging.getLogger(__name__)
 AGENT_SOURCE = Path(agent_module.__file__)
 AGENT_PATH = "/fgpu/agent.py"
 TOKEN_SECRET_FILE = "fgpu-node-agent-token"
@@ -253,7 +256,11 @@ def deploy_node_agents(
     nodes = agent_nodes(client)
     services, keys = [], set()
     for node in nodes:
-        key = credentials.ensure(*node).key.encode()
+        try:
+            key = credentials.ensure(*node).key.encode()
+        except Refusal as e:  # a node named like another gets no agent until renamed
+            log.error("No node agent on node %s: %s", node[0], e)
+            continue
         key_secret = _ensure(client.secrets, content_name(f"{name}-key-{node[0][:12]}", key), key)
         keys.add(key_secret.name)
         kwargs = agent_service_kwargs(

@@ -71,9 +71,9 @@ class NodeIdentity:
             headers.get(NONCE_HEADER) or "",
             body,
         )
-        if not headers.get(NONCE_HEADER) or not hmac.compare_digest(
-            expected, headers.get(SIGNATURE_HEADER) or ""
-        ):
+        # Bytes: a header is any latin-1 text, and compare_digest refuses non-ASCII strings.
+        given = (headers.get(SIGNATURE_HEADER) or "").encode("latin-1", "replace")
+        if not headers.get(NONCE_HEADER) or not hmac.compare_digest(expected.encode(), given):
             raise _refuse(f"The report's signature does not match node {hostname}'s key.")
         last = self._last.get(credential.node_id)
         if last is not None and signed_at <= last:
