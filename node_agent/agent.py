@@ -544,7 +544,7 @@ class Agent:
         try:
             result = run_job(self.engine, job, self.node)
         except Exception as e:  # whatever went wrong, the job is answered and may run again
-            result = {"id": job["id"], "kind": job["kind"], "node": self.node, "ok": False}
+            result = {**job_answer(job, self.node), "ok": False}
             result["error"] = f"{type(e).__name__}: {e}"
         with self.lock:
             self.done_jobs.append(result)
@@ -556,11 +556,16 @@ class Agent:
             self.done_jobs[:0] = jobs
 
 
+def job_answer(job, node):
+    """What every result of `job` starts with: which job, of which kind, answered by which node."""
+    return {"id": job["id"], "kind": job["kind"], "node": node}
+
+
 def run_job(engine, job, node):
     """Commit the job's session container (as the service commits one on its own engine: the
     source image's command, user and folder, the job's labels) and push the image to the
     registry its name starts with, so that any node can start it; the result says how it went."""
-    result = {"id": job["id"], "kind": job["kind"], "node": node}
+    result = job_answer(job, node)
     try:
         found = engine.session_containers()
         container = next((c for c in found if session_of(c) == job.get("session_id")), None)

@@ -254,6 +254,8 @@ def deploy_node_agents(
         made = _ensure(client.secrets, content_name(f"{name}-registry", auth), auth)
         registry = (made.id, made.name)
     nodes = agent_nodes(client)
+    # One listing for the whole round: a round runs every minute, over every node.
+    existing = {s.name: s for s in client.services.list(filters={"label": f"{ROLE_LABEL}={ROLE}"})}
     services, keys = [], set()
     for node in nodes:
         try:
@@ -276,8 +278,8 @@ def deploy_node_agents(
             docker_socket=settings.docker_socket,
             registry_secret=registry,
         )
-        services.append(_create_or_update(client, kwargs))
-    _remove_other_services(client, name, {service.name for service in services})
+        services.append(_create_or_update(client, kwargs, existing))
+    _remove_other_services(existing, name, {service.name for service in services})
     credentials.keep_only(node_id for node_id, _ in nodes)
     _remove_unused(client.configs, f"{name}-code-", keep={config.name})
     _remove_unused(client.secrets, f"{name}-token-", keep={secret.name})
@@ -296,11 +298,8 @@ def rotate_node_key(
     return rotated
 
 
-def _create_or_update(client: docker.DockerClient, kwargs: dict):
-    name = kwargs["name"]
-    service = next(
-        (s for s in client.services.list(filters={"name": name}) if s.name == name), None
-    )
+def _create_or_update(client: docker.DockerClient, kwargs: dict, existing: dict):
+    service = existing.get(kwargs["name"])
     if service is None:
         return client.services.create(**kwargs)
     if (service.attrs["Spec"].get("Labels") or {}).get(SPEC_LABEL) != kwargs["labels"][SPEC_LABEL]:
@@ -310,9 +309,9 @@ def _create_or_update(client: docker.DockerClient, kwargs: dict):
     return service
 
 
-def _remove_other_services(client: docker.DockerClient, name: str, keep: set[str]) -> None:
+def _remove_other_services(existing: dict, name: str, keep: set[str]) -> None:
     """The agents of nodes that left, and an earlier version's global service `name`."""
-    for service in client.services.list(filters={"label": f"{ROLE_LABEL}={ROLE}"}):
+    for service in existing.values():
         if service.name.startswith(name) and service.name not in keep:
             with contextlib.suppress(docker.errors.NotFound):
                 service.remove()
