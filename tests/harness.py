@@ -32,10 +32,21 @@ VENV_BIN = Path(sys.executable).parent
 TEST_LABEL = "fgpu.test_run"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port nothing listens on, and never one this process handed out before: a hub's own
+    port, its proxy's API and its queue service each get one before any of them binds, and
+    the kernel may offer a just-closed port again (the queue service once answered on the
+    hub's port, whose 404 failed a launch)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def docker_client() -> docker.DockerClient:
