@@ -230,7 +230,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     def body(self) -> dict:
         try:
             data = json.loads(self.raw_body() or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python goes
             raise web.HTTPError(400, "The request body is not valid JSON.") from None
         if not isinstance(data, dict):
             raise web.HTTPError(400, "The request body must be a JSON object.")
