@@ -180,3 +180,46 @@ def request_view(record: SessionRecord) -> dict:
         "fgpu": record.fgpu,
         "resource_group": record.resource_group,
     }
+
+
+class FolderRecord(Base):
+    """A storage folder (folders.py): its name, its owner's account, and its last measure. Its
+    files are the directory named by its id under the folders root (folder_files.py)."""
+
+    __tablename__ = "folders"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), nullable=False)
+    owner: Mapped[str] = mapped_column(String(255), nullable=False)
+    #: The owner's hub account (accounts.py): a later user of the same name is not the owner.
+    account: Mapped[str] = mapped_column(String(32), nullable=False, default="")
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    size_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    files: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    modified: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Removed: when, and the name its directory was kept under for the grace period.
+    deleted: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    trash_name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+    __table_args__ = (Index("ix_folders_owner", "owner", "account"),)
+
+
+class FolderShare(Base):
+    """A folder shared with one user account or one hub group, read-only or read-write."""
+
+    __tablename__ = "folder_shares"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    folder_id: Mapped[str] = mapped_column(String(32), nullable=False)
+    user: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # The user's account when shared: the share ends with that account.
+    account: Mapped[str] = mapped_column(String(32), nullable=False, default="")
+    group: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    permission: Mapped[str] = mapped_column(String(2), nullable=False)
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    __table_args__ = (
+        Index("ix_folder_shares_folder", "folder_id"),
+        Index("ix_folder_shares_user", "user"),
+        Index("ix_folder_shares_group", "group"),
+    )

@@ -1,0 +1,130 @@
+"""Storage folders: who may do what with a folder and its files (`Folders`), over the records
+(`store/folders.py`) and the directories on disk (`store/folder_files.py`).
+
+- **Own folders.** A user makes, renames and removes their folders. A removed folder's directory
+  is kept in the trash for `grace` seconds, then purged (`purge`).
+- **Shares.** The owner shares a folder with a user or a hub group, "ro" or "rw". Reading a
+  folder's files needs any access; writing, uploading and removing files needs "rw".
+- **Admins** see every folder and may rename, remove or hand over any; their file access is
+  the owner's.
+- **Nothing half-made.** A name or path is checked before anything is touched, a folder's
+  directory and record are made together or not at all, and a refused write leaves the disk
+  as it was.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+from queue_service.core.errors import Refusal
+from queue_service.core.folder_names import folder_name, path_parts, permission
+from queue_service.store.accounts import Account
+from queue_service.store.folder_files import FolderFiles
+from queue_service.store.folders import FolderStore, Reader
+
+#: How long a removed folder's files are kept before they are purged (seconds).
+DEFAULT_GRACE = 7 * 24 * 3600
+
+
+class Folders:
+    def __init__(self, store: FolderStore, files: FolderFiles, grace: float = DEFAULT_GRACE):
+        self.store, self.files, self.grace = store, files, grace
+
+    # -- folders ------------------------------------------------------------------------------
+
+    def visible(self, reader: Reader, everyone: bool) -> list[dict]:
+        return self.store.visible(reader, everyone=everyone and reader.admin)
+
+    def create(self, account: Account, name) -> dict:
+        name = folder_name(name)
+        folder_id = uuid.uuid4().hex
+        self.files.make(folder_id)
+        try:
+            return self.store.create(account, name, folder_id)
+        except BaseException:
+            self.files.trash(folder_id)  # empty; the purge takes it
+            raise
+
+    def rename(self, reader: Reader, folder_id: str, name) -> dict:
+        return self.store.rename(folder_id, folder_name(name), reader)
+
+    def remove(self, reader: Reader, folder_id: str) -> dict:
+        self.store.get(folder_id, reader)  # 404 before anything moves
+        folder = self.store.remove(folder_id, reader, trash_name=f"{folder_id}.pending")
+        trash_name = self.files.trash(folder_id)
+        self.store.note_trash(folder_id, trash_name)
+        return folder
+
+    def purge(self, now: float | None = None) -> list[str]:
+        """Purge what was removed longer than the grace period ago."""
+        return self.files.purge_trash((now if now is not None else time.time()) - self.grace)
+
+    def share(self, reader: Reader, folder_id: str, target: dict, access) -> tuple[dict, bool]:
+        return self.store.share(folder_id, reader, target, permission(access))
+
+    def unshare(self, reader: Reader, folder_id: str, share_id: int) -> None:
+        self.store.unshare(folder_id, share_id, reader)
+
+    def give(self, folder_id: str, account: Account) -> dict:
+        return self.store.give(folder_id, account)
+
+    # -- files --------------------------------------------------------------------------------
+
+    def listing(self, reader: Reader, folder_id: str, path: str) -> dict | None:
+        """The directory at `path` as {folder, path, entries}; None when `path` is a file."""
+        folder, parts = self._reach(reader, folder_id, path, "ro")
+        if not self.files.is_directory(folder_id, parts):
+            return None
+        entries = self.files.listing(folder_id, parts)
+        return {"folder": folder["id"], "path": "/".join(parts), "entries": entries}
+
+    @contextmanager
+    def reading(self, reader: Reader, folder_id: str, path: str) -> Iterator[tuple[int, int]]:
+        """(descriptor, size) of the file at `path`, open for reading."""
+        _, parts = self._reach(reader, folder_id, path, "ro")
+        with self.files.open_file(folder_id, parts) as opened:
+            yield opened
+
+    def write(self, reader: Reader, folder_id: str, path: str, data: bytes, offset: int) -> int:
+        _, parts = self._reach(reader, folder_id, path, "rw")
+        size = self.files.write(folder_id, parts, data, offset)
+        self._changed(folder_id)
+        return size
+
+    def make_directory(self, reader: Reader, folder_id: str, path: str) -> None:
+        _, parts = self._reach(reader, folder_id, path, "rw")
+        self.files.make_directory(folder_id, parts)
+        self._changed(folder_id)
+
+    def rename_path(self, reader: Reader, folder_id: str, path: str, to: str) -> None:
+        _, parts = self._reach(reader, folder_id, path, "rw")
+        if not isinstance(to, str):
+            raise Refusal('Say the new path as text: {"to": "..."}.', "invalid")
+        self.files.rename(folder_id, parts, path_parts(to))
+        self._changed(folder_id)
+
+    def remove_path(self, reader: Reader, folder_id: str, path: str) -> None:
+        _, parts = self._reach(reader, folder_id, path, "rw")
+        self.files.remove(folder_id, parts)
+        self._changed(folder_id)
+
+    def measure(self, folder_id: str) -> None:
+        found = self.files.measure(folder_id)
+        modified = datetime.fromtimestamp(found.modified, UTC)
+        self.store.record_measure(folder_id, found.bytes, found.files, modified)
+
+    def _changed(self, folder_id: str) -> None:
+        self.measure(folder_id)
+
+    def _reach(self, reader: Reader, folder_id: str, path: str, needs: str):
+        """The folder and the path's parts, if the reader may `needs` ("ro" or "rw") there."""
+        parts = path_parts(path)
+        folder = self.store.get(folder_id, reader)
+        may = "rw" if reader.admin else folder["permission"]
+        if needs == "rw" and may != "rw":
+            raise Refusal(f"{folder['name']} is shared with you read-only.", "forbidden")
+        return folder, parts

@@ -1,0 +1,281 @@
+"""The files of storage folders on disk, reached without ever following a link.
+
+Each folder is a directory `<root>/<folder id>`: the id, not the name, so a rename touches only the
+record, and a session's mount source names the folder it is (`fgpu.` contract: a mounted folder's
+source carries its id). Sessions write these directories as the session user, and a session
+may plant a symlink (to `/etc`, to another user's folder) or a FIFO in a folder shared with
+others. The service runs as root, so it must never act on such a thing for a caller:
+
+- every path is opened one component at a time from the folder's directory, each with
+  `O_NOFOLLOW` (`openat`): a link anywhere on the way is refused, not followed;
+- a file is read or written only through a descriptor that `fstat` shows is a regular file
+  (a FIFO or device is refused, and `O_NONBLOCK` keeps a FIFO from stalling the open);
+- removal and measurement walk by descriptor (`shutil.rmtree`'s and `os.fwalk`'s fd-based forms),
+  so a link swapped in meanwhile is removed or skipped, never entered.
+
+What the service creates belongs to the session user (`owner`), so sessions can change it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from queue_service.core.errors import Refusal
+
+#: The session user of the images (jovyan): what the service makes in a folder is theirs.
+SESSION_UID, SESSION_GID = 1000, 100
+TRASH = ".trash"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A folder's size in bytes, its number of files, and when anything in it last changed."""
+
+    bytes: int
+    files: int
+    modified: float
+
+
+class FolderFiles:
+    """The directories of every folder, under one root."""
+
+    def __init__(self, root: str | Path, owner: tuple[int, int] = (SESSION_UID, SESSION_GID)):
+        self.root = Path(root)
+        self.owner = owner
+
+    def source(self, folder_id: str) -> str:
+        """The host path a session's bind mount of this folder starts from."""
+        return str(self.root / folder_id)
+
+    def make(self, folder_id: str) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / folder_id
+        path.mkdir(mode=0o775)
+        self._give(os.open(path, _DIR_FLAGS))
+
+    def trash(self, folder_id: str, now: float | None = None) -> str:
+        """Move the folder's directory aside (kept for a grace period); its trash name."""
+        (self.root / TRASH).mkdir(mode=0o700, exist_ok=True)
+        name = f"{folder_id}.{int(now if now is not None else time.time())}"
+        with contextlib.suppress(FileNotFoundError):  # nothing written yet: nothing to keep
+            os.rename(self.root / folder_id, self.root / TRASH / name)
+        return name
+
+    def purge_trash(self, older_than: float) -> list[str]:
+        """Remove what was trashed before `older_than` (a time.time()); the names removed."""
+        trash = self.root / TRASH
+        if not trash.is_dir():
+            return []
+        removed = []
+        for entry in os.scandir(trash):
+            stamp = entry.name.rpartition(".")[2]
+            if stamp.isdigit() and int(stamp) < older_than:
+                shutil.rmtree(entry.path)
+                removed.append(entry.name)
+        return removed
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def listing(self, folder_id: str, parts: tuple[str, ...]) -> list[dict]:
+        """A directory's entries: name, kind, size and modification time; links are shown as
+        links, never followed."""
+        with self._directory(folder_id, parts) as fd:
+            entries = []
+            for entry in os.scandir(fd):
+                info = entry.stat(follow_symlinks=False)
+                entries.append(
+                    {
+                        "name": entry.name,
+                        "type": _kind(info.st_mode),
+                        "size": info.st_size if stat.S_ISREG(info.st_mode) else None,
+                        "modified": info.st_mtime,
+                    }
+                )
+        return sorted(entries, key=lambda e: (e["type"] != "directory", e["name"]))
+
+    def is_directory(self, folder_id: str, parts: tuple[str, ...]) -> bool:
+        with self._parent(folder_id, parts) as parent:
+            if not parts:
+                return True
+            info = _lstat(parts[-1], parent)
+            return stat.S_ISDIR(info.st_mode)
+
+    @contextlib.contextmanager
+    def open_file(self, folder_id: str, parts: tuple[str, ...]) -> Iterator[tuple[int, int]]:
+        """(descriptor, size) of a regular file, open for reading."""
+        if not parts:
+            raise Refusal("That is the folder itself, not a file.", "invalid")
+        with self._parent(folder_id, parts) as parent:
+            fd = _open(parts[-1], _READ_FLAGS, parent)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise Refusal(f"{'/'.join(parts)} is not a file.", "invalid")
+            yield fd, info.st_size
+        finally:
+            os.close(fd)
+
+    def measure(self, folder_id: str) -> Measure:
+        """Bytes, files and the newest change in the folder, walking without following links."""
+        total = files = 0
+        with self._directory(folder_id, ()) as fd:
+            newest = os.fstat(fd).st_mtime
+            # fwalk lists a link to a directory with the directories (it does not enter it).
+            for _, dirs, names, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+                newest = max(newest, os.fstat(dir_fd).st_mtime)
+                for name in dirs + names:
+                    with contextlib.suppress(FileNotFoundError):
+                        info = os.lstat(name, dir_fd=dir_fd)
+                        if stat.S_ISDIR(info.st_mode):
+                            continue
+                        total += info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
+                        files += 1
+                        newest = max(newest, info.st_mtime)
+        return Measure(total, files, newest)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write(self, folder_id: str, parts: tuple[str, ...], data: bytes, offset: int) -> int:
+        """Write `data` at `offset` of a file: 0 makes it anew (emptying one that exists), and a
+        later chunk must start where the file ends now. The file's size after it."""
+        if not parts:
+            raise Refusal("Name a file to upload to, inside the folder.", "invalid")
+        with self._parent(folder_id, parts) as parent:
+            if offset == 0:
+                fd = _open(parts[-1], _WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, parent, 0o664)
+            else:
+                fd = _open(parts[-1], _WRITE_FLAGS, parent)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise Refusal(f"{'/'.join(parts)} is not a file.", "invalid")
+            if info.st_size != offset:
+                raise Refusal(
+                    f"The file holds {info.st_size} bytes; the next chunk starts there, "
+                    f"not at {offset}.",
+                    "conflict",
+                )
+            if offset == 0:
+                self._chown(fd)
+            os.pwrite(fd, data, offset)
+            return offset + len(data)
+        finally:
+            os.close(fd)
+
+    def make_directory(self, folder_id: str, parts: tuple[str, ...]) -> None:
+        if not parts:
+            raise Refusal("The folder itself exists already.", "conflict")
+        with self._parent(folder_id, parts) as parent:
+            try:
+                os.mkdir(parts[-1], 0o775, dir_fd=parent)
+            except FileExistsError:
+                raise Refusal(f"{'/'.join(parts)} exists already.", "conflict") from None
+            self._give(_open(parts[-1], _DIR_FLAGS, parent))
+
+    def rename(self, folder_id: str, parts: tuple[str, ...], new_parts: tuple[str, ...]) -> None:
+        if not parts or not new_parts:
+            raise Refusal("Rename the folder itself on its own (PATCH folders/{id}).", "invalid")
+        with self._parent(folder_id, parts) as source, self._parent(folder_id, new_parts) as to:
+            _lstat(parts[-1], source)
+            if _exists(new_parts[-1], to):
+                raise Refusal(f"{'/'.join(new_parts)} exists already.", "conflict")
+            os.rename(parts[-1], new_parts[-1], src_dir_fd=source, dst_dir_fd=to)
+
+    def remove(self, folder_id: str, parts: tuple[str, ...]) -> None:
+        """Remove a file, a link (itself) or a directory with everything in it."""
+        if not parts:
+            raise Refusal("Delete the folder itself on its own (DELETE folders/{id}).", "invalid")
+        with self._parent(folder_id, parts) as parent:
+            info = _lstat(parts[-1], parent)
+            if stat.S_ISDIR(info.st_mode):
+                shutil.rmtree(parts[-1], dir_fd=parent)
+            else:
+                os.unlink(parts[-1], dir_fd=parent)
+
+    # -- walking ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _directory(self, folder_id: str, parts: tuple[str, ...]) -> Iterator[int]:
+        """A descriptor of the directory at `parts`, reached link-free."""
+        fd = self._open_folder(folder_id)
+        try:
+            for part in parts:
+                inner = _open(part, _DIR_FLAGS, fd)
+                os.close(fd)
+                fd = inner
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _parent(self, folder_id: str, parts: tuple[str, ...]):
+        return self._directory(folder_id, parts[:-1])
+
+    def _open_folder(self, folder_id: str) -> int:
+        try:
+            return os.open(self.root / folder_id, _DIR_FLAGS)
+        except FileNotFoundError:
+            raise Refusal("The folder's files are missing on this host.", "not_found") from None
+
+    def _give(self, fd: int) -> None:
+        try:
+            self._chown(fd)
+        finally:
+            os.close(fd)
+
+    def _chown(self, fd: int) -> None:
+        if os.geteuid() == 0:  # a service not run as root makes files its own user's
+            os.fchown(fd, *self.owner)
+
+
+def _open(name: str, flags: int, dir_fd: int, mode: int = 0o777) -> int:
+    try:
+        return os.open(name, flags, mode, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise Refusal(f"There is no {name!r} here.", "not_found") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Refusal(f"{name!r} is a link; links are not followed.", "forbidden") from None
+        if e.errno == errno.ENOTDIR:
+            # O_DIRECTORY meets a link before O_NOFOLLOW does: say which it is.
+            if stat.S_ISLNK(_lstat(name, dir_fd).st_mode):
+                raise Refusal(f"{name!r} is a link; links are not followed.", "forbidden") from None
+            raise Refusal(f"{name!r} is not a directory.", "invalid") from None
+        if e.errno == errno.EISDIR:
+            raise Refusal(f"{name!r} is a directory.", "invalid") from None
+        if e.errno == errno.ENXIO:  # a FIFO without a writer, opened to write
+            raise Refusal(f"{name!r} is not a file.", "invalid") from None
+        raise
+
+
+def _lstat(name: str, dir_fd: int) -> os.stat_result:
+    try:
+        return os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise Refusal(f"There is no {name!r} here.", "not_found") from None
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "link" if stat.S_ISLNK(mode) else "other"

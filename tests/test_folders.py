@@ -1,0 +1,148 @@
+"""folders.py with folder_store on real databases (SQLite and PostgreSQL) and a real disk: who
+sees, changes and shares a folder, what a share allows, and that nothing is half-made."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from queue_service.core.errors import Refusal
+from queue_service.folders import Folders
+from queue_service.store.accounts import Account
+from queue_service.store.db import open_database
+from queue_service.store.folder_files import TRASH, FolderFiles
+from queue_service.store.folders import FolderStore, Reader
+
+ANN = Account("ann", "20261101T000000000000Z")
+BOB = Account("bob", "20261102T000000000000Z")
+NEW_ANN = Account("ann", "20261125T000000000000Z")  # ann deleted and created again
+
+
+@pytest.fixture
+def folders(db_url, tmp_path):
+    return Folders(FolderStore(open_database(db_url)), FolderFiles(tmp_path / "folders"))
+
+
+def reader(account: Account, *groups: str, admin: bool = False) -> Reader:
+    return Reader(account, frozenset(groups), admin)
+
+
+def refused(cause: str, call, *args):
+    with pytest.raises(Refusal) as caught:
+        call(*args)
+    assert caught.value.cause == cause, caught.value.message
+    return caught.value.message
+
+
+def test_a_folder_is_its_owners_and_nobody_elses_until_shared(folders):
+    made = folders.create(ANN, "data")
+    assert made["own"] and made["permission"] == "rw" and made["shares"] == []
+    assert os.path.isdir(folders.files.source(made["id"]))
+    assert [f["name"] for f in folders.visible(reader(ANN), everyone=False)] == ["data"]
+    assert folders.visible(reader(BOB), everyone=False) == []
+    # Bob cannot tell it exists: every door is a 404.
+    refused("not_found", folders.listing, reader(BOB), made["id"], "")
+    refused("not_found", folders.rename, reader(BOB), made["id"], "mine")
+    refused("not_found", folders.remove, reader(BOB), made["id"])
+    # Asking for everyone's needs admin powers, not the flag alone.
+    assert folders.visible(reader(BOB), everyone=True) == []
+    assert [f["owner"] for f in folders.visible(reader(BOB, admin=True), everyone=True)] == ["ann"]
+
+
+def test_a_name_is_taken_once_per_owner_and_a_refused_one_leaves_nothing(folders, tmp_path):
+    folders.create(ANN, "data")
+    before = sorted(os.listdir(tmp_path / "folders"))
+    assert "already" in refused("conflict", folders.create, ANN, "data")
+    assert "no '/'" in refused("invalid", folders.create, ANN, "a/b")
+    after = [n for n in sorted(os.listdir(tmp_path / "folders")) if n != TRASH]
+    assert after == before
+    assert folders.create(BOB, "data")["owner"] == "bob"  # another owner's name is free
+
+
+def test_a_group_share_is_read_only_for_students_and_read_write_for_instructors(folders):
+    course = folders.create(ANN, "course")
+    folders.share(reader(ANN), course["id"], {"group": "ml101"}, "ro")
+    folders.share(reader(ANN), course["id"], {"group": "instructors"}, "rw")
+    folders.write(reader(ANN), course["id"], "lab1.ipynb", b"{}", 0)
+    student, teacher = reader(BOB, "ml101"), reader(Account("tess", "t"), "ml101", "instructors")
+    (seen,) = folders.visible(student, everyone=False)
+    assert (seen["owner"], seen["permission"], seen["own"]) == ("ann", "ro", False)
+    assert seen["shares"] is None  # the list of shares is the owner's
+    assert seen["writers"] == ["ann", "group instructors"]
+    assert [e["name"] for e in folders.listing(student, course["id"], "")["entries"]] == [
+        "lab1.ipynb"
+    ]
+    assert "read-only" in refused("forbidden", folders.write, student, course["id"], "x", b"", 0)
+    refused("forbidden", folders.remove_path, student, course["id"], "lab1.ipynb")
+    refused("forbidden", folders.make_directory, student, course["id"], "new")
+    folders.write(teacher, course["id"], "lab2.ipynb", b"{}", 0)  # the widest share wins
+    # A share lets one use a folder, not change it.
+    assert "owner" in refused("forbidden", folders.rename, teacher, course["id"], "x")
+    assert "owner" in refused(
+        "forbidden", folders.share, teacher, course["id"], {"group": "all"}, "rw"
+    )
+
+
+def test_sharing_again_changes_the_permission_and_taking_it_back_ends_it(folders):
+    data = folders.create(ANN, "data")
+    share, new = folders.share(reader(ANN), data["id"], {"user": "bob", "account": BOB.key}, "ro")
+    assert new
+    again, new = folders.share(reader(ANN), data["id"], {"user": "bob", "account": BOB.key}, "rw")
+    assert (again["id"], again["permission"], new) == (share["id"], "rw", False)
+    assert folders.visible(reader(BOB), everyone=False)[0]["permission"] == "rw"
+    folders.unshare(reader(ANN), data["id"], share["id"])
+    assert folders.visible(reader(BOB), everyone=False) == []
+    refused("not_found", folders.unshare, reader(ANN), data["id"], share["id"])
+    assert "read-only" in refused(
+        "invalid", folders.share, reader(ANN), data["id"], {"group": "g"}, "write"
+    )
+
+
+def test_a_share_ends_with_the_account_it_was_given_to(folders):
+    data = folders.create(ANN, "data")
+    folders.share(reader(ANN), data["id"], {"user": "bob", "account": BOB.key}, "ro")
+    later_bob = Account("bob", "20261126T000000000000Z")
+    assert folders.visible(reader(later_bob), everyone=False) == []
+    assert folders.store.end_shares_of(BOB) == 1
+    assert folders.visible(reader(BOB), everyone=False) == []
+
+
+def test_a_new_account_of_a_deleted_owners_name_owns_none_of_the_old_folders(folders):
+    old = folders.create(ANN, "thesis")
+    assert folders.visible(reader(NEW_ANN), everyone=False) == []
+    refused("not_found", folders.listing, reader(NEW_ANN), old["id"], "")
+    assert folders.create(NEW_ANN, "thesis")["id"] != old["id"]
+    # An admin hands the old folder over, under a name the new account does not use.
+    folders.rename(reader(BOB, admin=True), old["id"], "thesis-2025")
+    given = folders.give(old["id"], NEW_ANN)
+    assert given["own"] and given["owner"] == "ann"
+
+
+def test_a_removed_folder_is_gone_for_everyone_and_kept_in_the_trash(folders, tmp_path):
+    data = folders.create(ANN, "data")
+    folders.share(reader(ANN), data["id"], {"group": "g"}, "ro")
+    folders.write(reader(ANN), data["id"], "keep.txt", b"1", 0)
+    folders.remove(reader(ANN), data["id"])
+    assert folders.visible(reader(ANN), everyone=False) == []
+    assert folders.visible(reader(BOB, "g"), everyone=False) == []
+    refused("not_found", folders.listing, reader(ANN), data["id"], "")
+    (kept,) = os.listdir(tmp_path / "folders" / TRASH)
+    assert kept.startswith(data["id"])
+    assert folders.create(ANN, "data")["id"] != data["id"]  # the name is free again
+
+
+def test_a_write_measures_the_folder(folders):
+    data = folders.create(ANN, "data")
+    folders.write(reader(ANN), data["id"], "blob", b"x" * 50_000, 0)
+    (seen,) = folders.visible(reader(ANN), everyone=False)
+    assert seen["files"] == 1 and seen["size_bytes"] >= 50_000 and seen["modified"]
+
+
+def test_folders_are_found_by_id_or_name_own_names_first(folders):
+    mine = folders.create(BOB, "data")
+    theirs = folders.create(ANN, "data")
+    folders.share(reader(ANN), theirs["id"], {"user": "bob", "account": BOB.key}, "ro")
+    assert [f["id"] for f in folders.store.named(["data"], reader(BOB))] == [mine["id"]]
+    assert [f["id"] for f in folders.store.named([theirs["id"]], reader(BOB))] == [theirs["id"]]
+    assert "No folder 'nope'" in refused("not_found", folders.store.named, ["nope"], reader(BOB))
