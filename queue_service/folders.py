@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from queue_service.core.errors import Refusal
@@ -82,12 +80,10 @@ class Folders:
         entries = self.files.listing(folder_id, parts)
         return {"folder": folder["id"], "path": "/".join(parts), "entries": entries}
 
-    @contextmanager
-    def reading(self, reader: Reader, folder_id: str, path: str) -> Iterator[tuple[int, int]]:
-        """(descriptor, size) of the file at `path`, open for reading."""
+    def open_file(self, reader: Reader, folder_id: str, path: str) -> tuple[int, int]:
+        """(descriptor, size) of the file at `path`, open for reading; the caller closes it."""
         _, parts = self._reach(reader, folder_id, path, "ro")
-        with self.files.open_file(folder_id, parts) as opened:
-            yield opened
+        return self.files.open_file(folder_id, parts)
 
     def write(self, reader: Reader, folder_id: str, path: str, data: bytes, offset: int) -> int:
         _, parts = self._reach(reader, folder_id, path, "rw")

@@ -51,6 +51,10 @@ STATUS_OF_CAUSE = {
 }
 
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+_BODY_TYPE_NAMES = {
+    "application/json": "JSON (application/json)",
+    "application/octet-stream": "the file's bytes (application/octet-stream)",
+}
 _HTTP_METHODS = ("get", "head", "post", "put", "patch", "delete")
 
 
@@ -90,6 +94,8 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     #: "number", "date", "moment", "choice" or "text"). Values are parsed by query_args.py; the
     #: API's fuzz test (tests/test_security_query_args.py) walks these over the route table.
     query_arguments: ClassVar[dict[str, str]] = {}
+    #: The largest body the handler takes (an upload's handler takes its chunks).
+    max_body_bytes: ClassVar[int] = MAX_BODY_BYTES
 
     @property
     def manager(self):
@@ -122,27 +128,33 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         """Keep the body while it is small; past the cap (a chunked body has no length to check
         first) answer 413 at once and let the rest go by unkept."""
         self._received += len(chunk)
-        if self._received <= MAX_BODY_BYTES:
+        if self._received <= self.max_body_bytes:
             self._chunks.append(chunk)
         elif not self._finished:
             self._chunks.clear()
-            too_large = _too_large()
+            too_large = _too_large(self.max_body_bytes)
             self.send_error(413, exc_info=(type(too_large), too_large, None))
 
     def _refuse_large_body(self) -> None:
         length = self.request.headers.get("Content-Length", "0")
         if not length.isdigit():
             raise web.HTTPError(400, "Content-Length is not a number.")
-        if int(length) > MAX_BODY_BYTES:
-            raise _too_large()
+        if int(length) > self.max_body_bytes:
+            raise _too_large(self.max_body_bytes)
 
     def _refuse_non_json_body(self) -> None:
         headers = self.request.headers
         has_body = headers.get("Content-Length", "0") != "0" or "Transfer-Encoding" in headers
         if self.request.method in _BODY_METHODS and has_body:
             kind = headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
-            if kind != "application/json":
-                raise web.HTTPError(415, "Send the request body as JSON (application/json).")
+            if kind not in self.body_types():
+                wanted = " or ".join(_BODY_TYPE_NAMES[t] for t in self.body_types())
+                raise web.HTTPError(415, f"Send the request body as {wanted}.")
+
+    def body_types(self) -> tuple[str, ...]:
+        """The content types a body of this request may have: JSON, but for an upload's bytes.
+        Never one a plain HTML form on another site can send (form-encoded, multipart, text)."""
+        return ("application/json",)
 
     async def _authenticate(self) -> None:
         """Identify the caller on the event loop. HubAuth's synchronous path (tornado's
@@ -265,8 +277,8 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         raise NotImplementedError  # pages (handlers/pages.py) draw the hub's error page
 
 
-def _too_large() -> web.HTTPError:
-    return web.HTTPError(413, f"The request body is larger than {MAX_BODY_BYTES} bytes.")
+def _too_large(limit: int) -> web.HTTPError:
+    return web.HTTPError(413, f"The request body is larger than {limit} bytes.")
 
 
 def error_message(reason: str, exc) -> str:

@@ -111,9 +111,8 @@ class FolderFiles:
             info = _lstat(parts[-1], parent)
             return stat.S_ISDIR(info.st_mode)
 
-    @contextlib.contextmanager
-    def open_file(self, folder_id: str, parts: tuple[str, ...]) -> Iterator[tuple[int, int]]:
-        """(descriptor, size) of a regular file, open for reading."""
+    def open_file(self, folder_id: str, parts: tuple[str, ...]) -> tuple[int, int]:
+        """(descriptor, size) of a regular file, open for reading; the caller closes it."""
         if not parts:
             raise Refusal("That is the folder itself, not a file.", "invalid")
         with self._parent(folder_id, parts) as parent:
@@ -122,9 +121,10 @@ class FolderFiles:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise Refusal(f"{'/'.join(parts)} is not a file.", "invalid")
-            yield fd, info.st_size
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return fd, info.st_size
 
     def measure(self, folder_id: str) -> Measure:
         """Bytes, files and the newest change in the folder, walking without following links."""

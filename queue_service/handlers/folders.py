@@ -1,0 +1,231 @@
+"""`api/folders` (docs/source/explanation/contracts.md, contract 4): storage folders, their
+shares and their files.
+
+- `GET api/folders`: your own and those shared with you; `?all=1`: everyone's (admins);
+- `POST api/folders {name}`; `PATCH api/folders/{id} {name}` (admins also `{owner}`);
+  `DELETE api/folders/{id}` (kept in the trash for the grace period);
+- `POST api/folders/{id}/shares {user | group, permission: "ro" | "rw"}` (201, or 200 when it
+  changes an existing share's permission); `DELETE api/folders/{id}/shares/{share_id}`;
+- `GET api/folders/{id}/files/{path}`: a directory's listing as JSON, or a file's bytes (always as
+  a download: a file a user put there never runs as a page of this site);
+- `PUT api/folders/{id}/files/{path}?offset=N`: upload one chunk of at most `CHUNK_BYTES`, sent as
+  `application/octet-stream`; offset 0 starts the file, each next chunk starts where it ends;
+- `POST api/folders/{id}/files/{path} {"type": "directory"}`: make a directory;
+  `PATCH api/folders/{id}/files/{path} {"to": path}`: rename or move inside the folder;
+  `DELETE api/folders/{id}/files/{path}`: remove a file, a link or a directory.
+
+Sessions are users': a service token is refused. Folders another user cannot see are 404 to
+them, never 403, so their names and ids say nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from urllib.parse import quote
+
+from tornado import web
+
+from queue_service.store.accounts import Account
+from queue_service.store.folders import Reader
+
+from .base import BaseHandler
+
+#: The largest chunk of an upload; the Storage page sends files in chunks of this size.
+CHUNK_BYTES = 8 * 1024 * 1024
+_READ_BYTES = 1024 * 1024
+_ID = r"([0-9a-f]{32})"
+
+
+def routes(prefix: str) -> list:
+    api = prefix + r"api/folders"
+    return [
+        (api, FoldersHandler),
+        (api + "/" + _ID, FolderHandler),
+        (api + "/" + _ID + r"/shares", SharesHandler),
+        (api + "/" + _ID + r"/shares/([0-9]+)", ShareHandler),
+        (api + "/" + _ID + r"/files/?(.*)", FilesHandler),
+    ]
+
+
+class FolderAPIHandler(BaseHandler):
+    @property
+    def folders(self):
+        return self.settings["folders"]
+
+    async def reader(self) -> Reader:
+        return Reader.of(await self.person())
+
+    async def run(self, call, *args):
+        """A folder operation off the event loop (it touches the DB and the disk)."""
+        return await asyncio.to_thread(call, *args)
+
+
+class FoldersHandler(FolderAPIHandler):
+    query_arguments = {"all": "flag"}
+
+    @web.authenticated
+    async def get(self):
+        reader = await self.reader()
+        everyone = self.get_argument("all", "") == "1"
+        if everyone and not reader.admin:
+            self.require_admin("Everyone's folders")
+        folders = await self.run(self.folders.visible, reader, everyone)
+        self.write_json({"folders": folders})
+
+    @web.authenticated
+    async def post(self):
+        reader = await self.reader()
+        name = self.body().get("name")
+        self.write_json(await self.run(self.folders.create, reader.account, name), 201)
+
+
+class FolderHandler(FolderAPIHandler):
+    @web.authenticated
+    async def get(self, folder_id):
+        reader = await self.reader()
+        self.write_json(await self.run(self.folders.store.get, folder_id, reader))
+
+    @web.authenticated
+    async def patch(self, folder_id):
+        reader, body = await self.reader(), self.body()
+        unknown = set(body) - {"name", "owner"}
+        if unknown or not body:
+            raise web.HTTPError(400, "Change a folder's name (or, as an admin, its owner).")
+        folder = None
+        if "owner" in body:
+            self.require_admin("Handing a folder to another owner")
+            account = await self.account_named(body["owner"])
+            await self.run(self.folders.store.get, folder_id, reader)
+            folder = await self.run(self.folders.give, folder_id, account)
+        if "name" in body:
+            folder = await self.run(self.folders.rename, reader, folder_id, body["name"])
+        self.write_json(folder)
+
+    @web.authenticated
+    async def delete(self, folder_id):
+        reader = await self.reader()
+        await self.run(self.folders.remove, reader, folder_id)
+        self.set_status(204)
+        self.finish()
+
+    async def account_named(self, name) -> Account:
+        if not isinstance(name, str) or not name:
+            raise web.HTTPError(400, 'Name the new owner: {"owner": "NAME"}.')
+        created = await self.from_hub(self.hub.account_created(name))
+        if created is None:
+            raise web.HTTPError(400, f"The hub has no user {name!r}.")
+        return Account.of({"name": name, "created": created})
+
+
+class SharesHandler(FolderAPIHandler):
+    @web.authenticated
+    async def post(self, folder_id):
+        reader, body = await self.reader(), self.body()
+        await self.run(self.folders.store.get, folder_id, reader)  # 404 before any hub lookup
+        target = await self.target(body)
+        share, new = await self.run(
+            self.folders.share, reader, folder_id, target, body.get("permission")
+        )
+        self.write_json(share, 201 if new else 200)
+
+    async def target(self, body: dict) -> dict:
+        """{"user", "account"} or {"group"}: one of them, and one the hub has."""
+        user, group = body.get("user"), body.get("group")
+        if (user is None) == (group is None):
+            raise web.HTTPError(400, 'Share with one "user" or one "group".')
+        if not isinstance(user or group, str) or not (user or group):
+            raise web.HTTPError(400, "Name the user or group as text.")
+        if user is not None:
+            created = await self.from_hub(self.hub.account_created(user))
+            if created is None:
+                raise web.HTTPError(400, f"The hub has no user {user!r}.")
+            return {"user": user, "account": Account.of({"name": user, "created": created}).key}
+        try:
+            await self.hub.group(group)
+        except Exception:
+            raise web.HTTPError(400, f"The hub has no group {group!r}.") from None
+        return {"group": group}
+
+
+class ShareHandler(FolderAPIHandler):
+    @web.authenticated
+    async def delete(self, folder_id, share_id):
+        reader = await self.reader()
+        await self.run(self.folders.unshare, reader, folder_id, int(share_id))
+        self.set_status(204)
+        self.finish()
+
+
+class FilesHandler(FolderAPIHandler):
+    query_arguments = {"offset": "whole"}
+    max_body_bytes = CHUNK_BYTES
+
+    def body_types(self) -> tuple[str, ...]:
+        return (
+            ("application/octet-stream",) if self.request.method == "PUT" else ("application/json",)
+        )
+
+    @web.authenticated
+    async def get(self, folder_id, path):
+        reader = await self.reader()
+        listing = await self.run(self.folders.listing, reader, folder_id, path)
+        if listing is not None:
+            self.write_json(listing)
+            return
+        await self.send_file(reader, folder_id, path)
+
+    async def send_file(self, reader: Reader, folder_id: str, path: str) -> None:
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        # A user's file is never a page of this site: downloaded, never sniffed or run.
+        self.set_header("Content-Type", "application/octet-stream")
+        self.set_header("Content-Disposition", f"attachment; filename*=UTF-8''{quote(name)}")
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Content-Security-Policy", "sandbox; default-src 'none'")
+        fd, size = await self.run(self.folders.open_file, reader, folder_id, path)
+        try:
+            self.set_header("Content-Length", str(size))
+            offset = 0
+            while offset < size:  # what was there when opened: a file still growing is cut
+                chunk = await asyncio.to_thread(
+                    os.pread, fd, min(_READ_BYTES, size - offset), offset
+                )
+                if not chunk:
+                    break
+                offset += len(chunk)
+                self.write(chunk)
+                await self.flush()
+        finally:
+            os.close(fd)
+        self.finish()
+
+    @web.authenticated
+    async def put(self, folder_id, path):
+        reader = await self.reader()
+        offset = int(self.get_argument("offset", "0"))
+        data = self.raw_body()
+        size = await self.run(self.folders.write, reader, folder_id, path, data, offset)
+        self.write_json({"path": path, "size": size}, 201 if offset == 0 else 200)
+
+    @web.authenticated
+    async def post(self, folder_id, path):
+        reader = await self.reader()
+        if self.body() != {"type": "directory"}:
+            raise web.HTTPError(400, 'Make a directory with {"type": "directory"}.')
+        await self.run(self.folders.make_directory, reader, folder_id, path)
+        self.write_json({"path": path, "type": "directory"}, 201)
+
+    @web.authenticated
+    async def patch(self, folder_id, path):
+        reader, body = await self.reader(), self.body()
+        if set(body) != {"to"}:
+            raise web.HTTPError(400, 'Rename with {"to": "new/path"}.')
+        await self.run(self.folders.rename_path, reader, folder_id, path, body["to"])
+        self.write_json({"path": body["to"]})
+
+    @web.authenticated
+    async def delete(self, folder_id, path):
+        reader = await self.reader()
+        await self.run(self.folders.remove_path, reader, folder_id, path)
+        self.set_status(204)
+        self.finish()
