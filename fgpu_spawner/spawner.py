@@ -230,6 +230,7 @@ class FGPUSpawner(DockerSpawner):
 
         Example::
 
+            c.FGPUSpawner.fgpu_max = 2
             c.FGPUSpawner.fgpu_default = 0.5
         """,
     )
