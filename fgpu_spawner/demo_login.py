@@ -122,6 +122,10 @@ class DemoAuthenticator(DummyAuthenticator):
         Let the demo login run on an address other than a loopback one (127.0.0.1, ::1,
         localhost). Anyone who reaches the hub then logs in under any name, `admin` included.
         Off by default: the hub refuses to start.
+
+        Example::
+
+            c.DemoAuthenticator.allow_non_loopback = True
         """,
     )
 

@@ -128,48 +128,111 @@ class FGPUSpawner(DockerSpawner):
         Catalog name of the image preselected on the spawn form. Empty means the first visible
         image of the catalog. A request must still name its image (docs/source/explanation/sessions-and-queue.md, "Launch options").
 
+        Example::
+
             c.FGPUSpawner.default_image_name = "python-3.11"
         """,
     )
     # Their defaults are the Sessions dialog's too (image_catalog/launch_options.py).
     cpu_min = Float(
-        SESSION_LIMITS["cpu_min"], config=True, help="""Fewest CPU cores a session may ask for."""
+        SESSION_LIMITS["cpu_min"],
+        config=True,
+        help="""
+        Fewest CPU cores a session may ask for.
+
+        Example::
+
+            c.FGPUSpawner.cpu_min = 0.25
+        """,
     )
     cpu_max = Float(
-        SESSION_LIMITS["cpu_max"], config=True, help="""Most CPU cores one session may ask for."""
+        SESSION_LIMITS["cpu_max"],
+        config=True,
+        help="""
+        Most CPU cores one session may ask for.
+
+        Example::
+
+            c.FGPUSpawner.cpu_max = 8
+        """,
     )
     cpu_default = Float(
         SESSION_LIMITS["cpu_default"],
         config=True,
-        help="""CPU cores the form starts at and a session gets when it names none.""",
+        help="""
+        CPU cores the form starts at and a session gets when it names none.
+
+        Example::
+
+            c.FGPUSpawner.cpu_default = 2
+        """,
     )
-    cpu_step = Float(0.5, config=True, help="""Step of the CPU slider on the spawn form.""")
+    cpu_step = Float(
+        0.5,
+        config=True,
+        help="""
+        Step of the CPU slider on the spawn form.
+
+        Example::
+
+            c.FGPUSpawner.cpu_step = 0.25
+        """,
+    )
     mem_min = ByteSpecification(
         SESSION_LIMITS["mem_min"],
         config=True,
-        help="""Least memory a session may ask for (bytes, or 512M, 2G...).""",
+        help="""
+        Least memory a session may ask for (bytes, or 512M, 2G...).
+
+        Example::
+
+            c.FGPUSpawner.mem_min = "512M"
+        """,
     )
     mem_max = ByteSpecification(
         SESSION_LIMITS["mem_max"],
         config=True,
-        help="""Most memory one session may ask for (bytes, or 512M, 2G...).""",
+        help="""
+        Most memory one session may ask for (bytes, or 512M, 2G...).
+
+        Example::
+
+            c.FGPUSpawner.mem_max = "32G"
+        """,
     )
     mem_default = ByteSpecification(
         SESSION_LIMITS["mem_default"],
         config=True,
-        help="""Memory the form starts at and a session gets when it names none (bytes, 2G...).""",
+        help="""
+        Memory the form starts at and a session gets when it names none (bytes, 2G...).
+
+        Example::
+
+            c.FGPUSpawner.mem_default = "4G"
+        """,
     )
     fgpu_max = Float(
         SESSION_LIMITS["fgpu_max"],
         config=True,
         help="""
         Most fGPU units one session may ask for. 0 offers no GPU on the form and refuses fgpu > 0.
+
+        Example::
+
+            c.FGPUSpawner.fgpu_max = 2
         """,
     )
     fgpu_default = Float(
         SESSION_LIMITS["fgpu_default"],
         config=True,
-        help="""fGPU units a session gets when it names none.""",
+        help="""
+        fGPU units a session gets when it names none.
+
+        Example::
+
+            c.FGPUSpawner.fgpu_max = 2
+            c.FGPUSpawner.fgpu_default = 0.5
+        """,
     )
     units_per_gpu = Integer(
         1,
@@ -177,6 +240,10 @@ class FGPUSpawner(DockerSpawner):
         help="""
         How many fGPU units one physical GPU holds: with 2, 1 fGPU is half a GPU (Backend.AI's
         setting of the same meaning).
+
+        Example::
+
+            c.FGPUSpawner.units_per_gpu = 4
         """,
     )
     gpu_sharing = CaselessStrEnum(
@@ -188,6 +255,10 @@ class FGPUSpawner(DockerSpawner):
         student can get around), `mig` (whole MIG instances, isolated by the driver: the strict
         mode), `mps` (CUDA MPS), `none` (whole devices, accounting only) or `simulated` (no
         device; for hosts without GPUs). docs/source/howto/gpu-slice.md, "How strict is a GPU slice".
+
+        Example::
+
+            c.FGPUSpawner.gpu_sharing = "mig"
         """,
     )
     hami_library_path = Unicode(
@@ -197,6 +268,10 @@ class FGPUSpawner(DockerSpawner):
         Host path of HAMi-core's `libvgpu.so`, which the admin installs on every GPU host. It is
         mounted read-only into `hami` sessions and preloaded, so that CUDA sees only the granted
         memory and SM share.
+
+        Example::
+
+            c.FGPUSpawner.hami_library_path = "/opt/hami/lib/libvgpu.so"
         """,
     )
     hami_cache_base = Unicode(
@@ -205,6 +280,10 @@ class FGPUSpawner(DockerSpawner):
         help="""
         Host folder under which every `hami` session gets a cache folder of its own, named by its
         session id, for HAMi-core's shared usage file.
+
+        Example::
+
+            c.FGPUSpawner.hami_cache_base = "/srv/fgpu-hub/vgpu"
         """,
     )
     hami_lock_dir = Unicode(
@@ -215,6 +294,10 @@ class FGPUSpawner(DockerSpawner):
         device plugin uses the same one). It must be a folder of the hub's user that nobody else
         may write to: a symbolic link, or a folder or `lock` file someone else made, is refused
         (fgpu_spawner/hami_lock.py).
+
+        Example::
+
+            c.FGPUSpawner.hami_lock_dir = "/var/lib/fgpu-hub/vgpulock"
         """,
     )
     hami_preload_path = Unicode(
@@ -225,6 +308,10 @@ class FGPUSpawner(DockerSpawner):
         and mounts read-only at `/etc/ld.so.preload` in `hami` sessions, as HAMi's device plugin
         does: the dynamic loader then loads HAMi-core into every process, whatever its
         environment, so unsetting `LD_PRELOAD` does not lift the GPU limits.
+
+        Example::
+
+            c.FGPUSpawner.hami_preload_path = "/srv/fgpu-hub/ld.so.preload"
         """,
     )
     hami_shrreg_tool_path = Unicode(
@@ -237,6 +324,10 @@ class FGPUSpawner(DockerSpawner):
         the spawner's limits before any process of the student runs: HAMi-core keeps the limits
         of whoever creates the region. A missing file makes the spawn fail, never a session
         without limits.
+
+        Example::
+
+            c.FGPUSpawner.hami_shrreg_tool_path = "/opt/hami/bin/shrreg-tool"
         """,
     )
     mps_pipe_dir = Unicode(
@@ -245,6 +336,10 @@ class FGPUSpawner(DockerSpawner):
         help="""
         Host folder of the CUDA MPS control daemon's pipes (its CUDA_MPS_PIPE_DIRECTORY), mounted
         into `mps` sessions.
+
+        Example::
+
+            c.FGPUSpawner.mps_pipe_dir = "/var/run/nvidia-mps"
         """,
     )
     idle_timeout = Float(
@@ -255,12 +350,22 @@ class FGPUSpawner(DockerSpawner):
         jupyterhub-idle-culler with FGPU_IDLE_TIMEOUT and sets this to the same). A stop of a
         server idle that long is the culler's, and its record ends with reason `idle`
         (fgpu_spawner/idle.py says why). 0: no culler; no stop is taken for one.
+
+        Example::
+
+            c.FGPUSpawner.idle_timeout = 7200
         """,
     )
     pids_limit = Integer(
         1024,
         config=True,
-        help="""Most processes and threads a session may run, so a fork bomb stays in its slice.""",
+        help="""
+        Most processes and threads a session may run, so a fork bomb stays in its slice.
+
+        Example::
+
+            c.FGPUSpawner.pids_limit = 4096
+        """,
     )
     network_name = Unicode(
         SESSION_NETWORK,
@@ -272,6 +377,11 @@ class FGPUSpawner(DockerSpawner):
         shipped config does it at start-up and makes the hub's API listen on its gateway); an
         existing network of this name that lets containers talk is refused. A site that changes
         it sets `JupyterHub.hub_ip` to the new network's gateway.
+
+        Example::
+
+            c.FGPUSpawner.network_name = "course-sessions"
+            c.JupyterHub.hub_ip = "172.30.0.1"  # the gateway of course-sessions
         """,
     )
     writable_layer_size = ByteSpecification(
@@ -282,12 +392,22 @@ class FGPUSpawner(DockerSpawner):
         layer: /tmp, /var/tmp...), e.g. 10G; 0 for no limit. Applied where the storage
         driver supports a size (overlay2 on xfs mounted with pquota, btrfs, zfs); elsewhere the
         hub logs a warning at the first spawn and sessions write without limit.
+
+        Example::
+
+            c.FGPUSpawner.writable_layer_size = "20G"
         """,
     )
     run_as = Unicode(
         "1000:100",
         config=True,
-        help="""User (uid:gid) the session runs as, whatever the image says: never root.""",
+        help="""
+        User (uid:gid) the session runs as, whatever the image says: never root.
+
+        Example::
+
+            c.FGPUSpawner.run_as = "1001:100"
+        """,
     )
     home_volume = Unicode(
         "fgpu-home-{username}",
@@ -296,12 +416,22 @@ class FGPUSpawner(DockerSpawner):
         Name of the Docker volume that holds each user's home folder, so that notebooks and
         `pip install --user` packages outlive a session. `{username}` is the user name, escaped
         for Docker. Empty turns persistent homes off (the home folder then dies with the session).
+
+        Example::
+
+            c.FGPUSpawner.home_volume = "cs101-home-{username}"
         """,
     )
     home_mount_path = Unicode(
         "/home/jovyan",
         config=True,
-        help="""Where the home volume is mounted: the images' home folder (the user `jovyan`).""",
+        help="""
+        Where the home volume is mounted: the images' home folder (the user `jovyan`).
+
+        Example::
+
+            c.FGPUSpawner.home_mount_path = "/home/jovyan/work"
+        """,
     )
     group_data_dir = Unicode(
         "",
@@ -311,18 +441,34 @@ class FGPUSpawner(DockerSpawner):
         Each session gets the folders of its user's groups at `group_data_mount_path/<group>`:
         read-only for students, read-write for members of `group_data_writers`. Empty turns
         group data folders off.
+
+        Example::
+
+            c.FGPUSpawner.group_data_dir = "/srv/fgpu-hub/group-data"
         """,
     )
     group_data_mount_path = Unicode(
         "/home/jovyan/data",
         config=True,
-        help="""Folder in the container under which the group data folders appear.""",
+        help="""
+        Folder in the container under which the group data folders appear.
+
+        Example::
+
+            c.FGPUSpawner.group_data_mount_path = "/home/jovyan/shared"
+        """,
     )
     group_data_writers = List(
         Unicode(),
         default_value=["instructors"],
         config=True,
-        help="""Hub groups whose members may write to their groups' data folders.""",
+        help="""
+        Hub groups whose members may write to their groups' data folders.
+
+        Example::
+
+            c.FGPUSpawner.group_data_writers = ["instructors", "teaching-assistants"]
+        """,
     )
 
     @validate("home_volume")
@@ -336,7 +482,15 @@ class FGPUSpawner(DockerSpawner):
         return proposal["value"]
 
     ready_poll_interval = Float(
-        0.25, config=True, help="""Seconds between readiness checks while a container starts."""
+        0.25,
+        config=True,
+        help="""
+        Seconds between readiness checks while a container starts.
+
+        Example::
+
+            c.FGPUSpawner.ready_poll_interval = 0.5
+        """,
     )
 
     queue_url = Unicode(
@@ -345,12 +499,22 @@ class FGPUSpawner(DockerSpawner):
         help="""
         URL of the queue service (e.g. http://127.0.0.1:10101/services/queue/). Every grant comes
         from it. Empty runs without a queue: GPU-less sessions only, granted at once.
+
+        Example::
+
+            c.FGPUSpawner.queue_url = "http://127.0.0.1:10101/services/queue/"
         """,
     )
     queue_token = Unicode(
         "",
         config=True,
-        help="""API token the spawner presents to the queue service (a hub token of its own).""",
+        help="""
+        API token the spawner presents to the queue service (a hub token of its own).
+
+        Example::
+
+            c.FGPUSpawner.queue_token = open("/srv/fgpu-hub/spawner_token").read().strip()
+        """,
     )
 
     deployment_id = Unicode(
@@ -361,13 +525,23 @@ class FGPUSpawner(DockerSpawner):
         label, so that the queue service adopts or stops only this hub's containers when other
         hubs share the engine. The shipped config reads it from `fgpu_deployment_id` in the
         state directory (made on first start), where the service reads it too.
+
+        Example::
+
+            c.FGPUSpawner.deployment_id = "cs101-hub"
         """,
     )
 
     queue_reconnect_timeout = Float(
         120.0,
         config=True,
-        help="""Seconds a waiting spawn keeps reconnecting to a restarting queue service.""",
+        help="""
+        Seconds a waiting spawn keeps reconnecting to a restarting queue service.
+
+        Example::
+
+            c.FGPUSpawner.queue_reconnect_timeout = 300
+        """,
     )
 
     # What the engine's storage driver can bound: checked once per hub process.
@@ -399,7 +573,9 @@ class FGPUSpawner(DockerSpawner):
         stop until its call timed out. Each stuck container holds at most the threads of its own
         calls; the others go on.
 
-            c.FGPUSpawner.docker_threads = 8
+        Example::
+
+            c.FGPUSpawner.docker_threads = 16
         """,
     )
 

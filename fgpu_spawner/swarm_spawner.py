@@ -85,6 +85,10 @@ class FGPUSwarmSpawner(FGPUSpawner):
         (the lab's). A catalog reference without a registry of its own (`fgpu/jupyter-base:py3.11`)
         is pulled from here; the site pushes its built images to it (`scripts/swarm-lab` does it
         for the lab). Empty: nodes pull references as the catalog writes them.
+
+        Example::
+
+            c.FGPUSwarmSpawner.registry = "registry.example.org:5000"
         """,
     )
     registry_auth_file = Unicode(
@@ -97,6 +101,10 @@ class FGPUSwarmSpawner(FGPUSpawner):
         docker-py sends them with every service it creates, so Swarm hands them to the node that
         pulls the image; the session itself never sees them. `scripts/swarm-lab up` exports the
         lab's as FGPU_SWARM_REGISTRY_AUTH_FILE. Empty: the registry is asked without a login.
+
+        Example::
+
+            c.FGPUSwarmSpawner.registry_auth_file = "/etc/fgpu-hub/registry-auth.json"
         """,
     )
     home_root = Unicode(
@@ -110,6 +118,10 @@ class FGPUSwarmSpawner(FGPUSpawner):
         user deleted and created again under the same name gets a new one; the old folder stays
         as it was. Empty: the home is the `home_volume` on whichever node the session runs (a local volume
         stays on its node; a volume driver that follows the user is the other way).
+
+        Example::
+
+            c.FGPUSwarmSpawner.home_root = "/mnt/nfs/fgpu-homes"
         """,
     )
     endpoint = CaselessStrEnum(
@@ -123,6 +135,11 @@ class FGPUSwarmSpawner(FGPUSpawner):
         for sites whose kernels have IPVS (these machines' do not); `host_port` publishes the
         server's port in host mode on the session's node (a hub beside the Swarm), where every
         other session reaches it too, so it needs `allow_reachable_sessions`.
+
+        Example::
+
+            c.FGPUSwarmSpawner.endpoint = "host_port"
+            c.FGPUSwarmSpawner.allow_reachable_sessions = True
         """,
     )
     allow_reachable_sessions = Bool(
@@ -134,6 +151,10 @@ class FGPUSwarmSpawner(FGPUSpawner):
         with a config error, so that isolation never rests on a setting left at its default.
         A site that turns it on firewalls the nodes itself (docs/source/howto/adding-nodes.md, "Adding
         nodes").
+
+        Example::
+
+            c.FGPUSwarmSpawner.allow_reachable_sessions = True
         """,
     )
     hub_container = Unicode(
@@ -148,6 +169,10 @@ class FGPUSwarmSpawner(FGPUSpawner):
         and the hub's port; the hub should then listen on all its addresses. The manager must be
         `active`: Swarm gives a drained or paused node's containers no place on an overlay.
         Empty: the hub is on the overlay by other means, and sessions use the hub's connect URL.
+
+        Example::
+
+            c.FGPUSwarmSpawner.hub_container = "fgpu-hub"
         """,
     )
     network_per_session = Bool(
@@ -163,6 +188,11 @@ class FGPUSwarmSpawner(FGPUSpawner):
         subnet of the Swarm's address pool (a /24 unless `docker swarm init
         --default-addr-pool-mask-length` says otherwise: 256 sessions in a /16), and one attachment
         of the hub's container.
+
+        Example::
+
+            c.FGPUSwarmSpawner.network_per_session = False
+            c.FGPUSwarmSpawner.allow_reachable_sessions = True
         """,
     )
     task_start_timeout = Float(
@@ -171,6 +201,10 @@ class FGPUSwarmSpawner(FGPUSpawner):
         help="""
         Seconds a session's task may take to start on its node (image pull included) before the
         spawn fails with the task's own state and error.
+
+        Example::
+
+            c.FGPUSwarmSpawner.task_start_timeout = 900
         """,
     )
     task_exit_timeout = Float(
@@ -180,6 +214,10 @@ class FGPUSwarmSpawner(FGPUSpawner):
         Seconds to wait, after its service is removed, for a session's task to be shut down on
         its node. Its grant is given back only then: until the node has stopped the container,
         the slice is still in use.
+
+        Example::
+
+            c.FGPUSwarmSpawner.task_exit_timeout = 60
         """,
     )
 

@@ -131,6 +131,10 @@ class QueueService(Application):
         FGPU_QUEUE_DB_URL from the environment (where `ps` does not show a password), else
         `sqlite:///fgpu_queue.sqlite` in the state directory. A `postgresql://` URL is read with
         psycopg 3.
+
+        Example::
+
+            c.QueueService.db_url = "postgresql://fgpu@db.example.org/fgpu_queue"
         """,
     )
     upgrade_backup_dir = Unicode(
@@ -139,12 +143,22 @@ class QueueService(Application):
         help="""
         Where the backup taken before a schema upgrade of the database goes. Empty: beside a
         SQLite file, and in the state directory for a PostgreSQL dump (`pg_dump -Fc`).
+
+        Example::
+
+            c.QueueService.upgrade_backup_dir = "/var/backups/fgpu-queue"
         """,
     )
     upgrade_backups_kept = Integer(
         DEFAULT_KEPT,
         config=True,
-        help="""Upgrade backups of the database kept; older ones are deleted after a new one.""",
+        help="""
+        Upgrade backups of the database kept; older ones are deleted after a new one.
+
+        Example::
+
+            c.QueueService.upgrade_backups_kept = 5
+        """,
     )
     upgrade_without_backup = Bool(
         False,
@@ -153,13 +167,33 @@ class QueueService(Application):
         Upgrade the database even when no backup can be taken first (`pg_dump` missing or
         failing, a backup folder it cannot write). Off: the service refuses to start, and says
         why, rather than migrate a database it could not restore.
+
+        Example::
+
+            c.QueueService.upgrade_without_backup = True
         """,
     )
-    units_per_gpu = Integer(1, config=True, help="""fGPU units in one physical GPU.""")
+    units_per_gpu = Integer(
+        1,
+        config=True,
+        help="""
+        fGPU units in one physical GPU.
+
+        Example::
+
+            c.QueueService.units_per_gpu = 4
+        """,
+    )
     simulated_gpus = Unicode(
         "",
         config=True,
-        help="""Simulated GPUs for hosts without any, e.g. "2x8GiB". Empty reads the real ones (NVML).""",
+        help="""
+        Simulated GPUs for hosts without any, e.g. "2x8GiB". Empty reads the real ones (NVML).
+
+        Example::
+
+            c.QueueService.simulated_gpus = "4x16GiB"
+        """,
     )
     engine = CaselessStrEnum(
         ["docker", "swarm"],
@@ -171,6 +205,10 @@ class QueueService(Application):
         groups and GPUs come from the Swarm's node labels (`inventory.swarm_nodes`), read again
         every reconciler round, so a node that joins, drains or goes down changes what the queue
         places; sessions are services (`session_services.py`).
+
+        Example::
+
+            c.QueueService.engine = "swarm"
         """,
     )
     node_down_grace = Float(
@@ -180,34 +218,90 @@ class QueueService(Application):
         Swarm mode: seconds a node may be down before its sessions end as lost and their slices
         are given back. A node that is back sooner (a reboot of the engine, a network blip) keeps
         its sessions. Waiting requests go to the other nodes at once either way.
+
+        Example::
+
+            c.QueueService.node_down_grace = 120
         """,
     )
-    resource_group = Unicode("default", config=True, help="""Resource group of this node.""")
-    reserve_cpu = Float(0.0, config=True, help="""CPU cores of the node kept back from sessions.""")
+    resource_group = Unicode(
+        "default",
+        config=True,
+        help="""
+        Resource group of this node.
+
+        Example::
+
+            c.QueueService.resource_group = "gpu-a100"
+        """,
+    )
+    reserve_cpu = Float(
+        0.0,
+        config=True,
+        help="""
+        CPU cores of the node kept back from sessions.
+
+        Example::
+
+            c.QueueService.reserve_cpu = 2
+        """,
+    )
     reserve_mem = ByteSpecification(
-        "512M", config=True, help="""Memory of the node kept back from sessions (bytes or 1G...)."""
+        "512M",
+        config=True,
+        help="""
+        Memory of the node kept back from sessions (bytes or 1G...).
+
+        Example::
+
+            c.QueueService.reserve_mem = "4G"
+        """,
     )
     policy = CaselessStrEnum(
         ["fifo", "drf"],
         default_value="fifo",
         config=True,
-        help="""Queue order: `fifo` (with bounded backfill) or `drf` (dominant resource fairness).""",
+        help="""
+        Queue order: `fifo` (with bounded backfill) or `drf` (dominant resource fairness).
+
+        Example::
+
+            c.QueueService.policy = "drf"
+        """,
     )
     placement = CaselessStrEnum(
         ["best_fit", "fill", "spread"],
         default_value="best_fit",
         config=True,
-        help="""Where a session goes: `best_fit` keeps GPUs whole; `fill` and `spread` as in Backend.AI.""",
+        help="""
+        Where a session goes: `best_fit` keeps GPUs whole; `fill` and `spread` as in Backend.AI.
+
+        Example::
+
+            c.QueueService.placement = "spread"
+        """,
     )
     max_skips = Integer(
         10,
         config=True,
-        help="""How often later, smaller requests may overtake a waiting one before it is served first.""",
+        help="""
+        How often later, smaller requests may overtake a waiting one before it is served first.
+
+        Example::
+
+            c.QueueService.max_skips = 5
+        """,
     )
     pending_timeout = Float(
         3600.0,
         config=True,
-        help="""Seconds a request may wait before it ends as PENDING_TIMEOUT; 0 waits forever.""",
+        help="""
+        Seconds a request may wait before it ends as PENDING_TIMEOUT; 0 waits forever.
+
+        Example::
+
+            c.QueueService.pending_timeout = 7200
+        """,
     )
     user_quota = Dict(
         DEFAULT_USER_QUOTA,
@@ -220,6 +314,10 @@ class QueueService(Application):
         limit; {{}} lifts them all. Group quotas (the hub's group property `fgpu_quota`, edited in
         the admin panel) apply as well. Keep the hub's `named_server_limit_per_user` at
         sessions + pending (the shipped jupyterhub_config.py derives both from FGPU_USER_QUOTA).
+
+        Example::
+
+            c.QueueService.user_quota = {{"sessions": 2, "pending": 1, "fgpu": None}}
         """,
     )
     presets = List(
@@ -233,6 +331,8 @@ class QueueService(Application):
         `fgpu_presets` (queue_service/core/presets.py). A preset above a user's quota or the session
         limits is listed to them as unavailable, with the reason. The shipped
         jupyterhub_config.py reads FGPU_PRESETS (JSON).
+
+        Example::
 
             c.QueueService.presets = [
                 {"name": "CPU small", "cpu": 1, "mem": "2G"},
@@ -250,13 +350,21 @@ class QueueService(Application):
         judges every start; the shipped jupyterhub_config.py sets both from one dict. Keys and
         defaults: {SESSION_LIMITS} (mem in bytes).
 
+        Example::
+
             c.QueueService.session_limits = {{**SESSION_LIMITS, "fgpu_max": 2}}
         """,
     )
     spawner_service = Unicode(
         "fgpu-spawner",
         config=True,
-        help="""Name of the hub service whose token the spawner presents; only it may ask for grants.""",
+        help="""
+        Name of the hub service whose token the spawner presents; only it may ask for grants.
+
+        Example::
+
+            c.QueueService.spawner_service = "cs101-spawner"
+        """,
     )
     catalog_path = Unicode(
         "",
@@ -264,6 +372,10 @@ class QueueService(Application):
         help="""
         catalog.yaml that seeds the image catalog at every start (empty: the shipped one). Seeding
         adds new entries and follows the file's changes, but never undoes an instructor's edit.
+
+        Example::
+
+            c.QueueService.catalog_path = "/etc/fgpu-hub/catalog.yaml"
         """,
     )
     build_in_background = Bool(
@@ -277,6 +389,8 @@ class QueueService(Application):
         shipped jupyterhub_config.py turns this on unless FGPU_BUILD_IMAGES=0. Single-host mode
         only (in Swarm mode the images go to the nodes through the lab's registry).
 
+        Example::
+
             c.QueueService.build_in_background = True
         """,
     )
@@ -288,11 +402,21 @@ class QueueService(Application):
         call); an image missing from it is not offered. Also looked at after each background
         build and on every "Check". 0 turns the looks off (every image is offered).
 
+        Example::
+
             c.QueueService.engine_images_interval = 60
         """,
     )
     reconcile_interval = Float(
-        5.0, config=True, help="""Seconds between full reconciliations of records and containers."""
+        5.0,
+        config=True,
+        help="""
+        Seconds between full reconciliations of records and containers.
+
+        Example::
+
+            c.QueueService.reconcile_interval = 10
+        """,
     )
     thaw_frozen_after = Float(
         THAW_AFTER_SECONDS,
@@ -302,7 +426,9 @@ class QueueService(Application):
         frozen) before the service thaws it; each thaw is logged and reported by `api/health`.
         Single-host mode only: in Swarm mode the containers are on other machines.
 
-            c.QueueService.thaw_frozen_after = 60
+        Example::
+
+            c.QueueService.thaw_frozen_after = 300
         """,
     )
     remove_ended_servers = Bool(
@@ -312,12 +438,22 @@ class QueueService(Application):
         Remove an ended session's named server from the hub once the hub has stopped it, so that
         the hub's home page does not list every stopped server forever (the Sessions page's
         Finished tab keeps the history). Failures are logged and tried again.
+
+        Example::
+
+            c.QueueService.remove_ended_servers = False
         """,
     )
     server_removal_interval = Float(
         5.0,
         config=True,
-        help="""Seconds between two rounds that remove ended sessions' named servers from the hub.""",
+        help="""
+        Seconds between two rounds that remove ended sessions' named servers from the hub.
+
+        Example::
+
+            c.QueueService.server_removal_interval = 30
+        """,
     )
     start_grace = Float(
         180.0,
@@ -326,6 +462,10 @@ class QueueService(Application):
         Seconds a grant may wait for its container to appear before the reconciler reclaims it
         (the spawn died with the hub, say). Keep it above the time the largest image takes to
         start, or slow starts lose their grant.
+
+        Example::
+
+            c.QueueService.start_grace = 600
         """,
     )
     respawn_grace = Float(
@@ -338,6 +478,10 @@ class QueueService(Application):
         after a timeout, 3 × 30 s), or a cancel under a storm of stops is undone. A request no
         spawn of this life has dealt with (its spawn died with a killed hub, and the service
         with it) is issued again at once, if the hub runs no spawn of that server.
+
+        Example::
+
+            c.QueueService.respawn_grace = 300
         """,
     )
     stats_interval = Float(
@@ -346,6 +490,10 @@ class QueueService(Application):
         help="""
         Seconds between two rounds of live stats (one `docker stats` call per running session,
         and NVML on GPU hosts). Pages and /metrics read the last round and never reach the engine.
+
+        Example::
+
+            c.QueueService.stats_interval = 15
         """,
     )
     utilization_interval = Float(
@@ -355,12 +503,22 @@ class QueueService(Application):
         Seconds between two samples of the cluster's utilization (capacity, allocated and used
         CPU, memory and fGPU), kept in the service's DB for the Cluster page's charts and
         `api/utilization`. 0 takes no samples.
+
+        Example::
+
+            c.QueueService.utilization_interval = 300
         """,
     )
     utilization_retention_days = Float(
         30.0,
         config=True,
-        help="""Days the utilization samples are kept; older ones are deleted.""",
+        help="""
+        Days the utilization samples are kept; older ones are deleted.
+
+        Example::
+
+            c.QueueService.utilization_retention_days = 90
+        """,
     )
     utilization_detail_hours = Float(
         24.0,
@@ -369,12 +527,22 @@ class QueueService(Application):
         Hours each utilization sample is kept as it was taken; older ones are averaged into
         buckets of `utilization_bucket_seconds`, so a long-running hub keeps about
         detail / interval + retention / bucket rows (1440 + 4320 by default), not more.
+
+        Example::
+
+            c.QueueService.utilization_detail_hours = 72
         """,
     )
     utilization_bucket_seconds = Float(
         600.0,
         config=True,
-        help="""Seconds of the buckets older utilization samples are averaged into.""",
+        help="""
+        Seconds of the buckets older utilization samples are averaged into.
+
+        Example::
+
+            c.QueueService.utilization_bucket_seconds = 3600
+        """,
     )
     cookie_secret_file = Unicode(
         "fgpu_queue_cookie_secret",
@@ -383,6 +551,10 @@ class QueueService(Application):
         File holding the secret that signs the service's login and XSRF cookies, created (mode
         0600) when missing. Relative paths are in the state directory (where the hub starts), so
         that open pages stay logged in across a service restart.
+
+        Example::
+
+            c.QueueService.cookie_secret_file = "/var/lib/fgpu-hub/fgpu_queue_cookie_secret"
         """,
     )
     deployment_id = Unicode(
@@ -392,12 +564,22 @@ class QueueService(Application):
         are adopted or stopped, so hubs sharing an engine never touch each other's sessions.
         Default: read from `fgpu_deployment_id` in the working directory (the hub's state
         directory), made there on first start; the spawner gets the same from the config.
+
+        Example::
+
+            c.QueueService.deployment_id = "cs101-hub"
         """,
     )
     agent_service = Unicode(
         "fgpu-node-agent",
         config=True,
-        help="""Name of the hub service whose token the node agents present; only it may report nodes.""",
+        help="""
+        Name of the hub service whose token the node agents present; only it may report nodes.
+
+        Example::
+
+            c.QueueService.agent_service = "cs101-node-agent"
+        """,
     )
     node_report_stale = Float(
         20.0,
@@ -405,6 +587,10 @@ class QueueService(Application):
         help="""
         Seconds after which a node's last agent report no longer counts (its sessions' usage is
         unknown, not zero). Keep it a few times `node_agent_interval`.
+
+        Example::
+
+            c.QueueService.node_report_stale = 60
         """,
     )
     node_agent_url = Unicode(
@@ -415,15 +601,33 @@ class QueueService(Application):
         the service, e.g. http://10.213.0.1:8000/services/queue/. Set, the service deploys the node
         agent on the Swarm its engine manages (a global service) at start, and again whenever the
         agent's code or token changed; empty (single-host mode), no agent is deployed.
+
+        Example::
+
+            c.QueueService.node_agent_url = "https://hub.example.org/services/queue/"
         """,
     )
     node_agent_image = Unicode(
         "fgpu/jupyter-base:py3.11",
         config=True,
-        help="""Image that runs the node agent (any with python3; every node must be able to pull it).""",
+        help="""
+        Image that runs the node agent (any with python3; every node must be able to pull it).
+
+        Example::
+
+            c.QueueService.node_agent_image = "registry.example.org:5000/fgpu/jupyter-base:py3.11"
+        """,
     )
     node_agent_interval = Float(
-        5.0, config=True, help="""Seconds between two reports of a node agent."""
+        5.0,
+        config=True,
+        help="""
+        Seconds between two reports of a node agent.
+
+        Example::
+
+            c.QueueService.node_agent_interval = 10
+        """,
     )
     node_agent_docker_socket = Unicode(
         "/var/run/docker.sock",
@@ -432,6 +636,10 @@ class QueueService(Application):
         The engine socket of each node, as the node sees it, bound into its agent. Swarm fills
         templates in it: in the Swarm lab, where /var/run/docker.sock is the machine's own engine,
         /var/lib/fgpu-swarm-lab/LAB/nodes/{{.Node.Hostname}}/docker.sock is each node's.
+
+        Example::
+
+            c.QueueService.node_agent_docker_socket = "/run/docker.sock"
         """,
     )
     node_agent_registry = Unicode(
@@ -440,6 +648,10 @@ class QueueService(Application):
         help="""
         The site's registry (host:port) to which node agents push sessions saved as private
         images, so that any node can start them; empty, nothing is committed through an agent.
+
+        Example::
+
+            c.QueueService.node_agent_registry = "registry.example.org:5000"
         """,
     )
     registry_auth_file = Unicode(
@@ -450,6 +662,10 @@ class QueueService(Application):
         `serveraddress`; not readable by every user): the service lists the registry's images
         with them, and its client logs in with them before it deploys the node agent, so that
         the nodes can pull the agent's image. Empty: the registry is asked without a login.
+
+        Example::
+
+            c.QueueService.registry_auth_file = "/etc/fgpu-hub/registry-auth.json"
         """,
     )
     registry_ca = Unicode(
@@ -458,6 +674,10 @@ class QueueService(Application):
         help="""
         CA certificate (PEM) that `node_agent_registry`'s TLS certificate is checked against, for a
         registry whose certificate no public CA signed (the lab's). Empty: the system's CAs.
+
+        Example::
+
+            c.QueueService.registry_ca = "/etc/fgpu-hub/registry-ca.pem"
         """,
     )
     node_agent_deploy_interval = Float(
@@ -466,6 +686,10 @@ class QueueService(Application):
         help="""
         Seconds between two checks that every Swarm node runs its agent, with its own key: a node
         that joined gets its agent within this time, one that left loses its agent and key.
+
+        Example::
+
+            c.QueueService.node_agent_deploy_interval = 300
         """,
     )
     node_credentials_file = Unicode(
@@ -475,6 +699,10 @@ class QueueService(Application):
         File holding each Swarm node's own key, with which its agent signs its reports (mode
         0600, made when missing; relative paths are in the state directory). Keep it as private
         as the hub's database: a key lets its holder report for that node.
+
+        Example::
+
+            c.QueueService.node_credentials_file = "/var/lib/fgpu-hub/fgpu_node_credentials.json"
         """,
     )
     node_agent_token_file = Unicode(
@@ -484,6 +712,10 @@ class QueueService(Application):
         File holding the node agents' hub API token (the shipped config declares the
         `fgpu-node-agent` service with it), made (mode 0600) when missing; relative paths are in
         the state directory. The service hands it to the agents as a Swarm secret.
+
+        Example::
+
+            c.QueueService.node_agent_token_file = "/var/lib/fgpu-hub/fgpu_node_agent_token"
         """,
     )
     proxy_url = Unicode(
@@ -494,6 +726,10 @@ class QueueService(Application):
         bind URL, e.g. http://127.0.0.1:8000). Each running session is told its planned end
         through it, for the time left in its JupyterLab status bar (session_end_notice.py).
         Empty: sessions are not told; the Sessions page still shows the end.
+
+        Example::
+
+            c.QueueService.proxy_url = "http://127.0.0.1:8000"
         """,
     )
     idle_timeout = Float(
@@ -503,6 +739,10 @@ class QueueService(Application):
         The idle culler's timeout in seconds (the shipped config passes FGPU_IDLE_TIMEOUT): the
         Sessions page and the session itself are told when an unused session will be stopped.
         0: no culler runs, no idle end is predicted.
+
+        Example::
+
+            c.QueueService.idle_timeout = 3600
         """,
     )
     lifetime_warning = Float(
@@ -512,6 +752,10 @@ class QueueService(Application):
         Seconds before an automatic end (a group's `max_session_lifetime`, an idle cull) that the
         session is warned: a line on the Sessions page, ~/FGPU-WARNING.txt in the session and, for
         a lifetime end, a message in its terminals.
+
+        Example::
+
+            c.QueueService.lifetime_warning = 900
         """,
     )
     ends_interval = Float(
@@ -520,10 +764,32 @@ class QueueService(Application):
         help="""
         Seconds between two checks of the sessions' automatic ends: a session over its lifetime
         is stopped within this long, and warnings are given as close to their lead.
+
+        Example::
+
+            c.QueueService.ends_interval = 10
         """,
     )
-    service_url = Unicode(config=True, help="""Where to listen (JUPYTERHUB_SERVICE_URL).""")
-    service_prefix = Unicode(config=True, help="""URL prefix (JUPYTERHUB_SERVICE_PREFIX).""")
+    service_url = Unicode(
+        config=True,
+        help="""
+        Where to listen (JUPYTERHUB_SERVICE_URL).
+
+        Example::
+
+            c.QueueService.service_url = "http://127.0.0.1:10102"
+        """,
+    )
+    service_prefix = Unicode(
+        config=True,
+        help="""
+        URL prefix (JUPYTERHUB_SERVICE_PREFIX).
+
+        Example::
+
+            c.QueueService.service_prefix = "/services/gpu-queue/"
+        """,
+    )
 
     @default("db_url")
     def _db_url_default(self) -> str:

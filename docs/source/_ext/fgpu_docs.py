@@ -185,7 +185,8 @@ def skip_inherited_traits(app, what, name, obj, skip, options):
 
 def help_as_rst(app, what, name, obj, options, lines):
     """A trait's help is plain text in the code (`--help-all` prints it): its indented blocks
-    (the `c.Class.trait = ...` examples) become code blocks here."""
+    (the `c.Class.trait = ...` examples) become code blocks here. A block after a line ending
+    in `::` (`Example::`) is a literal block already, highlighted as Python by Sphinx."""
     from traitlets import TraitType
 
     if not (isinstance(obj, TraitType) and _own_trait(obj)):
@@ -197,7 +198,9 @@ def help_as_rst(app, what, name, obj, options, lines):
     for line in lines:
         indent = len(line) - len(line.lstrip())
         if line.strip() and indent > base and not in_code and (not out or not out[-1].strip()):
-            out += [" " * base + ".. code-block:: python", ""]
+            said = [previous for previous in out if previous.strip()]
+            if not (said and said[-1].rstrip().endswith("::")):
+                out += [" " * base + ".. code-block:: python", ""]
             in_code = True
         elif line.strip() and indent <= base:
             if in_code and out and out[-1].strip():
