@@ -53,9 +53,12 @@ from queue_service.engine.registry_images import registry_digests
 from queue_service.engine.session_containers import DockerSessionLister
 from queue_service.engine.session_services import SwarmSessionLister
 from queue_service.engine.stats import StatsSampler
+from queue_service.folders import Folders
 from queue_service.store.db import open_database
 from queue_service.store.db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
 from queue_service.store.deployment import deployment_id
+from queue_service.store.folder_files import FolderFiles
+from queue_service.store.folders import FolderStore
 from queue_service.store.history import History
 from queue_service.store.images import ImageStore
 from queue_service.store.state_dir import queue_db_url, with_driver
@@ -63,6 +66,7 @@ from queue_service.store.usage import UsageBook
 from queue_service.store.utilization import UtilizationLog, cluster_figures
 
 from .automatic_ends import AutomaticEnds, DockerNotifier
+from .handlers.folders import CHUNK_BYTES
 from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
@@ -74,8 +78,9 @@ from .reconciler import Reconciler
 from .server_removal import ServerRemover
 from .session_end_notice import EndNotice
 
-#: Largest body the server reads at all (the handlers refuse more than 64 KiB with a message).
-MAX_BODY_BACKSTOP = 1 << 20
+#: Largest body the server reads at all: an upload's chunk and a little more (each handler
+#: refuses more than its own cap with a message: 64 KiB, or the chunk for uploads).
+MAX_BODY_BACKSTOP = CHUNK_BYTES + (1 << 20)
 #: How long the engine may take to commit a session to a private image.
 COMMIT_TIMEOUT_SECONDS = 600
 #: Commits that may wait on the engine at once; more wait their turn in the commit executor.
@@ -364,6 +369,32 @@ class QueueService(Application):
         Example::
 
             c.QueueService.spawner_service = "cs101-spawner"
+        """,
+    )
+    folders_root = Unicode(
+        "fgpu-folders",
+        config=True,
+        help="""
+        Directory that holds every storage folder's files, one directory per folder, named by
+        its id (relative paths are in the state directory). Sessions bind folders from it, so in
+        Swarm mode it must be on the shared storage, mounted at this same path on every node and
+        on the hub's host.
+
+        Example::
+
+            c.QueueService.folders_root = "/srv/fgpu/folders"
+        """,
+    )
+    folder_grace_days = Float(
+        7.0,
+        config=True,
+        help="""
+        Days a removed storage folder's files are kept (in `<folders_root>/.trash`) before they
+        are purged: time for an admin to bring back one removed by mistake.
+
+        Example::
+
+            c.QueueService.folder_grace_days = 30
         """,
     )
     catalog_path = Unicode(
@@ -926,6 +957,11 @@ class QueueService(Application):
         self.usage = UsageBook(db, self.manager.group_of_node, quotas=self.quotas)
         self.manager.admission_check = self.usage.admission_check
         self.images = ImageStore(db)
+        self.folders = Folders(
+            FolderStore(db),
+            FolderFiles(os.path.abspath(self.folders_root)),
+            grace=self.folder_grace_days * 24 * 3600,
+        )
         self.server_remover = ServerRemover(
             db,
             self.hub,
@@ -1024,6 +1060,7 @@ class QueueService(Application):
             handlers.routes(prefix),
             **handlers.pages.settings(prefix, simulated=bool(self.simulated_gpus)),
             manager=self.manager,
+            folders=self.folders,
             history=History(db),
             hub_client=self.hub,
             launcher=Launcher(self.hub, self.manager),

@@ -44,7 +44,7 @@ class Folders:
         try:
             return self.store.create(account, name, folder_id)
         except BaseException:
-            self.files.trash(folder_id)  # empty; the purge takes it
+            self.files.unmake(folder_id)  # made a moment ago, still empty
             raise
 
     def rename(self, reader: Reader, folder_id: str, name) -> dict:

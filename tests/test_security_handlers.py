@@ -219,10 +219,13 @@ def test_a_role_with_a_filtered_admin_scope_starts_and_is_warned_about(tmp_path)
 # -- 8. Bounded work per request ------------------------------------------------------------
 
 
-def raw_post(host: str, port: int, path: str, head: str, body_chunks) -> tuple[int, bytes]:
-    """Send a POST by hand (no auth), one body chunk at a time, and read the status line."""
+def raw_post(
+    host: str, port: int, path: str, head: str, body_chunks, method: str = "POST"
+) -> tuple[int, bytes]:
+    """Send a POST (or `method`) by hand (no auth), one body chunk at a time, and read the
+    status line."""
     with socket.create_connection((host, port), timeout=60) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}\r\n{head}\r\n".encode())
+        sock.sendall(f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n{head}\r\n".encode())
         try:
             for chunk in body_chunks:
                 sock.sendall(chunk)

@@ -35,6 +35,8 @@ PATH_SAMPLES = {
     r"(\w+)": "running",
     "([^/]+)": "no-such-node",
     "(.*)": "no-such-file.js",
+    "([0-9a-f]{32})": "0badc0de" * 4,
+    "([0-9]+)": "7",
 }
 #: Values that broke the service before (500s), and their kin.
 EXTREMES = [

@@ -7,6 +7,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
 - `presets`: `api/presets`, the resource presets a user may pick;
 - `images`: the catalog's `api/images`;
+- `folders`: `api/folders`, storage folders, their shares and files;
 - `usage`: `api/usage`, the daily usage figures (JSON or CSV);
 - `utilization`: `api/utilization`, the cluster's capacity, allocation and use over time (admins);
 - `health`: `api/health`, the service's health (a status for anyone, the checks for admins);
@@ -22,6 +23,7 @@ from __future__ import annotations
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 
 from . import (
+    folders,
     grants,
     health,
     images,
@@ -44,6 +46,7 @@ def routes(prefix: str) -> list:
         *resources.routes(prefix),
         *presets.routes(prefix),
         *images.routes(prefix),
+        *folders.routes(prefix),
         *nodes.routes(prefix),
         *usage.routes(prefix),
         *utilization.routes(prefix),

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from tornado import web
 
+from queue_service.core import query_args
 from queue_service.store.accounts import Account
 from queue_service.store.folders import Reader
 
@@ -44,7 +45,7 @@ def routes(prefix: str) -> list:
         (api + "/" + _ID, FolderHandler),
         (api + "/" + _ID + r"/shares", SharesHandler),
         (api + "/" + _ID + r"/shares/([0-9]+)", ShareHandler),
-        (api + "/" + _ID + r"/files/?(.*)", FilesHandler),
+        (api + "/" + _ID + r"/files/(.*)", FilesHandler),
     ]
 
 
@@ -67,7 +68,7 @@ class FoldersHandler(FolderAPIHandler):
     @web.authenticated
     async def get(self):
         reader = await self.reader()
-        everyone = self.get_argument("all", "") == "1"
+        everyone = query_args.flag(self.get_argument("all", ""), "all", False)
         if everyone and not reader.admin:
             self.require_admin("Everyone's folders")
         folders = await self.run(self.folders.visible, reader, everyone)
@@ -202,7 +203,7 @@ class FilesHandler(FolderAPIHandler):
     @web.authenticated
     async def put(self, folder_id, path):
         reader = await self.reader()
-        offset = int(self.get_argument("offset", "0"))
+        offset = query_args.whole(self.get_argument("offset", ""), "offset", 0, 0)
         data = self.raw_body()
         size = await self.run(self.folders.write, reader, folder_id, path, data, offset)
         self.write_json({"path": path, "size": size}, 201 if offset == 0 else 200)

@@ -64,6 +64,10 @@ class FolderFiles:
         path.mkdir(mode=0o775)
         self._give(os.open(path, _DIR_FLAGS))
 
+    def unmake(self, folder_id: str) -> None:
+        """Remove a folder's directory made a moment ago, while it is still empty."""
+        os.rmdir(self.root / folder_id)
+
     def trash(self, folder_id: str, now: float | None = None) -> str:
         """Move the folder's directory aside (kept for a grace period); its trash name."""
         (self.root / TRASH).mkdir(mode=0o700, exist_ok=True)

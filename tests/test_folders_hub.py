@@ -1,0 +1,284 @@
+"""`api/folders` (handlers/folders.py) on the real hub and service: an instructor's course folder
+shared read-only with a group, a student who reads it and writes only their own, uploads in chunks,
+downloads that are never pages, and every misuse a 4xx that changes nothing: bad names and paths,
+unknown share targets, planted links, other people's folders, narrow tokens and cross-site
+requests."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import secrets
+
+import pytest
+
+from .harness import QueueUser
+from .test_security_handlers import EVIL, Browser, narrow_admin_token, raw_post, service_address
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+OCTETS = {"Content-Type": "application/octet-stream"}
+
+
+def made(user: QueueUser, name: str) -> dict:
+    response = user.call("POST", "folders", json={"name": name})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def names(user: QueueUser) -> list[str]:
+    response = user.call("GET", "folders")
+    assert response.status_code == 200, response.text
+    return sorted(f["name"] for f in response.json()["folders"])
+
+
+def raw_put(user: QueueUser, path: str, data: bytes):
+    """A PUT with the path exactly as written: HTTP clients remove `..` segments themselves."""
+    host, port = user.hub.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {**OCTETS, "Authorization": user.http.headers["Authorization"]}
+    connection.request("PUT", f"/services/queue/api/{path}", body=data, headers=headers)
+    return connection.getresponse()
+
+
+def on_disk(hub, folder: dict) -> str:
+    return str(hub.workdir / "fgpu-folders" / folder["id"])
+
+
+@pytest.fixture
+def course(hub):
+    """An instructor, a course folder with a notebook, shared read-only with a course group that
+    holds a student: (instructor, student, folder, group)."""
+    teacher_name, student_name = f"teach-{secrets.token_hex(3)}", f"student-{secrets.token_hex(3)}"
+    hub.create_user(student_name)
+    group = hub.join_group(student_name, {})
+    teacher, student = QueueUser(hub, teacher_name), QueueUser(hub, student_name)
+    folder = made(teacher, "course material")
+    url = f"folders/{folder['id']}/files/lab1.ipynb"
+    first = teacher.call("PUT", url + "?offset=0", data=b'{"cells": ', headers=OCTETS)
+    assert first.status_code == 201, first.text
+    second = teacher.call("PUT", url + "?offset=10", data=b"[]}", headers=OCTETS)
+    assert (second.status_code, second.json()["size"]) == (200, 13)
+    shared = teacher.call(
+        "POST", f"folders/{folder['id']}/shares", json={"group": group, "permission": "ro"}
+    )
+    assert shared.status_code == 201, shared.text
+    return teacher, student, folder, group
+
+
+def test_a_student_of_the_group_reads_the_course_folder_and_cannot_write_it(hub, course):
+    teacher, student, folder, group = course
+    (seen,) = student.call("GET", "folders").json()["folders"]
+    assert (seen["name"], seen["owner"], seen["permission"]) == (
+        "course material",
+        teacher.name,
+        "ro",
+    )
+    listing = student.call("GET", f"folders/{folder['id']}/files/").json()
+    assert [(e["name"], e["size"]) for e in listing["entries"]] == [("lab1.ipynb", 13)]
+    notebook = student.call("GET", f"folders/{folder['id']}/files/lab1.ipynb")
+    assert notebook.content == b'{"cells": []}'
+    for method, path, kwargs in [
+        ("PUT", "files/mine.txt?offset=0", {"data": b"x", "headers": OCTETS}),
+        ("DELETE", "files/lab1.ipynb", {}),
+        ("POST", "files/new", {"json": {"type": "directory"}}),
+        ("PATCH", "files/lab1.ipynb", {"json": {"to": "renamed.ipynb"}}),
+    ]:
+        answer = student.call(method, f"folders/{folder['id']}/{path}", **kwargs)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert "read-only" in answer.json()["message"]
+    for method, path, body in [
+        ("PATCH", "", {"name": "mine now"}),
+        ("DELETE", "", None),
+        ("POST", "/shares", {"group": group, "permission": "rw"}),
+    ]:
+        answer = student.call(method, f"folders/{folder['id']}{path}", json=body)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert "owner" in answer.json()["message"]
+    assert sorted(os.listdir(on_disk(hub, folder))) == ["lab1.ipynb"]
+    own = made(student, "my work")
+    put = student.call("PUT", f"folders/{own['id']}/files/a.txt", data=b"mine", headers=OCTETS)
+    assert put.status_code == 201, put.text
+    assert names(student) == ["course material", "my work"]
+
+
+def test_a_user_outside_the_share_finds_no_such_folder(hub, course, username):
+    _, _, folder, _ = course
+    stranger = QueueUser(hub, username)
+    assert names(stranger) == []
+    for method, path in [
+        ("GET", ""),
+        ("GET", "/files/"),
+        ("GET", "/files/lab1.ipynb"),
+        ("DELETE", ""),
+        ("PATCH", ""),
+    ]:
+        answer = stranger.call(method, f"folders/{folder['id']}{path}", json={"name": "x"})
+        assert answer.status_code == 404, (method, path, answer.text)
+
+
+def test_a_download_is_always_an_attachment_never_a_page(hub, username):
+    owner = QueueUser(hub, username)
+    folder = made(owner, "web")
+    page = b"<script>alert(document.cookie)</script>"
+    url = f"folders/{folder['id']}/files/evil.html"
+    assert owner.call("PUT", url, data=page, headers=OCTETS).status_code == 201
+    answer = owner.call("GET", url)
+    assert answer.content == page
+    assert answer.headers["Content-Type"] == "application/octet-stream"
+    assert answer.headers["Content-Disposition"].startswith("attachment;")
+    assert answer.headers["X-Content-Type-Options"] == "nosniff"
+    assert "sandbox" in answer.headers["Content-Security-Policy"]
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "says"),
+    [
+        ("a/b", 400, "no '/'"),
+        ("..", 400, "cannot name"),
+        ("nul\0name", 400, "cannot name"),
+        ("x" * 65, 400, "at most 64"),
+        ("", 400, "needs a name"),
+        (["list"], 400, "needs a name"),
+        ("taken", 409, "already"),
+    ],
+)
+def test_a_bad_folder_name_is_refused_and_makes_nothing(hub, username, name, status, says):
+    owner = QueueUser(hub, username)
+    made(owner, "taken")
+    before = sorted(os.listdir(hub.workdir / "fgpu-folders"))
+    answer = owner.call("POST", "folders", json={"name": name})
+    assert answer.status_code == status, answer.text
+    assert says in answer.json()["message"]
+    assert names(owner) == ["taken"]
+    assert sorted(os.listdir(hub.workdir / "fgpu-folders")) == before
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"user": "nobody-like-this", "permission": "ro"}, "no user"),
+        ({"group": "no-such-group", "permission": "ro"}, "no group"),
+        ({"group": "x", "user": "y", "permission": "ro"}, "one"),
+        ({"permission": "ro"}, "one"),
+        ({"user": "admin", "permission": "write"}, "read-only"),
+    ],
+)
+def test_a_share_with_a_bad_target_is_a_400_and_shares_nothing(hub, username, body, says):
+    owner = QueueUser(hub, username)
+    folder = made(owner, "data")
+    answer = owner.call("POST", f"folders/{folder['id']}/shares", json=body)
+    assert answer.status_code == 400, answer.text
+    assert says in answer.json()["message"]
+    assert owner.call("GET", f"folders/{folder['id']}").json()["shares"] == []
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["%2E%2E/escape.txt", "a/%2E%2E/%2E%2E/escape.txt", "%2Fetc%2Fpasswd", "nul%00name", "a//b"],
+)
+def test_an_upload_to_a_path_that_leaves_the_folder_is_a_400(hub, username, path):
+    owner = QueueUser(hub, username)
+    folder = made(owner, "data")
+    answer = raw_put(owner, f"folders/{folder['id']}/files/{path}", b"x")
+    # The hub's proxy resolves an encoded `..` itself, so such a request reaches no folder
+    # (404); whatever reaches the service with one is refused there (400).
+    assert answer.status in (400, 404), answer.read()
+    assert os.listdir(on_disk(hub, folder)) == []
+    assert not (hub.workdir / "fgpu-folders" / "escape.txt").exists()
+
+
+def test_a_link_a_session_planted_is_never_followed(hub, course, tmp_path):
+    teacher, student, folder, _ = course
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("not yours")
+    # What a session with the folder mounted read-write could leave behind.
+    os.symlink(str(outside), os.path.join(on_disk(hub, folder), "planted"))
+    os.symlink(str(outside / "secret"), os.path.join(on_disk(hub, folder), "secret"))
+    for method, path, kwargs in [
+        ("GET", "files/planted/", {}),
+        ("GET", "files/planted/secret", {}),
+        ("GET", "files/secret", {}),
+        ("PUT", "files/secret", {"data": b"overwritten", "headers": OCTETS}),
+        ("PUT", "files/planted/new", {"data": b"x", "headers": OCTETS}),
+        ("DELETE", "files/planted/secret", {}),
+    ]:
+        answer = teacher.call(method, f"folders/{folder['id']}/{path}", **kwargs)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert "link" in answer.json()["message"]
+    assert (outside / "secret").read_text() == "not yours"
+    assert sorted(os.listdir(outside)) == ["secret"]
+    listing = teacher.call("GET", f"folders/{folder['id']}/files/").json()["entries"]
+    assert {e["name"]: e["type"] for e in listing}["planted"] == "link"
+
+
+def test_narrow_tokens_and_cross_site_requests_cannot_use_folders(hub, username):
+    owner = Browser(hub, username)
+    created = owner.own_page_call("POST", "folders", json={"name": "mine"})
+    assert created.status_code == 201, created.text
+    folder = created.json()
+    for headers in (EVIL, {**EVIL, "Content-Type": "text/plain"}):
+        answer = owner.call("POST", "folders", headers=headers, json={"name": "evil"})
+        assert answer.status_code == 403, answer.text
+        put = owner.call(
+            "PUT", f"folders/{folder['id']}/files/x", headers={**headers, **OCTETS}, data=b"x"
+        )
+        assert put.status_code == 403, put.text
+    # A form can send text/plain or multipart, never the upload's own type.
+    own_page = {"X-XSRFToken": owner.xsrf, "Sec-Fetch-Site": "same-origin"}
+    form = owner.call(
+        "PUT",
+        f"folders/{folder['id']}/files/x",
+        data=b"x",
+        headers={**own_page, "Content-Type": "text/plain"},
+    )
+    assert form.status_code in (403, 415), form.text
+    assert owner.call("GET", f"folders/{folder['id']}/files/").json()["entries"] == []
+    narrow = narrow_admin_token(hub, ["access:services!service=queue"])
+    everyone = narrow.get(f"{hub.url}/services/queue/api/folders?all=1", timeout=60)
+    assert everyone.status_code == 403, everyone.text
+    admin = QueueUser(hub, "admin")
+    listed = admin.call("GET", "folders?all=1").json()["folders"]
+    assert {(f["owner"], f["name"]) for f in listed} >= {(username, "mine")}
+    assert names(QueueUser(hub, f"student-{secrets.token_hex(3)}")) == []
+
+
+def test_an_upload_chunk_over_the_cap_is_a_413_and_a_gap_a_409(hub, username):
+    owner = QueueUser(hub, username)
+    folder = made(owner, "big")
+    url = f"folders/{folder['id']}/files/big.bin"
+    # Straight to the service, as the cap answers before the body is read (the hub's proxy
+    # would turn the hung-up connection into its own error page).
+    host, port = service_address(hub)
+    length = 8 * 1024 * 1024 + 1
+    status, answer = raw_post(
+        host,
+        port,
+        f"/services/queue/api/{url}",
+        f"Content-Length: {length}\r\nContent-Type: application/octet-stream\r\n",
+        [b"x" * length],
+        method="PUT",
+    )
+    assert status == 413 and b"larger than 8388608 bytes" in answer, answer
+    assert os.listdir(on_disk(hub, folder)) == []
+    assert owner.call("PUT", url, data=b"abc", headers=OCTETS).status_code == 201
+    gap = owner.call("PUT", url + "?offset=10", data=b"def", headers=OCTETS)
+    assert gap.status_code == 409 and "starts there" in gap.json()["message"]
+    assert owner.call("GET", url).content == b"abc"
+
+
+def test_an_owner_renames_removes_and_takes_back_a_share(hub, course):
+    teacher, student, folder, _ = course
+    share_id = teacher.call("GET", f"folders/{folder['id']}").json()["shares"][0]["id"]
+    renamed = teacher.call("PATCH", f"folders/{folder['id']}", json={"name": "ML 101"})
+    assert renamed.json()["name"] == "ML 101"
+    assert names(student) == ["ML 101"]
+    ended = teacher.call("DELETE", f"folders/{folder['id']}/shares/{share_id}")
+    assert ended.status_code == 204, ended.text
+    assert names(student) == []
+    assert teacher.call("DELETE", f"folders/{folder['id']}").status_code == 204
+    assert names(teacher) == []
+    assert not os.path.exists(on_disk(hub, folder))
+    trash = os.listdir(hub.workdir / "fgpu-folders" / ".trash")
+    assert any(name.startswith(folder["id"]) for name in trash)
