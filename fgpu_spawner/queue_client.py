@@ -100,6 +100,8 @@ class QueueRecord:
     gpu_memory: dict[str, int] = field(default_factory=dict)
     gpu_order: tuple[str, ...] = ()
     image_ref: str | None = None
+    #: The storage folders the session mounts, as the service resolved them when asked.
+    mounts: tuple[dict, ...] = ()
 
     @classmethod
     def from_json(cls, data: dict) -> QueueRecord:
@@ -119,6 +121,7 @@ class QueueRecord:
                 gpu_memory=dict(data.get("gpu_memory") or {}),
                 gpu_order=tuple(data.get("gpu_order") or ()),
                 image_ref=data.get("image_ref"),
+                mounts=tuple(data.get("mounts") or ()),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise QueueError(
@@ -150,6 +153,7 @@ class QueueClient:
             "mem": request.mem,
             "fgpu": request.fgpu,
             "resource_group": request.resource_group,
+            "folders": list(request.folders),
         }
         # Made again after a timeout, with the same key: a line of thousands makes each request
         # wait for the passes of those before it, and the answer may come after the timeout.
@@ -162,7 +166,9 @@ class QueueClient:
         path = f"/grants/{seen.id}?wait={wait_seconds:g}&version={quote(seen.version)}"
         answer = await self._call("GET", path, timeout=wait_seconds + self.timeout)
         # The long-poll does not repeat the catalog's reference: keep the one first given.
-        return dataclasses.replace(QueueRecord.from_json(answer), image_ref=seen.image_ref)
+        return dataclasses.replace(
+            QueueRecord.from_json(answer), image_ref=seen.image_ref, mounts=seen.mounts
+        )
 
     async def mark_running(self, session_id: str) -> QueueRecord:
         return QueueRecord.from_json(await self._call("POST", f"/grants/{session_id}/running", {}))

@@ -11,7 +11,13 @@ from dataclasses import asdict, dataclass
 
 from fgpu_shared.units import format_size, parse_amount, parse_positive_size
 from image_catalog import Catalog
-from image_catalog.launch_options import OptionError, check_env, check_name, resolve_preset
+from image_catalog.launch_options import (
+    OptionError,
+    check_env,
+    check_folders,
+    check_name,
+    resolve_preset,
+)
 
 KNOWN_OPTIONS = (
     "image",
@@ -21,6 +27,7 @@ KNOWN_OPTIONS = (
     "resource_group",
     "name",
     "env",
+    "folders",
     "preset",
     "request_key",
 )
@@ -75,6 +82,8 @@ class ResourceRequest:
     request_key: str | None = None
     #: The session's own environment variables (checked: launch_options.check_env), as pairs.
     env: tuple[tuple[str, str], ...] = ()
+    #: Storage folders to mount, by id or name (the queue service resolves and checks them).
+    folders: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,6 +113,7 @@ def parse_request(
         options = resolve_preset(options, presets or [])
         _check_name(options.get("name"), server_name)
         env = tuple(sorted(check_env(options.get("env")).items()))
+        folders = check_folders(options.get("folders"))
     except OptionError as e:
         raise InvalidRequest(str(e)) from None
     image = _parse_image(options.get("image"), catalog)
@@ -122,7 +132,7 @@ def parse_request(
         raise InvalidRequest(f"Image {image.name!r} {shortfall}.")
     group = _parse_resource_group(options.get("resource_group"))
     key = _parse_request_key(options.get("request_key"))
-    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group, key, env)
+    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group, key, env, folders)
 
 
 def _check_name(value: object, server_name: str) -> None:

@@ -53,6 +53,7 @@ from .storage import (
     StorageSettings,
     account_tag,
     data_groups,
+    folder_mounts,
     home_volume_name,
     pick_home_volume,
     session_mounts,
@@ -552,6 +553,8 @@ class FGPUSpawner(DockerSpawner):
     grant: Grant | None = None
     gpu_memory: dict[str, int] = {}
     gpu_order: list[str] = []
+    #: The storage folders this start mounts, as the queue service resolved them.
+    folder_mounts: list[dict] = []
     session_id: str = ""
     _pending_message: str = ""
     # The giving back of an interrupted start's slice, while it runs (start() and stop()).
@@ -760,6 +763,7 @@ class FGPUSpawner(DockerSpawner):
             raise spawn_error(f"No grant: {reason}", reason=record.status.lower())
         self.gpu_memory = record.gpu_memory
         self.gpu_order = list(record.gpu_order)
+        self.folder_mounts = list(record.mounts)
         return record.grant
 
     def _use_catalog_reference(self, reference: str | None) -> None:
@@ -1007,7 +1011,8 @@ class FGPUSpawner(DockerSpawner):
         groups = [group.name for group in self.user.groups]
         self.prepare_group_folders(groups)
         account = account_tag(self.user.created)
-        return session_mounts(self.storage_settings, self.user.name, groups, home_volume, account)
+        mounts = session_mounts(self.storage_settings, self.user.name, groups, home_volume, account)
+        return mounts + folder_mounts(self.storage_settings.home_path, self.folder_mounts)
 
     async def home_volume_of_account(self) -> str:
         """This account's home volume. A volume left by a deleted user of the same name stays as

@@ -14,6 +14,9 @@ the host, and passes the mounts to `container_spec.build_container_spec`.
   appears, the old volume is kept untouched and the new account gets a volume of its own, named
   with its creation time (`fgpu-home-alice_u20261123T211411123456Z`). `pick_home_volume` decides
   from what the engine says about both names; the spawner asks it.
+- **Storage folders.** The folders a session mounts (chosen at launch, and its owner's
+  automount folders) are binds of their directories, as the queue service resolved them:
+  `folder_mounts`.
 - **Group data.** With a host folder configured, each of the user's hub groups that has a safe name
   gets `<folder>/<group>` mounted at `~/data/<group>`: read-only for students, read-write for
   members of a writer group (`instructors`).
@@ -149,6 +152,22 @@ def group_data_mounts(settings: StorageSettings, groups: Iterable[str]) -> list[
             read_only=not writer,
         )
         for group in data_groups(groups)
+    ]
+
+
+def folder_mounts(home_path: str, folders: Iterable[Mapping]) -> list[Mount]:
+    """Binds of the storage folders the queue service resolved for this session (folders.py):
+    each at `<home>/<its path>`, read-only as a bind for a read-only share, so that nothing in
+    the session can write it, whatever it does to permissions."""
+    home = home_path.rstrip("/")
+    return [
+        Mount(
+            target=f"{home}/{folder['path']}",
+            source=folder["source"],
+            type="bind",
+            read_only=bool(folder["read_only"]),
+        )
+        for folder in folders
     ]
 
 

@@ -35,6 +35,8 @@ NAME_RULE = (
 ENV_MAX_COUNT = 32
 #: All names and values together, in bytes (UTF-8): room for settings, not for data.
 ENV_MAX_BYTES = 8192
+#: Storage folders one session may mount (its automount folders come on top).
+FOLDERS_MAX = 20
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: Prefixes the hub, the spawner and the GPU sharing set or read (fgpu_spawner/container_spec.py,
 #: gpu_sharing.py; HAMi-core's CUDA_DEVICE_*, CUDA_REDIRECT and GPU_CORE_UTILIZATION_POLICY, HAMi's
@@ -143,3 +145,20 @@ def resolve_preset(options: dict, presets: list[dict]) -> dict:
     if not row["available"]:
         raise OptionError(f"Preset {name!r} is not available to you: {row['reason']}")
     return {**rest, "cpu": row["cpu"], "mem": row["mem"], "fgpu": row["fgpu"]}
+
+
+def check_folders(value: object) -> tuple[str, ...]:
+    """The storage folders to mount, by id or name (() for none; a form's comma-separated text is
+    taken too), or OptionError. Whether each is the user's to mount is the queue service's
+    to say (folders.py)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise OptionError('folders must be a list of folder names or ids, e.g. ["data"].')
+    if len(value) > FOLDERS_MAX:
+        raise OptionError(f"folders names {len(value)} folders; at most {FOLDERS_MAX} are mounted.")
+    if any(len(v) > 64 or "\0" in v or "/" in v for v in value):
+        raise OptionError("folders: a folder's name or id has at most 64 characters and no '/'.")
+    return tuple(dict.fromkeys(value))

@@ -24,6 +24,9 @@ from queue_service.store.accounts import Account
 from queue_service.store.folder_files import FolderFiles
 from queue_service.store.folders import FolderStore, Reader
 
+#: Where a chosen folder appears in a session, under its home folder: `~/folders/<name>`.
+#: Automount folders appear at `~/<name>` (`~/.local`, `~/.cache`).
+MOUNT_DIR = "folders"
 #: How long a removed folder's files are kept before they are purged (seconds).
 DEFAULT_GRACE = 7 * 24 * 3600
 
@@ -69,6 +72,31 @@ class Folders:
 
     def give(self, folder_id: str, account: Account) -> dict:
         return self.store.give(folder_id, account)
+
+    def mounts(self, reader: Reader, keys) -> list[dict]:
+        """What a session of the reader mounts: the folders named (by id or name) and the
+        reader's own automount folders, each with its directory (`source`), where it appears
+        under the session's home folder (`path`) and whether it is read-only."""
+        chosen = self.store.named(keys, reader)
+        automount = [f for f in self.store.visible(reader) if f["own"] and f["automount"]]
+        mounts = {}
+        for folder in [*chosen, *automount]:
+            path = folder["name"] if folder["automount"] else f"{MOUNT_DIR}/{folder['name']}"
+            if path in mounts and mounts[path]["id"] != folder["id"]:
+                raise Refusal(
+                    f"Two folders named {folder['name']!r} would meet at ~/{path}; mount one "
+                    "of them, by its id.",
+                    "invalid",
+                )
+            mounts[path] = {
+                "id": folder["id"],
+                "name": folder["name"],
+                "owner": folder["owner"],
+                "source": self.files.source(folder["id"]),
+                "path": path,
+                "read_only": folder["permission"] != "rw",
+            }
+        return list(mounts.values())
 
     # -- files --------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from image_catalog.launch_options import (
     NAME_MAX,
     OptionError,
     check_env,
+    check_folders,
     check_name,
     resolve_preset,
 )
@@ -47,7 +48,17 @@ log = logging.getLogger(__name__)
 #: within its slow-spawn timeout (10 s) anyway.
 FIRST_CLAIM_TIMEOUT = 15.0
 #: The options a launch takes (besides `count`), as in contract 3.
-LAUNCH_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group", "name", "env", "preset")
+LAUNCH_OPTIONS = (
+    "image",
+    "cpu",
+    "mem",
+    "fgpu",
+    "resource_group",
+    "name",
+    "env",
+    "folders",
+    "preset",
+)
 _SLOT_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
 
 
@@ -67,11 +78,14 @@ def with_preset(options: dict, presets: list[dict]) -> dict:
         raise Refusal(str(e)) from None
 
 
-def launch_extras(options: dict, count: int) -> tuple[str | None, dict[str, str]]:
-    """The launch's session name and environment variables, checked as the spawner checks them:
-    a bad one is refused here, before any record exists."""
+def launch_extras(options: dict, count: int) -> tuple[str | None, dict]:
+    """The launch's session name, and its extras (`env`, its environment variables, and
+    `folders`, the storage folders to mount), checked as the spawner checks them: a bad one is
+    refused here, before any record exists."""
     try:
-        name, env = check_name(options.get("name")), check_env(options.get("env"))
+        name = check_name(options.get("name"))
+        extras = {"env": check_env(options.get("env"))}
+        extras["folders"] = list(check_folders(options.get("folders")))
     except OptionError as e:
         raise Refusal(str(e)) from None
     if name is not None and count > 1 and len(f"{name}-{count}") > NAME_MAX:
@@ -79,7 +93,7 @@ def launch_extras(options: dict, count: int) -> tuple[str | None, dict[str, str]
             f"name {name!r} is too long for {count} sessions: with its number ({name}-{count}) "
             f"it must stay within {NAME_MAX} characters."
         )
-    return name, env
+    return name, extras
 
 
 def launch_request(options: dict) -> dict:
@@ -117,14 +131,13 @@ def _number(name: str, value: object, zero_ok: bool = False) -> float:
         raise Refusal(f"{name} {e}.") from None
 
 
-def hub_options(request: dict, key: str, env: dict | None = None) -> dict:
+def hub_options(request: dict, key: str, extras: dict | None = None) -> dict:
     """The body of the hub's start of one launched server: the record's own values and key, and
-    the session's environment variables (the spawner checks them again)."""
+    the launch's extras that are set (the spawner checks them again)."""
     options = {name: request[name] for name in ("image", "cpu", "mem", "fgpu")}
     if request["resource_group"] is not None:
         options["resource_group"] = request["resource_group"]
-    if env:
-        options["env"] = env
+    options.update({name: value for name, value in (extras or {}).items() if value})
     return {**options, "request_key": key}
 
 
@@ -151,7 +164,7 @@ class Launcher:
         request: dict,
         count: int,
         name: str | None = None,
-        env: dict | None = None,
+        extras: dict | None = None,
     ) -> list[dict]:
         """Record `count` sessions of `request` for `person`, start the first, answer with the
         records; a refusal (the queue's, or the hub's of the first start) leaves nothing."""
@@ -169,7 +182,7 @@ class Launcher:
             self._claims[key] = loop.create_future()
         (first, first_key), rest = starts[0], starts[1:]
         try:
-            await self._first_start(user, first, first_key, request, env)
+            await self._first_start(user, first, first_key, request, extras)
         except Exception:  # the hub's refusal, or no answer at all: nothing stays either way
             for _, key in starts:
                 self._claims.pop(key, None)
@@ -178,18 +191,18 @@ class Launcher:
                 await self.hub.stop_server(user, first, remove=True)
             raise
         for server, key in rest:
-            self._watch(self._start(user, server, key, request, env), user, server, key)
+            self._watch(self._start(user, server, key, request, extras), user, server, key)
         return [
             {"server_name": server, "session": await self.manager.get(key)}
             for server, key in starts
         ]
 
     async def _first_start(
-        self, user: str, name: str, key: str, request: dict, env: dict | None
+        self, user: str, name: str, key: str, request: dict, extras: dict | None
     ) -> None:
         """Return once the first spawn claims its record (or the hub accepted the start); raise
         the hub's refusal when it comes first."""
-        start = self._start(user, name, key, request, env)
+        start = self._start(user, name, key, request, extras)
         claim = self._claims[key]
         await asyncio.wait(
             {start, claim}, timeout=FIRST_CLAIM_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
@@ -199,9 +212,9 @@ class Launcher:
         self._watch(start, user, name, key)
 
     def _start(
-        self, user: str, name: str, key: str, request: dict, env: dict | None
+        self, user: str, name: str, key: str, request: dict, extras: dict | None
     ) -> asyncio.Task:
-        options = hub_options(request, key, env)
+        options = hub_options(request, key, extras)
         return asyncio.create_task(self.hub.start_server(user, name, options))
 
     def _watch(self, start: asyncio.Task, user: str, name: str, key: str) -> None:

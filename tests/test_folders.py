@@ -146,3 +146,26 @@ def test_folders_are_found_by_id_or_name_own_names_first(folders):
     assert [f["id"] for f in folders.store.named(["data"], reader(BOB))] == [mine["id"]]
     assert [f["id"] for f in folders.store.named([theirs["id"]], reader(BOB))] == [theirs["id"]]
     assert "No folder 'nope'" in refused("not_found", folders.store.named, ["nope"], reader(BOB))
+
+
+def test_a_session_mounts_what_it_names_and_its_owners_automount_folders(folders):
+    course = folders.create(ANN, "course")
+    folders.share(reader(ANN), course["id"], {"group": "ml101"}, "ro")
+    work, cache = folders.create(BOB, "work"), folders.create(BOB, ".cache")
+    folders.create(ANN, ".local")  # ann's automount folder is not bob's
+    mounts = folders.mounts(reader(BOB, "ml101"), ["course", work["id"]])
+    assert [(m["path"], m["read_only"], m["id"]) for m in mounts] == [
+        ("folders/course", True, course["id"]),
+        ("folders/work", False, work["id"]),
+        (".cache", False, cache["id"]),
+    ]
+    assert mounts[0]["source"] == folders.files.source(course["id"])
+    assert [m["path"] for m in folders.mounts(reader(BOB), [])] == [".cache"]
+
+
+def test_two_folders_of_one_name_cannot_meet_at_one_mount_point(folders):
+    theirs = folders.create(ANN, "data")
+    folders.share(reader(ANN), theirs["id"], {"user": "bob", "account": BOB.key}, "ro")
+    mine = folders.create(BOB, "data")
+    says = refused("invalid", folders.mounts, reader(BOB), [mine["id"], theirs["id"]])
+    assert "~/folders/data" in says

@@ -9,10 +9,11 @@ from __future__ import annotations
 import http.client
 import os
 import secrets
+from pathlib import Path
 
 import pytest
 
-from .harness import QueueUser
+from .harness import QueueUser, containers_with
 from .test_security_handlers import EVIL, Browser, narrow_admin_token, raw_post, service_address
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -282,3 +283,64 @@ def test_an_owner_renames_removes_and_takes_back_a_share(hub, course):
     assert not os.path.exists(on_disk(hub, folder))
     trash = os.listdir(hub.workdir / "fgpu-folders" / ".trash")
     assert any(name.startswith(folder["id"]) for name in trash)
+
+
+def run_in(container, command: str):
+    return container.exec_run(["sh", "-c", command])
+
+
+def test_a_session_mounts_its_folders_with_each_ones_access(hub, course):
+    teacher, student, folder, _ = course
+    work, cache = made(student, "work"), made(student, ".cache")
+    options = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
+    started = hub.start_server(student.name, {**options, "folders": ["course material", "work"]})
+    assert started.status_code in (201, 202), started.text
+    try:
+        hub.wait_ready(student.name)
+        (container,) = containers_with({"fgpu.user": student.name})
+        mounts = {m["Destination"]: m for m in container.attrs["Mounts"]}
+        home = "/home/jovyan"
+        course_mount = mounts[f"{home}/folders/course material"]
+        assert course_mount["Source"] == on_disk(hub, folder)  # the source names the folder's id
+        assert course_mount["RW"] is False
+        assert mounts[f"{home}/folders/work"]["RW"] is True
+        assert mounts[f"{home}/.cache"]["Source"] == on_disk(hub, cache)  # automount
+        read = run_in(container, "cat ~/folders/'course material'/lab1.ipynb")
+        assert read.output == b'{"cells": []}'
+        # Read-only by the bind itself: no permission the session user could change.
+        for attempt in (
+            "touch ~/folders/'course material'/new",
+            "chmod u+w ~/folders/'course material'/lab1.ipynb",
+            "rm ~/folders/'course material'/lab1.ipynb",
+        ):
+            result = run_in(container, attempt)
+            assert result.exit_code != 0 and b"Read-only file system" in result.output, attempt
+        assert run_in(container, "echo result > ~/folders/work/out.txt").exit_code == 0
+        assert run_in(container, "echo kept > ~/.cache/c").exit_code == 0
+        out = Path(on_disk(hub, work), "out.txt")
+        assert out.read_text() == "result\n" and out.stat().st_uid == 1000
+        assert sorted(os.listdir(on_disk(hub, folder))) == ["lab1.ipynb"]
+        listing = student.call("GET", f"folders/{work['id']}/files/").json()["entries"]
+        assert [e["name"] for e in listing] == ["out.txt"]
+    finally:
+        hub.stop_server(student.name)
+
+
+def test_a_launch_with_a_folder_that_is_not_yours_starts_nothing(hub, course, username):
+    teacher, _, folder, _ = course
+    stranger = QueueUser(hub, username)
+    session = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
+    for folders, status, says in [
+        (["course material"], 404, "No folder 'course material'"),
+        ([folder["id"]], 404, "No folder"),
+        ("a/b", 400, "no '/'"),
+        ([1], 400, "list of folder names"),
+    ]:
+        answer = stranger.call("POST", "sessions", json={**session, "folders": folders})
+        assert answer.status_code == status, answer.text
+        assert says in answer.json()["message"]
+    # Through the hub's own API (the spawn form's way): the spawner is refused the same way.
+    refused = hub.start_server(username, {**session, "folders": ["course material"]})
+    assert refused.status_code == 404, refused.text
+    assert stranger.sessions() == []
+    assert containers_with({"fgpu.user": username}) == []

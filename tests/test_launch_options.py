@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from jupyterhub.slugs import is_valid_safe_slug
 
 from image_catalog.launch_options import (
     ENV_MAX_BYTES,
     ENV_MAX_COUNT,
+    FOLDERS_MAX,
     OptionError,
     check_env,
+    check_folders,
     check_name,
     resolve_preset,
 )
@@ -96,3 +100,25 @@ def test_a_preset_stands_for_its_slots():
 def test_a_bad_preset_is_refused_with_a_message(options, fragment):
     with pytest.raises(OptionError, match=fragment):
         resolve_preset(options, PRESETS)
+
+
+def test_folders_are_a_list_or_a_forms_comma_text_kept_once_each_in_order():
+    assert check_folders(None) == () and check_folders("") == ()
+    assert check_folders(["data", ".cache", "data"]) == ("data", ".cache")
+    assert check_folders("data, course material") == ("data", "course material")
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ({"data": 1}, "list of folder names"),
+        ([""], "list of folder names"),
+        ([3], "list of folder names"),
+        (["a/b"], "no '/'"),
+        (["x" * 65], "at most 64"),
+        ([f"f{i}" for i in range(FOLDERS_MAX + 1)], f"at most {FOLDERS_MAX}"),
+    ],
+)
+def test_bad_folders_are_refused_with_why(value, says):
+    with pytest.raises(OptionError, match=re.escape(says)):
+        check_folders(value)

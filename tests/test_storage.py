@@ -22,6 +22,7 @@ from fgpu_spawner.storage import (
     account_tag,
     belongs_to_account,
     data_groups,
+    folder_mounts,
     home_volume_name,
     pick_home_volume,
     session_mounts,
@@ -286,3 +287,18 @@ def test_group_data_is_read_only_for_students_and_writable_for_instructors(hub):
     assert refused.exit_code != 0 and b"Read-only file system" in refused.output
     hub.stop_server(student)
     hub.stop_server(instructor)
+
+
+def test_folders_are_bound_under_the_home_folder_read_only_as_the_share_says():
+    folders = [
+        {"source": "/srv/folders/" + "a" * 32, "path": "folders/course", "read_only": True},
+        {"source": "/srv/folders/" + "b" * 32, "path": ".cache", "read_only": False},
+    ]
+    course, cache = folder_mounts("/home/jovyan/", folders)
+    assert (course["Target"], course["Source"], course["Type"], course["ReadOnly"]) == (
+        "/home/jovyan/folders/course",
+        "/srv/folders/" + "a" * 32,
+        "bind",
+        True,
+    )
+    assert (cache["Target"], cache["ReadOnly"]) == ("/home/jovyan/.cache", False)

@@ -13,10 +13,13 @@ token, even one with access to the service, gets 403.
 
 from __future__ import annotations
 
+import asyncio
+
 from tornado import web
 
 from queue_service.core import end_reasons, query_args
 from queue_service.engine.registry_images import pinned_reference
+from queue_service.store.folders import Reader
 
 from .base import BaseHandler
 
@@ -26,6 +29,10 @@ MAX_WAIT = 60
 
 class SpawnerHandler(BaseHandler):
     """Admits the spawner's identity alone, once for every method of its handlers."""
+
+    @property
+    def folders(self):
+        return self.settings["folders"]
 
     async def admit(self) -> None:
         await super().admit()
@@ -56,12 +63,19 @@ class GrantsHandler(SpawnerHandler):
         user = await self.from_hub(self.hub.user_now(data["user"]))
         await self.refresh_quotas(user)
         image = self.settings["images"].admit_options(user, data)
-        record = await self.manager.submit(data, groups=tuple(user.get("groups", [])))
+        # Folders the user may not mount are refused before the request joins the queue (an
+        # admin mounts what they own or were given, as anyone does).
+        reader = Reader.of({**user, "admin": False})
+        mounts = await asyncio.to_thread(self.folders.mounts, reader, data.get("folders") or [])
+        record = await self.manager.submit(
+            {k: v for k, v in data.items() if k != "folders"},
+            groups=tuple(user.get("groups", [])),
+        )
         self.settings["launcher"].claimed(record["id"])
         # The reference comes from the catalog, so a private or re-pointed image starts as listed,
         # and from its pinned digest once it has one (Swarm mode: registry_images.py).
         reference = pinned_reference(image["image"], image["digest"]) if image else None
-        self.write_json({**record, "image_ref": reference}, 201)
+        self.write_json({**record, "image_ref": reference, "mounts": mounts}, 201)
 
 
 class GrantHandler(SpawnerHandler):

@@ -20,6 +20,7 @@ from tornado import web
 from queue_service import launches
 from queue_service.core import end_reasons, query_args
 from queue_service.core.status import Status
+from queue_service.store.folders import Reader
 from queue_service.store.history import parse_filters
 from queue_service.store.images import CheckResult
 from queue_service.store.models import utcnow
@@ -82,14 +83,17 @@ class SessionsHandler(BaseHandler):
             raise web.HTTPError(400, f"count must be a whole number from 1 to {MAX_LAUNCH}.")
         await self.refresh_quotas(person)
         data = launches.with_preset(data, offered_presets(self.settings, person))
-        name, env = launches.launch_extras(data, count)
+        name, extras = launches.launch_extras(data, count)
         request = launches.launch_request(data)
         self.settings["images"].admit_options(person, request)
         self._check_name_free(person["name"], name)
         # The account as the hub has it now, not as cached: its sessions are that account's.
         person = {**person, "account": (await self.account_of(person["name"])).key}
+        # Folders it may not mount are refused now, before any record exists.
+        reader = Reader.of({**person, "admin": False})
+        await asyncio.to_thread(self.settings["folders"].mounts, reader, extras["folders"])
         # A refusal of the first start carries the hub's own message (FGPUSpawner's checks).
-        launch = self.settings["launcher"].launch(person, request, count, name=name, env=env)
+        launch = self.settings["launcher"].launch(person, request, count, name=name, extras=extras)
         servers = await self.from_hub(launch)
         self.write_json({"servers": servers}, 201)
 
