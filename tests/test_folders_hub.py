@@ -12,6 +12,7 @@ import secrets
 from pathlib import Path
 
 import pytest
+import requests
 
 from .harness import QueueUser, containers_with
 from .test_security_handlers import EVIL, Browser, narrow_admin_token, raw_post, service_address
@@ -344,3 +345,20 @@ def test_a_launch_with_a_folder_that_is_not_yours_starts_nothing(hub, course, us
     assert refused.status_code == 404, refused.text
     assert stranger.sessions() == []
     assert containers_with({"fgpu.user": username}) == []
+
+
+def test_the_spawner_reads_one_users_folders_and_no_other_service_does(hub, course):
+    teacher, student, folder, _ = course
+    spawner = requests.Session()
+    spawner.headers["Authorization"] = f"token {hub.spawner_token}"
+    url = f"{hub.url}/services/queue/api/folders"
+    answer = spawner.get(url, params={"user": student.name}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert [(f["name"], f["permission"]) for f in answer.json()["folders"]] == [
+        ("course material", "ro")
+    ]
+    assert spawner.get(url, timeout=60).status_code == 400
+    assert spawner.post(url, json={"name": "x"}, timeout=60).status_code == 403
+    other = requests.Session()  # the tests' own admin service
+    other.headers["Authorization"] = hub.api.headers["Authorization"]
+    assert other.get(url, params={"user": student.name}, timeout=60).status_code == 403

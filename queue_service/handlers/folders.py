@@ -2,6 +2,7 @@
 shares and their files.
 
 - `GET api/folders`: your own and those shared with you; `?all=1`: everyone's (admins);
+  the spawner reads `?user=NAME`'s, for its form's folder picker;
 - `POST api/folders {name}`; `PATCH api/folders/{id} {name}` (admins also `{owner}`);
   `DELETE api/folders/{id}` (kept in the trash for the grace period);
 - `POST api/folders/{id}/shares {user | group, permission: "ro" | "rw"}` (201, or 200 when it
@@ -14,7 +15,7 @@ shares and their files.
   `PATCH api/folders/{id}/files/{path} {"to": path}`: rename or move inside the folder;
   `DELETE api/folders/{id}/files/{path}`: remove a file, a link or a directory.
 
-Sessions are users': a service token is refused. Folders another user cannot see are 404 to
+Folders are users': a service's token is refused, but for the spawner's read of one user's. Folders another user cannot see are 404 to
 them, never 403, so their names and ids say nothing.
 """
 
@@ -63,16 +64,31 @@ class FolderAPIHandler(BaseHandler):
 
 
 class FoldersHandler(FolderAPIHandler):
-    query_arguments = {"all": "flag"}
+    query_arguments = {"all": "flag", "user": "text"}
 
     @web.authenticated
     async def get(self):
+        if self.identity().get("kind") == "service":
+            await self.get_for_spawn_form()
+            return
         reader = await self.reader()
         everyone = query_args.flag(self.get_argument("all", ""), "all", False)
         if everyone and not reader.admin:
             self.require_admin("Everyone's folders")
         folders = await self.run(self.folders.visible, reader, everyone)
         self.write_json({"folders": folders})
+
+    async def get_for_spawn_form(self) -> None:
+        """The spawner's read, for its form's folder picker: `?user=NAME`'s folders (own and
+        shared with them) as the hub has that user now. No other service reads folders."""
+        if self.identity().get("name") != self.settings["spawner_service"]:
+            raise web.HTTPError(403, "Only users and the hub's spawner read folders.")
+        name = self.get_argument("user", "")
+        if not name:
+            raise web.HTTPError(400, "The spawner must name the user: ?user=NAME.")
+        user = await self.from_hub(self.hub.user_now(name))
+        reader = Reader.of({**user, "admin": False})
+        self.write_json({"folders": await self.run(self.folders.visible, reader, False)})
 
     @web.authenticated
     async def post(self):
