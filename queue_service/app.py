@@ -397,6 +397,19 @@ class QueueService(Application):
             c.QueueService.folder_grace_days = 30
         """,
     )
+    folder_measure_interval = Float(
+        300.0,
+        config=True,
+        help="""
+        Seconds between two measures of every storage folder's size (what sessions wrote
+        directly), which the Storage page shows and the storage quotas count; 0 measures only
+        what goes through the service's API.
+
+        Example::
+
+            c.QueueService.folder_measure_interval = 900
+        """,
+    )
     catalog_path = Unicode(
         "",
         config=True,
@@ -961,6 +974,8 @@ class QueueService(Application):
             FolderStore(db),
             FolderFiles(os.path.abspath(self.folders_root)),
             grace=self.folder_grace_days * 24 * 3600,
+            storage_limits=self.quotas.storage_limits,
+            members=self.quotas.members_of,
         )
         self.server_remover = ServerRemover(
             db,
@@ -1121,6 +1136,8 @@ class QueueService(Application):
         if self.engine_images_interval > 0 and self._images_can_be_looked_at():
             self._engine_images_task = asyncio.create_task(self.watch_engine_images())
         self._builds_task = asyncio.create_task(self.builds.run())
+        if self.folder_measure_interval > 0:
+            self._folders_task = asyncio.create_task(self.keep_folders_measured())
         await self.reconciler.run(self.reconcile_interval)
 
     def _images_can_be_looked_at(self) -> bool:
@@ -1161,6 +1178,17 @@ class QueueService(Application):
                 moved,
             )
         return set(found)
+
+    async def keep_folders_measured(self) -> None:
+        """Measure every folder (sessions write them directly, so their sizes and the storage
+        quotas' figures drift from what the service wrote) and purge the trash past its grace."""
+        while True:
+            try:
+                await asyncio.to_thread(self.folders.measure_all)
+                await asyncio.to_thread(self.folders.purge)
+            except Exception:
+                self.log.exception("Measuring the storage folders failed; trying again later")
+            await asyncio.sleep(self.folder_measure_interval)
 
     async def watch_engine_images(self) -> None:
         while True:

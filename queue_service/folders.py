@@ -14,10 +14,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
+from fgpu_shared.units import format_size
 from queue_service.core.errors import Refusal
 from queue_service.core.folder_names import folder_name, path_parts, permission
 from queue_service.store.accounts import Account
@@ -32,16 +35,53 @@ DEFAULT_GRACE = 7 * 24 * 3600
 
 
 class Folders:
-    def __init__(self, store: FolderStore, files: FolderFiles, grace: float = DEFAULT_GRACE):
+    def __init__(
+        self,
+        store: FolderStore,
+        files: FolderFiles,
+        grace: float = DEFAULT_GRACE,
+        storage_limits: Callable[[frozenset[str]], list[tuple[str | None, int]]] = lambda g: [],
+        members: Callable[[str], tuple[str, ...]] = lambda group: (),
+    ):
+        """`storage_limits(groups)`: the storage quotas over a user of these groups, (None,
+        bytes) for the user's own and (group, bytes) for a group's over its members' folders
+        (quotas.py); `members(group)`: the group's members."""
         self.store, self.files, self.grace = store, files, grace
+        self.storage_limits, self.members = storage_limits, members
+
+    # -- storage quotas ---------------------------------------------------------------------
+
+    def over_quota(self, reader: Reader, adding: int = 0) -> str | None:
+        """Why `adding` more bytes in the reader's own folders would pass a storage quota (or
+        why they are past one already, with `adding` 0); None while there is room."""
+        for group, limit in self.storage_limits(reader.groups):
+            if group is None:
+                used, whose = self.store.used_by(reader.account), "Your folders hold"
+            else:
+                used = self.store.used_by(owners=self.members(group))
+                whose = f"The folders of group {group} hold"
+            if used + adding > limit or (adding == 0 and used >= limit):
+                scope = "your" if group is None else f"group {group}'s"
+                return (
+                    f"{whose} {format_size(used)} of {scope} storage quota of "
+                    f"{format_size(limit)}; remove files to make room."
+                )
+        return None
+
+    def _refuse_past_quota(self, reader: Reader, adding: int) -> None:
+        reason = self.over_quota(reader, adding)
+        if reason:
+            raise Refusal(reason, "quota")
 
     # -- folders ------------------------------------------------------------------------------
 
     def visible(self, reader: Reader, everyone: bool) -> list[dict]:
         return self.store.visible(reader, everyone=everyone and reader.admin)
 
-    def create(self, account: Account, name) -> dict:
+    def create(self, reader: Reader, name) -> dict:
         name = folder_name(name)
+        self._refuse_past_quota(reader, 0)
+        account = reader.account
         folder_id = uuid.uuid4().hex
         self.files.make(folder_id)
         try:
@@ -79,6 +119,8 @@ class Folders:
         under the session's home folder (`path`) and whether it is read-only."""
         chosen = self.store.named(keys, reader)
         automount = [f for f in self.store.visible(reader) if f["own"] and f["automount"]]
+        # Past a storage quota, one's own folders are mounted read-only until there is room.
+        past_quota = self.over_quota(reader)
         mounts = {}
         for folder in [*chosen, *automount]:
             path = folder["name"] if folder["automount"] else f"{MOUNT_DIR}/{folder['name']}"
@@ -94,7 +136,8 @@ class Folders:
                 "owner": folder["owner"],
                 "source": self.files.source(folder["id"]),
                 "path": path,
-                "read_only": folder["permission"] != "rw",
+                "read_only": folder["permission"] != "rw" or bool(past_quota and folder["own"]),
+                "note": past_quota if past_quota and folder["own"] else None,
             }
         return list(mounts.values())
 
@@ -114,7 +157,9 @@ class Folders:
         return self.files.open_file(folder_id, parts)
 
     def write(self, reader: Reader, folder_id: str, path: str, data: bytes, offset: int) -> int:
-        _, parts = self._reach(reader, folder_id, path, "rw")
+        folder, parts = self._reach(reader, folder_id, path, "rw")
+        # Counted against the owner's quotas; a writer of a shared folder fills the owner's.
+        self._refuse_past_quota(self._owner_of(folder, reader), len(data))
         size = self.files.write(folder_id, parts, data, offset)
         self._changed(folder_id)
         return size
@@ -135,6 +180,21 @@ class Folders:
         _, parts = self._reach(reader, folder_id, path, "rw")
         self.files.remove(folder_id, parts)
         self._changed(folder_id)
+
+    def _owner_of(self, folder: dict, reader: Reader) -> Reader:
+        if folder["own"]:
+            return reader
+        # The owner's own quota counts; their groups' are known only when they ask themselves.
+        return Reader(Account(folder["owner"], self.store.account_of(folder["id"])))
+
+    def measure_all(self) -> int:
+        """Measure every folder (sessions write them directly); how many were measured."""
+        ids = self.store.all_ids()
+        for folder_id in ids:
+            # A missing directory is the admin's to see (the list shows its last measure).
+            with contextlib.suppress(Refusal):
+                self.measure(folder_id)
+        return len(ids)
 
     def measure(self, folder_id: str) -> None:
         found = self.files.measure(folder_id)

@@ -2,9 +2,12 @@
 
 Admins edit them in the hub's admin panel, as a group property named `fgpu_quota`:
 
-    {"cpu": 8, "mem": "16G", "fgpu": 2, "sessions": 4, "pending": 4, "resource_groups": ["default"]}
+    {"cpu": 8, "mem": "16G", "fgpu": 2, "sessions": 4, "pending": 4, "resource_groups": ["default"],
+     "storage": "50G"}
 
-Every key is optional; a missing key means no limit from that group. The same mapping holds the
+Every key is optional; a missing key means no limit from that group. `storage` bounds the size of
+storage folders: a user's own folders under the user quota, all members' own folders under a
+group's (folders.py). The same mapping holds the
 group's budgets over a time window (`fgpu_hours_per_week`, ...: budgets.py). Each user also has the
 configured per-user default (`DEFAULT_USER_QUOTA` unless the site sets its own), so that one student
 cannot hold the hub. The scheduler needs these synchronously, so the book keeps what the hub last
@@ -23,7 +26,7 @@ from queue_service.core.presets import PRESETS_PROPERTY, Preset, PresetError, pa
 from .hub_client import HubClient, HubError
 
 QUOTA_PROPERTY = "fgpu_quota"
-_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups"} | BUDGET_KEYS
+_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups", "storage"} | BUDGET_KEYS
 
 
 #: What one user may hold unless the site says otherwise: enough for a class's work (a notebook, a
@@ -66,6 +69,19 @@ def parse_quota(data: dict | None, where: str) -> scheduler.Quota | None:
         raise QuotaError(f"{where}: {e}") from None
 
 
+def parse_storage(data: dict | None, where: str) -> int | None:
+    """The `storage` of a quota mapping in bytes (a size: "10G"), or None for no limit."""
+    if not isinstance(data, dict) or data.get("storage") is None:
+        return None
+    try:
+        size = parse_size(data["storage"])
+    except (TypeError, ValueError) as e:
+        raise QuotaError(f"{where}: storage: {e}") from None
+    if size < 0:
+        raise QuotaError(f"{where}: storage: {data['storage']!r} is not a size")
+    return size
+
+
 def active_session_limit(quota: dict) -> int:
     """How many sessions of one user may run or wait at once under this per-user quota: its
     running `sessions` plus its `pending` ones; 0 (no limit) when either is unlimited. The hub's
@@ -98,7 +114,9 @@ def _count(value) -> int | None:
 class QuotaBook:
     def __init__(self, user_default: dict | None = None, log=None):
         self.user_default = parse_quota(user_default or {}, "default user quota")
+        self.user_storage = parse_storage(user_default, "default user quota")
         self.log = log
+        self._group_storage: dict[str, int | None] = {}
         self._groups: dict[str, tuple[str, ...]] = {}
         self._group_quotas: dict[str, scheduler.Quota | None] = {}
         self._group_budgets: dict[str, tuple[Budget, ...]] = {}
@@ -122,8 +140,26 @@ class QuotaBook:
                 if self.log:
                     self.log.error("Ignoring a malformed quota: %s", e)
                 self._group_quotas[group] = None
+            self._group_storage[group] = self._parse_storage(properties, group)
             self._group_budgets[group] = self._parse_budgets(properties, group)
             self._group_presets[group] = self._parse_presets(properties, group)
+
+    def _parse_storage(self, properties: dict, group: str) -> int | None:
+        try:
+            return parse_storage(properties.get(QUOTA_PROPERTY), f"group {group}")
+        except QuotaError as e:
+            if self.log:
+                self.log.error("Ignoring a malformed storage quota: %s", e)
+            return None
+
+    def storage_limits(self, groups) -> list[tuple[str | None, int]]:
+        """The storage quotas over a user's folders: (None, bytes) for the user's own, and
+        (group, bytes) for each of their groups' over all its members' folders."""
+        limits = [(None, self.user_storage)] if self.user_storage is not None else []
+        for group in groups:
+            if self._group_storage.get(group) is not None:
+                limits.append((group, self._group_storage[group]))
+        return limits
 
     def _parse_budgets(self, properties: dict, group: str) -> tuple[Budget, ...]:
         data = properties.get(QUOTA_PROPERTY)

@@ -36,7 +36,7 @@ def refused(cause: str, call, *args):
 
 
 def test_a_folder_is_its_owners_and_nobody_elses_until_shared(folders):
-    made = folders.create(ANN, "data")
+    made = folders.create(reader(ANN), "data")
     assert made["own"] and made["permission"] == "rw" and made["shares"] == []
     assert os.path.isdir(folders.files.source(made["id"]))
     assert [f["name"] for f in folders.visible(reader(ANN), everyone=False)] == ["data"]
@@ -51,17 +51,17 @@ def test_a_folder_is_its_owners_and_nobody_elses_until_shared(folders):
 
 
 def test_a_name_is_taken_once_per_owner_and_a_refused_one_leaves_nothing(folders, tmp_path):
-    folders.create(ANN, "data")
+    folders.create(reader(ANN), "data")
     before = sorted(os.listdir(tmp_path / "folders"))
-    assert "already" in refused("conflict", folders.create, ANN, "data")
-    assert "no '/'" in refused("invalid", folders.create, ANN, "a/b")
+    assert "already" in refused("conflict", folders.create, reader(ANN), "data")
+    assert "no '/'" in refused("invalid", folders.create, reader(ANN), "a/b")
     after = [n for n in sorted(os.listdir(tmp_path / "folders")) if n != TRASH]
     assert after == before
-    assert folders.create(BOB, "data")["owner"] == "bob"  # another owner's name is free
+    assert folders.create(reader(BOB), "data")["owner"] == "bob"  # another owner's name is free
 
 
 def test_a_group_share_is_read_only_for_students_and_read_write_for_instructors(folders):
-    course = folders.create(ANN, "course")
+    course = folders.create(reader(ANN), "course")
     folders.share(reader(ANN), course["id"], {"group": "ml101"}, "ro")
     folders.share(reader(ANN), course["id"], {"group": "instructors"}, "rw")
     folders.write(reader(ANN), course["id"], "lab1.ipynb", b"{}", 0)
@@ -85,7 +85,7 @@ def test_a_group_share_is_read_only_for_students_and_read_write_for_instructors(
 
 
 def test_sharing_again_changes_the_permission_and_taking_it_back_ends_it(folders):
-    data = folders.create(ANN, "data")
+    data = folders.create(reader(ANN), "data")
     share, new = folders.share(reader(ANN), data["id"], {"user": "bob", "account": BOB.key}, "ro")
     assert new
     again, new = folders.share(reader(ANN), data["id"], {"user": "bob", "account": BOB.key}, "rw")
@@ -100,7 +100,7 @@ def test_sharing_again_changes_the_permission_and_taking_it_back_ends_it(folders
 
 
 def test_a_share_ends_with_the_account_it_was_given_to(folders):
-    data = folders.create(ANN, "data")
+    data = folders.create(reader(ANN), "data")
     folders.share(reader(ANN), data["id"], {"user": "bob", "account": BOB.key}, "ro")
     later_bob = Account("bob", "20261126T000000000000Z")
     assert folders.visible(reader(later_bob), everyone=False) == []
@@ -109,10 +109,10 @@ def test_a_share_ends_with_the_account_it_was_given_to(folders):
 
 
 def test_a_new_account_of_a_deleted_owners_name_owns_none_of_the_old_folders(folders):
-    old = folders.create(ANN, "thesis")
+    old = folders.create(reader(ANN), "thesis")
     assert folders.visible(reader(NEW_ANN), everyone=False) == []
     refused("not_found", folders.listing, reader(NEW_ANN), old["id"], "")
-    assert folders.create(NEW_ANN, "thesis")["id"] != old["id"]
+    assert folders.create(reader(NEW_ANN), "thesis")["id"] != old["id"]
     # An admin hands the old folder over, under a name the new account does not use.
     folders.rename(reader(BOB, admin=True), old["id"], "thesis-2025")
     given = folders.give(old["id"], NEW_ANN)
@@ -120,7 +120,7 @@ def test_a_new_account_of_a_deleted_owners_name_owns_none_of_the_old_folders(fol
 
 
 def test_a_removed_folder_is_gone_for_everyone_and_kept_in_the_trash(folders, tmp_path):
-    data = folders.create(ANN, "data")
+    data = folders.create(reader(ANN), "data")
     folders.share(reader(ANN), data["id"], {"group": "g"}, "ro")
     folders.write(reader(ANN), data["id"], "keep.txt", b"1", 0)
     folders.remove(reader(ANN), data["id"])
@@ -129,19 +129,19 @@ def test_a_removed_folder_is_gone_for_everyone_and_kept_in_the_trash(folders, tm
     refused("not_found", folders.listing, reader(ANN), data["id"], "")
     (kept,) = os.listdir(tmp_path / "folders" / TRASH)
     assert kept.startswith(data["id"])
-    assert folders.create(ANN, "data")["id"] != data["id"]  # the name is free again
+    assert folders.create(reader(ANN), "data")["id"] != data["id"]  # the name is free again
 
 
 def test_a_write_measures_the_folder(folders):
-    data = folders.create(ANN, "data")
+    data = folders.create(reader(ANN), "data")
     folders.write(reader(ANN), data["id"], "blob", b"x" * 50_000, 0)
     (seen,) = folders.visible(reader(ANN), everyone=False)
     assert seen["files"] == 1 and seen["size_bytes"] >= 50_000 and seen["modified"]
 
 
 def test_folders_are_found_by_id_or_name_own_names_first(folders):
-    mine = folders.create(BOB, "data")
-    theirs = folders.create(ANN, "data")
+    mine = folders.create(reader(BOB), "data")
+    theirs = folders.create(reader(ANN), "data")
     folders.share(reader(ANN), theirs["id"], {"user": "bob", "account": BOB.key}, "ro")
     assert [f["id"] for f in folders.store.named(["data"], reader(BOB))] == [mine["id"]]
     assert [f["id"] for f in folders.store.named([theirs["id"]], reader(BOB))] == [theirs["id"]]
@@ -149,10 +149,10 @@ def test_folders_are_found_by_id_or_name_own_names_first(folders):
 
 
 def test_a_session_mounts_what_it_names_and_its_owners_automount_folders(folders):
-    course = folders.create(ANN, "course")
+    course = folders.create(reader(ANN), "course")
     folders.share(reader(ANN), course["id"], {"group": "ml101"}, "ro")
-    work, cache = folders.create(BOB, "work"), folders.create(BOB, ".cache")
-    folders.create(ANN, ".local")  # ann's automount folder is not bob's
+    work, cache = folders.create(reader(BOB), "work"), folders.create(reader(BOB), ".cache")
+    folders.create(reader(ANN), ".local")  # ann's automount folder is not bob's
     mounts = folders.mounts(reader(BOB, "ml101"), ["course", work["id"]])
     assert [(m["path"], m["read_only"], m["id"]) for m in mounts] == [
         ("folders/course", True, course["id"]),
@@ -164,8 +164,36 @@ def test_a_session_mounts_what_it_names_and_its_owners_automount_folders(folders
 
 
 def test_two_folders_of_one_name_cannot_meet_at_one_mount_point(folders):
-    theirs = folders.create(ANN, "data")
+    theirs = folders.create(reader(ANN), "data")
     folders.share(reader(ANN), theirs["id"], {"user": "bob", "account": BOB.key}, "ro")
-    mine = folders.create(BOB, "data")
+    mine = folders.create(reader(BOB), "data")
     says = refused("invalid", folders.mounts, reader(BOB), [mine["id"], theirs["id"]])
     assert "~/folders/data" in says
+
+
+def test_a_storage_quota_refuses_what_would_pass_it_and_mounts_own_folders_read_only(
+    db_url, tmp_path
+):
+    limits = {frozenset(): [(None, 64 * 1024)], frozenset({"ml"}): [("ml", 96 * 1024)]}
+    folders = Folders(
+        FolderStore(open_database(db_url)),
+        FolderFiles(tmp_path / "folders"),
+        storage_limits=lambda groups: limits[groups],
+        members=lambda group: ("ann", "bob"),
+    )
+    data = folders.create(reader(ANN), "data")
+    folders.write(reader(ANN), data["id"], "a", b"x" * 40_000, 0)
+    says = refused("quota", folders.write, reader(ANN), data["id"], "b", b"x" * 40_000, 0)
+    assert "of your storage quota of 64K" in says
+    assert os.listdir(folders.files.source(data["id"])) == ["a"]  # nothing half-written
+    # Past the quota (a session wrote on its own): no new folder, own folders read-only.
+    with open(os.path.join(folders.files.source(data["id"]), "big"), "wb") as f:
+        f.write(b"x" * 40_000)
+    folders.measure_all()
+    assert "storage quota" in refused("quota", folders.create, reader(ANN), "more")
+    (mount,) = folders.mounts(reader(ANN), ["data"])
+    assert mount["read_only"] and "storage quota" in mount["note"]
+    # A group's quota counts all of its members' folders.
+    bobs = folders.create(reader(BOB, "ml"), "b")
+    says = refused("quota", folders.write, reader(BOB, "ml"), bobs["id"], "x", b"x" * 20_000, 0)
+    assert "group ml's storage quota" in says

@@ -56,7 +56,9 @@ class FolderAPIHandler(BaseHandler):
         return self.settings["folders"]
 
     async def reader(self) -> Reader:
-        return Reader.of(await self.person())
+        person = await self.person()
+        await self.refresh_quotas(person)  # the storage quotas of the person's groups, now
+        return Reader.of(person)
 
     async def run(self, call, *args):
         """A folder operation off the event loop (it touches the DB and the disk)."""
@@ -94,7 +96,7 @@ class FoldersHandler(FolderAPIHandler):
     async def post(self):
         reader = await self.reader()
         name = self.body().get("name")
-        self.write_json(await self.run(self.folders.create, reader.account, name), 201)
+        self.write_json(await self.run(self.folders.create, reader, name), 201)
 
 
 class FolderHandler(FolderAPIHandler):

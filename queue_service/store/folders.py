@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import and_, delete, select
+from sqlalchemy import and_, delete, func, select
 from sqlalchemy.orm import sessionmaker
 
 from queue_service.core.errors import Refusal
@@ -88,6 +88,29 @@ class FolderStore:
     def owned_by(self, account: Account) -> list[dict]:
         reader = Reader(account)
         return [f for f in self.visible(reader) if f["own"]]
+
+    def used_by(self, account: Account | None = None, owners=()) -> int:
+        """Bytes the live folders hold, as last measured: one account's, or all of `owners`'
+        (every account of those names: a group's members)."""
+        query = select(func.coalesce(func.sum(FolderRecord.size_bytes), 0)).where(
+            FolderRecord.deleted.is_(None)
+        )
+        if account is not None:
+            query = query.where(
+                FolderRecord.owner == account.name, FolderRecord.account == account.key
+            )
+        else:
+            query = query.where(FolderRecord.owner.in_(list(owners)))
+        with self.db() as db:
+            return int(db.scalar(query))
+
+    def account_of(self, folder_id: str) -> str:
+        with self.db() as db:
+            return db.get(FolderRecord, folder_id).account
+
+    def all_ids(self) -> list[str]:
+        with self.db() as db:
+            return list(db.scalars(select(FolderRecord.id).where(FolderRecord.deleted.is_(None))))
 
     # -- writes -----------------------------------------------------------------------------
 
