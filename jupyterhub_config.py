@@ -42,6 +42,8 @@ Swarm mode (`eval "$(scripts/swarm-lab up --nodes 3 --gpus 1x8GiB)"` sets these 
                        /etc/docker/certs.d)
   FGPU_HUB_CONNECT_IP  this host's address as the nodes reach it: the hub's API listens there
   FGPU_SWARM_HOME_ROOT shared storage mounted at this path on every node and here: home folders
+  FGPU_FOLDERS_ROOT    where storage folders keep their files (default: fgpu-folders in the state
+                       directory; with FGPU_SWARM_HOME_ROOT, its .folders, on the shared storage)
   FGPU_SWARM_HUB_CONTAINER  the container on the manager in whose network the hub and its proxy
                        run; the spawner joins it to the sessions' overlays, and the hub's API and
                        the queue service then listen there, not at FGPU_HUB_CONNECT_IP
@@ -171,6 +173,13 @@ queue_host = (
     if engine == "swarm" and not hub_container
     else "127.0.0.1"
 )
+# Storage folders: beside the homes on the shared storage in Swarm mode, so that every node
+# binds the same directory; else in the state directory.
+folders_root = os.environ.get("FGPU_FOLDERS_ROOT") or (
+    os.path.join(os.environ["FGPU_SWARM_HOME_ROOT"], ".folders")
+    if os.environ.get("FGPU_SWARM_HOME_ROOT")
+    else os.path.join(os.getcwd(), "fgpu-folders")
+)
 queue_url = f"http://{queue_host}:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
 catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
@@ -262,6 +271,7 @@ c.JupyterHub.services = [
             f"--QueueService.lifetime_warning={end_warning}",
             # The heavy framework images are built behind the hub (queue_service/image_builds.py).
             f"--QueueService.build_in_background={build_images}",
+            f"--QueueService.folders_root={folders_root}",
         ],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.

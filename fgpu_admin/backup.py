@@ -612,7 +612,8 @@ def _volume_tar(client, volume: str, helper_image: str) -> Iterator[bytes]:
 
 def _home_folders(writer, staging, root: Path, include: bool) -> Iterator[dict]:
     """Swarm's shared home root: one folder per user."""
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    # `.folders` (storage folders) and other dot-directories are no one's home.
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         entry = {
             "name": str(folder),
             "kind": "folder",

@@ -317,7 +317,7 @@ def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_th
     assert agents["api_token"] == kept
     assert oct((state_dir / "fgpu_node_agent_token").stat().st_mode & 0o777) == "0o600"
     (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    assert not [arg for arg in queue["command"] if "node_agent" in arg]
+    assert not [arg for arg in queue["command"] if arg.startswith("--QueueService.node_agent")]
     (agents,) = [
         s for s in load_shipped_config().JupyterHub.services if s["name"] == agents["name"]
     ]
