@@ -133,59 +133,52 @@ def test_a_download_is_always_an_attachment_never_a_page(hub, username):
     assert "sandbox" in answer.headers["Content-Security-Policy"]
 
 
-@pytest.mark.parametrize(
-    ("name", "status", "says"),
-    [
-        ("a/b", 400, "no '/'"),
-        ("..", 400, "cannot name"),
-        ("nul\0name", 400, "cannot name"),
-        ("x" * 65, 400, "at most 64"),
-        ("", 400, "needs a name"),
-        (["list"], 400, "needs a name"),
-        ("taken", 409, "already"),
-    ],
-)
-def test_a_bad_folder_name_is_refused_and_makes_nothing(hub, username, name, status, says):
+BAD_NAMES = [
+    ("a/b", 400, "no '/'"),
+    ("..", 400, "cannot name"),
+    ("nul\0name", 400, "cannot name"),
+    ("x" * 65, 400, "at most 64"),
+    ("", 400, "needs a name"),
+    (["list"], 400, "needs a name"),
+    ("taken", 409, "already"),
+]
+BAD_SHARES = [
+    ({"user": "nobody-like-this", "permission": "ro"}, "no user"),
+    ({"group": "no-such-group", "permission": "ro"}, "no group"),
+    ({"group": "x", "user": "y", "permission": "ro"}, "one"),
+    ({"permission": "ro"}, "one"),
+    ({"user": "admin", "permission": "write"}, "read-only"),
+]
+PATHS_OUT = [
+    "%2E%2E/escape.txt",
+    "a/%2E%2E/%2E%2E/escape.txt",
+    "%2Fetc%2Fpasswd",
+    "nul%00name",
+    "a//b",
+]
+
+
+def test_bad_names_shares_and_paths_are_refused_and_change_nothing(hub, username):
+    """One user tries each (the cases share a hub account: each costs a login otherwise)."""
     owner = QueueUser(hub, username)
-    made(owner, "taken")
+    folder = made(owner, "taken")
     before = sorted(os.listdir(hub.workdir / "fgpu-folders"))
-    answer = owner.call("POST", "folders", json={"name": name})
-    assert answer.status_code == status, answer.text
-    assert says in answer.json()["message"]
+    for name, status, says in BAD_NAMES:
+        answer = owner.call("POST", "folders", json={"name": name})
+        assert answer.status_code == status, (name, answer.text)
+        assert says in answer.json()["message"], name
     assert names(owner) == ["taken"]
     assert sorted(os.listdir(hub.workdir / "fgpu-folders")) == before
-
-
-@pytest.mark.parametrize(
-    ("body", "says"),
-    [
-        ({"user": "nobody-like-this", "permission": "ro"}, "no user"),
-        ({"group": "no-such-group", "permission": "ro"}, "no group"),
-        ({"group": "x", "user": "y", "permission": "ro"}, "one"),
-        ({"permission": "ro"}, "one"),
-        ({"user": "admin", "permission": "write"}, "read-only"),
-    ],
-)
-def test_a_share_with_a_bad_target_is_a_400_and_shares_nothing(hub, username, body, says):
-    owner = QueueUser(hub, username)
-    folder = made(owner, "data")
-    answer = owner.call("POST", f"folders/{folder['id']}/shares", json=body)
-    assert answer.status_code == 400, answer.text
-    assert says in answer.json()["message"]
+    for body, says in BAD_SHARES:
+        answer = owner.call("POST", f"folders/{folder['id']}/shares", json=body)
+        assert answer.status_code == 400, (body, answer.text)
+        assert says in answer.json()["message"], body
     assert owner.call("GET", f"folders/{folder['id']}").json()["shares"] == []
-
-
-@pytest.mark.parametrize(
-    "path",
-    ["%2E%2E/escape.txt", "a/%2E%2E/%2E%2E/escape.txt", "%2Fetc%2Fpasswd", "nul%00name", "a//b"],
-)
-def test_an_upload_to_a_path_that_leaves_the_folder_is_a_400(hub, username, path):
-    owner = QueueUser(hub, username)
-    folder = made(owner, "data")
-    answer = raw_put(owner, f"folders/{folder['id']}/files/{path}", b"x")
-    # The hub's proxy resolves an encoded `..` itself, so such a request reaches no folder
-    # (404); whatever reaches the service with one is refused there (400).
-    assert answer.status in (400, 404), answer.read()
+    for path in PATHS_OUT:
+        answer = raw_put(owner, f"folders/{folder['id']}/files/{path}", b"x")
+        # The hub's proxy resolves an encoded `..` itself, so such a request reaches no folder
+        # (404); whatever reaches the service with one is refused there (400).
+        assert answer.status in (400, 404), (path, answer.read())
     assert os.listdir(on_disk(hub, folder)) == []
     assert not (hub.workdir / "fgpu-folders" / "escape.txt").exists()
 
