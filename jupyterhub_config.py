@@ -288,6 +288,11 @@ c.JupyterHub.services = [
     {"name": "fgpu-spawner", "api_token": spawner_token},
     {"name": "fgpu-node-agent", "api_token": node_agent_service_token},
 ]
+# A managed service that dies is started again within seconds, not at JupyterHub's next poll of it
+# up to 30 s later (fgpu_spawner/service_restart.py).
+from fgpu_spawner import service_restart  # noqa: E402
+
+service_restart.install()
 # In Swarm mode the queue service deploys the node agent on every node (a service per node); the
 # agents report to this URL, the service as a node reaches it: by default the service's own
 # address on the nodes' network (above); a site may name its proxy instead, e.g.

@@ -335,7 +335,9 @@ def _shut_down(hub: Hub) -> None:
         servers = hub.active_servers() if hub.process.poll() is None else set()
         for user, server in servers:
             hub.request("DELETE", f"users/{user}/servers/{server}")
-    except requests.RequestException:
+    except (requests.RequestException, AssertionError):
+        # Not answering, or not through its proxy yet (a 404: a start that timed out): it is
+        # stopped all the same, never left running behind the test.
         pass
     hub.process.terminate()
     try:

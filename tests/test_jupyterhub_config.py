@@ -3,14 +3,17 @@
 import ast
 import re
 import resource
+import time
 
 import pytest
 from jupyterhub.auth import PAMAuthenticator
+from jupyterhub.services import service as hub_services
 from traitlets.config.loader import PyFileConfigLoader
 
-from fgpu_spawner import FGPUSpawner
+from fgpu_spawner import FGPUSpawner, service_restart
 from fgpu_spawner.demo_login import DemoAuthenticator
 from fgpu_spawner.network import ICC_OPTION
+from fgpu_spawner.service_restart import QuickRestartServiceSpawner
 from queue_service.core.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles
 from queue_service.quotas import QuotaError
 
@@ -51,6 +54,29 @@ def test_the_spawner_and_the_service_share_the_deployment_id_kept_in_the_state_d
     assert f"--QueueService.deployment_id={kept}" in queue["command"]
     # Read again at the next start, not made anew.
     assert load_shipped_config().FGPUSpawner.deployment_id == kept
+
+
+async def test_the_hubs_services_are_polled_every_few_seconds_once_they_have_run_a_while(
+    monkeypatch,
+):
+    """A killed queue service is started again within seconds (fgpu_spawner/service_restart.py);
+    one that dies at its start is not tried again sooner than JupyterHub's half minute."""
+    monkeypatch.setattr(hub_services, "_ServiceSpawner", hub_services._ServiceSpawner)
+    load_shipped_config()
+    assert hub_services._ServiceSpawner is QuickRestartServiceSpawner
+    spawner = QuickRestartServiceSpawner()
+    assert spawner.poll_interval == service_restart.POLL_SECONDS <= 5
+    polls = []
+
+    async def poll():
+        polls.append(time.monotonic())
+        return 1  # exited
+
+    monkeypatch.setattr(spawner, "poll", poll)
+    spawner.started_at = time.monotonic()
+    assert await spawner.poll_and_notify() is None and polls == []
+    spawner.started_at -= service_restart.MIN_UPTIME
+    assert await spawner.poll_and_notify() == 1 and len(polls) == 1
 
 
 def test_environment_variables_set_port_and_fgpu_units(monkeypatch):
