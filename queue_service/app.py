@@ -1186,6 +1186,7 @@ class QueueService(Application):
             try:
                 await asyncio.to_thread(self.folders.measure_all)
                 await asyncio.to_thread(self.folders.purge)
+                self.folders.forget_session_mounts(r.id for r in self.manager.active_records())
             except Exception:
                 self.log.exception("Measuring the storage folders failed; trying again later")
             await asyncio.sleep(self.folder_measure_interval)

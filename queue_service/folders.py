@@ -48,6 +48,7 @@ class Folders:
         (quotas.py); `members(group)`: the group's members."""
         self.store, self.files, self.grace = store, files, grace
         self.storage_limits, self.members = storage_limits, members
+        self._session_mounts: dict[str, list[dict]] = {}
 
     # -- storage quotas ---------------------------------------------------------------------
 
@@ -141,6 +142,32 @@ class Folders:
             }
         return list(mounts.values())
 
+    def note_session_mounts(self, session_id: str, mounts: list[dict]) -> None:
+        self.store.record_session_mounts(session_id, mounts)
+        self._session_mounts[session_id] = sorted((_shown(m) for m in mounts), key=_path)
+
+    def session_mounts(self, session_ids) -> dict[str, list[dict]]:
+        """What each of these (active) sessions mounts; read from memory, as the Sessions page
+        polls it; what a restart forgot is read from the DB once."""
+        missing = [i for i in session_ids if i not in self._session_mounts]
+        if missing:
+            found = self.store.session_mounts(missing)
+            self._session_mounts.update({i: found.get(i, []) for i in missing})
+        return {i: self._session_mounts[i] for i in session_ids}
+
+    def remembered_mounts(self, session_ids) -> dict[str, list[dict]] | None:
+        """`session_mounts` from memory alone; None when some must be read from the DB."""
+        try:
+            return {i: self._session_mounts[i] for i in session_ids}
+        except KeyError:
+            return None
+
+    def forget_session_mounts(self, active_ids) -> None:
+        """Keep in memory only the mounts of sessions still active."""
+        active = set(active_ids)
+        for session_id in [i for i in self._session_mounts if i not in active]:
+            del self._session_mounts[session_id]
+
     # -- files --------------------------------------------------------------------------------
 
     def listing(self, reader: Reader, folder_id: str, path: str) -> dict | None:
@@ -212,3 +239,12 @@ class Folders:
         if needs == "rw" and may != "rw":
             raise Refusal(f"{folder['name']} is shared with you read-only.", "forbidden")
         return folder, parts
+
+
+def _shown(mount: dict) -> dict:
+    """A mount as a session's record shows it: not where its files are on the host."""
+    return {key: mount.get(key) for key in ("id", "name", "owner", "path", "read_only", "note")}
+
+
+def _path(mount: dict) -> str:
+    return mount["path"]

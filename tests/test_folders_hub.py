@@ -316,6 +316,13 @@ def test_a_session_mounts_its_folders_with_each_ones_access(hub, course):
         assert sorted(os.listdir(on_disk(hub, folder))) == ["lab1.ipynb"]
         listing = student.call("GET", f"folders/{work['id']}/files/").json()["entries"]
         assert [e["name"] for e in listing] == ["out.txt"]
+        (record,) = student.sessions()
+        assert [(m["path"], m["read_only"], m["owner"]) for m in record["mounts"]] == [
+            (".cache", False, student.name),
+            ("folders/course material", True, teacher.name),
+            ("folders/work", False, student.name),
+        ]
+        assert "source" not in record["mounts"][0]  # where the files are is the host's business
     finally:
         hub.stop_server(student.name)
 

@@ -72,6 +72,7 @@ class GrantsHandler(SpawnerHandler):
             groups=tuple(user.get("groups", [])),
         )
         self.settings["launcher"].claimed(record["id"])
+        await asyncio.to_thread(self.folders.note_session_mounts, record["id"], mounts)
         # The reference comes from the catalog, so a private or re-pointed image starts as listed,
         # and from its pinned digest once it has one (Swarm mode: registry_images.py).
         reference = pinned_reference(image["image"], image["digest"]) if image else None

@@ -60,9 +60,13 @@ class SessionsHandler(BaseHandler):
             await self.get_finished(person)
             return
         everyone = person["admin"] and query_args.flag(self.get_argument("all", ""), "all", True)
-        self.write_json(
-            {"sessions": self.manager.sessions(user=None if everyone else person["name"])}
-        )
+        sessions = self.manager.sessions(user=None if everyone else person["name"])
+        folders, ids = self.settings["folders"], [s["id"] for s in sessions]
+        # From memory on the pages' polls; off the event loop only when the DB must be read.
+        mounts = folders.remembered_mounts(ids)
+        if mounts is None:
+            mounts = await asyncio.to_thread(folders.session_mounts, ids)
+        self.write_json({"sessions": [{**s, "mounts": mounts[s["id"]]} for s in sessions]})
 
     def _finished_asked(self) -> bool:
         return query_args.flag(self.get_argument("finished", ""), "finished", False)

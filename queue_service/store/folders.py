@@ -23,7 +23,7 @@ from sqlalchemy.orm import sessionmaker
 
 from queue_service.core.errors import Refusal
 from queue_service.store.accounts import Account
-from queue_service.store.models import FolderRecord, FolderShare, as_utc, utcnow
+from queue_service.store.models import FolderRecord, FolderShare, SessionMount, as_utc, utcnow
 
 RANK = {None: 0, "ro": 1, "rw": 2}
 
@@ -111,6 +111,44 @@ class FolderStore:
     def all_ids(self) -> list[str]:
         with self.db() as db:
             return list(db.scalars(select(FolderRecord.id).where(FolderRecord.deleted.is_(None))))
+
+    def session_mounts(self, session_ids) -> dict[str, list[dict]]:
+        """The folders each of these sessions mounts, as recorded at its spawn."""
+        ids = list(session_ids)
+        if not ids:
+            return {}
+        found: dict[str, list[dict]] = {}
+        with self.db() as db:
+            query = select(SessionMount).where(SessionMount.session_id.in_(ids))
+            for row in db.scalars(query.order_by(SessionMount.path)):
+                found.setdefault(row.session_id, []).append(
+                    {
+                        "id": row.folder_id,
+                        "name": row.name,
+                        "owner": row.owner,
+                        "path": row.path,
+                        "read_only": row.read_only,
+                        "note": row.note or None,
+                    }
+                )
+        return found
+
+    def record_session_mounts(self, session_id: str, mounts: list[dict]) -> None:
+        """What a session mounts (its spawn asking again replaces it)."""
+        with self._writing, self.db.begin() as db:
+            db.execute(delete(SessionMount).where(SessionMount.session_id == session_id))
+            for mount in mounts:
+                db.add(
+                    SessionMount(
+                        session_id=session_id,
+                        path=mount["path"],
+                        folder_id=mount["id"],
+                        name=mount["name"],
+                        owner=mount["owner"],
+                        read_only=mount["read_only"],
+                        note=mount.get("note") or "",
+                    )
+                )
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -223,3 +223,18 @@ class FolderShare(Base):
         Index("ix_folder_shares_user", "user"),
         Index("ix_folder_shares_group", "group"),
     )
+
+
+class SessionMount(Base):
+    """A storage folder a session mounts, as resolved when its spawn asked (folders.py): shown
+    with the session's record."""
+
+    __tablename__ = "session_mounts"
+
+    session_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    path: Mapped[str] = mapped_column(String(128), primary_key=True)
+    folder_id: Mapped[str] = mapped_column(String(32), nullable=False)
+    name: Mapped[str] = mapped_column(String(64), nullable=False)
+    owner: Mapped[str] = mapped_column(String(255), nullable=False)
+    read_only: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    note: Mapped[str] = mapped_column(Text, nullable=False, default="")

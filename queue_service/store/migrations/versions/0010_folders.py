@@ -1,4 +1,4 @@
-"""Storage folders and their shares.
+"""Storage folders, their shares, and the folders each session mounts.
 
 Revision ID: 0010
 Revises: 0009
@@ -42,8 +42,19 @@ def upgrade() -> None:
     op.create_index("ix_folder_shares_folder", "folder_shares", ["folder_id"])
     op.create_index("ix_folder_shares_user", "folder_shares", ["user"])
     op.create_index("ix_folder_shares_group", "folder_shares", ["group"])
+    op.create_table(
+        "session_mounts",
+        sa.Column("session_id", sa.String(32), primary_key=True),
+        sa.Column("path", sa.String(128), primary_key=True),
+        sa.Column("folder_id", sa.String(32), nullable=False),
+        sa.Column("name", sa.String(64), nullable=False),
+        sa.Column("owner", sa.String(255), nullable=False),
+        sa.Column("read_only", sa.Boolean, nullable=False),
+        sa.Column("note", sa.Text, nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("session_mounts")
     op.drop_table("folder_shares")
     op.drop_table("folders")
