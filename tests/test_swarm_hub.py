@@ -263,14 +263,21 @@ def test_a_node_that_goes_down_frees_its_slice_and_the_waiting_request_starts_el
 def test_a_paused_node_keeps_its_sessions_and_takes_no_new_one_and_homes_follow_the_user(
     swarm_hub, admin, started
 ):
+    """...and so do storage folders: a folder written on one node is read on another (they
+    live on the shared storage, as homes do)."""
     lab = swarm_hub.lab
-    start(swarm_hub, started, "gus", "a")
+    folder = QueueUser(swarm_hub, "gus").call("POST", "folders", json={"name": "data"})
+    assert folder.status_code == 201, folder.text
+    with_folder = {**GPU_SESSION, "folders": ["data"]}
+    start(swarm_hub, started, "gus", "a", with_folder)
     swarm_hub.wait_ready("gus", "a", timeout=180)
     record = session_of(admin, "gus", "a")
     first_node = record["grant"]["node"]
     container = session_container(lab, first_node, record["id"])
     wrote = container.exec_run(["sh", "-c", "echo from-$(hostname) > ~/note.txt && cat ~/note.txt"])
     assert wrote.exit_code == 0, wrote.output
+    in_folder = container.exec_run(["sh", "-c", "hostname > ~/folders/data/written-on"])
+    assert in_folder.exit_code == 0, in_folder.output
 
     # Paused: Swarm's availability for "no new tasks, the running ones go on".
     lab.manager().nodes.get(first_node).update({**_spec(lab, first_node), "Availability": "pause"})
@@ -278,13 +285,17 @@ def test_a_paused_node_keeps_its_sessions_and_takes_no_new_one_and_homes_follow_
         time.sleep(3)  # a few reconciler rounds
         assert session_of(admin, "gus", "a")["status"] == "RUNNING"
         swarm_hub.stop_server("gus", "a")
-        start(swarm_hub, started, "gus", "b")
+        start(swarm_hub, started, "gus", "b", with_folder)
         swarm_hub.wait_ready("gus", "b", timeout=180)
         second = session_of(admin, "gus", "b")
         assert second["grant"]["node"] != first_node
         container = session_container(lab, second["grant"]["node"], second["id"])
         note = container.exec_run(["cat", "/home/jovyan/note.txt"])
         assert note.output.decode().strip() == wrote.output.decode().strip()
+        written_on = container.exec_run(["cat", "/home/jovyan/folders/data/written-on"])
+        assert written_on.exit_code == 0, written_on.output
+        first_host = wrote.output.decode().strip().removeprefix("from-")
+        assert written_on.output.decode().strip() == first_host
     finally:
         lab.manager().nodes.get(first_node).update(
             {**_spec(lab, first_node), "Availability": "active"}
