@@ -23,7 +23,8 @@ from sqlalchemy import func, select
 
 from queue_service.core import scheduler
 from queue_service.core.status import Status
-from queue_service.queue import QueueManager, SchedulerSettings
+from queue_service.queue import QueueManager
+from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.store.db import open_database
 from queue_service.store.models import SessionRecord

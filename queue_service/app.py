@@ -72,7 +72,8 @@ from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
 from .image_check import engine_references
 from .launches import Launcher
-from .queue import QueueManager, SchedulerSettings
+from .queue import QueueManager
+from .queue_pass import SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
 from .server_removal import ServerRemover

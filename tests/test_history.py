@@ -12,7 +12,8 @@ from sqlalchemy import create_engine, inspect, text
 from queue_service.core import end_reasons, scheduler
 from queue_service.core.errors import Refusal
 from queue_service.core.status import Status
-from queue_service.queue import QueueManager, SchedulerSettings
+from queue_service.queue import QueueManager
+from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.store.db import alembic_config, open_database
 from queue_service.store.history import (

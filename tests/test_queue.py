@@ -8,7 +8,6 @@ quota test.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import random
@@ -19,12 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import event, update
-from sqlalchemy.orm import sessionmaker
 
-from queue_service import queue
 from queue_service.core import scheduler
 from queue_service.core.status import Status
-from queue_service.queue import QueueManager, Refused, SchedulerSettings
+from queue_service.queue import QueueManager, Refused
+from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.reconciler import Reconciler
 from queue_service.store.db import open_database
@@ -119,14 +117,6 @@ async def test_a_request_waiting_for_room_hears_of_a_node_withheld_for_its_isola
     await manager.replace_nodes([NODE])
     await manager.schedule()
     assert "gpu-7" not in (await manager.get(third["id"]))["reason"]
-
-
-def test_withheld_nodes_are_named_a_few_at_a_time():
-    from queue_service.queue import withheld_note
-
-    assert withheld_note({}) == ""
-    many = withheld_note({f"n{i}": ["icc"] for i in range(5)})
-    assert many.startswith("nodes n0, n1, n2 and 2 more take no sessions")
 
 
 async def test_release_grants_the_pending_inside_the_release_call(manager):
@@ -1179,33 +1169,3 @@ async def test_a_record_changed_outside_is_read_again_before_a_pass_changes_it(m
     assert waiting["id"] not in {s["id"] for s in manager.sessions()}
     assert (await manager.get(later["id"]))["status"] == Status.SCHEDULED
     assert gpu_use(manager.sessions()) == {GPU: 0.5}
-
-
-def test_a_new_sessionmaker_at_a_dead_ones_address_still_holds_what_it_flushes(tmp_path):
-    """SQLAlchemy keys its listener registry by `id(target)`, and an ended sessionmaker's entry
-    lives on until the garbage collector frees its Session class (a reference cycle): a new
-    sessionmaker at the same address once looked registered and got no listeners, so a pass lost
-    the records it had flushed (the flaky quota test on PostgreSQL). Every sessionmaker is
-    watched, whatever `id` it has."""
-    url = f"sqlite:///{tmp_path / 'queue.sqlite'}"
-    gc.disable()
-    try:
-        first = open_database(url)
-        queue.watch_flushes(first)
-        address, engine = id(first), first.kw["bind"]
-        del first
-        reused = []
-        for _ in range(10_000):
-            maker = sessionmaker(engine, expire_on_commit=False)
-            if id(maker) == address:
-                break
-            reused.append(maker)  # keep the others alive, so the address comes round
-        assert id(maker) == address, "no new sessionmaker came at the old address"
-        queue.watch_flushes(maker)
-        with maker.begin() as db:
-            db.add(SessionRecord(id="a" * 32, seq=1, user="alice", image="x", cpu=1.0, mem=1))
-            db.flush()
-            assert "a" * 32 in queue._flushed(db)[0]
-    finally:
-        gc.enable()
-    engine.dispose()

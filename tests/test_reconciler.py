@@ -23,7 +23,8 @@ from queue_service import reconciler as reconciler_module
 from queue_service.core import scheduler
 from queue_service.core.status import Status
 from queue_service.engine.session_containers import SESSION_LABEL, DockerSessionLister
-from queue_service.queue import QueueManager, Refused, SchedulerSettings
+from queue_service.queue import QueueManager, Refused
+from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.reconciler import ENGINE_ERRORS, Reconciler
 from queue_service.store.db import open_database

@@ -14,7 +14,8 @@ from sqlalchemy import delete, event, func, select, update
 from queue_service.core import scheduler
 from queue_service.core.status import Status
 from queue_service.core.usage import GIB, Figures, total
-from queue_service.queue import QueueManager, Refused, SchedulerSettings
+from queue_service.queue import QueueManager, Refused
+from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.store.db import open_database
 from queue_service.store.models import SessionRecord, UsageDay, UsageRecorded, as_utc

@@ -13,7 +13,8 @@ from sqlalchemy import func, inspect, select
 
 from queue_service.core import scheduler
 from queue_service.core.utilization import FIELDS
-from queue_service.queue import QueueManager, SchedulerSettings
+from queue_service.queue import QueueManager
+from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.store.db import alembic_config, open_database
 from queue_service.store.models import UtilizationSample, as_utc
