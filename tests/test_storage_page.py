@@ -107,7 +107,7 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
 
     # Cancel an upload: nothing half-made stays.
     held = []  # the first chunk is held on its way, so that Cancel comes mid-upload
-    page.route("**/files/again.bin?offset=*", held.append)
+    page.route("**/files/again.bin?offset=*", lambda route: held.append(route))
     upload(page, big.rename(tmp_path / "again.bin"))
     expect(page.locator("#fgpu-upload-text")).to_contain_text("again.bin")
     page.click("#fgpu-upload-cancel")
