@@ -43,6 +43,11 @@ def make_folder(page: Page, name: str) -> None:
     expect(folder_row(page, "mine", name)).to_be_visible()
 
 
+def folder_id(page: Page) -> str:
+    """The open folder's id, from the location's hash (#/ID/path)."""
+    return page.evaluate("location.hash").split("/")[1]
+
+
 def upload(page: Page, *paths: Path) -> None:
     page.set_input_files("#fgpu-upload-input", [str(p) for p in paths])
 
@@ -153,6 +158,14 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
     assert Path(download.value.path()).read_bytes() == NOTEBOOK
     assert download.value.suggested_filename == "lab1.ipynb"
     screenshot(other, "storage-student-shared")
+    # A subfolder, and the path back to the folder.
+    other.click("tr[data-entry='solutions'] a")
+    expect(other.locator("#fgpu-breadcrumb")).to_be_visible()
+    expect(other.locator("#fgpu-breadcrumb .active")).to_have_text("solutions")
+    expect(other.locator("#fgpu-entries-empty")).to_have_text("This subfolder is empty.")
+    other.locator("#fgpu-breadcrumb a", has_text=course).click()
+    expect(other.locator("tr[data-entry='lab1.ipynb']")).to_be_visible()
+    expect(other.locator("#fgpu-breadcrumb")).to_be_hidden()
 
     # Their own folder, which they write.
     other.click("#fgpu-back")
@@ -161,6 +174,13 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
     expect(other.locator("#fgpu-write-controls")).to_be_visible()
     upload(other, notebook)
     expect(other.locator("tr[data-entry='lab1.ipynb']")).to_be_visible()
+    # A link planted in the folder (from a session, say) is shown as one, never followed.
+    mine = folder_id(other)
+    (hub.workdir / "fgpu-folders" / mine / "etc").symlink_to("/etc")
+    other.reload()
+    expect(other.locator("tr[data-entry='etc']")).to_contain_text("etc link (not followed)")
+    expect(other.locator("tr[data-entry='etc'] a")).to_have_count(0)
+    screenshot(other, "storage-student-own")
     other.click("#fgpu-back")
 
     # The delete dialog says what is inside, and nothing goes until confirmed.

@@ -214,17 +214,19 @@
   }
 
   function insideText(folder) {
-    if (folder.files === 0) return "It is empty.";
+    if (folder.files === 0) return "It is empty; nothing will be removed.";
     if (folder.files === null || folder.files === undefined) return "Everything in it will be removed.";
     return plural(folder.files, "file") + ", " + fgpu.fileSize(folder.size_bytes) + " will be removed.";
   }
 
   function deleteFolder(folder) {
-    var lines = [insideText(folder) + " After that " + graceText() + ", in case it was a mistake, then it is gone."];
-    if (folder.shares && folder.shares.length) {
-      lines.push("Its " + plural(folder.shares.length, "share") + " end: " + sharesText(folder) + ".");
+    var lines = [insideText(folder).replace(/\.$/, ";") + " " + graceText() +
+      " (ask them if it was a mistake), then it is gone."];
+    var shares = folder.shares || [];
+    if (shares.length) {
+      lines.push((shares.length === 1 ? "Its share ends: " : "Its " + shares.length + " shares end: ") +
+        sharesText(folder) + ".");
     }
-    lines.push("Sessions running now with it mounted lose it at their next start.");
     fgpu.confirmAction({
       title: "Delete the folder " + quoted(folder.name) + (folder.own ? "" : " of " + folder.owner) + "?",
       lines: lines, confirm: "Delete folder", keep: "Keep it",
@@ -340,6 +342,8 @@
     else note += " In a session that mounts it: ~/folders/" + folder.name + ".";
     $("browser-note").textContent = note;
     renderBreadcrumb();
+    $("breadcrumb").parentNode.classList.toggle("d-none", !current.path);
+    $("entries").classList.toggle("fgpu-read-only", !canWrite);
     var entries = current.entries.map(function (entry) { return entryRow(entry, canWrite); });
     var body = $("entries").querySelector("tbody");
     body.replaceChildren.apply(body, entries);
