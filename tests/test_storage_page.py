@@ -149,6 +149,12 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
     expect(shared.locator(".fgpu-owner")).to_have_text(teacher)
     expect(shared.locator(".fgpu-access")).to_have_text("read-only")
     expect(shared.locator(".fgpu-size")).to_have_text("11 MiB")
+    # An automount folder is marked, and the mark explained.
+    make_folder(other, ".local")
+    expect(folder_row(other, "mine", ".local")).to_contain_text(
+        "automount" + "Mounted in every session at ~/.local."
+    )
+    screenshot(other, "storage-student")
     shared.locator("[data-action=open]").click()
     expect(other.locator("#fgpu-readonly")).to_be_visible()
     expect(other.locator("#fgpu-write-controls")).to_be_hidden()
@@ -200,7 +206,9 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
     admin.check("#fgpu-storage-all")
     everyone = admin.locator(f"#fgpu-all tr[data-owner='{teacher}'][data-folder='{course}']")
     expect(everyone.locator(".fgpu-owner")).to_have_text(teacher)
-    expect(admin.locator(f"#fgpu-all tr[data-owner='{student}']")).to_have_count(1)
+    expect(admin.locator(f"#fgpu-all tr[data-owner='{student}']")).to_have_count(
+        2
+    )  # .local, my work
     expect(admin.locator("#fgpu-mine-section")).to_be_hidden()
     screenshot(admin, "storage-admin-everyone")
 
