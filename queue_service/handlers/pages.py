@@ -1,4 +1,4 @@
-"""The queue service's pages: Sessions, Images, Usage, the resource indicator and the admin's cluster view.
+"""The queue service's pages: Sessions, Storage, Images, Usage, the resource indicator and the admin's cluster view.
 
 They extend JupyterHub's own `page.html`, so they look like the hub and carry its navigation bar:
 the Jinja loader searches the repository's templates first and JupyterHub's templates after, and
@@ -22,6 +22,7 @@ from tornado import web
 from templates import TEMPLATES_DIR
 
 from .base import ADMIN_SCOPE, BaseHandler, scope_holds
+from .folders import CHUNK_BYTES
 from .images import has_manage_scope
 
 STATIC_DIR = Path(__file__).parent.parent / "static"
@@ -209,6 +210,24 @@ class UsagePage(PageHandler):
         self.render_page("usage.html", person, page_config=self.page_config(person))
 
 
+class StoragePage(PageHandler):
+    """The Storage page: your folders and those shared with you, their files (browse, upload in
+    chunks, download), shares; admins may list everyone's. `static/storage.js` does it all
+    through `api/folders`, which decides who may see and change what."""
+
+    @web.authenticated
+    async def get(self):
+        person = await self.person()
+        config = {
+            **self.page_config(person),
+            # Uploads go in chunks of this size: the largest body api/folders/{id}/files takes.
+            "chunkBytes": CHUNK_BYTES,
+            # How long a deleted folder is kept, for the delete dialog to say.
+            "graceDays": self.settings["folders"].grace / (24 * 3600),
+        }
+        self.render_page("storage.html", person, page_config=config)
+
+
 class NotFound(PageHandler):
     """Anything unknown: JSON under api/, the hub's HTML 404 page elsewhere."""
 
@@ -230,6 +249,7 @@ def routes(prefix: str) -> list:
         (prefix + "cluster", ClusterPage),
         (prefix + "images", ImagesPage),
         (prefix + "usage", UsagePage),
+        (prefix + "storage", StoragePage),
         (prefix + r"static/(.*)", web.StaticFileHandler, {"path": str(STATIC_DIR)}),
     ]
 

@@ -18,6 +18,25 @@ var fgpu = (function () {
     return bytes + "B";
   }
 
+  // Files' sizes, as a file manager shows them: "532 B", "12.4 MiB" (binary, one decimal).
+  function fileSize(bytes) {
+    if (bytes === null || bytes === undefined) return "—";
+    var units = ["KiB", "MiB", "GiB", "TiB"], value = Number(bytes), unit = "B";
+    for (var i = 0; value >= 1024 && i < units.length; i++) { value /= 1024; unit = units[i]; }
+    return (unit === "B" ? String(value) : value.toFixed(1).replace(/\.0$/, "")) + " " + unit;
+  }
+
+  // How long ago: "just now", "5 min ago", "3 h ago", "2 days ago"; `when` an ISO text or a Date.
+  function ago(when) {
+    if (!when) return "never";
+    var seconds = Math.max(0, (Date.now() - new Date(when)) / 1000);
+    if (seconds < 60) return "just now";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min ago";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + " h ago";
+    var days = Math.floor(seconds / 86400);
+    return days === 1 ? "yesterday" : days + " days ago";
+  }
+
   function trim(number) {
     return String(Math.round(number * 100) / 100);
   }
@@ -394,6 +413,8 @@ var fgpu = (function () {
     api: api,
     headers: headers,
     size: size,
+    fileSize: fileSize,
+    ago: ago,
     trim: trim,
     amount: amount,
     cores: cores,

@@ -1,0 +1,547 @@
+// The Storage page: folders from api/folders (own, shared with me; admins: everyone's), create /
+// rename / share / delete, and a folder's files: browse, download, upload in chunks, make a
+// subfolder, rename, delete. The location's hash names the open folder and path (#/ID/a/b), so
+// the browser's Back button leaves a subfolder.
+"use strict";
+
+(function () {
+  var config = fgpu.config;
+  var el = fgpu.element;
+  var folders = [];
+  var everyone = false;
+  var current = null; // { folder, path, entries } while a folder is open
+  var upload = null; // { xhr, cancelled } while an upload runs
+
+  function $(id) { return document.getElementById("fgpu-" + id); }
+
+  function show(id, message) {
+    $(id).textContent = message || "";
+    $(id).classList.toggle("d-none", !message);
+  }
+
+  function plural(n, one, many) { return n + " " + (n === 1 ? one : many || one + "s"); }
+
+  function quoted(name) { return "“" + name + "”"; }
+
+  // A path inside a folder, each part escaped for the URL ("a b/c#" → "a%20b/c%23").
+  function encodePath(path) {
+    return path.split("/").filter(Boolean).map(encodeURIComponent).join("/");
+  }
+
+  function filesPath(folder, path) {
+    return "folders/" + folder.id + "/files/" + encodePath(path || "");
+  }
+
+  function join(path, name) { return path ? path + "/" + name : name; }
+
+  function graceText() {
+    var days = Number(config.graceDays);
+    if (!days) return "it is kept by the admins for a grace period";
+    return "it is kept for " + plural(Math.round(days * 10) / 10, "day") + " by the admins";
+  }
+
+  // -- the lists --------------------------------------------------------------------------------
+
+  function load() {
+    return fgpu.api("GET", everyone ? "folders?all=1" : "folders").then(function (data) {
+      folders = data.folders;
+      show("error", "");
+      renderLists();
+      if (current) refreshCurrentFolder();
+    }, function (error) { show("error", error.message); });
+  }
+
+  function changedCell(iso) {
+    return el("td", { className: "fgpu-changed", title: iso ? fgpu.time(iso) : "" }, [fgpu.ago(iso)]);
+  }
+
+  function nameCell(folder) {
+    var link = el("a", {
+      href: "#/" + folder.id + "/", className: "fgpu-open fw-semibold", "data-action": "open",
+      text: folder.name,
+    });
+    var lines = [link];
+    if (folder.automount) {
+      lines.push(" ", el("span", { className: "badge text-bg-info", text: "automount" }));
+      lines.push(el("div", {
+        className: "fgpu-note text-muted small",
+        text: "Mounted in every session at ~/" + folder.name + ".",
+      }));
+    }
+    return el("td", { className: "fgpu-folder-name" }, lines);
+  }
+
+  function sharesText(folder) {
+    if (!folder.shares || !folder.shares.length) return "not shared";
+    return folder.shares.map(function (s) {
+      return (s.user ? s.user : "group " + s.group) + (s.permission === "rw" ? " (read-write)" : " (read-only)");
+    }).join(", ");
+  }
+
+  function accessText(folder) {
+    if (folder.permission !== "rw") return "read-only";
+    var others = (folder.writers || []).filter(function (w) { return w !== folder.owner; });
+    return "read-write; " + folder.owner + (others.length ? ", " + others.join(", ") : "") + " may write";
+  }
+
+  function button(label, kind, action, folder, handler) {
+    return el("button", {
+      type: "button", className: "btn btn-sm btn-" + kind, "data-action": action,
+      onclick: function () { handler(folder); }, text: label,
+    });
+  }
+
+  function actionsCell(folder) {
+    var buttons = [];
+    if (folder.own) buttons.push(button("Share", "outline-primary", "share", folder, openShare));
+    buttons.push(button("Rename", "outline-secondary", "rename", folder, renameFolder));
+    buttons.push(button("Delete", "outline-danger", "delete", folder, deleteFolder));
+    return el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, buttons)]);
+  }
+
+  function figures(folder) {
+    return [
+      el("td", { className: "fgpu-size", text: fgpu.fileSize(folder.size_bytes) }),
+      el("td", { className: "fgpu-files", text: folder.files === null || folder.files === undefined ? "—" : String(folder.files) }),
+      changedCell(folder.modified || folder.created),
+    ];
+  }
+
+  function mineRow(folder) {
+    return el("tr", { "data-folder": folder.name, "data-id": folder.id }, [
+      nameCell(folder), el("td", { className: "fgpu-shares", text: sharesText(folder) }),
+    ].concat(figures(folder), [actionsCell(folder)]));
+  }
+
+  function sharedRow(folder) {
+    return el("tr", { "data-folder": folder.name, "data-id": folder.id }, [
+      nameCell(folder),
+      el("td", { className: "fgpu-owner", text: folder.owner }),
+      el("td", { className: "fgpu-access", text: accessText(folder) }),
+    ].concat(figures(folder)));
+  }
+
+  function everyoneRow(folder) {
+    return el("tr", { "data-folder": folder.name, "data-id": folder.id, "data-owner": folder.owner }, [
+      nameCell(folder),
+      el("td", { className: "fgpu-owner", text: folder.owner }),
+      el("td", { className: "fgpu-shares", text: sharesText(folder) }),
+    ].concat(figures(folder), [actionsCell(folder)]));
+  }
+
+  function fill(table, items, row, empty) {
+    var body = $(table).querySelector("tbody");
+    body.replaceChildren.apply(body, items.map(row));
+    $(table).classList.toggle("d-none", !items.length);
+    $(empty).classList.toggle("d-none", items.length > 0);
+  }
+
+  function renderLists() {
+    if ($("all-section")) {
+      $("all-section").classList.toggle("d-none", !everyone);
+      $("mine-section").classList.toggle("d-none", everyone);
+      $("shared-section").classList.toggle("d-none", everyone);
+    }
+    if (everyone) {
+      fill("all", folders, everyoneRow, "all-empty");
+      return;
+    }
+    fill("mine", folders.filter(function (f) { return f.own; }), mineRow, "mine-empty");
+    fill("shared", folders.filter(function (f) { return !f.own; }), sharedRow, "shared-empty");
+  }
+
+  function change(method, path, body, done) {
+    show("done", "");
+    return fgpu.api(method, path, body).then(function (answer) {
+      show("done", done);
+      show("error", "");
+      return load().then(function () { return answer; });
+    });
+  }
+
+  function failed(error) { show("error", error.message); }
+
+  // -- create, rename, delete -------------------------------------------------------------------
+
+  $("create-form").addEventListener("submit", function (event) {
+    event.preventDefault();
+    var name = $("create-name").value.trim();
+    show("create-error", "");
+    $("create-name").classList.remove("is-invalid");
+    if (!name) {
+      $("create-name").classList.add("is-invalid");
+      show("create-error", "Give the folder a name.");
+      return;
+    }
+    change("POST", "folders", { name: name }, "Folder " + quoted(name) + " made.").then(function () {
+      $("create-name").value = "";
+    }, function (error) {
+      $("create-name").classList.add("is-invalid");
+      show("create-error", error.message);
+    });
+  });
+
+  // The one small dialog that asks for a name: rename a folder or an entry, make a subfolder.
+  // `save(name)` returns a promise; its refusal is shown in the dialog, which stays open.
+  var naming = null;
+  function askName(title, label, value, action, save) {
+    naming = save;
+    $("name-title").textContent = title;
+    $("name-label").textContent = label;
+    $("name-submit").textContent = action;
+    $("name-input").value = value || "";
+    show("name-error", "");
+    $("name-dialog").showModal();
+    $("name-input").select();
+  }
+  $("name-form").addEventListener("submit", function (event) {
+    event.preventDefault();
+    var name = $("name-input").value.trim();
+    if (!name) { show("name-error", "Type a name."); return; }
+    $("name-submit").disabled = true;
+    naming(name).then(function () {
+      $("name-dialog").close();
+    }, function (error) {
+      show("name-error", error.message);
+    }).then(function () { $("name-submit").disabled = false; });
+  });
+  $("name-cancel").addEventListener("click", function () { $("name-dialog").close(); });
+
+  function renameFolder(folder) {
+    askName("Rename " + quoted(folder.name), "New name", folder.name, "Rename", function (name) {
+      return change("PATCH", "folders/" + folder.id, { name: name }, "Renamed to " + quoted(name) + ".");
+    });
+  }
+
+  function insideText(folder) {
+    if (folder.files === 0) return "It is empty; nothing will be removed.";
+    if (folder.files === null || folder.files === undefined) return "Everything in it will be removed.";
+    return plural(folder.files, "file") + ", " + fgpu.fileSize(folder.size_bytes) + " will be removed.";
+  }
+
+  function deleteFolder(folder) {
+    var lines = [insideText(folder).replace(/\.$/, ";") + " " + graceText() +
+      " (ask them if it was a mistake), then it is gone."];
+    var shares = folder.shares || [];
+    if (shares.length) {
+      lines.push((shares.length === 1 ? "Its share ends: " : "Its " + shares.length + " shares end: ") +
+        sharesText(folder) + ".");
+    }
+    fgpu.confirmAction({
+      title: "Delete the folder " + quoted(folder.name) + (folder.own ? "" : " of " + folder.owner) + "?",
+      lines: lines, confirm: "Delete folder", keep: "Keep it",
+    }).then(function (yes) {
+      if (!yes) return;
+      if (current && current.folder.id === folder.id) location.hash = "";
+      change("DELETE", "folders/" + folder.id, undefined, "Folder " + quoted(folder.name) + " deleted.").catch(failed);
+    });
+  }
+
+  // -- sharing ----------------------------------------------------------------------------------
+
+  var sharing = null;
+  function openShare(folder) {
+    sharing = folder;
+    $("share-title").textContent = "Share " + quoted(folder.name);
+    $("share-name").value = "";
+    show("share-error", "");
+    renderShares();
+    $("share-dialog").showModal();
+    $("share-name").focus();
+  }
+
+  function renderShares() {
+    var list = $("share-list");
+    var shares = sharing.shares || [];
+    if (!shares.length) {
+      list.replaceChildren(el("li", { className: "text-muted", text: "Nobody yet: only you see this folder." }));
+      return;
+    }
+    list.replaceChildren.apply(list, shares.map(function (s) {
+      var who = s.user ? s.user : "group " + s.group;
+      return el("li", { className: "d-flex align-items-center gap-2 mb-1", "data-share": who }, [
+        el("span", { className: "flex-fill", text: who + " — " + (s.permission === "rw" ? "read-write" : "read-only") }),
+        el("button", {
+          type: "button", className: "btn btn-sm btn-outline-danger", "data-action": "unshare", text: "Stop sharing",
+          onclick: function () {
+            fgpu.api("DELETE", "folders/" + sharing.id + "/shares/" + s.id).then(afterShare, function (e) { show("share-error", e.message); });
+          },
+        }),
+      ]);
+    }));
+  }
+
+  function afterShare() {
+    show("share-error", "");
+    return load().then(function () {
+      sharing = folders.filter(function (f) { return f.id === sharing.id; })[0] || sharing;
+      renderShares();
+    });
+  }
+
+  $("share-form").addEventListener("submit", function (event) {
+    event.preventDefault();
+    var name = $("share-name").value.trim();
+    if (!name) { show("share-error", "Type the user's or the group's name."); return; }
+    var body = { permission: $("share-form").elements.permission.value };
+    body[$("share-kind").value] = name;
+    fgpu.api("POST", "folders/" + sharing.id + "/shares", body).then(function () {
+      $("share-name").value = "";
+      return afterShare();
+    }, function (e) { show("share-error", e.message); });
+  });
+  $("share-close").addEventListener("click", function () { $("share-dialog").close(); });
+
+  // -- the file browser -------------------------------------------------------------------------
+
+  function fromHash() {
+    var match = /^#\/([0-9a-f]{32})\/?(.*)$/.exec(location.hash);
+    if (!match) {
+      current = null;
+      $("browser").classList.add("d-none");
+      $("lists").classList.remove("d-none");
+      return;
+    }
+    var id = match[1], path = match[2].split("/").filter(Boolean).map(decodeURIComponent).join("/");
+    var folder = folders.filter(function (f) { return f.id === id; })[0];
+    var found = folder ? Promise.resolve(folder) : fgpu.api("GET", "folders/" + id);
+    found.then(function (f) { openFolder(f, path); }, failed);
+  }
+
+  function hashFor(folder, path) { return "#/" + folder.id + "/" + encodePath(path); }
+
+  function writable(folder) { return folder.permission === "rw" || config.admin; }
+
+  function openFolder(folder, path) {
+    return fgpu.api("GET", filesPath(folder, path)).then(function (listing) {
+      current = { folder: folder, path: listing.path, entries: listing.entries };
+      show("error", "");
+      renderBrowser();
+    }, function (error) {
+      show("error", error.message);
+    });
+  }
+
+  function refreshCurrentFolder() {
+    var fresh = folders.filter(function (f) { return f.id === current.folder.id; })[0];
+    if (fresh) current.folder = fresh;
+  }
+
+  function reopen() { return openFolder(current.folder, current.path); }
+
+  function renderBrowser() {
+    var folder = current.folder, canWrite = writable(folder);
+    $("lists").classList.add("d-none");
+    $("browser").classList.remove("d-none");
+    $("browser-title").textContent = folder.name;
+    $("readonly").classList.toggle("d-none", canWrite);
+    $("write-controls").classList.toggle("d-none", !canWrite);
+    var note = folder.own ? "Your folder." : "Owned by " + folder.owner + ", " + accessText(folder) + ".";
+    if (!canWrite) note += " You can open and download its files, not change them.";
+    if (folder.automount) note += " Mounted in every session at ~/" + folder.name + ".";
+    else note += " In a session that mounts it: ~/folders/" + folder.name + ".";
+    $("browser-note").textContent = note;
+    renderBreadcrumb();
+    $("breadcrumb").parentNode.classList.toggle("d-none", !current.path);
+    $("entries").classList.toggle("fgpu-read-only", !canWrite);
+    var entries = current.entries.map(function (entry) { return entryRow(entry, canWrite); });
+    var body = $("entries").querySelector("tbody");
+    body.replaceChildren.apply(body, entries);
+    $("entries").classList.toggle("d-none", !entries.length);
+    show("entries-empty", entries.length ? "" : current.path ? "This subfolder is empty." :
+      canWrite ? "This folder is empty. Upload files here, or save them to it from a session." :
+        "This folder is empty for now.");
+  }
+
+  function renderBreadcrumb() {
+    var parts = current.path ? current.path.split("/") : [];
+    var crumbs = [{ name: current.folder.name, path: "" }].concat(parts.map(function (part, i) {
+      return { name: part, path: parts.slice(0, i + 1).join("/") };
+    }));
+    var list = $("breadcrumb");
+    list.replaceChildren.apply(list, crumbs.map(function (crumb, i) {
+      if (i === crumbs.length - 1) {
+        return el("li", { className: "breadcrumb-item active", "aria-current": "page", text: crumb.name });
+      }
+      return el("li", { className: "breadcrumb-item" }, [
+        el("a", { href: hashFor(current.folder, crumb.path), text: crumb.name }),
+      ]);
+    }));
+  }
+
+  function entryRow(entry, canWrite) {
+    var path = join(current.path, entry.name), name;
+    if (entry.type === "directory") {
+      name = el("a", { href: hashFor(current.folder, path), className: "fw-semibold", text: entry.name + "/" });
+    } else if (entry.type === "file") {
+      name = el("a", {
+        href: config.api + filesPath(current.folder, path), download: entry.name, "data-action": "download",
+        title: "Download " + entry.name, text: entry.name,
+      });
+    } else {
+      name = el("span", {}, [entry.name + " ", el("span", {
+        className: "text-muted small", text: entry.type === "link" ? "link (not followed)" : "special file (not read)",
+      })]);
+    }
+    var actions = [];
+    if (canWrite) {
+      actions.push(el("button", { type: "button", className: "btn btn-sm btn-outline-secondary", "data-action": "rename",
+        text: "Rename", onclick: function () { renameEntry(entry); } }));
+      actions.push(el("button", { type: "button", className: "btn btn-sm btn-outline-danger", "data-action": "delete",
+        text: "Delete", onclick: function () { deleteEntry(entry); } }));
+    }
+    return el("tr", { "data-entry": entry.name, "data-type": entry.type }, [
+      el("td", { className: "fgpu-entry-name" }, [name]),
+      el("td", { className: "fgpu-size", text: entry.type === "file" ? fgpu.fileSize(entry.size) : "" }),
+      changedCell(entry.modified ? new Date(entry.modified * 1000).toISOString() : null),
+      el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, actions)]),
+    ]);
+  }
+
+  function afterFileChange(done) {
+    show("done", done);
+    return Promise.all([reopen(), load()]);
+  }
+
+  $("mkdir").addEventListener("click", function () {
+    askName("New subfolder in " + quoted(current.path || current.folder.name), "Name", "", "Make", function (name) {
+      return fgpu.api("POST", filesPath(current.folder, join(current.path, name)), { type: "directory" })
+        .then(function () { return afterFileChange("Subfolder " + quoted(name) + " made."); });
+    });
+  });
+
+  function renameEntry(entry) {
+    askName("Rename " + quoted(entry.name), "New name", entry.name, "Rename", function (name) {
+      return fgpu.api("PATCH", filesPath(current.folder, join(current.path, entry.name)), { to: join(current.path, name) })
+        .then(function () { return afterFileChange("Renamed to " + quoted(name) + "."); });
+    });
+  }
+
+  function deleteEntry(entry) {
+    var what = entry.type === "directory" ? "the subfolder " + quoted(entry.name) + " and everything in it" :
+      quoted(entry.name) + (entry.type === "file" ? " (" + fgpu.fileSize(entry.size) + ")" : "");
+    fgpu.confirmAction({
+      title: "Delete " + quoted(entry.name) + "?",
+      lines: ["This removes " + what + " from " + quoted(current.folder.name) + " at once; it cannot be brought back."],
+      confirm: "Delete", keep: "Keep it",
+    }).then(function (yes) {
+      if (!yes) return;
+      fgpu.api("DELETE", filesPath(current.folder, join(current.path, entry.name)))
+        .then(function () { return afterFileChange(quoted(entry.name) + " deleted."); }, failed);
+    });
+  }
+
+  // -- uploads, in chunks of config.chunkBytes ----------------------------------------------------
+
+  // One chunk: PUT ...?offset=N as octet-stream; XMLHttpRequest for its progress and its abort.
+  function sendChunk(url, blob, onProgress) {
+    return new Promise(function (resolve, reject) {
+      var xhr = new XMLHttpRequest();
+      upload.xhr = xhr;
+      xhr.open("PUT", url);
+      var headers = fgpu.headers();
+      Object.keys(headers).forEach(function (k) { xhr.setRequestHeader(k, headers[k]); });
+      xhr.setRequestHeader("Content-Type", "application/octet-stream");
+      xhr.upload.onprogress = function (e) { onProgress(e.loaded); };
+      xhr.onload = function () {
+        if (xhr.status >= 200 && xhr.status < 300) { resolve(); return; }
+        var message = xhr.status + " " + xhr.statusText;
+        try { message = JSON.parse(xhr.responseText).message || message; } catch (e) { /* not JSON */ }
+        reject(new Error(message));
+      };
+      xhr.onerror = function () { reject(new Error("The upload was interrupted (network error).")); };
+      xhr.onabort = function () { reject(new Error("cancelled")); };
+      xhr.send(blob);
+    });
+  }
+
+  function progress(sent, total, label) {
+    var percent = total ? Math.floor((100 * sent) / total) : 100;
+    $("upload-bar").value = percent;
+    $("upload-bar").setAttribute("data-sent", String(sent));
+    $("upload-text").textContent = label + ": " + fgpu.fileSize(sent) + " of " + fgpu.fileSize(total) + " (" + percent + "%)";
+  }
+
+  function uploadFiles(files) {
+    if (!files.length || upload) return;
+    var folder = current.folder, base = current.path;
+    var total = files.reduce(function (sum, f) { return sum + f.size; }, 0), before = 0;
+    var existing = current.entries.map(function (e) { return e.name; });
+    var replaced = files.filter(function (f) { return existing.indexOf(f.name) >= 0; });
+    var asked = replaced.length ? fgpu.confirmAction({
+      title: "Replace " + (replaced.length === 1 ? quoted(replaced[0].name) : plural(replaced.length, "file")) + "?",
+      lines: ["A file of that name is already here: uploading replaces it."],
+      confirm: "Replace", keep: "Don't upload",
+    }) : Promise.resolve(true);
+    asked.then(function (yes) {
+      if (!yes) return;
+      upload = { xhr: null, cancelled: false };
+      show("done", "");
+      $("upload").classList.remove("d-none");
+      var chain = Promise.resolve(), done = [];
+      files.forEach(function (file, index) {
+        chain = chain.then(function () {
+          var label = "Uploading " + file.name + (files.length > 1 ? " (" + (index + 1) + " of " + files.length + ")" : "");
+          var url = config.api + filesPath(folder, join(base, file.name));
+          var offset = 0;
+          function next() {
+            var end = Math.min(file.size, offset + config.chunkBytes);
+            return sendChunk(url + "?offset=" + offset, file.slice(offset, end), function (loaded) {
+              progress(before + offset + Math.min(loaded, end - offset), total, label);
+            }).then(function () {
+              offset = end;
+              progress(before + offset, total, label);
+              if (offset < file.size) return next();
+              before += file.size;
+              done.push(file.name);
+            }, function (error) {
+              // A cut-short file is not left behind looking whole.
+              if (offset > 0 || error.message === "cancelled") fgpu.api("DELETE", filesPath(folder, join(base, file.name))).catch(function () {});
+              throw error;
+            });
+          }
+          progress(before, total, label);
+          return next();
+        });
+      });
+      chain.then(function () {
+        return "Uploaded " + (done.length === 1 ? done[0] : plural(done.length, "file")) + " (" + fgpu.fileSize(total) + ").";
+      }, function (error) {
+        var kept = done.length ? " " + plural(done.length, "file") + " finished before: " + done.join(", ") + "." : "";
+        if (error.message === "cancelled") return "Upload cancelled; the unfinished file was removed." + kept;
+        show("error", "Upload failed: " + error.message + kept);
+        return "";
+      }).then(function (message) {
+        upload = null;
+        $("upload").classList.add("d-none");
+        $("upload-input").value = "";
+        if (current && current.folder.id === folder.id) return afterFileChange(message);
+        show("done", message);
+      });
+    });
+  }
+
+  $("upload-input").addEventListener("change", function () {
+    uploadFiles(Array.prototype.slice.call($("upload-input").files));
+  });
+  $("upload-cancel").addEventListener("click", function () {
+    if (!upload) return;
+    upload.cancelled = true;
+    if (upload.xhr) upload.xhr.abort();
+  });
+
+  // -- start ------------------------------------------------------------------------------------
+
+  $("back").addEventListener("click", function (event) {
+    event.preventDefault();
+    location.hash = "";
+  });
+  window.addEventListener("hashchange", fromHash);
+  if ($("storage-all")) {
+    $("storage-all").addEventListener("change", function () {
+      everyone = $("storage-all").checked;
+      load();
+    });
+  }
+  load().then(fromHash);
+})();
