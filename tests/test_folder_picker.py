@@ -56,15 +56,20 @@ def open_launch_dialog(page: Page, hub, name: str) -> None:
     launch(page, "python-3.11", 0.5, 0.25, 0, 1)
 
 
+def expect_the_picker(picker, always, teacher: str) -> None:
+    """Both pickers list the student's own folder, then the teacher's, read-only, and name the
+    automount one instead of offering it."""
+    expect(picker.locator("input[type=checkbox][name=folders]")).to_have_count(2)
+    labels = [" ".join(t.split()) for t in picker.locator(".form-check-label").all_inner_texts()]
+    assert labels == ["data", f"course material (shared by {teacher}, read-only)"]
+    expect(always).to_have_text("Always mounted: .local (at ~/.local)")
+
+
 def test_the_launch_dialog_lists_the_folders_and_the_ticked_one_is_mounted(hub, student, page):
     me, teacher = student
     open_launch_dialog(page, hub, me.name)
     picker = page.locator("#fgpu-launch-folders")
-    boxes = picker.locator("input[name=folders]")
-    expect(boxes).to_have_count(2)
-    labels = [" ".join(t.split()) for t in picker.locator(".form-check-label").all_inner_texts()]
-    assert labels == ["data", f"course material (shared by {teacher}, read-only)"]
-    expect(page.locator("#fgpu-launch-folder-always")).to_have_text("Always mounted: .local")
+    expect_the_picker(picker, page.locator("#fgpu-launch-folder-always"), teacher)
     expect(page.locator("#fgpu-launch-folder-note")).to_have_text(
         "Each folder you tick appears in the session at ~/folders/<name>."
     )
@@ -90,8 +95,10 @@ def test_a_launch_with_no_folder_asks_first_and_launches_without_one(hub, studen
     question = page.locator("#fgpu-confirm")
     expect(question).to_be_visible()
     expect(question.locator("#fgpu-confirm-title")).to_have_text("Launch without a storage folder?")
-    expect(question).to_contain_text("Your home folder (/home/jovyan) is kept between sessions")
-    expect(question).to_contain_text("your always-mounted .local still are")
+    expect(question).to_contain_text(
+        "That loses nothing: your home folder (/home/jovyan) is kept between sessions"
+    )
+    expect(question).to_contain_text("Your folder .local is mounted as always.")
     screenshot(page, "folder-picker-warning")
     # "Choose folders" goes back to the dialog, with nothing launched.
     page.click("#fgpu-confirm-keep")
@@ -134,11 +141,7 @@ def test_the_spawn_form_offers_the_folders_as_boxes_and_mounts_the_ticked_one(hu
     log_in(page, hub, me.name)
     page.goto(f"{hub.url}/hub/spawn")
     picker = page.locator("#fgpu-folders")
-    boxes = picker.locator("input[type=checkbox][name=folders]")
-    expect(boxes).to_have_count(2)
-    labels = [" ".join(t.split()) for t in picker.locator(".form-check-label").all_inner_texts()]
-    assert labels == ["data", f"course material (shared by {teacher}, read-only)"]
-    expect(page.locator("#fgpu-folders-always")).to_have_text("Always mounted: .local")
+    expect_the_picker(picker, page.locator("#fgpu-folders-always"), teacher)
     page.fill("#fgpu-mem", "256M")
     page.fill("#fgpu-cpu", "0.5")
 
@@ -146,13 +149,14 @@ def test_the_spawn_form_offers_the_folders_as_boxes_and_mounts_the_ticked_one(hu
     page.click("#spawn_form button[type=submit]")
     warning = page.locator("#fgpu-folder-warning")
     expect(warning).to_be_visible()
-    expect(warning).to_contain_text("No storage folder is chosen.")
+    expect(warning).to_contain_text("Start without a storage folder?")
+    expect(warning).to_contain_text("Your folder .local is mounted as always.")
     expect(page.locator("#spawn_form button[type=submit]")).to_be_visible()
     screenshot(page, "folder-picker-spawn-form-warning")
     page.click("#fgpu-folder-choose")
     expect(warning).to_be_hidden()
 
-    boxes.first.check()
+    picker.locator("input[name=folders]").first.check()
     screenshot(page, "folder-picker-spawn-form")
     page.click("#spawn_form button[type=submit]")
     page.wait_for_url(re.compile(rf"/user/{me.name}/"), timeout=SPAWN_TIMEOUT_MS)

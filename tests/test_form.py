@@ -325,7 +325,7 @@ def test_the_folder_picker_offers_own_folders_first_then_shared_ones_but_not_aut
         ("t" * 32, "team (shared by bob)"),
         ("c" * 32, "course (shared by teach, read-only)"),
     ]
-    assert re.search(r'id="fgpu-folders-always">Always mounted: .local<', html)
+    assert re.search(r'id="fgpu-folders-always">Always mounted: .local \(at ~/.local\)<', html)
     assert "~/folders/&lt;name&gt;" in html
     assert 'id="fgpu-folder-warning"' in html and "Launch without storage folder" in html
 
@@ -341,7 +341,7 @@ def test_the_previous_folders_are_ticked_again_by_id_or_name():
 def test_no_folders_no_boxes_and_a_service_that_did_not_answer_is_said():
     none = render_spawn_form(LIMITS, CATALOG, folders=[folder(".cache")])
     assert folder_boxes(none) == [] and "You have no storage folders to mount." in none
-    assert "Always mounted: .cache" in none
+    assert "Always mounted: .cache (at ~/.cache)" in none
     unknown = render_spawn_form(LIMITS, CATALOG, folders=None)
     assert folder_boxes(unknown) == []
     assert "Your storage folders cannot be listed now" in unknown

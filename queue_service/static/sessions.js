@@ -322,7 +322,8 @@
       : "You have no storage folders to mount.";
     field("folder-note").textContent = note;
     var always = folders.filter(function (f) { return f.own && f.automount; }).map(function (f) { return f.name; }).sort();
-    field("folder-always").textContent = always.length ? "Always mounted: " + always.join(", ") : "";
+    field("folder-always").textContent = always.length ? "Always mounted: " + always.join(", ") +
+      " (at " + always.map(function (n) { return "~/" + n; }).join(", ") + ")" : "";
     field("folder-always").classList.toggle("d-none", always.length === 0);
   }
 
@@ -343,9 +344,9 @@
     return {
       title: "Launch without a storage folder?",
       lines: [
-        "No storage folder is chosen, so none is mounted under ~/folders" +
-          (always.length ? " (your always-mounted " + always.sort().join(", ") + " still are)." : "."),
-        "Your home folder (/home/jovyan) is kept between sessions, but only your own sessions see it. " +
+        "No storage folder is chosen, so none is mounted under ~/folders." +
+          (always.length ? (always.length > 1 ? " Your folders " : " Your folder ") + always.sort().join(", ") + (always.length > 1 ? " are" : " is") + " mounted as always." : ""),
+        "That loses nothing: your home folder (/home/jovyan) is kept between sessions, but only your own sessions see it. " +
           "Files in a storage folder can also be shared with others, and browsed, uploaded and downloaded on the Storage page without a session running.",
       ],
       confirm: "Launch without storage folder", keep: "Choose folders", tone: "btn-warning",
