@@ -512,7 +512,8 @@
     launchError.classList.add("d-none");
     if (latest.resources) fitSliders(latest.resources);
     renderRecent();
-    Promise.all([loadImages(), loadPresets(), loadFolders()]).then(function () { followPreset(); showValues(); updateLaunchAdvice(); });
+    // The recent launches again once the folders are known: they name their folders.
+    Promise.all([loadImages(), loadPresets(), loadFolders()]).then(function () { renderRecent(); followPreset(); showValues(); updateLaunchAdvice(); });
     dialog.showModal();
   });
   document.getElementById("fgpu-launch-cancel").addEventListener("click", function () { dialog.close(); });
