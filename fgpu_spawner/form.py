@@ -40,6 +40,7 @@ def render_spawn_form(
     resource_groups: list[GroupOffer] | None = None,
     resources: dict | None = None,
     presets: list[dict] | None = None,
+    folders: list[dict] | None = None,
     note: str = "",
 ) -> str:
     """The form, showing the student's previous choices where they are still valid.
@@ -48,7 +49,8 @@ def render_spawn_form(
     choice (the previous one, else the first, preselected); with one it names the group and sends
     nothing, so a site of one host and one group spawns as it always did. `resources` and
     `presets` are the service's api/resources and api/presets answers for this user (None and []
-    when it did not answer; `note` then says so).
+    when it did not answer; `note` then says so). `folders` is its api/folders answer for this
+    user (None when it did not answer: the picker then says the folders cannot be listed now).
     """
     previous = previous or {}
     images = catalog.visible()
@@ -79,6 +81,7 @@ def render_spawn_form(
         presets=[preset_choice(p) for p in presets or []],
         selected_preset=selected_preset(previous, presets or []),
         env_text=env_text(previous.get("env")),
+        folder_picker=folder_picker(folders, previous.get("folders")),
         free_json=json.dumps(free_figures(resources)) if resources else "",
         note=note,
     )
@@ -156,6 +159,42 @@ def selected_preset(previous: dict, presets: list[dict]) -> str:
     return name if any(p["name"] == name and p["available"] for p in presets) else ""
 
 
+def folder_picker(folders: list[dict] | None, previous: object = None) -> dict | None:
+    """The folder picker's content: the folders offered (own first, then shared, each by name,
+    with its owner when shared and "read-only" where so; the previous choice checked again) and
+    the user's own automount folders, which every session mounts and are not offered. None when
+    the service did not answer."""
+    if folders is None:
+        return None
+    chosen = set(previous) if isinstance(previous, list | tuple) else set()
+    always = sorted(f["name"] for f in folders if f.get("own") and f.get("automount"))
+    offered = sorted(
+        (f for f in folders if not (f.get("own") and f.get("automount"))),
+        key=lambda f: (not f.get("own"), "" if f.get("own") else f.get("owner", ""), f["name"]),
+    )
+    return {
+        "offered": [
+            {
+                "id": f["id"],
+                "name": f["name"],
+                "detail": folder_detail(f),
+                "checked": f["id"] in chosen or f["name"] in chosen,
+            }
+            for f in offered
+        ],
+        "always": always,
+    }
+
+
+def folder_detail(folder: dict) -> str:
+    """What the picker says beside a folder's name: whose it is when shared, and "read-only"
+    where the session cannot write it."""
+    parts = [] if folder.get("own") else [f"shared by {folder.get('owner', '?')}"]
+    if folder.get("permission") != "rw":
+        parts.append("read-only")
+    return ", ".join(parts)
+
+
 def env_text(env: object) -> str:
     """A previous `env` back as the textarea's NAME=value lines."""
     if not isinstance(env, dict):
@@ -218,16 +257,25 @@ def _default_image(limits: RequestLimits, image_names: list[str]) -> str | None:
 def options_from_form(formdata: dict[str, list[str]]) -> dict:
     """Flatten the form's fields; unknown fields are kept so that validation can name them.
 
+    Each checked box of the folder picker is a `folders` field: they become one list of ids.
     A preset and the sliders are one choice: with a preset picked, the sliders' values (sent by a
     browser without JavaScript) are dropped, since a launch with both is refused."""
-    options = {key: values[0] for key, values in formdata.items() if values and key != "_xsrf"}
+    folders = [value for value in formdata.get("folders", []) if value]
+    options = {
+        key: values[0]
+        for key, values in formdata.items()
+        if values and key not in ("_xsrf", "folders")
+    }
     options = {key: value for key, value in options.items() if key in KNOWN_OPTIONS or value != ""}
     if options.get("preset"):
         options = {key: value for key, value in options.items() if key not in _SLOTS}
     else:
         options.pop("preset", None)
     env = env_from_text(options.pop("env", ""))
-    return {**options, "env": env} if env else options
+    if env:
+        options["env"] = env
+    # The picker's checked boxes, one `folders` field each: always a list (none checked: none).
+    return {**options, "folders": folders} if folders else options
 
 
 def env_from_text(text: str) -> dict[str, str]:

@@ -207,6 +207,11 @@ class QueueClient:
         """The resource presets `user` may pick (api/presets for that user)."""
         return await self._call_again("GET", f"/presets?user={quote(user, safe='')}")
 
+    async def folders_for(self, user: str) -> list[dict]:
+        """The storage folders `user` may mount: their own and those shared with them
+        (api/folders for that user), for the spawn form's folder picker."""
+        return (await self._call_again("GET", f"/folders?user={quote(user, safe='')}"))["folders"]
+
     async def _call_again(self, method: str, path: str, body: dict | None = None) -> dict:
         """`_call`, made again after a timeout, up to READ_ATTEMPTS times in all: only for calls
         that may be repeated (a read, a grant request named by its key, a release)."""

@@ -62,7 +62,7 @@ from .storage import (
 #: What the spawn form reads from the queue service, in render_form's order, as its note names
 #: them; and how long it waits for each before rendering without it (a stopped service would
 #: otherwise hold the page for every retry of every read).
-FORM_READS = ("the images", "what is free for you", "the presets")
+FORM_READS = ("the images", "what is free for you", "the presets", "your storage folders")
 FORM_READ_SECONDS = 10
 _UNANSWERED = (SpawnException, asyncio.TimeoutError)
 
@@ -625,14 +625,21 @@ class FGPUSpawner(DockerSpawner):
         answers = await asyncio.gather(
             *(
                 asyncio.wait_for(read, FORM_READ_SECONDS)
-                for read in (self.user_catalog(), self.user_resources(), self.user_presets())
+                for read in (
+                    self.user_catalog(),
+                    self.user_resources(),
+                    self.user_presets(),
+                    self.user_folders(),
+                )
             ),
             return_exceptions=True,
         )
         for answer in answers:
             if isinstance(answer, Exception) and not isinstance(answer, _UNANSWERED):
                 raise answer
-        catalog, resources, presets = (None if isinstance(a, Exception) else a for a in answers)
+        catalog, resources, presets, folders = (
+            None if isinstance(a, Exception) else a for a in answers
+        )
         missing = [
             what for what, a in zip(FORM_READS, answers, strict=True) if isinstance(a, Exception)
         ]
@@ -646,6 +653,7 @@ class FGPUSpawner(DockerSpawner):
             resource_groups=offered_groups(resources or {}),
             resources=resources,
             presets=presets or [],
+            folders=folders,
             note=form.unavailable_note(missing),
         )
 
@@ -693,6 +701,14 @@ class FGPUSpawner(DockerSpawner):
             return (await self.queue.presets_for(self.user.name))["presets"]
         except QueueError as e:
             raise unavailable("The resource presets are", "presets", e) from None
+
+    async def user_folders(self) -> list[dict]:
+        """The storage folders this user may mount, for the form's folder picker (the
+        service's api/folders for that user): their own, and those shared with them."""
+        try:
+            return await self.queue.folders_for(self.user.name)
+        except QueueError as e:
+            raise unavailable("The storage folders are", "folders", e) from None
 
     @property
     def request_limits(self) -> RequestLimits:

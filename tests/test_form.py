@@ -282,3 +282,75 @@ def test_env_lines_become_an_object_and_come_back_as_lines():
     assert options_from_form({"image": ["sk"], "env": ["  \n"]}) == {"image": "sk"}
     html = render_spawn_form(LIMITS, CATALOG, previous={"env": env})
     assert ">SEED=42\nMODE=a=b\nFLAG=</textarea>" in html
+
+
+def folder(name, own=True, owner="ann", permission="rw", folder_id=None):
+    return {
+        "id": folder_id or name.encode().hex().ljust(32, "0")[:32],
+        "name": name,
+        "owner": owner,
+        "own": own,
+        "automount": name.startswith("."),
+        "permission": permission,
+        "size_bytes": 0,
+    }
+
+
+FOLDERS = [
+    folder("course", own=False, owner="teach", permission="ro", folder_id="c" * 32),
+    folder(".local", folder_id="l" * 32),
+    folder("work", folder_id="w" * 32),
+    folder("data", folder_id="d" * 32),
+    folder("team", own=False, owner="bob", permission="rw", folder_id="t" * 32),
+]
+
+
+def folder_boxes(html: str) -> list[tuple[str, str]]:
+    """(value, label text) of each folder checkbox, in order."""
+    return [
+        (value, " ".join(re.sub(r"<[^>]+>", "", label).split()))
+        for value, label in re.findall(
+            r'name="folders" id="[^"]+" value="([^"]+)"[^>]*>\s*<label[^>]*>(.*?)</label>',
+            html,
+            re.S,
+        )
+    ]
+
+
+def test_the_folder_picker_offers_own_folders_first_then_shared_ones_but_not_automount_ones():
+    html = render_spawn_form(LIMITS, CATALOG, folders=FOLDERS)
+    assert folder_boxes(html) == [
+        ("d" * 32, "data"),
+        ("w" * 32, "work"),
+        ("t" * 32, "team (shared by bob)"),
+        ("c" * 32, "course (shared by teach, read-only)"),
+    ]
+    assert re.search(r'id="fgpu-folders-always">Always mounted: .local \(at ~/.local\)<', html)
+    assert "~/folders/&lt;name&gt;" in html
+    assert 'id="fgpu-folder-warning"' in html and "Launch without storage folder" in html
+
+
+def test_the_previous_folders_are_ticked_again_by_id_or_name():
+    html = render_spawn_form(
+        LIMITS, CATALOG, folders=FOLDERS, previous={"folders": ["work", "c" * 32]}
+    )
+    ticked = re.findall(r'name="folders" id="[^"]+" value="([^"]+)" checked', html)
+    assert ticked == ["w" * 32, "c" * 32]
+
+
+def test_no_folders_no_boxes_and_a_service_that_did_not_answer_is_said():
+    none = render_spawn_form(LIMITS, CATALOG, folders=[folder(".cache")])
+    assert folder_boxes(none) == [] and "You have no storage folders to mount." in none
+    assert "Always mounted: .cache (at ~/.cache)" in none
+    unknown = render_spawn_form(LIMITS, CATALOG, folders=None)
+    assert folder_boxes(unknown) == []
+    assert "Your storage folders cannot be listed now" in unknown
+    assert "Always mounted" not in unknown
+
+
+def test_checked_folders_become_one_list_and_none_checked_sends_none():
+    data = {"image": ["sk"], "folders": ["d" * 32, "c" * 32], "_xsrf": ["x"]}
+    assert options_from_form(data) == {"image": "sk", "folders": ["d" * 32, "c" * 32]}
+    assert options_from_form({"image": ["sk"], "folders": ["d" * 32]})["folders"] == ["d" * 32]
+    assert options_from_form({"image": ["sk"]}) == {"image": "sk"}
+    assert options_from_form({"image": ["sk"], "folders": [""]}) == {"image": "sk"}

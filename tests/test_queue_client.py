@@ -178,3 +178,22 @@ async def test_a_release_outlasts_a_stall_of_the_hubs_event_loop():
         queue.server.stop()
     assert answer["status"] == "CANCELLED"
     assert set(queue.releases) == {"ef" * 16}
+
+
+async def test_the_spawn_form_reads_one_users_folders_by_name():
+    asked = []
+
+    class Folders(web.RequestHandler):
+        def get(self):
+            asked.append((self.get_argument("user"), self.request.headers["Authorization"]))
+            self.write({"folders": [{"id": "a" * 32, "name": "data"}]})
+
+    sock, port = bind_unused_port()
+    server = HTTPServer(web.Application([(r"/api/folders", Folders)]))
+    server.add_sockets([sock])
+    try:
+        client = QueueClient(f"http://127.0.0.1:{port}", "secret")
+        assert await client.folders_for("ann b") == [{"id": "a" * 32, "name": "data"}]
+    finally:
+        server.stop()
+    assert asked == [("ann b", "token secret")]

@@ -95,9 +95,9 @@ def test_the_form_still_renders_with_a_plain_note_when_the_service_does_not_answ
         expect(page.locator("form#spawn_form")).to_be_visible()
         note = page.locator("#fgpu-form-note")
         expect(note).to_have_text(
-            "The queue service did not answer, so the images, what is free for you and the "
-            "presets could not be shown here; starting a server may fail until it is back. "
-            "Reload this page to try again."
+            "The queue service did not answer, so the images, what is free for you, the "
+            "presets and your storage folders could not be shown here; starting a server may "
+            "fail until it is back. Reload this page to try again."
         )
         # The site's own limits stand in for the cluster's: 4 fGPU for one session.
         assert page.locator("#fgpu-fgpu").get_attribute("max") == "4.0"

@@ -316,7 +316,7 @@ var fgpu = (function () {
   // like the rest of the page, says what is lost and what is kept, and a screen reader announces
   // its title and text (aria-labelledby / aria-describedby). Esc and "keep" both answer false;
   // the safe choice has the focus first. Resolves true only when the person confirms.
-  // what: { title, lines: [text, ...], confirm: "Stop session", keep: "Keep it running" }
+  // what: { title, lines: [text, ...], confirm: "Stop session", keep: "Keep it running", tone }
   var asking = null;
   function confirmAction(what) {
     var dialog = document.getElementById("fgpu-confirm");
@@ -346,6 +346,8 @@ var fgpu = (function () {
     text.replaceChildren.apply(text, what.lines.map(function (line) { return element("p", { text: line }); }));
     dialog.querySelector("#fgpu-confirm-keep").textContent = what.keep || "Cancel";
     dialog.querySelector("#fgpu-confirm-go").textContent = what.confirm;
+    // A question that loses nothing (what.tone "btn-warning") is not shown in danger's red.
+    dialog.querySelector("#fgpu-confirm-go").className = "btn " + (what.tone || "btn-danger");
     dialog.returnValue = "";
     return new Promise(function (resolve) {
       asking = resolve;

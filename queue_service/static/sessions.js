@@ -104,12 +104,27 @@
     return cell;
   }
 
+  // The name, and the storage folders the session mounts when its record lists them (`mounts`:
+  // names, or {name, read_only}).
+  function mountsCell(s) {
+    var cell = fgpu.nameCell(s.server_name || "(default)");
+    var mounts = Array.isArray(s.mounts) ? s.mounts : [];
+    if (mounts.length) {
+      var names = mounts.map(function (m) {
+        if (typeof m === "string") return m;
+        return (m.name || m.path || "?") + (m.read_only ? " (read-only)" : "");
+      });
+      cell.appendChild(el("div", { className: "fgpu-mounts", text: "Folders: " + names.join(", ") }));
+    }
+    return cell;
+  }
+
   function row(s) {
     var started = s.started || null;
     var usageTime = s.status === "PENDING" ? "waiting " + fgpu.duration(s.created) : fgpu.duration(started);
     var cells = [
       el("td", { className: "fgpu-id", title: s.id, text: s.id.slice(0, 8) }),
-      fgpu.nameCell(s.server_name || "(default)"),
+      mountsCell(s),
       config.admin ? el("td", { className: "fgpu-user", text: s.user }) : null,
       statusCell(s),
       fgpu.nameCell(s.image),
@@ -265,6 +280,79 @@
     field("presets").classList.toggle("d-none", list.length === 0);
   }
 
+  // ---- folders (api/folders): a box to tick for each storage folder the user may mount, their
+  // own first, then those shared with them. Their own automount folders (".local") are in every
+  // session anyway: named, not offered. The launch sends the ticked ids as `folders`.
+  var folders = [];
+
+  function offeredFolders() {
+    var offered = folders.filter(function (f) { return !(f.own && f.automount); });
+    return offered.sort(function (a, b) {
+      var ka = [a.own ? 0 : 1, a.own ? "" : a.owner, a.name], kb = [b.own ? 0 : 1, b.own ? "" : b.owner, b.name];
+      for (var i = 0; i < ka.length; i++) if (ka[i] !== kb[i]) return ka[i] < kb[i] ? -1 : 1;
+      return 0;
+    });
+  }
+
+  function chosenFolders() {
+    return Array.from(form.querySelectorAll("input[name=folders]:checked")).map(function (b) { return b.value; });
+  }
+
+  function folderDetail(f) {
+    var parts = f.own ? [] : ["shared by " + f.owner];
+    if (f.permission !== "rw") parts.push("read-only");
+    return parts.join(", ");
+  }
+
+  // `list` null: the service did not list them (`why`).
+  function renderFolders(list, why) {
+    var ticked = chosenFolders();
+    folders = list || [];
+    var offered = offeredFolders(), holder = field("folder-list");
+    holder.replaceChildren.apply(holder, offered.map(function (f, i) {
+      var id = "fgpu-launch-folder-" + i, detail = folderDetail(f);
+      var label = el("label", { className: "form-check-label", for: id, text: f.name });
+      if (detail) label.appendChild(el("span", { className: "fgpu-folder-detail", text: " (" + detail + ")" }));
+      var box = { className: "form-check-input", type: "checkbox", name: "folders", id: id, value: f.id };
+      if (ticked.indexOf(f.id) >= 0) box.checked = "checked";
+      return el("div", { className: "form-check", "data-folder": f.name }, [el("input", box), label]);
+    }));
+    var note = list === null ? "Your storage folders cannot be listed now" + (why ? " (" + why + ")" : "") + "; the session can start without them."
+      : offered.length ? "Each folder you tick appears in the session at ~/folders/<name>."
+      : "You have no storage folders to mount.";
+    field("folder-note").textContent = note;
+    var always = folders.filter(function (f) { return f.own && f.automount; }).map(function (f) { return f.name; }).sort();
+    field("folder-always").textContent = always.length ? "Always mounted: " + always.join(", ") +
+      " (at " + always.map(function (n) { return "~/" + n; }).join(", ") + ")" : "";
+    field("folder-always").classList.toggle("d-none", always.length === 0);
+  }
+
+  function loadFolders() {
+    return fgpu.api("GET", "folders").then(function (data) { renderFolders(data.folders); },
+      function (e) { renderFolders(null, e.message); });
+  }
+
+  function folderName(id) {
+    var f = folders.filter(function (f) { return f.id === id || f.name === id; })[0];
+    return f ? f.name : id;
+  }
+
+  // Launching with no folder ticked while some are offered: what is and is not kept, said as it is
+  // here (the home folder is kept too), and a way back to the list.
+  function noFolderQuestion() {
+    var always = folders.filter(function (f) { return f.own && f.automount; }).map(function (f) { return f.name; });
+    return {
+      title: "Launch without a storage folder?",
+      lines: [
+        "No storage folder is chosen, so none is mounted under ~/folders." +
+          (always.length ? (always.length > 1 ? " Your folders " : " Your folder ") + always.sort().join(", ") + (always.length > 1 ? " are" : " is") + " mounted as always." : ""),
+        "That loses nothing: your home folder (/home/jovyan) is kept between sessions, but only your own sessions see it. " +
+          "Files in a storage folder can also be shared with others, and browsed, uploaded and downloaded on the Storage page without a session running.",
+      ],
+      confirm: "Launch without storage folder", keep: "Choose folders", tone: "btn-warning",
+    };
+  }
+
   function loadPresets() {
     return fgpu.api("GET", "presets").then(function (data) { renderPresets(data.presets); },
       function () { renderPresets([]); });
@@ -309,6 +397,8 @@
     if (p) { delete r.cpu; delete r.mem; delete r.fgpu; r.preset = p.name; }
     if (name) r.name = name;
     if (Object.keys(env).length) r.env = env;
+    var chosen = chosenFolders();
+    if (chosen.length) r.folders = chosen;
     return r;
   }
 
@@ -332,6 +422,7 @@
     if (b.name) parts.push("named " + b.name);
     if (b.count > 1) parts.push(b.count + " sessions");
     if (b.env) parts.push(Object.keys(b.env).length + " env");
+    if (b.folders) parts.push((b.folders.length === 1 ? "folder " : "folders ") + b.folders.map(folderName).join(", "));
     return parts.join(" · ");
   }
 
@@ -421,7 +512,8 @@
     launchError.classList.add("d-none");
     if (latest.resources) fitSliders(latest.resources);
     renderRecent();
-    Promise.all([loadImages(), loadPresets()]).then(function () { followPreset(); showValues(); updateLaunchAdvice(); });
+    // The recent launches again once the folders are known: they name their folders.
+    Promise.all([loadImages(), loadPresets(), loadFolders()]).then(function () { renderRecent(); followPreset(); showValues(); updateLaunchAdvice(); });
     dialog.showModal();
   });
   document.getElementById("fgpu-launch-cancel").addEventListener("click", function () { dialog.close(); });
@@ -438,7 +530,15 @@
 
   form.addEventListener("submit", function (event) {
     event.preventDefault();
-    launch(launchBody());
+    var body = launchBody();
+    if (body.folders || offeredFolders().length === 0) {
+      launch(body);
+      return;
+    }
+    fgpu.confirmAction(noFolderQuestion()).then(function (yes) {
+      if (yes) launch(body);
+      else form.querySelector("input[name=folders]").focus();
+    });
   });
 
   function launch(body) {
