@@ -3,6 +3,10 @@
 JupyterHub starts it with JUPYTERHUB_SERVICE_URL, _PREFIX, _API_URL and _API_TOKEN in its
 environment; everything else is configured with `--QueueService.<trait>=<value>` on its command line
 (the shipped jupyterhub_config.py builds that from the FGPU_* environment variables).
+
+`QueueService.build` makes the service in named steps (`init_db`, `init_engine`, `init_queue`...;
+docs/source/explanation/architecture.md, "Start-up"); what differs between one engine and a Swarm
+is asked of the engine backend it picks once (engine/backend.py).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import json
 import os
 import signal
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -35,8 +38,10 @@ from queue_service.core import scheduler
 from queue_service.core.errors import Refusal
 from queue_service.core.presets import parse_presets
 from queue_service.engine import inventory
+from queue_service.engine.backend import EngineBackend
 from queue_service.engine.client import Engine
 from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
+from queue_service.engine.docker_backend import DockerBackend
 from queue_service.engine.frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from queue_service.engine.node_agent_deploy import (
     TOKEN_FILE,
@@ -48,11 +53,9 @@ from queue_service.engine.node_agent_deploy import (
 )
 from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
 from queue_service.engine.node_identity import NodeIdentity
-from queue_service.engine.node_reports import DAEMON_FIX, NodeReports, wrong_daemon_settings
-from queue_service.engine.registry_images import registry_digests
-from queue_service.engine.session_containers import DockerSessionLister
-from queue_service.engine.session_services import SwarmSessionLister
+from queue_service.engine.node_reports import NodeReports
 from queue_service.engine.stats import StatsSampler
+from queue_service.engine.swarm_backend import SwarmBackend
 from queue_service.folders import Folders
 from queue_service.store.db import open_database
 from queue_service.store.db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
@@ -70,7 +73,6 @@ from .handlers.folders import CHUNK_BYTES
 from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
-from .image_check import engine_references
 from .launches import Launcher
 from .queue import QueueManager
 from .queue_pass import SchedulerSettings
@@ -863,97 +865,52 @@ class QueueService(Application):
     def _default_deployment_id(self):
         return deployment_id(os.getcwd())
 
-    async def read_swarm_nodes(self) -> None:
-        """Read the Swarm's nodes (every round: nodes join, drain and fail); a change of the
-        inventory is logged and given to the queue, whose next pass places on it."""
-        nodes = await asyncio.get_running_loop().run_in_executor(
-            None,
-            lambda: inventory.swarm_nodes(
-                [n.attrs for n in self.docker.nodes.list()], self.reserve_cpu, self.reserve_mem
-            ),
-        )
-        found = [scheduler_node(node) for node in nodes if not self.isolation_refused(node.name)]
+    async def discover_node(self) -> None:
+        """Read the nodes from the engine: the one engine's once, when it first answers (at
+        start, or later); a Swarm's every reconciler round, since nodes join, drain and fail. A
+        change of the inventory is logged and given to the queue, whose next pass places on it."""
+        backend = self.engine_backend
+        if self.manager.nodes and not backend.nodes_change:
+            return
+        reading = await backend.read_nodes()
+        found = [scheduler_node(node) for node in reading.nodes]
         if found == self.manager.nodes and self.manager.engine_problem is None:
             return
-        described = ", ".join(
-            f"{n.name} ({n.resource_group}: {n.cpu:g} CPU, {len(n.gpus)} GPU)" for n in found
-        )
-        self.log.info("Swarm nodes taking sessions: %s", described or "none")
-        withheld = {
-            n.name: self._refused_nodes[n.name] for n in nodes if self._refused_nodes[n.name]
-        }
-        await self.manager.replace_nodes(found, withheld)
+        self.log.info("%s", backend.describe(reading.nodes))
+        await self.manager.replace_nodes(found, reading.withheld)
 
-    def isolation_refused(self, node: str) -> bool:
-        """Whether `node`'s agent reports an engine setting that lets sessions reach one another
-        or gain privileges: no session is placed there (its running ones go on, as on a paused
-        node) until it is fixed. Unknown (no fresh report, an older agent) is flagged by the
-        health check and doctor, not refused: nodes run no agent in some setups (docs/source/howto/swarm.md,
-        "Swarm mode"), and the first reports come a few seconds after the hub starts."""
-        report = self.node_reports.fresh(node)
-        wrong = [] if report is None else wrong_daemon_settings(report.daemon)
-        if wrong and self._refused_nodes.get(node) != wrong:  # said once, not every round
-            self.log.warning(
-                "Node %s takes no sessions: its engine has %s wrong; %s",
-                node,
-                " and ".join(wrong),
-                DAEMON_FIX,
-            )
-        self._refused_nodes[node] = wrong
-        return bool(wrong)
-
-    async def discover_node(self) -> None:
-        """Read the node from the engine, once: at start, or when the engine first answers."""
-        if self.engine == "swarm":
-            await self.read_swarm_nodes()
-            return
-        if self.manager.nodes:
-            return
-        node = await asyncio.get_running_loop().run_in_executor(
-            None,
-            lambda: inventory.discover_local_node(
-                self.docker,
-                resource_group=self.resource_group,
-                simulated_spec=self.simulated_gpus or None,
-                reserve_cpu=self.reserve_cpu,
-                reserve_mem=self.reserve_mem,
-            ),
-        )
-        self.log.info(
-            "Node %s: %g CPU, %d bytes, %d GPU(s)%s",
-            node.name,
-            node.cpu,
-            node.mem,
-            len(node.gpus),
-            " (simulated)" if node.simulated else "",
-        )
-        await self.manager.replace_nodes([scheduler_node(node)])
-
-    def session_lister(self, docker_client):
-        """How the reconciler lists what runs: containers on one engine, or Swarm services."""
-        if self.engine == "swarm":
-            return SwarmSessionLister(docker_client, self.node_down_grace, time.time)
-        return DockerSessionLister(docker_client)
+    # -- start-up: each step makes what the later ones need; `build` runs them in order ---------
 
     def build(self) -> web.Application:
-        # Connected on first use: the service starts, and answers, while the engine is down.
-        docker_client = self.docker = Engine(timeout=30)
+        """The service's parts, made in the order they need one another, and the web
+        application that serves them. A step that cannot be taken stops the service, named."""
+        self.init_registry_auth()
+        self.init_hub()
+        self.init_db()
+        self.init_engine()
+        self.init_queue()
+        self.init_images()
+        self.init_folders()
+        self.init_rounds()
+        return self.init_app()
+
+    def init_registry_auth(self) -> None:
+        """A bad registry credentials file stops the service here, named."""
         try:
-            self.registry_auth()  # a bad credentials file stops the service here, named
+            self.registry_auth()
         except RegistryAuthError as e:
             self.log.critical("Not starting: QueueService.registry_auth_file: %s", e)
             raise SystemExit(1) from None
+
+    def init_hub(self) -> None:
+        """The hub's API, and the quotas read from it (the users' and groups')."""
         self.hub = HubClient()
         self.quotas = QuotaBook(self.user_quota, log=self.log)
-        settings = SchedulerSettings(
-            units_per_gpu=self.units_per_gpu,
-            policy=self.policy,
-            placement=self.placement,
-            max_skips=self.max_skips,
-            pending_timeout=self.pending_timeout,
-        )
+
+    def init_db(self) -> None:
+        """The service's own database, upgraded to this version's schema (a backup first)."""
         try:
-            db = open_database(self.db_url, self.upgrade_backups(), self.log)
+            self.db = open_database(self.db_url, self.upgrade_backups(), self.log)
         except UpgradeRefused as e:
             # Before the service listens: the hub reports its service as gone, and the log why.
             self.log.critical("Not starting: %s", e)
@@ -965,25 +922,90 @@ class QueueService(Application):
                 str(e.orig).strip().splitlines()[0] if e.orig else e,
             )
             raise SystemExit(1) from None
-        self.manager = QueueManager(db, [], settings, self.quotas)
-        self.manager.engine_problem = ENGINE_NOT_YET
-        # Usage accounting and budgets (usage_store.py): files each session's use as it ends.
-        self.usage = UsageBook(db, self.manager.group_of_node, quotas=self.quotas)
-        self.manager.admission_check = self.usage.admission_check
-        self.images = ImageStore(db)
-        self.folders = Folders(
-            FolderStore(db),
-            FolderFiles(os.path.abspath(self.folders_root)),
-            grace=self.folder_grace_days * 24 * 3600,
-            storage_limits=self.quotas.storage_limits,
-            members=self.quotas.members_of,
-        )
-        self.server_remover = ServerRemover(
-            db,
-            self.hub,
-            lambda: {(r.user, r.server_name) for r in self.manager.active_records()},
+
+    def init_engine(self) -> None:
+        """The engine's client, what reads the sessions' usage (stats, node reports), and the
+        backend of the `engine` mode, chosen here once."""
+        # Connected on first use: the service starts, and answers, while the engine is down.
+        self.docker = Engine(timeout=30)
+        self.container_calls = ContainerCalls(log=self.log)
+        self.container_locks = ContainerLocks()
+        self.stats = StatsSampler(
+            self.docker,
+            # A closure: the manager, made later, needs the usage this samples (init_queue).
+            lambda: self.manager.running_ids(),
+            interval=self.stats_interval,
+            read_gpus=not self.simulated_gpus,
             log=self.log,
+            calls=self.container_calls,
         )
+        self.node_reports = NodeReports(stale_after=self.node_report_stale)
+        self.node_credentials = NodeCredentials(self.node_credentials_file)
+        self._agents_lock = asyncio.Lock()
+        self.engine_backend = self.make_engine_backend()
+        # The service reads the freezer of the sessions' containers only where they run here.
+        self.freeze = (
+            FreezeWatch(
+                self.container_calls, self.docker, thaw_after=self.thaw_frozen_after, log=self.log
+            )
+            if self.engine_backend.sessions_here
+            else None
+        )
+
+    def make_engine_backend(self) -> EngineBackend:
+        """The one place the `engine` mode is read: everything else asks the backend."""
+        if self.engine == "swarm":
+            return SwarmBackend(
+                self.docker,
+                self.node_reports,
+                node_down_grace=self.node_down_grace,
+                reserve_cpu=self.reserve_cpu,
+                reserve_mem=self.reserve_mem,
+                registry=self.node_agent_registry,
+                registry_auth=self.registry_auth,
+                registry_ca=self.registry_ca,
+                log=self.log,
+            )
+        return DockerBackend(
+            self.docker,
+            self.stats,
+            resource_group=self.resource_group,
+            simulated_gpus=self.simulated_gpus,
+            reserve_cpu=self.reserve_cpu,
+            reserve_mem=self.reserve_mem,
+        )
+
+    def init_queue(self) -> None:
+        """The queue manager, with its usage budgets (store/usage.py), which file each
+        session's use as it ends and admit a request only within them."""
+        self.usage = UsageBook(
+            self.db,
+            # A closure: the manager reads the budgets as it admits, so it is made after them.
+            lambda node: self.manager.group_of_node(node),
+            quotas=self.quotas,
+        )
+        self.manager = QueueManager(
+            self.db,
+            [],
+            SchedulerSettings(
+                units_per_gpu=self.units_per_gpu,
+                policy=self.policy,
+                placement=self.placement,
+                max_skips=self.max_skips,
+                pending_timeout=self.pending_timeout,
+            ),
+            self.quotas,
+            engine_problem=ENGINE_NOT_YET,
+            usage_of=self.engine_backend.usage_of,
+            admission_check=self.usage.admission_check,
+            # A closure: the automatic ends read the manager's records, so they come after it
+            # (init_rounds).
+            ends_of=lambda session_id: self.automatic_ends.view(session_id),
+        )
+
+    def init_images(self) -> None:
+        """The image catalog, seeded from catalog.yaml, and the builds of its heavy images."""
+        self.images = ImageStore(self.db)
         catalog = load_catalog(self.catalog_path or None)
         seeded = self.images.seed(catalog)
         self.log.info("Image catalog seeded: %s", seeded)
@@ -994,17 +1016,30 @@ class QueueService(Application):
             log=self.log,
             preexec=die_with_parent,
         )
-        calls = ContainerCalls(log=self.log)
-        locks = ContainerLocks()
-        # Single-host mode: the service reads the freezer of the sessions' containers itself.
-        freeze = (
-            FreezeWatch(calls, docker_client, thaw_after=self.thaw_frozen_after, log=self.log)
-            if self.engine == "docker"
-            else None
+
+    def init_folders(self) -> None:
+        """Storage folders: their records, their files under `folders_root`, and the storage
+        quotas that bound them."""
+        self.folders = Folders(
+            FolderStore(self.db),
+            FolderFiles(os.path.abspath(self.folders_root)),
+            grace=self.folder_grace_days * 24 * 3600,
+            storage_limits=self.quotas.storage_limits,
+            members=self.quotas.members_of,
+        )
+
+    def init_rounds(self) -> None:
+        """What runs in rounds behind the API (started by `serve`): the reconciler, the removal
+        of ended servers, the utilization samples, the automatic ends and the health checks."""
+        self.server_remover = ServerRemover(
+            self.db,
+            self.hub,
+            lambda: {(r.user, r.server_name) for r in self.manager.active_records()},
+            log=self.log,
         )
         self.reconciler = Reconciler(
             self.manager,
-            docker_client,
+            self.docker,
             log=self.log,
             start_grace=self.start_grace,
             hub=self.hub,
@@ -1013,29 +1048,13 @@ class QueueService(Application):
             # Until the node is read and the containers counted, no slice is granted and a
             # spawn is refused at once with 503: the engine's state is unknown.
             prepare=self.discover_node,
-            sessions=self.session_lister(docker_client),
-            watch=freeze.check if freeze else None,
-            calls=calls,
+            sessions=self.engine_backend.session_lister(),
+            watch=self.freeze.check if self.freeze else None,
+            calls=self.container_calls,
         )
-        self.stats = StatsSampler(
-            docker_client,
-            self.manager.running_ids,
-            interval=self.stats_interval,
-            read_gpus=not self.simulated_gpus,
-            log=self.log,
-            calls=calls,
-        )
-        self.node_reports = NodeReports(stale_after=self.node_report_stale)
-        self.node_credentials = NodeCredentials(self.node_credentials_file)
-        self._agents_lock = asyncio.Lock()
-        self._refused_nodes: dict[str, list[str]] = {}
-        # In Swarm mode a session's usage is read on its node, by the node's agent.
-        self.manager.usage_of = (
-            self.node_reports.usage if self.engine == "swarm" else self.stats.usage
-        )
-        # Cluster utilization over time (utilization_store.py), for the Cluster page's charts.
+        # Cluster utilization over time (store/utilization.py), for the Cluster page's charts.
         self.utilization = UtilizationLog(
-            db,
+            self.db,
             lambda: cluster_figures(self.manager),
             interval=self.utilization_interval,
             retention=timedelta(days=self.utilization_retention_days),
@@ -1050,34 +1069,47 @@ class QueueService(Application):
             idle_timeout=self.idle_timeout,
             warning_lead=self.lifetime_warning,
             # Sessions on other machines (Swarm) are warned on the page only.
-            notifier=DockerNotifier(docker_client, calls, locks) if freeze else None,
+            notifier=self._session_notifier(),
             end_notice=self._end_notice(),
             log=self.log,
         )
-        self.manager.ends_of = self.automatic_ends.view
-        self.health = HealthMonitor(
+        self.health = self._health_monitor()
+
+    def _session_notifier(self) -> DockerNotifier | None:
+        if not self.engine_backend.sessions_here:
+            return None
+        return DockerNotifier(self.docker, self.container_calls, self.container_locks)
+
+    def _health_monitor(self) -> HealthMonitor:
+        freeze, db = self.freeze, self.db
+        return HealthMonitor(
             self.manager,
             self.reconciler,
             lambda: select_one(db),
             self.reconcile_interval,
             containers=lambda: containers_check(
-                calls.unresponsive(),
+                self.container_calls.unresponsive(),
                 freeze.frozen() if freeze else [],
                 freeze.thaws() if freeze else [],
             ),
+            # Sessions on other nodes: their engines' settings, as the nodes' agents report them.
             node_daemons=(
-                (lambda: node_daemons_check(self.node_reports.nodes()))
-                if self.engine == "swarm"
-                else None
+                None
+                if self.engine_backend.sessions_here
+                else lambda: node_daemons_check(self.node_reports.nodes())
             ),
         )
+
+    def init_app(self) -> web.Application:
+        """The web application: the routes, and in its settings what the handlers read
+        (handlers/base.py names each)."""
         prefix = self.service_prefix
         return web.Application(
             handlers.routes(prefix),
             **handlers.pages.settings(prefix, simulated=bool(self.simulated_gpus)),
             manager=self.manager,
             folders=self.folders,
-            history=History(db),
+            history=History(self.db),
             hub_client=self.hub,
             launcher=Launcher(self.hub, self.manager),
             automatic_ends=self.automatic_ends,
@@ -1087,13 +1119,13 @@ class QueueService(Application):
             images=self.images,
             image_builds=self.builds,
             look_at_engine_images=self.look_at_engine_images,
-            docker=docker_client,
+            docker=self.docker,
             # Committing a session copies its whole writable layer: minutes, not seconds.
             docker_commits=Engine(timeout=COMMIT_TIMEOUT_SECONDS),
             # Their own threads: minutes-long commits must not hold the default executor, which
             # the reconciler and every other engine call use.
             commit_executor=ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="fgpu-commit"),
-            container_locks=locks,
+            container_locks=self.container_locks,
             spawner_service=self.spawner_service,
             # A typo in the site's presets stops the service here, with the preset named.
             site_presets=parse_presets(self.presets, "QueueService.presets"),
@@ -1103,7 +1135,7 @@ class QueueService(Application):
             node_identity=NodeIdentity(self.node_credentials),
             rotate_node_key=self.rotate_node_key,
             node_agent_registry=self.node_agent_registry,
-            engine=self.engine,
+            engine_backend=self.engine_backend,
             health=self.health,
             cookie_secret=read_or_create_secret(self.cookie_secret_file),
         )
@@ -1126,6 +1158,12 @@ class QueueService(Application):
         self.log.info("Usage: %d ended sessions filed", await self.usage.file_unfiled())
         await self.quotas.refresh_users((r.user for r in self.manager.active_records()), self.hub)
         await self.manager.schedule()
+        self.start_rounds()
+        await self.reconciler.run(self.reconcile_interval)
+
+    def start_rounds(self) -> None:
+        """Start the rounds `init_rounds` made (the reconciler's own runs in `serve`), and the
+        stats, the looks at the engine's images and the background builds."""
         self._stats_task = asyncio.create_task(self.stats.run())
         if self.remove_ended_servers:
             self._removal_task = asyncio.create_task(
@@ -1134,16 +1172,11 @@ class QueueService(Application):
         if self.utilization_interval > 0:
             self._utilization_task = asyncio.create_task(self.utilization.run())
         self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))
-        if self.engine_images_interval > 0 and self._images_can_be_looked_at():
+        if self.engine_images_interval > 0 and self.engine_backend.images_listable:
             self._engine_images_task = asyncio.create_task(self.watch_engine_images())
         self._builds_task = asyncio.create_task(self.builds.run())
         if self.folder_measure_interval > 0:
             self._folders_task = asyncio.create_task(self.keep_folders_measured())
-        await self.reconciler.run(self.reconcile_interval)
-
-    def _images_can_be_looked_at(self) -> bool:
-        # In Swarm mode without a registry, the nodes' images are the site's business: all offered.
-        return self.engine == "docker" or bool(self.node_agent_registry)
 
     def _end_notice(self) -> EndNotice | None:
         if not self.proxy_url:
@@ -1153,12 +1186,13 @@ class QueueService(Application):
 
     @property
     def builds_here(self) -> bool:
-        return self.build_in_background and self.engine == "docker"
+        # The images are built on this engine: where the sessions run only in single-host mode.
+        return self.build_in_background and self.engine_backend.sessions_here
 
     def look_at_engine_images(self) -> None:
         """Blocking: note which catalog images the sessions' engine can run: the local engine's
         images, or in Swarm mode those the site's registry holds (registry_images.py)."""
-        if self.engine_images_interval <= 0 or not self._images_can_be_looked_at():
+        if self.engine_images_interval <= 0 or not self.engine_backend.images_listable:
             return
         try:
             self.images.note_engine_images(self._runnable_references())
@@ -1166,13 +1200,10 @@ class QueueService(Application):
             self.log.warning("Could not list the images sessions can run: %s", e)
 
     def _runnable_references(self) -> set[str]:
-        if self.engine == "docker":
-            return engine_references(self.docker)
         wanted = {view["image"] for view in self.images.all()}
-        found = registry_digests(
-            self.node_agent_registry, wanted, self.registry_auth(), self.registry_ca or None
-        )
-        for moved in self.images.pin_digests(found):
+        found = self.engine_backend.runnable_images(wanted)
+        pinned = {reference: digest for reference, digest in found.items() if digest}
+        for moved in self.images.pin_digests(pinned):
             self.log.warning(
                 "The registry's tag %s points at another image than the one pinned: sessions keep "
                 "the pinned one until an admin checks the image again",

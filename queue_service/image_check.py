@@ -75,9 +75,3 @@ def check_singleuser(
 
 def _failed(why: str) -> CheckResult:
     return CheckResult(False, f"It cannot start a single-user server: {why}.", utcnow())
-
-
-def engine_references(client: docker.DockerClient) -> set[str]:
-    """Every image reference the engine holds, as a catalog may spell it ("x" is "x:latest")."""
-    tags = {tag for image in client.api.images() for tag in image.get("RepoTags") or ()}
-    return tags | {tag.removesuffix(":latest") for tag in tags if tag.endswith(":latest")}

@@ -62,7 +62,17 @@ class Refused(Refusal):
 
 class QueueManager(QueuePass):
     def __init__(
-        self, db: sessionmaker, nodes, settings: SchedulerSettings, quotas, incremental=True
+        self,
+        db: sessionmaker,
+        nodes,
+        settings: SchedulerSettings,
+        quotas,
+        incremental=True,
+        *,
+        engine_problem: str | None = None,
+        usage_of: Callable[[str], dict | None] = lambda session_id: None,
+        admission_check: Callable[..., Refusal | None] = lambda db, request, groups: None,
+        ends_of: Callable[[str], dict | None] = lambda session_id: None,
     ):
         self.db = db
         watch_flushes(db)
@@ -85,12 +95,13 @@ class QueueManager(QueuePass):
         self._ended_views: OrderedDict[str, dict] = OrderedDict()
         # Why a session is being stopped through the hub: (code, reason) by id, for its release.
         self._expected_ends: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
-        # None while the engine's containers are counted (the reconciler says so), else why not:
+        # None once the engine's containers are counted (the reconciler says so), else why not:
         # no slice is granted before every container that holds one is known.
-        self.engine_problem: str | None = None
+        self.engine_problem = engine_problem
         # Nodes of the Swarm kept out of the inventory because their engine lets sessions reach
-        # one another or gain privileges (app.py, `isolation_refused`): name → the wrong settings.
-        # A request waiting for room is told, so that it does not wait in silence.
+        # one another or gain privileges (engine/swarm_backend.py, `isolation_refused`): name →
+        # the wrong settings. A request waiting for room is told, so that it does not wait in
+        # silence.
         self.withheld_nodes: dict[str, list[str]] = {}
         self._inventory_version = 0
         # Per record id, the scheduler's view of a record object (`RecordFacts`), rebuilt only when
@@ -101,14 +112,14 @@ class QueueManager(QueuePass):
         # Read once, at start (before any request is served); from then on every write publishes.
         self._state = PublishedState()
         self._state = self._read_state()
-        # Live usage by session id; the service wires in its stats sampler (stats.py).
-        self.usage_of: Callable[[str], dict | None] = lambda session_id: None
+        # Live usage by session id: the service passes its engine backend's (engine/backend.py).
+        self.usage_of = usage_of
         # A further admission check, run in the write that admits a request, after the quotas:
-        # (db, request, groups) → a Refusal or None. The service wires in the usage budgets
-        # (usage_store.py).
-        self.admission_check: Callable[..., Refusal | None] = lambda db, request, groups: None
-        # A running session's next automatic end; the service wires in automatic_ends.py.
-        self.ends_of: Callable[[str], dict | None] = lambda session_id: None
+        # (db, request, groups) → a Refusal or None. The service passes the usage budgets'
+        # (store/usage.py).
+        self.admission_check = admission_check
+        # A running session's next automatic end; the service passes automatic_ends.py's.
+        self.ends_of = ends_of
 
     async def replace_nodes(self, nodes, withheld: dict[str, list[str]] | None = None) -> None:
         """A new inventory (a Swarm node joined, drained or failed), taken between writes: a pass

@@ -544,6 +544,26 @@ def test_a_registry_credentials_file_every_user_reads_stops_the_service_before_i
     assert QueueService(registry_auth_file=str(path)).registry_auth()["serveraddress"] == "r:5000"
 
 
+@pytest.mark.parametrize("mode", ["docker", "swarm"])
+def test_the_engine_mode_is_read_once_into_its_backend(mode, tmp_path, monkeypatch):
+    from queue_service.app import QueueService
+    from queue_service.engine.docker_backend import DockerBackend
+    from queue_service.engine.swarm_backend import SwarmBackend
+
+    monkeypatch.chdir(tmp_path)
+    service = QueueService(engine=mode)
+    service.init_engine()
+    backend = service.engine_backend
+    assert type(backend) is {"docker": DockerBackend, "swarm": SwarmBackend}[mode]
+    # Only where the sessions' containers run here are their freezers read and images built.
+    assert (service.freeze is not None) is backend.sessions_here is (mode == "docker")
+    service.build_in_background = True
+    assert service.builds_here is backend.sessions_here
+    assert backend.nodes_change is (mode == "swarm")
+    # In Swarm mode the images sessions can run are listed only from the site's registry.
+    assert backend.images_listable is (mode == "docker")
+
+
 def run_service_alone(workdir, db_url: str) -> subprocess.CompletedProcess:
     """The queue service started by hand in `workdir` on `db_url`, with no hub behind it."""
     env = {

@@ -107,12 +107,20 @@ def _report(node: str, daemon: dict | None) -> dict:
 
 
 def test_the_queue_places_nothing_on_a_node_whose_engine_lets_sessions_reach_one_another(caplog):
-    from queue_service.app import QueueService
     from queue_service.engine.node_reports import NodeReports, parse_report
+    from queue_service.engine.swarm_backend import SwarmBackend
 
-    service = QueueService()
-    service.node_reports, service._refused_nodes = NodeReports(), {}
-    service.log = logging.getLogger("fgpu-test-isolation")  # the app's own does not propagate
+    backend = SwarmBackend(
+        None,
+        NodeReports(),
+        node_down_grace=30.0,
+        reserve_cpu=0.0,
+        reserve_mem=0,
+        registry="",
+        registry_auth=lambda: None,
+        registry_ca="",
+        log=logging.getLogger("fgpu-test-isolation"),  # the app's own does not propagate
+    )
     reports = {
         "good": {"icc": False, "no_new_privileges": True},
         "icc-on": {"icc": True, "no_new_privileges": True},
@@ -120,13 +128,13 @@ def test_the_queue_places_nothing_on_a_node_whose_engine_lets_sessions_reach_one
         "old-agent": None,  # unknown: flagged (health, doctor), not refused
     }
     for node, daemon in reports.items():
-        service.node_reports.put(parse_report(node, _report(node, daemon)))
-    refused = {node for node in [*reports, "silent"] if service.isolation_refused(node)}
+        backend.node_reports.put(parse_report(node, _report(node, daemon)))
+    refused = {node for node in [*reports, "silent"] if backend.isolation_refused(node)}
     assert refused == {"icc-on", "nnp-off"}
     assert "Node icc-on takes no sessions: its engine has icc wrong" in caplog.text
     # Said once, not at every reconciler round.
-    service.isolation_refused("icc-on")
+    backend.isolation_refused("icc-on")
     assert caplog.text.count("Node icc-on takes no sessions") == 1
     # Fixed: the next report puts it back.
-    service.node_reports.put(parse_report("icc-on", _report("icc-on", reports["good"])))
-    assert not service.isolation_refused("icc-on")
+    backend.node_reports.put(parse_report("icc-on", _report("icc-on", reports["good"])))
+    assert not backend.isolation_refused("icc-on")

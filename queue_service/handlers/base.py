@@ -24,7 +24,9 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from typing import ClassVar
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, ClassVar
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
@@ -34,6 +36,25 @@ from queue_service.core.scopes import ADMIN_SCOPE, is_filtered_form
 from queue_service.store.accounts import Account, account_key
 
 from ..hub_client import HubError
+
+if TYPE_CHECKING:  # the service's parts, as QueueService.init_app puts them in the settings
+    from queue_service.automatic_ends import AutomaticEnds
+    from queue_service.core.presets import Preset
+    from queue_service.engine.backend import EngineBackend
+    from queue_service.engine.client import Engine
+    from queue_service.engine.container_calls import ContainerLocks
+    from queue_service.engine.node_identity import NodeIdentity
+    from queue_service.engine.node_reports import NodeReports
+    from queue_service.health import HealthMonitor
+    from queue_service.hub_client import HubClient
+    from queue_service.image_builds import BackgroundBuilds
+    from queue_service.launches import Launcher
+    from queue_service.queue import QueueManager
+    from queue_service.quotas import QuotaBook
+    from queue_service.store.history import History
+    from queue_service.store.images import ImageStore
+    from queue_service.store.usage import UsageBook
+    from queue_service.store.utilization import UtilizationLog
 
 #: Largest request body any handler takes. The biggest real one, a catalog entry, is a few KiB.
 MAX_BODY_BYTES = 64 * 1024
@@ -97,13 +118,112 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     #: The largest body the handler takes (an upload's handler takes its chunks).
     max_body_bytes: ClassVar[int] = MAX_BODY_BYTES
 
+    # -- the service's parts, from the application's settings (QueueService.init_app) ---------
+
     @property
-    def manager(self):
+    def manager(self) -> QueueManager:
         return self.settings["manager"]
 
     @property
-    def hub(self):
+    def hub(self) -> HubClient:
         return self.settings["hub_client"]
+
+    @property
+    def history(self) -> History:
+        return self.settings["history"]
+
+    @property
+    def launcher(self) -> Launcher:
+        return self.settings["launcher"]
+
+    @property
+    def automatic_ends(self) -> AutomaticEnds:
+        return self.settings["automatic_ends"]
+
+    @property
+    def quotas(self) -> QuotaBook:
+        return self.settings["quotas"]
+
+    @property
+    def usage(self) -> UsageBook:
+        return self.settings["usage"]
+
+    @property
+    def utilization(self) -> UtilizationLog:
+        return self.settings["utilization"]
+
+    @property
+    def images(self) -> ImageStore:
+        return self.settings["images"]
+
+    @property
+    def image_builds(self) -> BackgroundBuilds:
+        return self.settings["image_builds"]
+
+    @property
+    def look_at_engine_images(self) -> Callable[[], None]:
+        """Blocking: note again which catalog images the sessions' engine can run."""
+        return self.settings["look_at_engine_images"]
+
+    @property
+    def docker(self) -> Engine:
+        return self.settings["docker"]
+
+    @property
+    def docker_commits(self) -> Engine:
+        """The engine's client for commits, whose calls may take minutes."""
+        return self.settings["docker_commits"]
+
+    @property
+    def commit_executor(self) -> Executor:
+        return self.settings["commit_executor"]
+
+    @property
+    def container_locks(self) -> ContainerLocks:
+        return self.settings["container_locks"]
+
+    @property
+    def engine_backend(self) -> EngineBackend:
+        return self.settings["engine_backend"]
+
+    @property
+    def spawner_service(self) -> str:
+        """The hub service whose token the spawner presents."""
+        return self.settings["spawner_service"]
+
+    @property
+    def agent_service(self) -> str:
+        """The hub service whose token the node agents present."""
+        return self.settings["agent_service"]
+
+    @property
+    def site_presets(self) -> tuple[Preset, ...]:
+        return self.settings["site_presets"]
+
+    @property
+    def session_limits(self) -> dict:
+        return self.settings["session_limits"]
+
+    @property
+    def node_reports(self) -> NodeReports:
+        return self.settings["node_reports"]
+
+    @property
+    def node_identity(self) -> NodeIdentity:
+        return self.settings["node_identity"]
+
+    @property
+    def rotate_node_key(self) -> Callable[[str], Awaitable]:
+        return self.settings["rotate_node_key"]
+
+    @property
+    def node_agent_registry(self) -> str:
+        """The site's registry (host:port) private images are pushed to; "" when none is."""
+        return self.settings["node_agent_registry"]
+
+    @property
+    def health(self) -> HealthMonitor:
+        return self.settings["health"]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -231,7 +351,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(e.status if e.status < 500 else 502, e.message) from None
 
     async def refresh_quotas(self, user: dict) -> None:
-        await self.from_hub(self.settings["quotas"].refresh(user, self.hub))
+        await self.from_hub(self.quotas.refresh(user, self.hub))
 
     # -- input and output -----------------------------------------------------------------------
 

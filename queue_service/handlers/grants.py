@@ -37,10 +37,7 @@ class SpawnerHandler(BaseHandler):
     async def admit(self) -> None:
         await super().admit()
         identity = self.identity()
-        if (
-            identity.get("kind") != "service"
-            or identity.get("name") != self.settings["spawner_service"]
-        ):
+        if identity.get("kind") != "service" or identity.get("name") != self.spawner_service:
             raise web.HTTPError(403, "Only the hub's spawner may ask for grants.")
 
     async def session_answer(self, awaitable):
@@ -62,7 +59,7 @@ class GrantsHandler(SpawnerHandler):
         # Read now, not from the cache: the account decides which private images are its own.
         user = await self.from_hub(self.hub.user_now(data["user"]))
         await self.refresh_quotas(user)
-        image = self.settings["images"].admit_options(user, data)
+        image = self.images.admit_options(user, data)
         # Folders the user may not mount are refused before the request joins the queue (an
         # admin mounts what they own or were given, as anyone does).
         reader = Reader.of({**user, "admin": False})
@@ -71,7 +68,7 @@ class GrantsHandler(SpawnerHandler):
             {k: v for k, v in data.items() if k != "folders"},
             groups=tuple(user.get("groups", [])),
         )
-        self.settings["launcher"].claimed(record["id"])
+        self.launcher.claimed(record["id"])
         await asyncio.to_thread(self.folders.note_session_mounts, record["id"], mounts)
         # The reference comes from the catalog, so a private or re-pointed image starts as listed,
         # and from its pinned digest once it has one (Swarm mode: registry_images.py).
@@ -105,7 +102,7 @@ class GrantHandler(SpawnerHandler):
         # The spawner may claim an idle end (the culler's); the service's own planned ends were
         # told to the manager before it stopped the server, and win there.
         claimed = code if code == end_reasons.IDLE else None
-        idle, reason = self.settings["automatic_ends"].spawner_claim(claimed)
+        idle, reason = self.automatic_ends.spawner_claim(claimed)
         released = self.manager.release(session_id, end_reason=idle or code, reason=reason)
         self.write_json(await self.session_answer(released))
 

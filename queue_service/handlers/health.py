@@ -18,13 +18,13 @@ from .base import BaseHandler
 class HealthHandler(BaseHandler):
     async def head(self):
         """The status code alone, for probes that ask with HEAD (HAProxy's `httpchk`)."""
-        status = health.overall(await self.settings["health"].checks())
+        status = health.overall(await self.health.checks())
         self.set_header("Cache-Control", "no-store")
         self.set_status(health.http_status(status))
         self.finish()
 
     async def get(self):
-        checks = await self.settings["health"].checks()
+        checks = await self.health.checks()
         status = health.overall(checks)
         answer = {"status": status}
         # Not `identity()`: a caller with no token is welcome here, and only told the status.

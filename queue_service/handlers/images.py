@@ -26,7 +26,7 @@ from image_catalog import CatalogError, parse_image
 from image_catalog.labels import LabelError, entry_fields_from_labels
 from queue_service.core import query_args
 from queue_service.core.scopes import MANAGE_SCOPE
-from queue_service.store.images import CheckResult, ImageError, ImageStore, entry_of
+from queue_service.store.images import CheckResult, ImageError, entry_of
 from queue_service.store.models import utcnow
 
 from ..image_check import check_singleuser, image_labels
@@ -63,15 +63,11 @@ def refuse_filtered_grant(identity: dict) -> None:
 class ImageAPIHandler(BaseHandler):
     query_arguments = {"user": "text"}  # `subject`: whose images a read is about
 
-    @property
-    def images(self) -> ImageStore:
-        return self.settings["images"]
-
     async def caller(self) -> tuple[dict | None, bool]:
         """(the calling person or None for the spawner, whether the caller manages images)."""
         identity = self.identity()
         if identity.get("kind") == "service":
-            if identity.get("name") != self.settings["spawner_service"]:
+            if identity.get("name") != self.spawner_service:
                 raise web.HTTPError(403, "Only users and the hub's spawner read the catalog.")
             return None, True
         refuse_filtered_grant(identity)
@@ -99,7 +95,7 @@ class ImageAPIHandler(BaseHandler):
             )
         if body.get("owner"):
             raise web.HTTPError(403, "Only admins give an image an owner.")
-        await asyncio.to_thread(refuse_private_image, self.settings["docker"], body.get("image"))
+        await asyncio.to_thread(refuse_private_image, self.docker, body.get("image"))
 
     async def owner_account(self, body: dict) -> str | None:
         """The creation time of the account a private image is given to (admins name `owner`):
@@ -125,7 +121,7 @@ class ImageAPIHandler(BaseHandler):
 
     async def checked(self, reference: str, body: dict) -> tuple:
         """The image's own labels under `body`, validated, and its check: or a 400 that says why."""
-        client = self.settings["docker"]
+        client = self.docker
         labels = await asyncio.to_thread(image_labels, client, reference)
         try:
             image = parse_image({**entry_fields_from_labels(labels), **body})
@@ -139,11 +135,11 @@ class ImageAPIHandler(BaseHandler):
     async def refuse_unbuilt(self, name: str, reference: str) -> None:
         """409 when the engine lacks the image: offering it would only fail every launch."""
         try:
-            await asyncio.to_thread(image_labels, self.settings["docker"], reference)
+            await asyncio.to_thread(image_labels, self.docker, reference)
         except ImageError as e:
             if e.cause != "invalid":
                 raise
-            build = self.settings["image_builds"].view().get(name)
+            build = self.image_builds.view().get(name)
             under_way = f" Its build is {build['state']}." if build else ""
             raise web.HTTPError(
                 409,
@@ -159,7 +155,7 @@ class ImagesHandler(ImageAPIHandler):
     async def get(self):
         if query_args.flag(self.get_argument("all", ""), "all", False):
             person = await self.curator()
-            builds = self.settings["image_builds"].view()
+            builds = self.image_builds.view()
             images = [
                 {**image, "build": builds.get(image["name"])}
                 for image in self.images.manageable_by(person["name"], person["admin"])
@@ -237,12 +233,12 @@ class ImageCheckHandler(ImageAPIHandler):
     async def post(self, name):
         await self.curator()
         reference = self.images.get(name)["image"]
-        client = self.settings["docker"]
+        client = self.docker
         try:
             await asyncio.to_thread(image_labels, client, reference)
             check = await asyncio.to_thread(check_singleuser, client, reference)
         except ImageError as e:
             check = CheckResult(False, e.message, utcnow())
         # What the engine holds decides what the launcher offers: look again now.
-        await asyncio.to_thread(self.settings["look_at_engine_images"])
+        await asyncio.to_thread(self.look_at_engine_images)
         self.write_json(await asyncio.to_thread(self.images.record_check, name, check))

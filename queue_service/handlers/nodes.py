@@ -36,15 +36,12 @@ class NodeReportHandler(BaseHandler):
     async def admit(self) -> None:
         await super().admit()
         identity = self.identity()
-        if (
-            identity.get("kind") != "service"
-            or identity.get("name") != self.settings["agent_service"]
-        ):
+        if identity.get("kind") != "service" or identity.get("name") != self.agent_service:
             raise web.HTTPError(403, "Only the hub's node agents may report a node's usage.")
 
     @web.authenticated
     async def post(self, node):
-        store, identity = self.settings["node_reports"], self.settings["node_identity"]
+        store, identity = self.node_reports, self.node_identity
         request = self.request
         credential, signed_at = identity.verify(
             node, request.method, request.path, request.headers, self.raw_body()
@@ -68,7 +65,7 @@ class NodeKeyHandler(BaseHandler):
     @web.authenticated
     async def post(self, node):
         self.require_admin("Rotating a node agent's key")
-        rotated = await self.settings["rotate_node_key"](node)
+        rotated = await self.rotate_node_key(node)
         self.write_json(
             {"node": rotated.hostname, "node_id": rotated.node_id, "made": rotated.made}
         )
@@ -80,7 +77,7 @@ class NodesHandler(BaseHandler):
     @web.authenticated
     async def get(self):
         self.require_admin("Reading the nodes' reports")
-        store = self.settings["node_reports"]
+        store = self.node_reports
         self.write_json({"stale_after": store.stale_after, "nodes": store.nodes()})
 
 
@@ -94,13 +91,13 @@ class NodeCommitsHandler(BaseHandler):
         for key in ("session_id", "user", "tag"):
             if not isinstance(data.get(key), str) or not data[key]:
                 raise web.HTTPError(400, f"{key} is missing: send session_id, user and tag.")
-        registry = self.settings["node_agent_registry"]
+        registry = self.node_agent_registry
         if not registry:
             raise web.HTTPError(
                 409, "No registry is configured (QueueService.node_agent_registry)."
             )
         result = await commit_on_node(
-            self.settings["node_reports"],
+            self.node_reports,
             node,
             data["session_id"],
             data["user"],

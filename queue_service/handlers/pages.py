@@ -90,9 +90,18 @@ class PageHandler(BaseHandler):
     def env(self) -> jinja2.Environment:
         return self.settings["page_templates"]
 
+    @property
+    def page_prefix(self) -> str:
+        """The service's URL prefix, under which every page and the API are."""
+        return self.settings["page_prefix"]
+
+    @property
+    def simulated_gpus(self) -> bool:
+        return self.settings["page_simulated_gpus"]
+
     def namespace(self, person: dict | None) -> dict:
         prefix = os.environ.get("JUPYTERHUB_BASE_URL", "/")
-        namespace = page_namespace(person, prefix, self.settings["page_prefix"])
+        namespace = page_namespace(person, prefix, self.page_prefix)
         # The pages' scripts send it back as X-XSRFToken: without it, no cookie changes anything.
         return {**namespace, "xsrf_token": self.xsrf_text}
 
@@ -104,10 +113,10 @@ class PageHandler(BaseHandler):
     def page_config(self, person: dict) -> dict:
         """What every page's script needs to know, as JSON in the page."""
         return {
-            "api": self.settings["page_prefix"] + "api/",
+            "api": self.page_prefix + "api/",
             "user": person["name"],
             "admin": person["admin"],
-            "simulated": self.settings["page_simulated_gpus"],
+            "simulated": self.simulated_gpus,
             "xsrf": self.xsrf_text,
         }
 
@@ -137,7 +146,7 @@ class SessionsPage(PageHandler):
     @web.authenticated
     async def get(self):
         person = await self.person()
-        quotas = self.settings["quotas"]
+        quotas = self.quotas
         await self.refresh_quotas(person)
         config = {
             **self.page_config(person),
@@ -145,9 +154,9 @@ class SessionsPage(PageHandler):
             "limit": quotas.user_limit(person["name"], tuple(person.get("groups", []))),
             "userPrefix": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "user/",
             # One session's limits and defaults: the spawner's too (launch_options.py).
-            "sessionLimits": self.settings["session_limits"],
+            "sessionLimits": self.session_limits,
             # What this user may start (groups, hidden, private), as api/images answers it.
-            "images": self.settings["images"].visible_to(
+            "images": self.images.visible_to(
                 person["name"],
                 tuple(person.get("groups", [])),
                 bool(person.get("admin")),
@@ -181,7 +190,7 @@ class ClusterPage(PageHandler):
         person = await self.person()
         config = {
             **self.page_config(person),
-            "quotas": self.settings["page_prefix"] + "cluster/quotas",
+            "quotas": self.page_prefix + "cluster/quotas",
         }
         self.render_page("cluster.html", person, page_config=config)
 
@@ -232,7 +241,7 @@ class NotFound(PageHandler):
     """Anything unknown: JSON under api/, the hub's HTML 404 page elsewhere."""
 
     async def admit(self):
-        self.json_errors = self.request.path.startswith(self.settings["page_prefix"] + "api/")
+        self.json_errors = self.request.path.startswith(self.page_prefix + "api/")
         raise web.HTTPError(404, f"There is no page at {self.request.path}.")
 
     async def get(self, *args):

@@ -10,6 +10,7 @@ from tornado import web
 
 from queue_service.core import presets
 
+from .base import BaseHandler
 from .resources import ResourcesHandler
 
 
@@ -20,16 +21,16 @@ class PresetsHandler(ResourcesHandler):
     async def get(self):
         subject, _ = await self.subject()
         await self.refresh_quotas(subject)
-        self.write_json({"presets": offered_presets(self.settings, subject)})
+        self.write_json({"presets": offered_presets(self, subject)})
 
 
-def offered_presets(settings: dict, person: dict) -> list[dict]:
+def offered_presets(handler: BaseHandler, person: dict) -> list[dict]:
     """The site's presets and those of the person's groups, each judged against the person's
     quota (as last refreshed) and one session's limits."""
     groups = tuple(person.get("groups", []))
-    quotas = settings["quotas"]
-    offered = presets.merged(settings["site_presets"], quotas.presets_of(groups))
-    limits = settings["session_limits"]
+    quotas = handler.quotas
+    offered = presets.merged(handler.site_presets, quotas.presets_of(groups))
+    limits = handler.session_limits
     session_max = {key: limits[f"{key}_max"] for key in ("cpu", "mem", "fgpu")}
     return presets.listing(offered, quotas.user_limit(person["name"], groups), session_max)
 

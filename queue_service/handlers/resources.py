@@ -44,7 +44,7 @@ class ResourcesHandler(BaseHandler):
         groups = tuple(subject.get("groups", []))
         await self.refresh_quotas(subject)
         resources = await self.manager.resources(subject["name"], groups, admin=admin)
-        budgets = await self.settings["usage"].budget_status(Account.of(subject), groups)
+        budgets = await self.usage.budget_status(Account.of(subject), groups)
         self.write_json({**resources, "budgets": budgets})
 
     async def subject(self) -> tuple[dict, bool]:
@@ -54,7 +54,7 @@ class ResourcesHandler(BaseHandler):
         name = self.get_argument("user", "")
         identity = self.identity()
         if identity.get("kind") == "service":
-            if identity.get("name") != self.settings["spawner_service"]:
+            if identity.get("name") != self.spawner_service:
                 raise web.HTTPError(403, "Only users and the hub's spawner read resources.")
             if not name:
                 raise web.HTTPError(400, "The spawner must name the user: ?user=NAME.")
@@ -74,7 +74,7 @@ class ClusterQuotasHandler(BaseHandler):
     @web.authenticated
     async def get(self):
         self.require_admin("The cluster view")
-        quotas = self.settings["quotas"]
+        quotas = self.quotas
         users = sorted({s["user"] for s in self.manager.sessions()})
         await self.from_hub(quotas.refresh_users(users, self.hub))
         groups = sorted({g for name in users for g in quotas.groups_of(name)})

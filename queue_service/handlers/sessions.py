@@ -61,7 +61,7 @@ class SessionsHandler(BaseHandler):
             return
         everyone = person["admin"] and query_args.flag(self.get_argument("all", ""), "all", True)
         sessions = self.manager.sessions(user=None if everyone else person["name"])
-        folders, ids = self.settings["folders"], [s["id"] for s in sessions]
+        folders, ids = self.folders, [s["id"] for s in sessions]
         # From memory on the pages' polls; off the event loop only when the DB must be read.
         mounts = folders.remembered_mounts(ids)
         if mounts is None:
@@ -76,7 +76,7 @@ class SessionsHandler(BaseHandler):
         args = {name: self.get_argument(name, "") for name in self.HISTORY_ARGUMENTS}
         account = await self.account_of(person["name"])
         wanted = parse_filters(args, person["name"], person["admin"], account.key)
-        self.write_json(await self.settings["history"].finished(wanted))
+        self.write_json(await self.history.finished(wanted))
 
     @web.authenticated
     async def post(self):
@@ -86,18 +86,18 @@ class SessionsHandler(BaseHandler):
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_LAUNCH:
             raise web.HTTPError(400, f"count must be a whole number from 1 to {MAX_LAUNCH}.")
         await self.refresh_quotas(person)
-        data = launches.with_preset(data, offered_presets(self.settings, person))
+        data = launches.with_preset(data, offered_presets(self, person))
         name, extras = launches.launch_extras(data, count)
         request = launches.launch_request(data)
-        self.settings["images"].admit_options(person, request)
+        self.images.admit_options(person, request)
         self._check_name_free(person["name"], name)
         # The account as the hub has it now, not as cached: its sessions are that account's.
         person = {**person, "account": (await self.account_of(person["name"])).key}
         # Folders it may not mount are refused now, before any record exists.
         reader = Reader.of({**person, "admin": False})
-        await asyncio.to_thread(self.settings["folders"].mounts, reader, extras["folders"])
+        await asyncio.to_thread(self.folders.mounts, reader, extras["folders"])
         # A refusal of the first start carries the hub's own message (FGPUSpawner's checks).
-        launch = self.settings["launcher"].launch(person, request, count, name=name, extras=extras)
+        launch = self.launcher.launch(person, request, count, name=name, extras=extras)
         servers = await self.from_hub(launch)
         self.write_json({"servers": servers}, 201)
 
@@ -183,16 +183,16 @@ class SessionImageHandler(BaseHandler):
                 409,
                 f"Session {session_id} is {record['status']}; only a running one can be committed.",
             )
-        user, images = record["user"], self.settings["images"]
+        user, images = record["user"], self.images
         owner_created = await self.from_hub(self.hub.account_created(user))
         tag = check_tag(self.body().get("tag"))
         entry = private_entry(user, tag, private_reference(user, tag), images.find(record["image"]))
         if images.find(entry.name) is not None:
             raise CommitError(f"The catalog already has an image named {entry.name!r}.", "conflict")
-        if self.settings.get("engine") == "swarm":
-            committed, undo = await self.commit_on_its_node(record, user, tag)
-        else:
+        if self.engine_backend.sessions_here:
             committed, undo = await self.commit_here(session_id, user, tag)
+        else:
+            committed, undo = await self.commit_on_its_node(record, user, tag)
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
         try:
             registered = await asyncio.to_thread(
@@ -208,15 +208,15 @@ class SessionImageHandler(BaseHandler):
 
     async def commit_here(self, session_id: str, user: str, tag: str) -> tuple[dict, object]:
         """Commit on the service's own engine (single host); the image, and how to remove it."""
-        engine = self.settings["docker_commits"]
+        engine = self.docker_commits
         committed = await asyncio.get_running_loop().run_in_executor(
-            self.settings["commit_executor"],
+            self.commit_executor,
             commit_session,
             engine,
             session_id,
             user,
             tag,
-            self.settings["container_locks"],
+            self.container_locks,
         )
         return committed, lambda: engine.images.remove(committed["id"], force=True)
 
@@ -224,7 +224,7 @@ class SessionImageHandler(BaseHandler):
         """Commit on the session's node through its agent, which pushes the image to the site's
         registry; the catalog names it without the registry, which the spawner puts in front.
         Nothing to undo here: an image pushed from a node stays in the registry."""
-        registry = self.settings.get("node_agent_registry") or ""
+        registry = self.node_agent_registry
         if not registry:
             raise CommitError(
                 "Saving a session in Swarm mode needs the site's registry "
@@ -232,9 +232,7 @@ class SessionImageHandler(BaseHandler):
                 "conflict",
             )
         node = record["grant"]["node"]
-        result = await commit_on_node(
-            self.settings["node_reports"], node, record["id"], user, tag, registry
-        )
+        result = await commit_on_node(self.node_reports, node, record["id"], user, tag, registry)
         committed = {
             "image": private_reference(user, tag),
             "id": result.get("image_id", ""),

@@ -46,7 +46,7 @@ class UsageHandler(BaseHandler):
         if kind not in ("json", "csv"):
             raise web.HTTPError(400, f"format must be json or csv, not {kind!r}.")
         users = await self.readable_users()
-        book = self.settings["usage"]
+        book = self.usage
         table = await book.report(first, last, users)
         wanted_group = self.get_argument("resource_group", None)
         rows = [
@@ -63,7 +63,7 @@ class UsageHandler(BaseHandler):
         )
 
     def span(self) -> tuple[date, date]:
-        today = self.settings["usage"].clock().date()
+        today = self.usage.clock().date()
         last = query_args.day(self.get_argument("to", ""), "to") or today
         first = query_args.day(self.get_argument("from", ""), "from")
         first = first or last - timedelta(days=DEFAULT_DAYS - 1)

@@ -35,7 +35,7 @@ class UtilizationHandler(BaseHandler):
     async def get(self):
         self.require_admin("Cluster utilization")
         start, end = self.span()
-        log = self.settings["utilization"]
+        log = self.utilization
         samples, width = await log.read(start, end)
         self.write_json(
             {
@@ -49,7 +49,7 @@ class UtilizationHandler(BaseHandler):
         )
 
     def span(self) -> tuple[datetime, datetime]:
-        end = self.moment_argument("to") or self.settings["utilization"].clock()
+        end = self.moment_argument("to") or self.utilization.clock()
         start = self.moment_argument("from")
         hours = self.get_argument("hours", "")
         if start is not None and hours:

@@ -1,0 +1,76 @@
+"""What differs between the two places sessions run: one Docker engine, or a Docker Swarm.
+
+The queue service picks one `EngineBackend` at start, from `QueueService.engine`, and from then
+on asks it rather than the mode's name:
+
+- which nodes take sessions (`read_nodes`, `describe`), and whether they change while the
+  service runs (`nodes_change`): the one engine's node is read once, a Swarm's every round;
+- what runs (`session_lister`, for the reconciler);
+- a running session's live usage (`usage_of`): sampled on this engine, or reported by the
+  session's node agent;
+- which catalog images sessions can run (`images_listable`, `runnable_images`): the engine's own,
+  or those the site's registry holds;
+- whether the sessions' containers are on this machine (`sessions_here`): the service then reads
+  their freezer, warns inside them by `docker exec`, commits them itself and builds the catalog's
+  heavy images; otherwise they are on other nodes, reached only through each node's agent.
+
+`DockerBackend` (docker_backend.py) and `SwarmBackend` (swarm_backend.py) are the two.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from .inventory import NodeInfo
+
+
+@dataclass(frozen=True)
+class NodeReading:
+    """What one read of the nodes found: those taking sessions, and those withheld until an
+    admin fixes their engine (name → its wrong settings), which waiting requests are told of."""
+
+    nodes: list[NodeInfo]
+    withheld: dict[str, list[str]] = field(default_factory=dict)
+
+
+class EngineBackend(ABC):
+    """The few things the queue service does differently on one engine and on a Swarm."""
+
+    #: Whether the sessions' containers run on the engine the service talks to (see above).
+    sessions_here: ClassVar[bool]
+    #: Whether nodes join, drain and fail while the service runs, so that every reconciler
+    #: round reads them again; otherwise they are read once, when the engine first answers.
+    nodes_change: ClassVar[bool]
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    @abstractmethod
+    async def read_nodes(self) -> NodeReading:
+        """The nodes as the engine has them now."""
+
+    @abstractmethod
+    def describe(self, nodes: list[NodeInfo]) -> str:
+        """The log line of a new inventory."""
+
+    @abstractmethod
+    def session_lister(self):
+        """What lists the sessions that hold a slice, for the reconciler."""
+
+    @abstractmethod
+    def usage_of(self, session_id: str) -> dict | None:
+        """A running session's live usage (stats.py's shape), None while unknown."""
+
+    @property
+    @abstractmethod
+    def images_listable(self) -> bool:
+        """Whether the images sessions can run can be listed at all; if not, every image of the
+        catalog is offered."""
+
+    @abstractmethod
+    def runnable_images(self, wanted: Iterable[str]) -> dict[str, str | None]:
+        """Blocking: the references sessions can run (among `wanted`, the catalog's), each with
+        the registry digest it points at now, or None where no registry pins it."""

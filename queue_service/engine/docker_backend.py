@@ -1,0 +1,74 @@
+"""Sessions on one Docker engine, the one DOCKER_HOST names (single-host mode): see backend.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from . import inventory
+from .backend import EngineBackend, NodeReading
+from .session_containers import DockerSessionLister
+from .stats import StatsSampler
+
+
+class DockerBackend(EngineBackend):
+    """One node, this engine's, read once; sessions are its containers, sampled by `stats`."""
+
+    sessions_here = True
+    nodes_change = False
+
+    def __init__(
+        self,
+        client,
+        stats: StatsSampler,
+        resource_group: str,
+        simulated_gpus: str,
+        reserve_cpu: float,
+        reserve_mem: int,
+    ) -> None:
+        super().__init__(client)
+        self.stats = stats
+        self.resource_group = resource_group
+        self.simulated_gpus = simulated_gpus
+        self.reserve_cpu = reserve_cpu
+        self.reserve_mem = reserve_mem
+
+    async def read_nodes(self) -> NodeReading:
+        node = await asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: inventory.discover_local_node(
+                self.client,
+                resource_group=self.resource_group,
+                simulated_spec=self.simulated_gpus or None,
+                reserve_cpu=self.reserve_cpu,
+                reserve_mem=self.reserve_mem,
+            ),
+        )
+        return NodeReading([node])
+
+    def describe(self, nodes: list[inventory.NodeInfo]) -> str:
+        return "; ".join(
+            f"Node {node.name}: {node.cpu:g} CPU, {node.mem} bytes, {len(node.gpus)} GPU(s)"
+            + (" (simulated)" if node.simulated else "")
+            for node in nodes
+        )
+
+    def session_lister(self) -> DockerSessionLister:
+        return DockerSessionLister(self.client)
+
+    def usage_of(self, session_id: str) -> dict | None:
+        return self.stats.usage(session_id)
+
+    @property
+    def images_listable(self) -> bool:
+        return True
+
+    def runnable_images(self, wanted: Iterable[str]) -> dict[str, str | None]:
+        # Every image the engine holds, whatever `wanted`: one call lists them all.
+        return dict.fromkeys(engine_references(self.client))
+
+
+def engine_references(client) -> set[str]:
+    """Every image reference the engine holds, as a catalog may spell it ("x" is "x:latest")."""
+    tags = {tag for image in client.api.images() for tag in image.get("RepoTags") or ()}
+    return tags | {tag.removesuffix(":latest") for tag in tags if tag.endswith(":latest")}
