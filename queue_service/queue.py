@@ -9,11 +9,12 @@ spawn at once, with no polling timer, and leaves the other waiters asleep.
 
 A pass starts from the records this process last committed (the published state) and reads from
 the DB only what its change touched; it considers again only the waiting requests that the changes
-since the last pass can concern (`reconsideration.reconsidered`): a release in one resource group leaves
-thousands waiting in another as they were, and decides exactly what a pass over all of them would
-(tests/test_queue.py compares the two over random changes). A pass over everything still runs when
-the inventory, the quotas or the settings change, and under DRF; `schedule` and `refresh` read
-every active record from the DB again, and so does a pass that finds one changed outside.
+since the last pass can concern (`reconsideration.reconsidered`): a release in one resource group
+leaves thousands waiting in another as they were, and decides exactly what a pass over all of them
+would (tests/test_queue.py compares the two over random changes). A pass over everything still
+runs when the inventory, the quotas or the settings change, and under DRF; `schedule` and
+`refresh` read every active record from the DB again, and so does a pass that finds one changed
+outside.
 """
 
 from __future__ import annotations
