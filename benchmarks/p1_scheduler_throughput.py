@@ -22,19 +22,17 @@ import random
 import statistics
 import time
 
-from queue_service.core.scheduler import (
-    PLACEMENTS,
-    POLICIES,
+from queue_service.core.placement import PLACEMENTS
+from queue_service.core.resource_model import (
     QUANTA_PER_GPU,
     Allocation,
     Gpu,
     Node,
     Request,
-    SchedulePass,
     Slots,
     gpu_quanta,
-    schedule,
 )
+from queue_service.core.scheduler import POLICIES, SchedulePass, schedule
 
 GIB = 2**30
 RESOURCE_GROUPS = ("rg-a", "rg-b", "rg-c", "rg-d")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from queue_service.core import scheduler
+from queue_service.core import resource_model
 from queue_service.core.status import Status
 from queue_service.queue import QueueManager
 from queue_service.queue_pass import SchedulerSettings
@@ -29,14 +29,14 @@ from queue_service.quotas import QuotaBook
 from queue_service.store.db import open_database
 from queue_service.store.models import SessionRecord
 
-NODE = scheduler.Node(
-    "bench", "default", 64.0, 256 * 1024**3, (scheduler.Gpu("GPU-0", 8 * 1024**3),)
+NODE = resource_model.Node(
+    "bench", "default", 64.0, 256 * 1024**3, (resource_model.Gpu("GPU-0", 8 * 1024**3),)
 )
 REQUEST = {"image": "python-3.11", "cpu": 1, "mem": 1024**3, "fgpu": 1, "resource_group": "default"}
 
 
-BUSY_NODE = scheduler.Node(
-    "busy", "busy", 64.0, 256 * 1024**3, (scheduler.Gpu("GPU-busy", 8 * 1024**3),)
+BUSY_NODE = resource_model.Node(
+    "busy", "busy", 64.0, 256 * 1024**3, (resource_model.Gpu("GPU-busy", 8 * 1024**3),)
 )
 
 

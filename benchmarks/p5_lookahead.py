@@ -21,7 +21,7 @@ import statistics
 
 from benchmarks.p1_scheduler_throughput import make_nodes
 from benchmarks.p5_packing import PLACERS, fluid_share, measure, parse_size, trace
-from queue_service.core.scheduler import QUANTA_PER_GPU, gpu_quanta
+from queue_service.core.resource_model import QUANTA_PER_GPU, gpu_quanta
 
 #: P5's requests, in tenths of an fGPU unit.
 SIZES_IN_TENTHS = range(1, 21)

@@ -15,7 +15,8 @@ import random
 import statistics
 
 from benchmarks.p1_scheduler_throughput import make_nodes, naive_first_fit
-from queue_service.core.scheduler import Allocation, Node, Request, Slots, schedule
+from queue_service.core.resource_model import Allocation, Node, Request, Slots
+from queue_service.core.scheduler import schedule
 
 GIB = 2**30
 MEAN_FGPU = 1.05  # of a request drawn uniformly from 0.1, 0.2, ..., 2.0

@@ -34,7 +34,7 @@ from image_catalog import load_catalog
 from image_catalog.build import heavy_names
 from image_catalog.launch_options import SESSION_LIMITS
 from queue_service import handlers
-from queue_service.core import scheduler
+from queue_service.core import resource_model
 from queue_service.core.errors import Refusal
 from queue_service.core.presets import parse_presets
 from queue_service.engine import inventory
@@ -100,15 +100,15 @@ PARENT_CHECK_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
 
 
-def scheduler_node(node: inventory.NodeInfo) -> scheduler.Node:
+def scheduler_node(node: inventory.NodeInfo) -> resource_model.Node:
     """The scheduler's view of a node; GPUs in NVML order, the order the container sees them in."""
     gpus = sorted(node.gpus, key=lambda gpu: gpu.index)
-    return scheduler.Node(
+    return resource_model.Node(
         node.name,
         node.resource_group,
         node.cpu,
         node.mem,
-        tuple(scheduler.Gpu(gpu.uuid, gpu.memory_bytes, gpu.sm_count) for gpu in gpus),
+        tuple(resource_model.Gpu(gpu.uuid, gpu.memory_bytes, gpu.sm_count) for gpu in gpus),
     )
 
 

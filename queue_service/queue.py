@@ -27,7 +27,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
-from queue_service.core import end_reasons, limits, scheduler
+from queue_service.core import admission, end_reasons, limits, resource_model
 from queue_service.core.errors import Refusal
 from queue_service.core.status import ALLOCATED, FINAL, Status
 from queue_service.queue_pass import (
@@ -656,14 +656,14 @@ class QueueManager(QueuePass):
     def _admission_refusal(self, db, request: dict, groups: tuple[str, ...], quotas):
         active, _, fresh = self._current(db, everything=False)
         pending = [f.request for f in self._facts_of(active, fresh) if f.request is not None]
-        candidate = scheduler.Request(
+        candidate = resource_model.Request(
             id="new",
             user=request["user"],
             groups=groups,
-            slots=scheduler.Slots(request["cpu"], request["mem"], request["fgpu"]),
+            slots=resource_model.Slots(request["cpu"], request["mem"], request["fgpu"]),
             resource_group=request["resource_group"],
         )
-        return scheduler.admission_refusal(
+        return admission.admission_refusal(
             candidate,
             self.nodes,
             quotas,

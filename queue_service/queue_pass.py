@@ -2,7 +2,7 @@
 
 A pass starts from the records this process last committed (the published state) and reads from
 the DB only what its change touched; it considers again only the waiting requests that the changes
-since the last pass can concern (`scheduler.reconsidered`): a release in one resource group leaves
+since the last pass can concern (`reconsideration.reconsidered`): a release in one resource group leaves
 thousands waiting in another as they were, and decides exactly what a pass over all of them would
 (tests/test_queue.py compares the two over random changes). A pass over everything still runs when
 the inventory, the quotas or the settings change, and under DRF; `schedule` and `refresh` read
@@ -32,7 +32,14 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from queue_service.core import end_reasons, scheduler
+from queue_service.core import (
+    end_reasons,
+    free_capacity,
+    pending_timeouts,
+    reconsideration,
+    resource_model,
+    scheduler,
+)
 from queue_service.core.status import ALLOCATED, FINAL, Status
 from queue_service.store.models import SessionRecord, as_utc, utcnow
 from queue_service.store.queue_rows import (
@@ -61,7 +68,7 @@ class _Dirt:
     """What changed since the last pass that placed: resource groups whose nodes, holdings or
     line changed (None: every group), and users whose holdings changed (their quotas then read
     differently). The next pass considers again only the requests joined to these
-    (`scheduler.reconsidered`)."""
+    (`reconsideration.reconsidered`)."""
 
     groups: frozenset = frozenset()
     users: frozenset = frozenset()
@@ -111,9 +118,9 @@ class RecordFacts:
     def __init__(self, record: SessionRecord, groups: tuple[str, ...]):
         self.record, self.id, self.user, self.groups = record, record.id, record.user, groups
         self.created = as_utc(record.created).timestamp() if record.created else 0.0
-        self.request: scheduler.Request | None = None
-        self.allocation: scheduler.Allocation | None = None
-        #: Its `scheduler.ScopeKeys` under the quotas the facts were kept for, once asked.
+        self.request: resource_model.Request | None = None
+        self.allocation: resource_model.Allocation | None = None
+        #: Its `reconsideration.ScopeKeys` under the quotas the facts were kept for, once asked.
         self.scope: tuple | None = None
         #: Every column, to tell a change made outside this process (`_read_outside_changes`).
         self.row = record_row(record)
@@ -133,7 +140,7 @@ def withheld_note(withheld: dict[str, list[str]]) -> str:
 
 
 def scheduler_free_view(nodes, allocations, settings: SchedulerSettings) -> list[dict]:
-    free = scheduler.free_capacity(nodes, allocations, units_per_gpu=settings.units_per_gpu)
+    free = free_capacity.free_capacity(nodes, allocations, units_per_gpu=settings.units_per_gpu)
     return [dataclasses.asdict(node) for node in free]
 
 
@@ -149,7 +156,7 @@ class QueuePass:
         The records of the published state are what this process last committed, so a pass starts
         from them and reads from the DB only what the change touched (all active records with
         `reload`). It considers again only the pending requests that the changes since the last
-        placing pass can concern (`_Dirt`, `scheduler.reconsidered`); all of them, as the
+        placing pass can concern (`_Dirt`, `reconsideration.reconsidered`); all of them, as the
         reference does, when the inventory, the quotas or the settings changed, under DRF (whose
         order moves with every grant), and when the DB holds a record otherwise than this process
         published it."""
@@ -235,11 +242,11 @@ class QueuePass:
             waiting = [f for f in facts if f.request is not None]
             expired, moved = self._expire(db, waiting, active.__getitem__)
             pending = [f for f in waiting if f.id not in expired] if expired else waiting
-            scope_key = scheduler.ScopeKeys(quotas)
+            scope_key = reconsideration.ScopeKeys(quotas)
             for f in pending:
                 if f.scope is None:
                     f.scope = scope_key(f.request)
-            chosen = scheduler.reconsidered(
+            chosen = reconsideration.reconsidered(
                 [f.request for f in pending],
                 quotas,
                 self._nodes_by_group,
@@ -458,7 +465,7 @@ class QueuePass:
         if now - min(f.created for f in waiting) <= timeout:
             return set(), _Dirt()
         enqueued = {f.id: f.created for f in waiting}
-        expired = set(scheduler.pending_timeouts(enqueued, now, timeout))
+        expired = set(pending_timeouts.pending_timeouts(enqueued, now, timeout))
         pairs = []
         for session_id in expired:
             attached = attach(db, record_of(session_id))
@@ -501,8 +508,8 @@ class QueuePass:
                 if session_id not in cache:
                     cache[session_id] = self._new_fact(record)
 
-    def _scheduler_request(self, record: SessionRecord) -> scheduler.Request:
-        return scheduler.Request(
+    def _scheduler_request(self, record: SessionRecord) -> resource_model.Request:
+        return resource_model.Request(
             id=record.id,
             user=record.user,
             groups=self.quotas.groups_of(record.user),
@@ -514,7 +521,7 @@ class QueuePass:
 
     def _allocations(self, records: list[SessionRecord]) -> list:
         return [
-            scheduler.Allocation(
+            resource_model.Allocation(
                 request_id=r.id,
                 user=r.user,
                 groups=self.quotas.groups_of(r.user),
@@ -542,8 +549,8 @@ def _version(state: PublishedState, session_id: str) -> str | None:
     return view["version"] if view is not None else None
 
 
-def _slots(record: SessionRecord) -> scheduler.Slots:
-    return scheduler.Slots(record.cpu, record.mem, record.fgpu)
+def _slots(record: SessionRecord) -> resource_model.Slots:
+    return resource_model.Slots(record.cpu, record.mem, record.fgpu)
 
 
 _by_seq = operator.attrgetter("seq")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from fgpu_shared.units import parse_size
-from queue_service.core import scheduler
+from queue_service.core import resource_model
 from queue_service.core.budgets import BUDGET_KEYS, Budget, BudgetError, parse_budgets
 from queue_service.core.presets import PRESETS_PROPERTY, Preset, PresetError, parse_presets
 
@@ -41,7 +41,7 @@ class QuotaError(ValueError):
     pass
 
 
-def parse_quota(data: dict | None, where: str) -> scheduler.Quota | None:
+def parse_quota(data: dict | None, where: str) -> resource_model.Quota | None:
     """A `fgpu_quota` mapping → Quota; a clear error naming the group for a malformed one."""
     if data is None:
         return None
@@ -57,8 +57,8 @@ def parse_quota(data: dict | None, where: str) -> scheduler.Quota | None:
         groups = data.get("resource_groups")
         if isinstance(groups, str):
             groups = [groups]
-        return scheduler.Quota(
-            max_slots=scheduler.SlotLimits(
+        return resource_model.Quota(
+            max_slots=resource_model.SlotLimits(
                 _number(data.get("cpu")), mem, _number(data.get("fgpu"))
             ),
             max_sessions=_count(data.get("sessions")),
@@ -118,7 +118,7 @@ class QuotaBook:
         self.log = log
         self._group_storage: dict[str, int | None] = {}
         self._groups: dict[str, tuple[str, ...]] = {}
-        self._group_quotas: dict[str, scheduler.Quota | None] = {}
+        self._group_quotas: dict[str, resource_model.Quota | None] = {}
         self._group_budgets: dict[str, tuple[Budget, ...]] = {}
         self._group_presets: dict[str, tuple[Preset, ...]] = {}
         self._members: dict[str, tuple[str, ...]] = {}
@@ -207,11 +207,11 @@ class QuotaBook:
         """The group's members, as the hub last said: a budget counts all of their use."""
         return self._members.get(group, ())
 
-    def snapshot(self) -> scheduler.Quotas:
+    def snapshot(self) -> resource_model.Quotas:
         """What the scheduler checks: the default user quota and every known group's quota."""
         groups = {name: quota for name, quota in self._group_quotas.items() if quota is not None}
-        return scheduler.Quotas(
-            groups=groups, default_user=self.user_default or scheduler.UNLIMITED
+        return resource_model.Quotas(
+            groups=groups, default_user=self.user_default or resource_model.UNLIMITED
         )
 
     def user_limit(self, user: str, groups: tuple[str, ...]) -> dict:

@@ -22,20 +22,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from traitlets import Unicode  # noqa: E402
 
 from queue_service.app import QueueService  # noqa: E402
-from queue_service.core import scheduler  # noqa: E402
+from queue_service.core import resource_model  # noqa: E402
 from queue_service.engine import inventory
 
 
-def sibling_nodes(local: scheduler.Node, groups: dict) -> list[scheduler.Node]:
+def sibling_nodes(local: resource_model.Node, groups: dict) -> list[resource_model.Node]:
     """{group: {node name: simulated GPU spec}} → nodes with the local node's CPU and memory."""
     return [
-        scheduler.Node(
+        resource_model.Node(
             name,
             group,
             local.cpu,
             local.mem,
             tuple(
-                scheduler.Gpu(gpu.uuid, gpu.memory_bytes, gpu.sm_count)
+                resource_model.Gpu(gpu.uuid, gpu.memory_bytes, gpu.sm_count)
                 for gpu in inventory.parse_simulated_gpus(spec, node=name)
             ),
         )

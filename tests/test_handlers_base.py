@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import get_args
 
+from queue_service.core.admission import RefusalCause
 from queue_service.core.errors import Cause
-from queue_service.core.scheduler import RefusalCause
 from queue_service.handlers.base import STATUS_OF_CAUSE, filtered_grant, scope_holds
 
 

@@ -9,7 +9,7 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect, text
 
-from queue_service.core import end_reasons, scheduler
+from queue_service.core import end_reasons, resource_model
 from queue_service.core.errors import Refusal
 from queue_service.core.status import Status
 from queue_service.queue import QueueManager
@@ -26,7 +26,7 @@ from queue_service.store.history import (
 from queue_service.store.models import SessionRecord
 
 GIB = 1024**3
-NODE = scheduler.Node("node-1", "default", cpu=64.0, mem=64 * GIB, gpus=())
+NODE = resource_model.Node("node-1", "default", cpu=64.0, mem=64 * GIB, gpus=())
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from queue_service.core.limits import Holding, quota_limits
 from queue_service.core.quota_wording import limit_sentence
-from queue_service.core.scheduler import UNLIMITED, Quota, SlotLimits
+from queue_service.core.resource_model import UNLIMITED, Quota, SlotLimits
 
 GIB = 1024**3
 

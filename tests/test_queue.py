@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import event, update
 
-from queue_service.core import scheduler
+from queue_service.core import placement, resource_model
 from queue_service.core.status import Status
 from queue_service.queue import QueueManager, Refused
 from queue_service.queue_pass import SchedulerSettings
@@ -31,8 +31,8 @@ from queue_service.store.models import SessionRecord
 MIB = 1024**2
 GIB = 1024**3
 GPU = "GPU-00000000-0000-0000-0000-000000000001"
-NODE = scheduler.Node(
-    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(scheduler.Gpu(GPU, 8 * GIB, 80),)
+NODE = resource_model.Node(
+    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(resource_model.Gpu(GPU, 8 * GIB, 80),)
 )
 SETTINGS = SchedulerSettings(units_per_gpu=2)
 #: Fields of a session's view that come from the DB alone (position is the last pass's answer).
@@ -320,7 +320,7 @@ async def test_a_request_that_can_never_fit_ends_as_error(open_manager):
     manager.set_nodes([NODE])
     waiting = [await manager.submit(ask(server=f"s{i}", fgpu=2.0), groups=()) for i in range(2)]
     assert waiting[1]["status"] == Status.PENDING
-    manager.set_nodes([scheduler.Node("small", "default", 4.0, 8 * GIB, ())])
+    manager.set_nodes([resource_model.Node("small", "default", 4.0, 8 * GIB, ())])
     await manager.schedule()
 
     ended = await manager.get(waiting[1]["id"])
@@ -422,7 +422,9 @@ async def test_a_request_that_waits_too_long_times_out(open_manager):
 async def test_a_request_times_out_in_a_pass_about_another_resource_group(open_manager):
     """A pass considers again only the requests its change concerns, but timeouts run over
     every waiting one: a submit elsewhere ends the request that waited too long."""
-    lab = scheduler.Node("node-2", "lab", 4.0, 8 * GIB, (scheduler.Gpu("GPU-lab", 8 * GIB),))
+    lab = resource_model.Node(
+        "node-2", "lab", 4.0, 8 * GIB, (resource_model.Gpu("GPU-lab", 8 * GIB),)
+    )
     settings = SchedulerSettings(units_per_gpu=2, pending_timeout=0.25)
     manager = open_manager(settings, nodes=(NODE, lab))
     asked = [ask(server=f"s{i}", resource_group="default") for i in range(3)]
@@ -629,8 +631,8 @@ async def test_resources_rise_and_fall_by_exactly_the_session(manager):
     assert after["nodes"][0]["gpus"][0]["fraction_free"] == 1.0
 
 
-LAB_NODE = scheduler.Node(
-    "lab-1", "lab", cpu=2.0, mem=4 * GIB, gpus=(scheduler.Gpu("GPU-lab-0", 8 * GIB, 80),)
+LAB_NODE = resource_model.Node(
+    "lab-1", "lab", cpu=2.0, mem=4 * GIB, gpus=(resource_model.Gpu("GPU-lab-0", 8 * GIB, 80),)
 )
 
 
@@ -884,7 +886,9 @@ async def test_a_pass_wakes_only_the_waiters_whose_record_changed(open_manager):
     """A release that grants one waiting request must not wake a waiter elsewhere in the queue
     whose record stays as it was (with 2,000 waiters, waking all made every pass slow)."""
     other_gpu = "GPU-00000000-0000-0000-0000-000000000002"
-    other = scheduler.Node("node-2", "busy", 4.0, 8 * GIB, (scheduler.Gpu(other_gpu, 8 * GIB),))
+    other = resource_model.Node(
+        "node-2", "busy", 4.0, 8 * GIB, (resource_model.Gpu(other_gpu, 8 * GIB),)
+    )
     manager = open_manager(nodes=(NODE, other))
     busy = {"resource_group": "busy", "fgpu": 2.0}
     await manager.submit(ask(user="holder", **busy), groups=())
@@ -967,7 +971,9 @@ async def test_a_view_follows_a_new_inventory_though_its_record_stayed_the_same(
     engine answered, a node changed) must still reach them."""
     granted = await manager.submit(ask(), groups=())
     assert (await manager.get(granted["id"]))["gpu_memory"] == {GPU: 8 * GIB}
-    bigger = scheduler.Node("node-1", "default", 4.0, 8 * GIB, (scheduler.Gpu(GPU, 16 * GIB),))
+    bigger = resource_model.Node(
+        "node-1", "default", 4.0, 8 * GIB, (resource_model.Gpu(GPU, 16 * GIB),)
+    )
     manager.set_nodes([bigger])
     await manager.schedule()
     assert (await manager.get(granted["id"]))["gpu_memory"] == {GPU: 16 * GIB}
@@ -1002,12 +1008,12 @@ GROUPS_OF_NODES = {
     "c": [("c1", 0), ("c2", 1)],
 }
 RANDOM_NODES = tuple(
-    scheduler.Node(
+    resource_model.Node(
         name,
         group,
         cpu=2.0,
         mem=4 * GIB,
-        gpus=tuple(scheduler.Gpu(f"GPU-{name}-{i}", 8 * GIB) for i in range(gpus)),
+        gpus=tuple(resource_model.Gpu(f"GPU-{name}-{i}", 8 * GIB) for i in range(gpus)),
     )
     for group, nodes in GROUPS_OF_NODES.items()
     for name, gpus in nodes
@@ -1132,7 +1138,7 @@ async def test_the_incremental_pass_decides_as_a_pass_over_every_request(
     quotas = await random_quotas(rng)
     settings = SchedulerSettings(
         units_per_gpu=2,
-        placement=rng.choice(scheduler.PLACEMENTS),
+        placement=rng.choice(placement.PLACEMENTS),
         max_skips=rng.choice([1, 2, 3]),
         pending_timeout=0,
     )

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from queue_service.app import QueueService
-from queue_service.core import scheduler
+from queue_service.core import admission, resource_model
 from queue_service.quotas import (
     DEFAULT_USER_QUOTA,
     QUOTA_PROPERTY,
@@ -45,8 +45,8 @@ def test_a_full_quota():
         },
         "group students",
     )
-    assert quota == scheduler.Quota(
-        max_slots=scheduler.SlotLimits(cpu=8.0, mem=16 * GIB, fgpu=2.5),
+    assert quota == resource_model.Quota(
+        max_slots=resource_model.SlotLimits(cpu=8.0, mem=16 * GIB, fgpu=2.5),
         max_sessions=4,
         max_pending=3,
         resource_groups=("default", "gpu-lab"),
@@ -55,8 +55,8 @@ def test_a_full_quota():
 
 def test_no_property_is_no_quota_and_an_empty_one_limits_nothing():
     assert parse_quota(None, "group students") is None
-    assert parse_quota({}, "group students") == scheduler.UNLIMITED
-    assert parse_quota({"cpu": None, "mem": None}, "x") == scheduler.UNLIMITED
+    assert parse_quota({}, "group students") == resource_model.UNLIMITED
+    assert parse_quota({"cpu": None, "mem": None}, "x") == resource_model.UNLIMITED
 
 
 @pytest.mark.parametrize(
@@ -145,9 +145,9 @@ async def test_an_infinite_group_quota_does_not_break_admission():
     book = QuotaBook()
     hub = FakeHub({"students": {QUOTA_PROPERTY: {"cpu": "inf"}}})
     await book.refresh({"name": "carol", "groups": ["students"]}, hub)
-    request = scheduler.Request("r1", "carol", ("students",), scheduler.Slots(1, GIB, 0))
-    node = scheduler.Node("node-1", "default", 4, 8 * GIB)
-    assert scheduler.admission_error(request, [node], book.snapshot()) is None
+    request = resource_model.Request("r1", "carol", ("students",), resource_model.Slots(1, GIB, 0))
+    node = resource_model.Node("node-1", "default", 4, 8 * GIB)
+    assert admission.admission_error(request, [node], book.snapshot()) is None
 
 
 # -- QuotaBook ---------------------------------------------------------------------------------
@@ -156,12 +156,12 @@ async def test_an_infinite_group_quota_does_not_break_admission():
 def test_the_default_user_quota_is_config():
     book = QuotaBook(user_default={"fgpu": 2, "mem": "8G", "sessions": 3})
     snapshot = book.snapshot()
-    assert snapshot.default_user == scheduler.Quota(
-        max_slots=scheduler.SlotLimits(fgpu=2.0, mem=8 * GIB), max_sessions=3
+    assert snapshot.default_user == resource_model.Quota(
+        max_slots=resource_model.SlotLimits(fgpu=2.0, mem=8 * GIB), max_sessions=3
     )
     assert snapshot.for_user("anyone") == snapshot.default_user
     assert snapshot.groups == {}
-    assert QuotaBook().snapshot().default_user == scheduler.UNLIMITED
+    assert QuotaBook().snapshot().default_user == resource_model.UNLIMITED
 
 
 def test_a_malformed_default_user_quota_fails_at_start():
@@ -187,7 +187,7 @@ async def test_refresh_records_groups_and_their_quotas():
     snapshot = book.snapshot()
     assert set(snapshot.groups) == {"students", "gpu-lab"}  # "everyone" has no quota
     assert snapshot.groups["students"].resource_groups == ("default",)
-    assert snapshot.for_group("everyone") == scheduler.UNLIMITED
+    assert snapshot.for_group("everyone") == resource_model.UNLIMITED
 
     # The tightest of the user's own quota and every group's, field by field.
     assert book.user_limit("carol", book.groups_of("carol")) == {

@@ -20,7 +20,7 @@ from fgpu_spawner.container_spec import ContainerContext, session_labels
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from queue_service import reconciler as reconciler_module
-from queue_service.core import scheduler
+from queue_service.core import resource_model
 from queue_service.core.status import Status
 from queue_service.engine.session_containers import SESSION_LABEL, DockerSessionLister
 from queue_service.queue import QueueManager, Refused
@@ -34,8 +34,8 @@ from .harness import TEST_LABEL, containers_with, remove_containers
 
 pytestmark = pytest.mark.docker
 GIB = 1024**3
-NODE = scheduler.Node(
-    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(scheduler.Gpu("GPU-r-0", 8 * GIB, 80),)
+NODE = resource_model.Node(
+    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(resource_model.Gpu("GPU-r-0", 8 * GIB, 80),)
 )
 IMAGE = "fgpu/jupyter-base:py3.11"
 

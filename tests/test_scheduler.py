@@ -1,17 +1,16 @@
-"""The scheduler core on its own: placement, queue order, quotas, admission, and its invariants."""
+"""The scheduling pass on its own: placement, queue order, quotas, reasons, and its invariants."""
 
 from __future__ import annotations
 
-import itertools
 import math
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from queue_service.core.scheduler import (
-    NO_QUOTAS,
+from queue_service.core.admission import admission_error
+from queue_service.core.free_capacity import free_capacity
+from queue_service.core.resource_model import (
     QUANTA_PER_GPU,
     Allocation,
     Gpu,
@@ -21,35 +20,12 @@ from queue_service.core.scheduler import (
     Request,
     SlotLimits,
     Slots,
-    _Need,
-    _NodeState,
-    _slices_on_node,
-    admission_error,
     fraction_quanta,
-    free_capacity,
     gpu_quanta,
-    pending_timeouts,
-    reconsidered,
-    schedule,
 )
+from queue_service.core.scheduler import schedule
 
-GIB = 2**30
-_seq = itertools.count(1)
-
-
-def node(name="node-0", gpus=1, cpu=16.0, mem=64 * GIB, group="default") -> Node:
-    return Node(
-        name, group, cpu, mem, tuple(Gpu(f"{name}-gpu{i}", 8 * GIB, 80) for i in range(gpus))
-    )
-
-
-def req(rid, fgpu=0.0, cpu=1.0, mem=GIB, user="alice", groups=(), rg=None, skips=0, seq=None):
-    seq = next(_seq) if seq is None else seq
-    return Request(rid, user, groups, Slots(cpu, mem, fgpu), rg, seq, skips)
-
-
-def held(rid, node_name, gpus, fgpu, cpu=1.0, mem=GIB, user="someone", groups=()) -> Allocation:
-    return Allocation(rid, user, groups, Slots(cpu, mem, fgpu), node_name, gpus)
+from .core_values import GIB, held, node, req
 
 
 def placed_ids(result) -> list[str]:
@@ -386,22 +362,6 @@ def test_session_quota_counts_running_sessions_of_user_and_group():
     )
 
 
-def test_pending_count_quota_refuses_at_admission():
-    quotas = Quotas(users={"ann": Quota(max_pending=2)}, groups={"class": Quota(max_pending=3)})
-    nodes = [node()]
-    waiting = [req("p1", user="ann"), req("p2", user="ann")]
-    assert admission_error(req("p3", user="ann"), nodes, quotas, pending=waiting) == (
-        "Your quota allows 2 pending requests at a time, and 2 are waiting. "
-        "Cancel one, or wait for it to start."
-    )
-    assert admission_error(req("p2", user="ann"), nodes, quotas, pending=waiting[:1]) is None
-    in_class = [req(f"c{i}", user=f"u{i}", groups=("class",)) for i in range(3)]
-    error = admission_error(
-        req("c9", user="zed", groups=("class",)), nodes, quotas, pending=in_class
-    )
-    assert error.startswith("Group 'class' quota allows 3 pending requests")
-
-
 def test_resource_groups_are_granted_by_any_of_the_users_groups():
     nodes = [node("d", group="default"), node("g", group="gpu")]
     quotas = Quotas(
@@ -430,59 +390,7 @@ def test_user_quota_narrows_the_resource_groups():
 
 
 # ---------------------------------------------------------------------------------------------
-# Admission: what can never fit is refused at once
-
-
-def test_admission_refuses_a_request_bigger_than_any_node():
-    nodes = [node("a", gpus=2, cpu=8, mem=16 * GIB), node("b", gpus=1, cpu=32, mem=8 * GIB)]
-    # Each dimension fits some node, but no node holds all three at once.
-    error = admission_error(req("r", fgpu=1.5, cpu=16, mem=4 * GIB), nodes)
-    assert error == (
-        "This request can never start: it asks for 16 CPU cores, 4G memory and 1.5 fGPU, but no "
-        "node in resource group 'default' is that big. The most any node there has is "
-        "32 CPU cores, 16G memory and 2 fGPU."
-    )
-    assert admission_error(req("ok", fgpu=1.5, cpu=8), nodes) is None
-
-
-def test_admission_counts_fgpu_against_the_nodes_gpus():
-    nodes = [node(gpus=2)]
-    assert admission_error(req("r", fgpu=4), nodes, units_per_gpu=2) is None
-    assert "4.5 fGPU" in admission_error(req("r", fgpu=4.5), nodes, units_per_gpu=2)
-
-
-def test_admission_refuses_above_a_quota_maximum():
-    quotas = Quotas(
-        users={"ann": Quota(max_slots=SlotLimits(fgpu=1))},
-        groups={"class": Quota(max_slots=SlotLimits(cpu=2, mem=2 * GIB))},
-    )
-    nodes = [node(gpus=4)]
-    assert admission_error(req("r", fgpu=1.5, user="ann"), nodes, quotas) == (
-        "This request can never start: it asks for 1.5 fGPU, and your quota is 1 fGPU in all."
-    )
-    assert admission_error(req("r", cpu=4, user="bo", groups=("class",)), nodes, quotas) == (
-        "This request can never start: it asks for 4 CPU cores, "
-        "and group 'class' quota is 2 CPU cores in all."
-    )
-    assert "8G memory" in admission_error(req("r", mem=8 * GIB, groups=("class",)), nodes, quotas)
-    no_sessions = Quotas(default_user=Quota(max_sessions=0))
-    assert admission_error(req("r"), nodes, no_sessions) == (
-        "This request can never start: your quota allows no sessions."
-    )
-
-
-def test_admission_refuses_unknown_resource_groups_and_empty_slots():
-    nodes = [node(group="default")]
-    assert admission_error(req("r", rg="nope"), nodes) == (
-        "There is no resource group 'nope'. The resource groups are: 'default'."
-    )
-    assert (
-        admission_error(req("r", cpu=0), nodes) == "A session needs some CPU; 0 cores were asked."
-    )
-    quotas = Quotas(default_user=Quota(resource_groups=("elsewhere",)))
-    assert admission_error(req("r"), nodes, quotas) == (
-        "None of the resource groups you may use has any nodes."
-    )
+# What can no longer fit is refused in a pass; unknown settings are refused
 
 
 def test_schedule_refuses_requests_that_can_no_longer_fit():
@@ -503,47 +411,6 @@ def test_schedule_rejects_unknown_settings():
         schedule([node()], [], [], placement="worst_fit")
     with pytest.raises(ValueError):
         schedule([node()], [], [], units_per_gpu=0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers: timeouts, free capacity, slots
-
-
-def test_pending_timeouts_with_seconds_and_datetimes():
-    enqueued = {"old": 100.0, "new": 190.0, "older": 50.0}
-    assert pending_timeouts(enqueued, now=200.0, timeout=60) == ("older", "old")
-    assert pending_timeouts(enqueued, now=200.0, timeout=None) == ()
-    assert pending_timeouts(enqueued, now=200.0, timeout=0) == ()
-    start = datetime(2026, 1, 1, tzinfo=UTC)
-    stamps = {"a": start, "b": start + timedelta(minutes=9)}
-    assert pending_timeouts(stamps, start + timedelta(minutes=10), timedelta(minutes=5)) == ("a",)
-
-
-def test_free_capacity_per_node_and_gpu():
-    nodes = [node("a", gpus=2, cpu=8, mem=16 * GIB)]
-    allocations = [held("x", "a", {"a-gpu0": 1.0, "a-gpu1": 0.25}, 2.5, cpu=3, mem=4 * GIB)]
-    (free,) = free_capacity(nodes, allocations, units_per_gpu=2)
-    assert (free.cpu_free, free.mem_free) == (5.0, 12 * GIB)
-    assert [(g.uuid, g.fraction_free, g.fgpu_free) for g in free.gpus] == [
-        ("a-gpu0", 0.0, 0.0),
-        ("a-gpu1", 0.75, 1.5),
-    ]
-    assert free.fgpu_free == 1.5
-
-
-def test_slots_arithmetic_and_fit():
-    a, b = Slots(1.5, GIB, 0.5), Slots(0.5, GIB, 0.25)
-    assert a + b == Slots(2.0, 2 * GIB, 0.75)
-    assert a - b == Slots(1.0, 0, 0.25)
-    assert Slots(0.1 + 0.2, 1, 0.3).fits_in(Slots(0.3, 1, 0.1 + 0.2))
-    assert not Slots(0.301, 1, 0).fits_in(Slots(0.3, 1, 0))
-
-
-def test_gpu_quanta_round_and_never_vanish():
-    assert gpu_quanta(1, 2) == QUANTA_PER_GPU // 2
-    assert gpu_quanta(0.4, 1) == 4000
-    assert gpu_quanta(1e-9, 1) == 1
-    assert gpu_quanta(0, 1) == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -775,23 +642,6 @@ def test_without_a_skip_bound_nothing_waits_that_would_fit(cluster, placement, u
 # The shortcuts a pass takes for speed (P1) answer as the long way does
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    free=st.lists(
-        st.sampled_from([0, 1, 1000, 2500, 4999, 5000, 9999, QUANTA_PER_GPU]), max_size=6
-    ),
-    fgpu=st.sampled_from([0.1, 0.25, 0.5, 0.9999, 1, 1.2, 1.5, 2, 2.5, 3, 4.5]),
-    units=st.sampled_from([1, 2, 5]),
-)
-def test_a_nodes_gpu_counts_tell_whether_its_gpus_hold_a_request(free, fgpu, units):
-    """`holds_gpus` (two counts) says what `_slices_on_node` (a walk over the GPUs) finds."""
-    need = _Need(Slots(1.0, GIB, fgpu), units)
-    gpus = tuple(Gpu(f"g{i}") for i in range(len(free)))
-    state = _NodeState(0, Node("n", "default", 8.0, 8 * GIB, gpus), 8000, 8 * GIB, list(free))
-    slices = _slices_on_node(state.free, need)
-    assert state.holds_gpus(need) == (slices is not None)
-
-
 def test_requests_of_one_size_in_different_resource_groups_get_their_own_reasons():
     nodes = [node("a", group="ra"), node("b", group="rb")]
     allocations = [held("h-a", "a", {"a-gpu0": 1.0}, 1), held("h-b", "b", {"b-gpu0": 0.7}, 0.7)]
@@ -801,45 +651,3 @@ def test_requests_of_one_size_in_different_resource_groups_get_their_own_reasons
     assert result.waiting["in-b"].reason == (
         "waiting for 0.5 fGPU; the most free on one GPU is 0.3 fGPU (gpu-0 on b)"
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Which requests a pass considers again (issue 12: a release reaches the next grant at once
-# with thousands waiting elsewhere)
-
-
-def ids_reconsidered(pending, quotas=NO_QUOTAS, groups=("a", "b", "c"), dirty=(), users=None):
-    return [r.id for r in reconsidered(pending, quotas, groups, dirty, users or {})]
-
-
-def test_a_change_in_one_resource_group_concerns_only_the_requests_there():
-    pending = [req("a1", rg="a", user="u1"), req("b1", rg="b", user="u2"), req("a2", rg="a")]
-    assert ids_reconsidered(pending, dirty={"a"}) == ["a1", "a2"]
-    assert ids_reconsidered(pending, dirty={"c"}) == []
-    # A request free to go anywhere joins every group, and a change to one of those (None) all.
-    anywhere = [*pending, req("any", user="u3")]
-    assert ids_reconsidered(anywhere, dirty={"c"}) == ["a1", "b1", "a2", "any"]
-    assert ids_reconsidered(pending, dirty={None}) == ["a1", "b1", "a2"]
-
-
-def test_a_quota_joins_the_requests_checked_against_it():
-    pending = [
-        req("a-u1", rg="a", user="u1"),
-        req("b-u1", rg="b", user="u1"),
-        req("c-u2", rg="c", user="u2", groups=("lab",)),
-        req("b-u3", rg="b", user="u3", groups=("lab",)),
-    ]
-    # No quota limits anything: each resource group stands alone.
-    assert ids_reconsidered(pending, dirty={"a"}) == ["a-u1"]
-    # A user quota joins that user's requests, in whichever group: a release in group a (or a
-    # slice of u1's anywhere) frees quota for u1's request in group b, and so all of b.
-    limited = Quotas(default_user=Quota(max_slots=SlotLimits(fgpu=2)))
-    assert ids_reconsidered(pending, limited, dirty={"a"}) == ["a-u1", "b-u1", "b-u3"]
-    assert ids_reconsidered(pending, limited, users={"u2": ("lab",)}) == ["c-u2"]
-    # A hub group's quota joins its members' requests.
-    lab = Quotas(groups={"lab": Quota(max_sessions=2)})
-    assert ids_reconsidered(pending, lab, dirty={"c"}) == ["b-u1", "c-u2", "b-u3"]
-    assert ids_reconsidered(pending, lab, users={"u9": ("lab",)}) == ["b-u1", "c-u2", "b-u3"]
-    # A quota that only names resource groups is read at admission, never against usage.
-    groups_only = Quotas(default_user=Quota(resource_groups=("a", "b")))
-    assert ids_reconsidered(pending, groups_only, dirty={"a"}) == ["a-u1"]

@@ -11,7 +11,7 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from sqlalchemy import delete, event, func, select, update
 
-from queue_service.core import scheduler
+from queue_service.core import resource_model
 from queue_service.core.status import Status
 from queue_service.core.usage import GIB, Figures, total
 from queue_service.queue import QueueManager, Refused
@@ -23,8 +23,8 @@ from queue_service.store.usage import UsageBook
 
 MIB = 1024**2
 GPU = "GPU-00000000-0000-0000-0000-000000000001"
-NODE = scheduler.Node(
-    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(scheduler.Gpu(GPU, 8 * GIB, 80),)
+NODE = resource_model.Node(
+    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(resource_model.Gpu(GPU, 8 * GIB, 80),)
 )
 SETTINGS = SchedulerSettings(units_per_gpu=2)
 MONDAY = date(2026, 11, 23)

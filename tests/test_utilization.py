@@ -8,13 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from queue_service.core import scheduler, utilization
+from queue_service.core import resource_model, utilization
 from queue_service.core.utilization import FIELDS, Sample, as_json, average, buckets, measure, thin
 
 GIB = 1024**3
 NODES = [
-    scheduler.Node("a", "default", 4.0, 16 * GIB, (scheduler.Gpu("G1"), scheduler.Gpu("G2"))),
-    scheduler.Node("b", "default", 2.5, 8 * GIB, ()),
+    resource_model.Node(
+        "a", "default", 4.0, 16 * GIB, (resource_model.Gpu("G1"), resource_model.Gpu("G2"))
+    ),
+    resource_model.Node("b", "default", 2.5, 8 * GIB, ()),
 ]
 T0 = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ import pytest
 from alembic import command
 from sqlalchemy import func, inspect, select
 
-from queue_service.core import scheduler
+from queue_service.core import resource_model
 from queue_service.core.utilization import FIELDS
 from queue_service.queue import QueueManager
 from queue_service.queue_pass import SchedulerSettings
@@ -23,8 +23,8 @@ from queue_service.store.utilization import BUCKETED, RAW, UtilizationLog, clust
 GIB = 1024**3
 MIB = 1024**2
 GPU = "GPU-00000000-0000-0000-0000-000000000001"
-NODE = scheduler.Node(
-    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(scheduler.Gpu(GPU, 8 * GIB),)
+NODE = resource_model.Node(
+    "node-1", "default", cpu=4.0, mem=8 * GIB, gpus=(resource_model.Gpu(GPU, 8 * GIB),)
 )
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 

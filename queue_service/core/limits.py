@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from queue_service.core.quota_wording import limit_sentence
-from queue_service.core.scheduler import Quota
+from queue_service.core.resource_model import Quota
 
 #: The order a page lists them in: what stops a launch outright first.
 KINDS = ("sessions", "pending", "fgpu", "cpu", "mem")

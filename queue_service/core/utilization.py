@@ -49,7 +49,7 @@ class Sample:
 def measure(
     nodes: Iterable, records: Iterable, usage: Mapping[str, dict | None], units_per_gpu: int
 ) -> dict[str, float | None]:
-    """The figures of one sample: `nodes` (scheduler.Node: cpu, mem, gpus), the active
+    """The figures of one sample: `nodes` (resource_model.Node: cpu, mem, gpus), the active
     `records` (id, status, cpu, mem, fgpu) and the live `usage` of running sessions by id
     (stats.Usage as a dict, or None while unknown)."""
     nodes, records = list(nodes), list(records)
