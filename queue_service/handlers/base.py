@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the service's parts, as QueueService.init_app puts them in 
     from queue_service.engine.container_calls import ContainerLocks
     from queue_service.engine.node_identity import NodeIdentity
     from queue_service.engine.node_reports import NodeReports
+    from queue_service.folders import Folders
     from queue_service.health import HealthMonitor
     from queue_service.hub_client import HubClient
     from queue_service.image_builds import BackgroundBuilds
@@ -151,6 +152,10 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     @property
     def utilization(self) -> UtilizationLog:
         return self.settings["utilization"]
+
+    @property
+    def folders(self) -> Folders:
+        return self.settings["folders"]
 
     @property
     def images(self) -> ImageStore:

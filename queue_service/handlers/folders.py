@@ -51,10 +51,6 @@ def routes(prefix: str) -> list:
 
 
 class FolderAPIHandler(BaseHandler):
-    @property
-    def folders(self):
-        return self.settings["folders"]
-
     async def reader(self) -> Reader:
         person = await self.person()
         await self.refresh_quotas(person)  # the storage quotas of the person's groups, now
@@ -83,7 +79,7 @@ class FoldersHandler(FolderAPIHandler):
     async def get_for_spawn_form(self) -> None:
         """The spawner's read, for its form's folder picker: `?user=NAME`'s folders (own and
         shared with them) as the hub has that user now. No other service reads folders."""
-        if self.identity().get("name") != self.settings["spawner_service"]:
+        if self.identity().get("name") != self.spawner_service:
             raise web.HTTPError(403, "Only users and the hub's spawner read folders.")
         name = self.get_argument("user", "")
         if not name:

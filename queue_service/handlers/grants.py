@@ -30,10 +30,6 @@ MAX_WAIT = 60
 class SpawnerHandler(BaseHandler):
     """Admits the spawner's identity alone, once for every method of its handlers."""
 
-    @property
-    def folders(self):
-        return self.settings["folders"]
-
     async def admit(self) -> None:
         await super().admit()
         identity = self.identity()

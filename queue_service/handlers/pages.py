@@ -232,7 +232,7 @@ class StoragePage(PageHandler):
             # Uploads go in chunks of this size: the largest body api/folders/{id}/files takes.
             "chunkBytes": CHUNK_BYTES,
             # How long a deleted folder is kept, for the delete dialog to say.
-            "graceDays": self.settings["folders"].grace / (24 * 3600),
+            "graceDays": self.folders.grace / (24 * 3600),
         }
         self.render_page("storage.html", person, page_config=config)
 
