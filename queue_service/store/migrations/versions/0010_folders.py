@@ -21,7 +21,7 @@ def upgrade() -> None:
         sa.Column("name", sa.String(64), nullable=False),
         sa.Column("owner", sa.String(255), nullable=False),
         sa.Column("account", sa.String(32), nullable=False),
-        sa.Column("created", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("created", sa.DateTime(timezone=True), nullable=False),
         sa.Column("size_bytes", sa.BigInteger, nullable=False),
         sa.Column("files", sa.Integer, nullable=False),
         sa.Column("modified", sa.DateTime(timezone=True), nullable=True),
@@ -37,7 +37,7 @@ def upgrade() -> None:
         sa.Column("account", sa.String(32), nullable=False),
         sa.Column("group", sa.String(255), nullable=True),
         sa.Column("permission", sa.String(2), nullable=False),
-        sa.Column("created", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("created", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_index("ix_folder_shares_folder", "folder_shares", ["folder_id"])
     op.create_index("ix_folder_shares_user", "folder_shares", ["user"])
