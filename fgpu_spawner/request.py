@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from fgpu_shared.units import format_size, parse_amount, parse_positive_size
 from image_catalog import Catalog
 from image_catalog.launch_options import (
+    LAUNCH_OPTIONS,
     OptionError,
     check_env,
     check_folders,
@@ -19,18 +20,7 @@ from image_catalog.launch_options import (
     resolve_preset,
 )
 
-KNOWN_OPTIONS = (
-    "image",
-    "cpu",
-    "mem",
-    "fgpu",
-    "resource_group",
-    "name",
-    "env",
-    "folders",
-    "preset",
-    "request_key",
-)
+KNOWN_OPTIONS = (*LAUNCH_OPTIONS, "request_key")
 _REQUEST_KEY_RE = re.compile(r"[0-9a-f]{32}")
 
 

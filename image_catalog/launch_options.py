@@ -71,6 +71,21 @@ RESERVED_NAMES = frozenset(
 )
 
 
+#: What a launch may say, on the form and in `POST api/sessions` alike (the spawner adds its
+#: `request_key`).
+LAUNCH_OPTIONS = (
+    "image",
+    "cpu",
+    "mem",
+    "fgpu",
+    "resource_group",
+    "name",
+    "env",
+    "folders",
+    "preset",
+)
+
+
 class OptionError(ValueError):
     """A launch option that is refused; the message says why and what is allowed."""
 

@@ -28,6 +28,7 @@ import uuid
 
 from fgpu_shared.units import parse_amount, parse_positive_size
 from image_catalog.launch_options import (
+    LAUNCH_OPTIONS,
     NAME_MAX,
     OptionError,
     check_env,
@@ -48,17 +49,6 @@ log = logging.getLogger(__name__)
 #: within its slow-spawn timeout (10 s) anyway.
 FIRST_CLAIM_TIMEOUT = 15.0
 #: The options a launch takes (besides `count`), as in contract 3.
-LAUNCH_OPTIONS = (
-    "image",
-    "cpu",
-    "mem",
-    "fgpu",
-    "resource_group",
-    "name",
-    "env",
-    "folders",
-    "preset",
-)
 _SLOT_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
 
 
