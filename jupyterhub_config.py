@@ -174,11 +174,11 @@ queue_host = (
     else "127.0.0.1"
 )
 # Storage folders: beside the homes on the shared storage in Swarm mode, so that every node
-# binds the same directory; else in the state directory.
+# binds the same directory; else the service's default, in the state directory.
 folders_root = os.environ.get("FGPU_FOLDERS_ROOT") or (
     os.path.join(os.environ["FGPU_SWARM_HOME_ROOT"], ".folders")
     if os.environ.get("FGPU_SWARM_HOME_ROOT")
-    else os.path.join(os.getcwd(), "fgpu-folders")
+    else ""
 )
 queue_url = f"http://{queue_host}:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
@@ -271,7 +271,6 @@ c.JupyterHub.services = [
             f"--QueueService.lifetime_warning={end_warning}",
             # The heavy framework images are built behind the hub (queue_service/image_builds.py).
             f"--QueueService.build_in_background={build_images}",
-            f"--QueueService.folders_root={folders_root}",
         ],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
@@ -321,6 +320,9 @@ if node_agent_url:
     if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
         socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
         queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")
+if folders_root:
+    (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
+    queue_service["command"].append(f"--QueueService.folders_root={folders_root}")
 # The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a
 # shell's `cmd &` (scripts/up in the background) passes SIGINT on ignored, and the culler, which
 # sets no handler of its own, would hold every shutdown up for those 10 s. So it gets Python's

@@ -410,3 +410,19 @@ def test_a_bad_idle_setting_stops_the_hub_with_a_message(monkeypatch, name, valu
     monkeypatch.setenv(name, value)
     with pytest.raises(SystemExit, match="FGPU_IDLE_TIMEOUT must be whole seconds"):
         load_shipped_config()
+
+
+def test_storage_folders_live_on_the_shared_storage_in_swarm_mode_else_by_default(
+    monkeypatch, state_dir
+):
+    def folders_args():
+        (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
+        return [a for a in queue["command"] if a.startswith("--QueueService.folders_root")]
+
+    # The service's own default (relative: its state directory); no path on the command line.
+    assert folders_args() == []
+    monkeypatch.setenv("FGPU_FOLDERS_ROOT", "/data/folders")
+    assert folders_args() == ["--QueueService.folders_root=/data/folders"]
+    monkeypatch.delenv("FGPU_FOLDERS_ROOT")
+    monkeypatch.setenv("FGPU_SWARM_HOME_ROOT", "/srv/homes")
+    assert folders_args() == ["--QueueService.folders_root=/srv/homes/.folders"]
