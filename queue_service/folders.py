@@ -95,10 +95,10 @@ class Folders:
         return self.store.rename(folder_id, folder_name(name), reader)
 
     def remove(self, reader: Reader, folder_id: str) -> dict:
-        self.store.get(folder_id, reader)  # 404 before anything moves
-        folder = self.store.remove(folder_id, reader, trash_name=f"{folder_id}.pending")
-        trash_name = self.files.trash(folder_id)
-        self.store.note_trash(folder_id, trash_name)
+        # The record first: a folder the reader may not remove is refused before anything moves.
+        trash_name = self.files.trash_name(folder_id)
+        folder = self.store.remove(folder_id, reader, trash_name=trash_name)
+        self.files.trash(folder_id, name=trash_name)
         return folder
 
     def purge(self, now: float | None = None) -> list[str]:
@@ -188,25 +188,25 @@ class Folders:
         # Counted against the owner's quotas; a writer of a shared folder fills the owner's.
         self._refuse_past_quota(self._owner_of(folder, reader), len(data))
         size = self.files.write(folder_id, parts, data, offset)
-        self._changed(folder_id)
+        self.measure(folder_id)
         return size
 
     def make_directory(self, reader: Reader, folder_id: str, path: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         self.files.make_directory(folder_id, parts)
-        self._changed(folder_id)
+        self.measure(folder_id)
 
     def rename_path(self, reader: Reader, folder_id: str, path: str, to: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         if not isinstance(to, str):
             raise Refusal('Say the new path as text: {"to": "..."}.', "invalid")
         self.files.rename(folder_id, parts, path_parts(to))
-        self._changed(folder_id)
+        self.measure(folder_id)
 
     def remove_path(self, reader: Reader, folder_id: str, path: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         self.files.remove(folder_id, parts)
-        self._changed(folder_id)
+        self.measure(folder_id)
 
     def _owner_of(self, folder: dict, reader: Reader) -> Reader:
         if folder["own"]:
@@ -227,9 +227,6 @@ class Folders:
         found = self.files.measure(folder_id)
         modified = datetime.fromtimestamp(found.modified, UTC)
         self.store.record_measure(folder_id, found.bytes, found.files, modified)
-
-    def _changed(self, folder_id: str) -> None:
-        self.measure(folder_id)
 
     def _reach(self, reader: Reader, folder_id: str, path: str, needs: str):
         """The folder and the path's parts, if the reader may `needs` ("ro" or "rw") there."""

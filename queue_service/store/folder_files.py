@@ -68,10 +68,15 @@ class FolderFiles:
         """Remove a folder's directory made a moment ago, while it is still empty."""
         os.rmdir(self.root / folder_id)
 
-    def trash(self, folder_id: str, now: float | None = None) -> str:
+    @staticmethod
+    def trash_name(folder_id: str, now: float | None = None) -> str:
+        """The name a folder's directory is kept under in the trash: its id and when."""
+        return f"{folder_id}.{int(now if now is not None else time.time())}"
+
+    def trash(self, folder_id: str, now: float | None = None, name: str = "") -> str:
         """Move the folder's directory aside (kept for a grace period); its trash name."""
         (self.root / TRASH).mkdir(mode=0o700, exist_ok=True)
-        name = f"{folder_id}.{int(now if now is not None else time.time())}"
+        name = name or self.trash_name(folder_id, now)
         with contextlib.suppress(FileNotFoundError):  # nothing written yet: nothing to keep
             os.rename(self.root / folder_id, self.root / TRASH / name)
         return name

@@ -171,10 +171,6 @@ class FolderStore:
             db.execute(delete(FolderShare).where(FolderShare.folder_id == folder_id))
             return _view(record, [], reader)
 
-    def note_trash(self, folder_id: str, trash_name: str) -> None:
-        with self._writing, self.db.begin() as db:
-            db.get(FolderRecord, folder_id).trash_name = trash_name
-
     def share(
         self, folder_id: str, reader: Reader, target: dict, permission: str
     ) -> tuple[dict, bool]:
