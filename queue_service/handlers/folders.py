@@ -157,8 +157,10 @@ class SharesHandler(FolderAPIHandler):
                 raise web.HTTPError(400, f"The hub has no user {user!r}.")
             return {"user": user, "account": Account.of({"name": user, "created": created}).key}
         try:
-            await self.hub.group(group)
-        except Exception:
+            await self.from_hub(self.hub.group(group))
+        except web.HTTPError as e:
+            if e.status_code != 404:  # the hub failed or is away: its answer, not "no group"
+                raise
             raise web.HTTPError(400, f"The hub has no group {group!r}.") from None
         return {"group": group}
 
