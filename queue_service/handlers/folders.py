@@ -51,9 +51,12 @@ def routes(prefix: str) -> list:
 
 
 class FolderAPIHandler(BaseHandler):
-    async def reader(self) -> Reader:
+    async def reader(self, with_quotas: bool = False) -> Reader:
+        """The caller; `with_quotas` first reads their groups' storage quotas from the hub, for
+        what adds bytes (a new folder, an upload), not for every read."""
         person = await self.person()
-        await self.refresh_quotas(person)  # the storage quotas of the person's groups, now
+        if with_quotas:
+            await self.refresh_quotas(person)
         return Reader.of(person)
 
     async def run(self, call, *args):
@@ -90,7 +93,7 @@ class FoldersHandler(FolderAPIHandler):
 
     @web.authenticated
     async def post(self):
-        reader = await self.reader()
+        reader = await self.reader(with_quotas=True)
         name = self.body().get("name")
         self.write_json(await self.run(self.folders.create, reader, name), 201)
 
@@ -218,7 +221,7 @@ class FilesHandler(FolderAPIHandler):
 
     @web.authenticated
     async def put(self, folder_id, path):
-        reader = await self.reader()
+        reader = await self.reader(with_quotas=True)
         offset = query_args.whole(self.get_argument("offset", ""), "offset", 0, 0)
         data = self.raw_body()
         size = await self.run(self.folders.write, reader, folder_id, path, data, offset)
