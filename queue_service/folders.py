@@ -25,7 +25,7 @@ from queue_service.core.errors import Refusal
 from queue_service.core.folder_names import folder_name, path_parts, permission
 from queue_service.store.accounts import Account
 from queue_service.store.folder_files import FolderFiles
-from queue_service.store.folders import FolderStore, Reader
+from queue_service.store.folders import FolderStore, Reader, pick_named
 
 #: Where a chosen folder appears in a session, under its home folder: `~/folders/<name>`.
 #: Automount folders appear at `~/<name>` (`~/.local`, `~/.cache`).
@@ -118,8 +118,9 @@ class Folders:
         """What a session of the reader mounts: the folders named (by id or name) and the
         reader's own automount folders, each with its directory (`source`), where it appears
         under the session's home folder (`path`) and whether it is read-only."""
-        chosen = self.store.named(keys, reader)
-        automount = [f for f in self.store.visible(reader) if f["own"] and f["automount"]]
+        visible = self.store.visible(reader)  # read once: the grant path runs this per spawn
+        chosen = pick_named(visible, keys)
+        automount = [f for f in visible if f["own"] and f["automount"]]
         # Past a storage quota, one's own folders are mounted read-only until there is room.
         past_quota = self.over_quota(reader)
         mounts = {}

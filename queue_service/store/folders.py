@@ -74,16 +74,7 @@ class FolderStore:
 
     def named(self, names: Iterable[str], reader: Reader) -> list[dict]:
         """The folders the reader may see, by id or name (own names first, then shared ones)."""
-        visible = self.visible(reader)
-        found = []
-        for key in names:
-            match = [f for f in visible if f["id"] == key] or sorted(
-                (f for f in visible if f["name"] == key), key=lambda f: not f["own"]
-            )
-            if not match:
-                raise Refusal(f"No folder {key!r} of yours or shared with you.", "not_found")
-            found.append(match[0])
-        return found
+        return pick_named(self.visible(reader), names)
 
     def used_by(self, account: Account | None = None, owners=()) -> int:
         """Bytes the live folders hold, as last measured: one account's, or all of `owners`'
@@ -265,6 +256,19 @@ def _same(target: dict):
     if target.get("group") is not None:
         return FolderShare.group == target["group"]
     return and_(FolderShare.user == target["user"], FolderShare.account == target["account"])
+
+
+def pick_named(visible: list[dict], names: Iterable[str]) -> list[dict]:
+    """Among `visible` folders, each named by id or name (own names first, then shared ones)."""
+    found = []
+    for key in names:
+        match = [f for f in visible if f["id"] == key] or sorted(
+            (f for f in visible if f["name"] == key), key=lambda f: not f["own"]
+        )
+        if not match:
+            raise Refusal(f"No folder {key!r} of yours or shared with you.", "not_found")
+        found.append(match[0])
+    return found
 
 
 def _owned_by(account: Account):
