@@ -81,3 +81,34 @@ def simulated_gpu_name(memory_bytes: int) -> str:
     """The name of a simulated GPU of that size. One function for the inventory (pages, API) and
     the spawner (the session's `nvidia-smi` stand-in), so that both show the same GPU."""
     return f"Simulated GPU ({format_size(memory_bytes)})"
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)\s*([smhd]))\s*", re.IGNORECASE)
+_NOT_A_DURATION = "is not a duration (seconds, or e.g. 90m, 8h, 1d, 1h30m)"
+
+
+def parse_duration(value) -> float | None:
+    """Seconds from a number (seconds) or a string ("3600", "90m", "8h", "1d", "1h30m"); None for
+    0 (no limit). A ValueError for anything else (negative, not finite, unknown unit)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        seconds = _duration_text(value.strip())
+    else:
+        raise ValueError(f"{value!r} {_NOT_A_DURATION}")
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"{value!r} is not a duration (zero or more seconds)")
+    return seconds or None
+
+
+def _duration_text(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        parts = _DURATION_RE.findall(text)
+        if not parts or _DURATION_RE.sub("", text):
+            raise ValueError(f"{text!r} {_NOT_A_DURATION}") from None
+        return sum(float(n) * _DURATION_UNITS[unit.lower()] for n, unit in parts)

@@ -85,6 +85,8 @@ def session_labels(request: ResourceRequest, grant: Grant, ctx: ContainerContext
             {"cpu": request.cpu, "mem": request.mem, "fgpu": request.fgpu}
         ),
         f"{LABEL_PREFIX}grant": grant.to_json(),
+        # Batch jobs end by themselves: the queue service watches these containers' exits.
+        **({f"{LABEL_PREFIX}kind": "batch"} if request.batch else {}),
         # Which hub made it: hubs sharing an engine adopt or stop only their own sessions.
         **({f"{LABEL_PREFIX}deployment": ctx.deployment_id} if ctx.deployment_id else {}),
     }
@@ -102,6 +104,8 @@ def session_env(request: ResourceRequest, grant: Grant) -> dict[str, str]:
         "FGPU_FGPU": f"{request.fgpu:g}",
         "CPU_LIMIT": f"{request.cpu:g}",
         "MEM_LIMIT": str(request.mem),
+        # What a batch job runs (job_runner.py reads it).
+        **({"FGPU_JOB": request.job} if request.batch else {}),
     }
 
 

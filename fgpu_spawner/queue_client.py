@@ -154,6 +154,7 @@ class QueueClient:
             "fgpu": request.fgpu,
             "resource_group": request.resource_group,
             "folders": list(request.folders),
+            "job": request.job,
         }
         # Made again after a timeout, with the same key: a line of thousands makes each request
         # wait for the passes of those before it, and the answer may come after the timeout.

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 from fgpu_shared.units import format_size, parse_amount, parse_positive_size
 from image_catalog import Catalog
+from image_catalog.job_options import JobOptionError, check_job
 from image_catalog.launch_options import (
     LAUNCH_OPTIONS,
     OptionError,
@@ -74,6 +75,12 @@ class ResourceRequest:
     env: tuple[tuple[str, str], ...] = ()
     #: Storage folders to mount, by id or name (the queue service resolves and checks them).
     folders: tuple[str, ...] = ()
+    #: A batch job's canonical JSON (image_catalog/job_options.py); None: an interactive session.
+    job: str | None = None
+
+    @property
+    def batch(self) -> bool:
+        return self.job is not None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,7 +111,8 @@ def parse_request(
         _check_name(options.get("name"), server_name)
         env = tuple(sorted(check_env(options.get("env")).items()))
         folders = check_folders(options.get("folders"))
-    except OptionError as e:
+        job = check_job(options)
+    except (OptionError, JobOptionError) as e:
         raise InvalidRequest(str(e)) from None
     image = _parse_image(options.get("image"), catalog)
     # The image's own defaults first (a big framework may want more memory), then the site's.
@@ -122,7 +130,7 @@ def parse_request(
         raise InvalidRequest(f"Image {image.name!r} {shortfall}.")
     group = _parse_resource_group(options.get("resource_group"))
     key = _parse_request_key(options.get("request_key"))
-    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group, key, env, folders)
+    return ResourceRequest(image.name, image.image, cpu, mem, fgpu, group, key, env, folders, job)
 
 
 def _check_name(value: object, server_name: str) -> None:

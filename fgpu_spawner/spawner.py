@@ -45,6 +45,7 @@ from .container_spec import (
 from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
 from .grant import Grant
 from .hami_lock import make_lock_file
+from .job_runner_source import job_command
 from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
 from .queue_client import QueueClient, QueueError, QueueRecord
 from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
@@ -107,6 +108,10 @@ async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> No
     except InvalidRequest as e:
         raise spawn_error(str(e), reason="invalid_options") from None
     spawner.resource_request = request
+    # The hub reads the start's timeout after this hook: a job may wait in the queue for hours.
+    spawner.start_timeout = (
+        spawner.job_start_timeout if request.batch else spawner._interactive_start_timeout
+    )
     spawner.image = request.image
     spawner.cpu_limit = request.cpu
     spawner.mem_limit = request.mem
@@ -357,6 +362,20 @@ class FGPUSpawner(DockerSpawner):
             c.FGPUSpawner.idle_timeout = 7200
         """,
     )
+    job_start_timeout = Float(
+        24 * 3600.0 + 120,
+        config=True,
+        help="""
+        How long, in seconds, the hub waits for a batch job's start: its wait in the queue
+        included. A job waits for its turn as long as the queue service keeps it
+        (QueueService.job_pending_timeout, a day by default), far longer than an interactive
+        start (`start_timeout`), which the hub would otherwise give up after.
+
+        Example::
+
+            c.FGPUSpawner.job_start_timeout = 2 * 24 * 3600 + 120
+        """,
+    )
     pids_limit = Integer(
         1024,
         config=True,
@@ -564,6 +583,8 @@ class FGPUSpawner(DockerSpawner):
         super().__init__(**kwargs)
         # Set whenever the queue reports a new position or reason; progress() waits on it.
         self._progress_changed = asyncio.Event()
+        # A batch job's start waits longer (job_start_timeout); the next start may be interactive.
+        self._interactive_start_timeout = self.start_timeout
 
     docker_threads = Integer(
         8,
@@ -1152,6 +1173,12 @@ class FGPUSpawner(DockerSpawner):
         else:
             cache.chmod(0o777)
         make_lock_file(self.hami_lock_dir)  # never through a link planted in /tmp
+
+    async def get_command(self) -> list[str]:
+        """A batch job runs job_runner.py in the image's Python; a session, the image's server."""
+        if self.resource_request is not None and self.resource_request.batch:
+            return job_command()
+        return await super().get_command()
 
     async def create_object(self):
         if self.gpu_sharing == "hami" and self.grant.gpus:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from .job_options import JOB_OPTIONS
+
 #: One session's limits and defaults, unless the site sets its own (FGPUSpawner.cpu_max... and
 #: QueueService.session_limits, both from jupyterhub_config.py). The spawn form and the Sessions
 #: page's dialog draw their sliders from these, so both offer the same range and start at the same
@@ -83,6 +85,7 @@ LAUNCH_OPTIONS = (
     "env",
     "folders",
     "preset",
+    *JOB_OPTIONS,
 )
 
 

@@ -73,6 +73,8 @@ from .handlers.folders import CHUNK_BYTES
 from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
+from .job_ends import JobEnds
+from .jobs import JobRules
 from .launches import Launcher
 from .queue import QueueManager
 from .queue_pass import SchedulerSettings
@@ -309,6 +311,55 @@ class QueueService(Application):
         Example::
 
             c.QueueService.pending_timeout = 7200
+        """,
+    )
+    job_pending_timeout = Float(
+        86400.0,
+        config=True,
+        help="""
+        Seconds a batch job may wait for its turn before it ends as PENDING_TIMEOUT; 0 waits
+        forever. Longer than an interactive request's (`pending_timeout`): nobody sits in front
+        of a job. The hub must wait as long (FGPUSpawner.job_start_timeout).
+
+        Example::
+
+            c.QueueService.job_pending_timeout = 2 * 86400
+        """,
+    )
+    job_time_limit = Float(
+        3600.0,
+        config=True,
+        help="""
+        Seconds a batch job may run when it names no `time_limit` of its own; past it, the job is
+        stopped and ends `timeout`.
+
+        Example::
+
+            c.QueueService.job_time_limit = 2 * 3600
+        """,
+    )
+    job_time_limit_max = Float(
+        86400.0,
+        config=True,
+        help="""
+        The longest `time_limit` a batch job may ask for, in seconds; a longer one is refused
+        when it is submitted, with this limit in the message.
+
+        Example::
+
+            c.QueueService.job_time_limit_max = 3 * 86400
+        """,
+    )
+    jobs_waiting_per_user = Integer(
+        5,
+        config=True,
+        help="""
+        How many batch jobs one user may have waiting at once; another is refused until one of
+        them starts or is cancelled, so that nobody floods the line. 0: no limit.
+
+        Example::
+
+            c.QueueService.jobs_waiting_per_user = 3
         """,
     )
     user_quota = Dict(
@@ -978,6 +1029,9 @@ class QueueService(Application):
     def init_queue(self) -> None:
         """The queue manager, with its usage budgets (store/usage.py), which file each
         session's use as it ends and admit a request only within them."""
+        self.jobs = JobRules(
+            self.job_time_limit, self.job_time_limit_max, self.jobs_waiting_per_user
+        )
         self.usage = UsageBook(
             self.db,
             # A closure: the manager reads the budgets as it admits, so it is made after them.
@@ -993,11 +1047,12 @@ class QueueService(Application):
                 placement=self.placement,
                 max_skips=self.max_skips,
                 pending_timeout=self.pending_timeout,
+                job_pending_timeout=self.job_pending_timeout,
             ),
             self.quotas,
             engine_problem=ENGINE_NOT_YET,
             usage_of=self.engine_backend.usage_of,
-            admission_check=self.usage.admission_check,
+            admission_check=self._admission_check,
             # A closure: the automatic ends read the manager's records, so they come after it
             # (init_rounds).
             ends_of=lambda session_id: self.automatic_ends.view(session_id),
@@ -1028,6 +1083,10 @@ class QueueService(Application):
             members=self.quotas.members_of,
         )
 
+    def _admission_check(self, db, request: dict, groups: tuple[str, ...]):
+        """A job's time limit within the site's maximum, then the usage budgets."""
+        return self.jobs.refusal(db, request) or self.usage.admission_check(db, request, groups)
+
     def init_rounds(self) -> None:
         """What runs in rounds behind the API (started by `serve`): the reconciler, the removal
         of ended servers, the utilization samples, the automatic ends and the health checks."""
@@ -1036,6 +1095,9 @@ class QueueService(Application):
             self.hub,
             lambda: {(r.user, r.server_name) for r in self.manager.active_records()},
             log=self.log,
+        )
+        self.job_ends = JobEnds(
+            self.manager, self.hub, self.docker, self.deployment_id, log=self.log
         )
         self.reconciler = Reconciler(
             self.manager,
@@ -1072,6 +1134,7 @@ class QueueService(Application):
             notifier=self._session_notifier(),
             end_notice=self._end_notice(),
             log=self.log,
+            job_limit=self.jobs.limit_of,
         )
         self.health = self._health_monitor()
 
@@ -1172,6 +1235,9 @@ class QueueService(Application):
         if self.utilization_interval > 0:
             self._utilization_task = asyncio.create_task(self.utilization.run())
         self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))
+        if self.engine_backend.sessions_here:
+            # On a Swarm, exits are seen by the reconciler's rounds alone.
+            self._job_exits_task = asyncio.create_task(self.job_ends.watch())
         if self.engine_images_interval > 0 and self.engine_backend.images_listable:
             self._engine_images_task = asyncio.create_task(self.watch_engine_images())
         self._builds_task = asyncio.create_task(self.builds.run())

@@ -43,11 +43,12 @@ The time is `clock()`: tests set it.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from fgpu_shared import units
+from image_catalog.job_options import parse_job
 from queue_service.core.errors import Refusal
 from queue_service.core.status import Status
 from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
@@ -58,14 +59,12 @@ from .hub_client import HubError
 
 LIFETIME_PROPERTY = "max_session_lifetime"
 POLICY_PROPERTY = "idle_policy"
-IDLE, LIFETIME, RECLAIMED = "idle", "lifetime", "reclaimed"
+IDLE, LIFETIME, RECLAIMED, TIMEOUT = "idle", "lifetime", "reclaimed", "timeout"
 _POLICY_KEYS = {"timeout", "fgpu_timeout", "cpu_percent", "gpu_percent", "reclaim"}
 _RECLAIM_MODES = ("always", "when_waiting")
 #: What a spawner may say about a stop it performs (a lifetime end is the service's own decision).
 SPAWNER_CLAIMS = (IDLE,)
 WARNING_FILE = "FGPU-WARNING.txt"
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)\s*([smhd]))\s*", re.IGNORECASE)
 
 
 class LifetimeError(ValueError):
@@ -73,28 +72,11 @@ class LifetimeError(ValueError):
 
 
 def parse_duration(value) -> float | None:
-    """Seconds from a number (seconds) or a string ("3600", "90m", "8h", "1d", "1h30m"); None for
-    0 (no limit). A LifetimeError for anything else (negative, not finite, unknown unit)."""
-    if isinstance(value, bool):
-        raise LifetimeError(f"{value!r} is not a duration")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        text = value.strip()
-        try:
-            seconds = float(text)
-        except ValueError:
-            parts = _DURATION_RE.findall(text)
-            if not parts or _DURATION_RE.sub("", text):
-                raise LifetimeError(
-                    f"{value!r} is not a duration (seconds, or e.g. 90m, 8h, 1d, 1h30m)"
-                ) from None
-            seconds = sum(float(n) * _UNITS[unit.lower()] for n, unit in parts)
-    else:
-        raise LifetimeError(f"{value!r} is not a duration (seconds, or e.g. 90m, 8h, 1d, 1h30m)")
-    if not 0 <= seconds < float("inf"):
-        raise LifetimeError(f"{value!r} is not a duration (zero or more seconds)")
-    return seconds or None
+    """units.parse_duration, failing with this module's LifetimeError."""
+    try:
+        return units.parse_duration(value)
+    except ValueError as e:
+        raise LifetimeError(str(e)) from None
 
 
 def group_lifetime(group: str, properties: dict) -> float | None:
@@ -247,6 +229,8 @@ class PlannedEnd:
     group: str = ""
 
     def text(self) -> str:
+        if self.why == TIMEOUT:
+            return f"time limit of {describe(self.limit)}"
         if self.why == LIFETIME:
             return f"maximum lifetime of {describe(self.limit)} ({self.group})"
         if self.why == RECLAIMED:
@@ -257,6 +241,8 @@ class PlannedEnd:
 
     def reason(self) -> str:
         """The record's reason once it ended so."""
+        if self.why == TIMEOUT:
+            return f"timeout: the job ran for its time limit of {describe(self.limit)}"
         if self.why == LIFETIME:
             return f"lifetime: reached the maximum of {describe(self.limit)} (group {self.group})"
         if self.why == RECLAIMED:
@@ -397,8 +383,11 @@ class AutomaticEnds:
         end_notice=None,
         clock=time.time,
         log=None,
+        job_limit=None,
     ):
         self.manager = manager
+        # A batch job's time limit in seconds, from its job (jobs.JobRules.limit_of).
+        self.job_limit = job_limit
         self.hub = hub
         self.quotas = quotas
         self.idle_timeout = idle_timeout
@@ -470,12 +459,15 @@ class AutomaticEnds:
         now = self.clock()
         active = self.manager.active_records()
         running = [r for r in active if r.status == Status.RUNNING and r.started is not None]
+        # A job works by definition: no idle end, no reclaim, no lifetime; its time limit alone.
+        jobs = [r for r in running if r.job_json]
+        running = [r for r in running if not r.job_json]
         pending = [r for r in active if r.status == Status.PENDING]
         lifetimes, policies = await self._group_settings({r.user for r in running})
         wants_activity = self.idle_timeout > 0 or any(policies.values())
         activity = await self._activity() if wants_activity and running else {}
         ids = {r.id for r in running}
-        self._forget_all_but(ids)
+        self._forget_all_but(ids | {r.id for r in jobs})
         idle_since = {
             r.id: self._idle_since(r, policies[r.user], activity)
             for r in running
@@ -512,7 +504,11 @@ class AutomaticEnds:
             found = [end for end in candidates if end is not None]
             if found:
                 ends[record.id] = min(found, key=lambda end: end.at)
+        ends.update(self._job_ends(jobs))
         self._ends, self._kept = ends, kept
+        for record in jobs:
+            if now >= ends[record.id].at:
+                self._end(record, ends[record.id])
         for record in running:
             end = ends.get(record.id)
             if record.id not in self._seen and not self._due(end, now):
@@ -525,6 +521,15 @@ class AutomaticEnds:
             await self.end_notice.tell(
                 {r.id: (r.user, r.server_name, self.view(r.id)) for r in running}
             )
+
+    def _job_ends(self, jobs) -> dict[str, PlannedEnd]:
+        ends = {}
+        for record in jobs:
+            limit = self.job_limit(parse_job(record.job_json)) if self.job_limit else None
+            if limit:
+                started = as_utc(record.started).timestamp()
+                ends[record.id] = PlannedEnd(TIMEOUT, started + limit, limit)
+        return ends
 
     def _idle_since(self, record, policy: IdlePolicy, activity: dict) -> float:
         """Since when the session has been idle by its policy: its start, the hub's last activity,

@@ -27,6 +27,7 @@ import secrets
 import uuid
 
 from fgpu_shared.units import parse_amount, parse_positive_size
+from image_catalog.job_options import JobOptionError, check_job, parse_job
 from image_catalog.launch_options import (
     LAUNCH_OPTIONS,
     NAME_MAX,
@@ -52,11 +53,11 @@ FIRST_CLAIM_TIMEOUT = 15.0
 _SLOT_OPTIONS = ("image", "cpu", "mem", "fgpu", "resource_group")
 
 
-def server_names(count: int, name: str | None = None) -> list[str]:
+def server_names(count: int, name: str | None = None, prefix: str = "s") -> list[str]:
     """The servers' names: the session's own name (`name-1`, `name-2`... for several), or
-    `s-` and six hex digits each."""
+    `prefix` (`s`, or `job` for batch jobs), a hyphen and six hex digits each."""
     if name is None:
-        return [f"s-{secrets.token_hex(3)}" for _ in range(count)]
+        return [f"{prefix}-{secrets.token_hex(3)}" for _ in range(count)]
     return [name] if count == 1 else [f"{name}-{i}" for i in range(1, count + 1)]
 
 
@@ -94,6 +95,7 @@ def launch_request(options: dict) -> dict:
     if unknown:
         known = ", ".join((*LAUNCH_OPTIONS, "count"))
         raise Refusal(f"Unknown option(s): {', '.join(unknown)}. Known options: {known}.")
+    job = _job(options)
     options = {key: options.get(key) for key in _SLOT_OPTIONS if key in options}
     image = options.get("image")
     if not isinstance(image, str) or not image.strip():
@@ -111,7 +113,16 @@ def launch_request(options: dict) -> dict:
         "mem": mem,
         "fgpu": _number("fgpu", options.get("fgpu", 0), zero_ok=True),
         "resource_group": (group or "").strip() or None,
+        "job": job,
     }
+
+
+def _job(options: dict) -> str | None:
+    """A batch job's canonical JSON (job_options.check_job), None for a session."""
+    try:
+        return check_job(options)
+    except JobOptionError as e:
+        raise Refusal(str(e)) from None
 
 
 def _number(name: str, value: object, zero_ok: bool = False) -> float:
@@ -127,6 +138,9 @@ def hub_options(request: dict, key: str, extras: dict | None = None) -> dict:
     options = {name: request[name] for name in ("image", "cpu", "mem", "fgpu")}
     if request["resource_group"] is not None:
         options["resource_group"] = request["resource_group"]
+    if request.get("job"):
+        # The job's checked options: the spawner's check of them makes the very same JSON.
+        options.update({"type": "batch", **parse_job(request["job"])})
     options.update({name: value for name, value in (extras or {}).items() if value})
     return {**options, "request_key": key}
 
@@ -159,7 +173,8 @@ class Launcher:
         """Record `count` sessions of `request` for `person`, start the first, answer with the
         records; a refusal (the queue's, or the hub's of the first start) leaves nothing."""
         user, account = person["name"], person.get("account") or Account.of(person).key
-        starts = [(server, uuid.uuid4().hex) for server in server_names(count, name)]
+        prefix = "job" if request.get("job") else "s"
+        starts = [(server, uuid.uuid4().hex) for server in server_names(count, name, prefix)]
         await self.manager.submit_many(
             [
                 {**request, "id": key, "user": user, "account": account, "server_name": name}

@@ -27,6 +27,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
+from image_catalog.job_options import parse_job
 from queue_service.core import admission, end_reasons, limits, resource_model
 from queue_service.core.errors import Refusal
 from queue_service.core.status import ALLOCATED, FINAL, Status
@@ -288,6 +289,29 @@ class QueueManager(QueuePass):
         while len(self._expected_ends) > EXPECTED_ENDS_KEPT:
             self._expected_ends.popitem(last=False)
 
+    def expects_end(self, session_id: str) -> bool:
+        """Whether the service has asked the hub to stop this session (`expect_end`)."""
+        return session_id in self._expected_ends
+
+    async def end_job(
+        self, session_id: str, code: str, reason: str, exit_code: int, log_tail: str
+    ) -> None:
+        """End a batch job that exited by itself (job_ends.py), keeping its exit code and the end
+        of its log; its slice goes to the next request in the same pass."""
+
+        def end(db, _quotas) -> None:
+            record = db.get(SessionRecord, session_id)
+            if record is None or record.status in FINAL:
+                return
+            record.exit_code, record.log_tail = exit_code, log_tail
+            finish_record(record, Status.TERMINATED, reason, code)
+
+        await self._write(end)
+
+    async def job_log(self, session_id: str) -> str:
+        """The end of an ended job's log as kept with its record ('' when none was kept)."""
+        return await self._read(lambda db: self._load(db, session_id).log_tail or "")
+
     def forget_expected_end(self, session_id: str) -> None:
         """The stop announced by `expect_end` did not happen (the hub refused it)."""
         self._expected_ends.pop(session_id, None)
@@ -318,6 +342,8 @@ class QueueManager(QueuePass):
                 return None
             released_from = str(record.status)
             code, words = self._end_code(session_id, end_reason, reason)
+            if record.job_json and code in (None, end_reasons.USER):
+                code = end_reasons.CANCELLED  # a job its owner stops, running or waiting
             ending = Status.CANCELLED if record.status == Status.PENDING else Status.TERMINATED
             if code == end_reasons.ERROR:
                 ending = Status.ERROR
@@ -787,9 +813,20 @@ def _parse(data: dict) -> dict:
             "mem": int(data["mem"]),
             "fgpu": float(data.get("fgpu") or 0),
             "resource_group": data.get("resource_group") or None,
+            "job_json": _job(data.get("job")),
         }
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise Refused(f"Malformed grant request: {e}") from None
+
+
+def _job(text) -> str | None:
+    """A job's JSON as the spawner or a launch checked it (job_options.check_job): stored as it
+    comes, so that the record and the spawn's request compare equal."""
+    if text is None:
+        return None
+    if not isinstance(text, str) or not isinstance(parse_job(text), dict):
+        raise ValueError("job must be a batch job's JSON object")
+    return text
 
 
 def _account(value) -> str:

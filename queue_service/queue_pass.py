@@ -61,6 +61,8 @@ class SchedulerSettings:
     placement: str = "best_fit"
     max_skips: int = 10
     pending_timeout: float = 3600.0
+    #: A batch job's wait may be far longer: it runs whenever its turn comes.
+    job_pending_timeout: float = 86400.0
 
 
 @dataclass(frozen=True)
@@ -457,20 +459,25 @@ class QueuePass:
         return self._expire(db, pending, active.__getitem__)
 
     def _expire(self, db, waiting: list[RecordFacts], record_of: Callable) -> tuple[set, _Dirt]:
-        """End the requests that waited too long; their ids, and what that changed."""
-        timeout = self.settings.pending_timeout
+        """End the requests that waited too long (sessions and jobs each by their own
+        timeout); their ids, and what that changed."""
         now = utcnow().timestamp()
-        if not timeout or timeout <= 0 or not waiting:
-            return set(), _Dirt()
-        if now - min(f.created for f in waiting) <= timeout:
-            return set(), _Dirt()
-        enqueued = {f.id: f.created for f in waiting}
-        expired = set(pending_timeouts.pending_timeouts(enqueued, now, timeout))
-        pairs = []
-        for session_id in expired:
-            attached = attach(db, record_of(session_id))
-            pairs.append((_schedule_key(attached), None))
-            finish_record(attached, Status.PENDING_TIMEOUT, f"waited over {timeout:g} s")
+        expired, pairs = set(), []
+        for batch, timeout in (
+            (False, self.settings.pending_timeout),
+            (True, self.settings.job_pending_timeout),
+        ):
+            facts = [f for f in waiting if bool(f.record.job_json) == batch]
+            if not timeout or timeout <= 0 or not facts:
+                continue
+            if now - min(f.created for f in facts) <= timeout:
+                continue
+            enqueued = {f.id: f.created for f in facts}
+            for session_id in pending_timeouts.pending_timeouts(enqueued, now, timeout):
+                attached = attach(db, record_of(session_id))
+                pairs.append((_schedule_key(attached), None))
+                finish_record(attached, Status.PENDING_TIMEOUT, f"waited over {timeout:g} s")
+                expired.add(session_id)
         return expired, self._dirt_of(pairs)
 
     def _facts_of(self, active: dict, fresh: set) -> list[RecordFacts]:

@@ -42,6 +42,7 @@ import time
 import docker.errors
 import requests
 
+from image_catalog.job_options import parse_job
 from queue_service.core import end_reasons
 from queue_service.core.status import Status
 from queue_service.engine.container_calls import ContainerCalls, ContainerUnresponsive
@@ -74,8 +75,12 @@ class Reconciler:
         sessions=None,
         watch=None,
         calls: ContainerCalls | None = None,
+        jobs=None,
     ):
         self.manager = manager
+        # Ends a batch job that exited by itself with its own reason (job_ends.py), where the
+        # engine's event of its exit was missed.
+        self.jobs = jobs
         self.log = log
         self.start_grace = start_grace
         self.hub = hub
@@ -213,6 +218,7 @@ class Reconciler:
                 granted = as_utc(record.scheduled_at).timestamp() if record.scheduled_at else now
                 if now - granted > self.start_grace:
                     never_started.append(record.id)
+        gone = [session_id for session_id in gone if not await self._job_settled(session_id)]
         if gone:
             self._say("container gone, releasing %s", gone)
             by_reason: dict[str, list[str]] = {}
@@ -236,6 +242,9 @@ class Reconciler:
                 f"no container started within {self.start_grace:g} s",
                 end_reason=end_reasons.ERROR,
             )
+
+    async def _job_settled(self, session_id: str) -> bool:
+        return self.jobs is not None and await self.jobs.settle(session_id)
 
     async def _hub_forgets(self, lost) -> None:
         """Stop the hub's servers of sessions lost with their node: the hub would otherwise go on
@@ -336,6 +345,8 @@ class Reconciler:
             "mem": record.mem,
             "fgpu": record.fgpu,
             "resource_group": record.resource_group,
+            # A job's own options, so that it runs what it was submitted with.
+            **({"type": "batch", **parse_job(record.job_json)} if record.job_json else {}),
         }
         try:
             # Read again: the user may have cancelled while the hub was asked about the server.

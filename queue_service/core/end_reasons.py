@@ -21,6 +21,10 @@ PENDING_TIMEOUT = "pending_timeout"
 CANCELLED = "cancelled"
 SUPERSEDED = "superseded"
 HUB_STOPPED = "hub_stopped"
+# A batch job's own ends (job_ends.py; a job over its time limit: automatic_ends.py).
+FINISHED = "finished"
+FAILED = "failed"
+TIMEOUT = "timeout"
 
 #: Every code, in the order pages list them, with the words people read.
 LABELS: dict[str, str] = {
@@ -32,9 +36,12 @@ LABELS: dict[str, str] = {
     LOST: "Container or node lost",
     ERROR: "Failed to start or error",
     PENDING_TIMEOUT: "Waited too long in the queue",
-    CANCELLED: "Cancelled while waiting",
+    CANCELLED: "Cancelled",
     SUPERSEDED: "Replaced by a new start of the same server",
     HUB_STOPPED: "The hub stopped its server",
+    FINISHED: "Job finished",
+    FAILED: "Job failed",
+    TIMEOUT: "Job reached its time limit",
 }
 
 _DEFAULTS = {

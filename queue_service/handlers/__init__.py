@@ -4,6 +4,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `base`: authentication, XSRF, the body cap, scopes and the refusal → status table;
 - `grants`: the spawner's `api/grants`;
 - `sessions`: people's `api/sessions` (launch, stop, save as an image);
+- `session_logs`: `api/sessions/{id}/logs`, a batch job's log (followed live with `follow=1`);
 - `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
 - `presets`: `api/presets`, the resource presets a user may pick;
 - `images`: the catalog's `api/images`;
@@ -31,6 +32,7 @@ from . import (
     pages,
     presets,
     resources,
+    session_logs,
     sessions,
     usage,
     utilization,
@@ -43,6 +45,7 @@ def routes(prefix: str) -> list:
     return [
         *grants.routes(prefix),
         *sessions.routes(prefix),
+        *session_logs.routes(prefix),
         *resources.routes(prefix),
         *presets.routes(prefix),
         *images.routes(prefix),

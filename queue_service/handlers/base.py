@@ -339,6 +339,18 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         model = await self.from_hub(self.hub.user(identity["name"]))
         return {**model, "admin": self.is_admin()}
 
+    async def own_session(self, session_id: str) -> dict:
+        """The session, if it is the caller's or the caller is an admin; else 404."""
+        person = await self.person()
+        try:
+            record = await self.manager.get(session_id)
+        except KeyError:
+            record = None
+        if record is None or (record["user"] != person["name"] and not person["admin"]):
+            # The same answer as for a missing session: others' session ids are not revealed.
+            raise web.HTTPError(404, "No such session.")
+        return record
+
     async def account_of(self, name: str) -> Account:
         """The hub account that has `name` this moment: asked, never cached, since a user deleted
         and created again a moment ago is another account (accounts.py)."""

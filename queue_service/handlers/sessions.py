@@ -148,15 +148,6 @@ class SessionHandler(BaseHandler):
             await self._hub_stops(record)  # granted since it was read: interrupt that spawn
         self.write_json(released)
 
-    async def own_session(self, session_id: str) -> dict:
-        """The session, if it is the caller's or the caller is an admin; else 404."""
-        person = await self.person()
-        record = await session_or_none(self.manager, session_id)
-        if record is None or (record["user"] != person["name"] and not person["admin"]):
-            # The same answer as for a missing session: others' session ids are not revealed.
-            raise web.HTTPError(404, "No such session.")
-        return record
-
     async def _hub_stops(self, record: dict) -> int | None:
         """Stop the session's server through the hub; its status, or None if the hub has none.
         A 404 here means "no such server", not a failure, so it does not go through from_hub."""

@@ -56,6 +56,11 @@ class SessionRecord(Base):
     end_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     # When its ended named server was removed from the hub (server_removal.py); None: not yet.
     server_removed: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    #: A batch job's canonical JSON (image_catalog/job_options.py); None: an interactive session.
+    job_json: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: A job's exit code and the end of its log, once it has ended by itself (job_ends.py).
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    log_tail: Mapped[str | None] = mapped_column(Text, nullable=True)
 
     __table_args__ = (
         Index("ix_sessions_status", "status"),
@@ -179,6 +184,9 @@ def request_view(record: SessionRecord) -> dict:
         "mem": record.mem,
         "fgpu": record.fgpu,
         "resource_group": record.resource_group,
+        "type": "batch" if record.job_json else "interactive",
+        "job": json.loads(record.job_json) if record.job_json else None,
+        "exit_code": record.exit_code,
     }
 
 

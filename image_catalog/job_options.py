@@ -1,0 +1,156 @@
+"""A launch's batch-job options, judged alike by the spawner and the queue service. Pure, no I/O.
+
+A launch is an interactive session unless it says `type: "batch"`; a batch job then names what
+it runs, either a `notebook` (a path in the home folder, where mounted storage folders appear
+under `folders/`, executed top to bottom with `parameters`, as papermill does) or a `command`
+(run by `bash -lc` in the home folder). `time_limit` bounds its run (seconds, or "90m", "2h");
+`output` is the folder, in the home, that receives the executed copy of a notebook.
+
+The job is kept as one canonical JSON text (`job_json`): the queue's record, the hub's start and
+the spawner's grant request all carry that same text, so a launched record is claimed by the
+spawn it was made for and by no other (queue.py compares the request's fields).
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+
+from fgpu_shared.units import parse_duration
+
+BATCH = "batch"
+INTERACTIVE = "interactive"
+#: The options of a batch job, besides the session's (launch_options.LAUNCH_OPTIONS).
+JOB_OPTIONS = ("type", "command", "notebook", "parameters", "output", "time_limit")
+
+COMMAND_MAX_BYTES = 8192
+PATH_MAX = 1024
+PARAMETERS_MAX_BYTES = 16384
+TIME_LIMIT_MIN = 60.0
+#: Beyond this a number is a mistake, not a plan (a site's own maximum is usually far lower:
+#: QueueService.job_time_limit_max).
+TIME_LIMIT_MAX = 30 * 86400.0
+_TYPES = (INTERACTIVE, BATCH)
+
+
+class JobOptionError(ValueError):
+    """A job option that is refused; the message says why and what is allowed."""
+
+
+def check_job(options: dict) -> str | None:
+    """The job's canonical JSON text, None for an interactive launch, or JobOptionError."""
+    kind = options.get("type") or INTERACTIVE
+    if kind not in _TYPES:
+        raise JobOptionError(f"type must be {' or '.join(map(repr, _TYPES))}, not {kind!r}.")
+    given = [key for key in JOB_OPTIONS[1:] if options.get(key) not in (None, "")]
+    if kind == INTERACTIVE:
+        if given:
+            raise JobOptionError(
+                f'{", ".join(given)} belong(s) to a batch job: add "type": "batch".'
+            )
+        return None
+    return job_text(_job(options))
+
+
+def _job(options: dict) -> dict:
+    command, notebook = options.get("command"), options.get("notebook")
+    if _blank(command) == _blank(notebook):
+        raise JobOptionError("A batch job runs either a notebook or a command: give one of them.")
+    job: dict = {"time_limit": check_time_limit(options.get("time_limit"))}
+    if not _blank(command):
+        if options.get("parameters") not in (None, "", {}):
+            raise JobOptionError("parameters go to a notebook; a command takes none.")
+        if not _blank(options.get("output")):
+            raise JobOptionError(
+                "output is where a notebook's executed copy goes; a command's log goes to ~/jobs."
+            )
+        job["command"] = check_command(command)
+    else:
+        job["notebook"] = check_path("notebook", notebook)
+        if not job["notebook"].endswith(".ipynb"):
+            raise JobOptionError(f"notebook {job['notebook']!r} is not a notebook (.ipynb).")
+        job["parameters"] = check_parameters(options.get("parameters"))
+        output = options.get("output")
+        job["output"] = "" if _blank(output) else check_path("output", output)
+    return job
+
+
+def job_text(job: dict) -> str:
+    return json.dumps(job, sort_keys=True, separators=(",", ":"))
+
+
+def parse_job(text: str | None) -> dict | None:
+    """A record's job (its `job_json`), or None for an interactive session."""
+    return json.loads(text) if text else None
+
+
+def check_command(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise JobOptionError('command must be a non-empty shell command, e.g. "python train.py".')
+    if "\0" in value:
+        raise JobOptionError("command may not contain NUL characters.")
+    if len(value.encode()) > COMMAND_MAX_BYTES:
+        raise JobOptionError(
+            f"command is {len(value.encode())} bytes; at most {COMMAND_MAX_BYTES} are allowed "
+            "(put a long script in a file and run that)."
+        )
+    return value.strip()
+
+
+def check_path(name: str, value: object) -> str:
+    """A path relative to the home folder that stays inside it (mounted storage folders are under
+    `folders/`), normalised: no `..`, no absolute path, no NUL."""
+    if not isinstance(value, str) or not value.strip():
+        raise JobOptionError(f'{name} must be a path in your home folder, e.g. "work/train.ipynb".')
+    text = value.strip()
+    if "\0" in text or len(text) > PATH_MAX:
+        raise JobOptionError(f"{name}: a path has at most {PATH_MAX} characters and no NUL.")
+    if text.startswith(("/", "~")):
+        raise JobOptionError(
+            f'{name} {text[:80]!r} must be relative to your home folder (e.g. "work/a.ipynb").'
+        )
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise JobOptionError(f"{name} {text[:80]!r} may not leave your home folder ('..').")
+    if not parts:
+        raise JobOptionError(f"{name} must name a path in your home folder.")
+    return "/".join(parts)
+
+
+def check_parameters(value: object) -> dict:
+    """A notebook's parameters: a JSON object of Python names (a form's JSON text is taken)."""
+    if value in (None, ""):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise JobOptionError(f"parameters are not JSON: {e}.") from None
+    if not isinstance(value, dict):
+        raise JobOptionError('parameters must be a JSON object, e.g. {"epochs": 3, "lr": 0.01}.')
+    for name in value:
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise JobOptionError(f"parameters: {str(name)[:40]!r} is not a Python variable name.")
+    if len(json.dumps(value).encode()) > PARAMETERS_MAX_BYTES:
+        raise JobOptionError(f"parameters take at most {PARAMETERS_MAX_BYTES} bytes of JSON.")
+    return value
+
+
+def check_time_limit(value: object) -> float | None:
+    """Seconds (None: the site's default), from a number or a text such as "90m" or "2h"."""
+    if value in (None, ""):
+        return None
+    try:
+        seconds = parse_duration(value) or 0.0
+    except ValueError as e:
+        raise JobOptionError(f"time_limit: {e}.") from None
+    if not TIME_LIMIT_MIN <= seconds <= TIME_LIMIT_MAX:
+        raise JobOptionError(
+            f"time_limit must be between {TIME_LIMIT_MIN:g} s and {TIME_LIMIT_MAX / 86400:g} "
+            f"days, not {seconds:g} s."
+        )
+    return seconds
+
+
+def _blank(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())

@@ -1,0 +1,159 @@
+"""Batch jobs end by themselves: the moment a job's container exits, its record ends with the job's
+own reason and its slice goes to the next waiting request (docs/source/howto/batch-jobs.md).
+
+- `finished` for exit code 0, `failed` for any other, with the code and the last line of the log
+  in the reason; the end of the log (engine/job_containers.py's TAIL_LINES) is kept with the
+  record, for `GET api/sessions/{id}/logs` once the container is gone.
+- The engine's `die` events say at once that a job exited (one engine); the reconciler's rounds
+  find the exits the events missed (the service was down, the engine restarted) and hand them
+  here too, so that no exited job ends as a lost container.
+- A job that exits because it is being stopped (its owner cancelled it, its time limit, an admin)
+  is left to that stop: the spawner's release, or the service's own expected end, names why.
+
+After the record has ended, the hub is asked to stop the job's server, which removes the
+container; its release then finds the record ended and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from queue_service.core import end_reasons
+from queue_service.core.status import Status
+from queue_service.engine import job_containers
+
+from .hub_client import HubError
+
+#: After the engine's event stream broke (a restart), wait this long before listening again.
+RETRY_AFTER = 5.0
+_ENDS_WHILE = (Status.SCHEDULED, Status.RUNNING)
+#: How job_runner.py's own lines begin (not the job's output).
+RUNNER_PREFIX = "[fgpu job]"
+#: A job that exits while the hub still finishes its spawn is settled once the spawn is over:
+#: asked again every second, this many times (the reconciler's rounds take over after).
+SPAWN_WAITS = 30
+
+
+def job_end(exit_code: int, tail: str) -> tuple[str, str]:
+    """(end code, reason) of a job that exited with `exit_code`, its log ending with `tail`."""
+    if exit_code == 0:
+        return end_reasons.FINISHED, "finished: the job exited with code 0"
+    lines = (line for line in reversed(tail.splitlines()) if line.strip())
+    last = next((line for line in lines if not line.startswith(RUNNER_PREFIX)), "")
+    words = f"failed: the job exited with code {exit_code}"
+    return end_reasons.FAILED, f"{words}; its last output: {last[:300]}" if last else words
+
+
+class JobEnds:
+    """Ends jobs whose containers have exited; `watch()` listens to the engine's events."""
+
+    def __init__(self, manager, hub, engine, deployment_id: str = "", log=None):
+        self.manager = manager
+        self.hub = hub
+        self.engine = engine
+        self.deployment_id = deployment_id
+        self.log = log
+        self._tasks: set[asyncio.Task] = set()
+        self._after_spawn: set[str] = set()
+
+    async def settle(self, session_id: str) -> bool:
+        """End the job if its container has exited and nobody is stopping it; True when its
+        end is handled (here, or by the stop under way), False when there is no job to end."""
+        view = await self._active_job(session_id)
+        if view is None:
+            return False
+        if self.manager.expects_end(session_id):
+            return True
+        pending = await self._hub_pending(view)
+        if pending == "stop":
+            return True
+        if pending == "spawn":
+            self._settle_after_spawn(session_id)
+            return True
+        container = await asyncio.to_thread(job_containers.job_container, self.engine, session_id)
+        code = None if container is None else job_containers.exit_code(container)
+        if code is None:
+            return container is not None  # still running; a removed one is lost
+        tail = await asyncio.to_thread(job_containers.log_tail, self.engine, container)
+        why, reason = job_end(code, tail)
+        await self.manager.end_job(session_id, why, reason, code, tail)
+        self._say("job %s of %s ended: %s", session_id, view["user"], reason)
+        await self._stop_server(view)
+        # The hub finds the container exited and forgets the server without stopping it: the
+        # container is removed here (its log has been read).
+        await asyncio.to_thread(job_containers.remove, container)
+        return True
+
+    async def _hub_pending(self, view: dict) -> str | None:
+        """What the hub is doing with the job's server: "spawn", "stop", or None."""
+        try:
+            servers = (await self.hub.user_now(view["user"])).get("servers") or {}
+        except (HubError, OSError):
+            return None  # the exit is real either way; the hub's stop, if any, changes nothing
+        return (servers.get(view["server_name"]) or {}).get("pending")
+
+    def _settle_after_spawn(self, session_id: str) -> None:
+        if session_id in self._after_spawn:
+            return
+        self._after_spawn.add(session_id)
+        task = asyncio.create_task(self._settle_when_spawned(session_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _settle_when_spawned(self, session_id: str) -> None:
+        try:
+            for _ in range(SPAWN_WAITS):
+                await asyncio.sleep(1.0)
+                view = await self._active_job(session_id)
+                if view is None:
+                    return
+                if await self._hub_pending(view) != "spawn":
+                    break
+        finally:
+            self._after_spawn.discard(session_id)
+        await self._settle_logged(session_id)
+
+    async def _active_job(self, session_id: str) -> dict | None:
+        """The job's record while it holds a slice; None for anything else."""
+        try:
+            view = await self.manager.get(session_id)
+        except KeyError:
+            return None
+        if view["type"] != "batch" or view["status"] not in _ENDS_WHILE:
+            return None
+        return view
+
+    async def _stop_server(self, view: dict) -> None:
+        """The hub's server of an ended job: stopped, so that its container is removed."""
+        try:
+            await self.hub.stop_server(view["user"], view["server_name"])
+        except (HubError, OSError) as e:
+            # The hub's own poll finds the server stopped; the container goes with its next start.
+            self._say("the hub did not stop job server %s: %s", view["server_name"], e)
+
+    async def watch(self) -> None:
+        """Settle each job as the engine reports its exit (a thread reads the event stream)."""
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._listen, args=(loop,), daemon=True, name="job-exits").start()
+
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
+        while not loop.is_closed():
+            try:
+                for session_id, _code in job_containers.job_exits(self.engine, self.deployment_id):
+                    asyncio.run_coroutine_threadsafe(self._settle_logged(session_id), loop)
+            except Exception as e:  # the engine restarting: listen again; rounds catch up
+                self._say("the engine's events stopped (%s); listening again", e)
+            time.sleep(RETRY_AFTER)
+
+    async def _settle_logged(self, session_id: str) -> None:
+        try:
+            await self.settle(session_id)
+        except Exception:
+            if self.log:
+                self.log.exception("Ending job %s failed; the reconciler tries again", session_id)
+
+    def _say(self, message: str, *args) -> None:
+        if self.log:
+            self.log.info(message, *args)

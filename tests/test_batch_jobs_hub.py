@@ -1,0 +1,194 @@
+"""Batch jobs (`POST api/sessions` with `type: "batch"`) on the real hub, service and engine: a
+command job whose log streams while it runs and is kept after, its slice handed to the next job
+in the same pass; a failing job, with its exit code and last line; a notebook job with a
+parameter, whose executed copy lands next to it in a storage folder; a job past its time limit;
+cancels; and the bad input that queues nothing."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from .harness import QueueUser, containers_with, wait_until
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+SLOTS = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
+#: The whole of `gpu_hub`'s one GPU: a second such job waits for the first.
+WHOLE_GPU = {**SLOTS, "fgpu": 2}
+OCTETS = {"Content-Type": "application/octet-stream"}
+
+
+def submit(user: QueueUser, **job) -> dict:
+    response = user.call("POST", "sessions", json={**SLOTS, "type": "batch", **job})
+    assert response.status_code == 201, response.text
+    (server,) = response.json()["servers"]
+    return server["session"]
+
+
+def record(user: QueueUser, session_id: str) -> dict:
+    for session in user.sessions():
+        if session["id"] == session_id:
+            return session
+    finished = user.call("GET", "sessions?finished=1").json()["sessions"]
+    return next(s for s in finished if s["id"] == session_id)
+
+
+def ended(user: QueueUser, session_id: str, timeout: float = 120) -> dict:
+    return wait_until(
+        lambda: (r := record(user, session_id))["ended"] and r,
+        timeout,
+        f"job {session_id} to end",
+    )
+
+
+def moment(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+@pytest.fixture
+def student(gpu_hub):
+    person = QueueUser(gpu_hub, f"jobs-{secrets.token_hex(3)}")
+    yield person
+    for session in person.sessions():
+        person.call("DELETE", f"sessions/{session['id']}")
+
+
+def test_a_command_job_streams_its_log_ends_finished_and_its_slice_goes_to_the_next_at_once(
+    gpu_hub, student
+):
+    first = submit(student, command="echo step one; sleep 6; echo step two", **WHOLE_GPU)
+    second = submit(student, command="echo second", **WHOLE_GPU)
+    assert (first["type"], first["job"]["command"]) == (
+        "batch",
+        "echo step one; sleep 6; echo step two",
+    )
+    waiting = record(student, second["id"])
+    assert (waiting["status"], waiting["position"]) == ("PENDING", 1)
+    student.wait_for(lambda s: any(r["id"] == first["id"] and r["status"] == "RUNNING" for r in s))
+    follow = student.call("GET", f"sessions/{first['id']}/logs?follow=1", stream=True)
+    assert follow.status_code == 200
+    assert follow.headers["Content-Type"].startswith("text/plain")
+    streamed = b"".join(follow.iter_content(chunk_size=None)).decode()
+    assert streamed.index("step one") < streamed.index("step two")
+    assert "[fgpu job] exited with code 0" in streamed
+    done = ended(student, first["id"])
+    assert (done["status"], done["end_reason"], done["exit_code"]) == ("TERMINATED", "finished", 0)
+    # Granted in the very pass that ended the first: not on a later round.
+    started = wait_until(
+        lambda: (r := record(student, second["id"]))["scheduled"] and r, 60, "the second's grant"
+    )
+    assert moment(started["scheduled"]) - moment(done["ended"]) < timedelta(seconds=1)
+    kept = student.call("GET", f"sessions/{first['id']}/logs")
+    assert kept.status_code == 200
+    assert "step two" in kept.text and "~/jobs/job-" in kept.text
+    gone = ended(student, second["id"])
+    assert gone["end_reason"] == "finished"
+    # The hub stopped the ended jobs' servers: no container is left behind.
+    wait_until(
+        lambda: not containers_with({"fgpu.session_id": first["id"]}), 60, "the container's removal"
+    )
+
+
+def test_a_failing_job_ends_failed_with_its_exit_code_and_last_line(gpu_hub, student):
+    job = submit(student, command="echo working; echo 'no data found' >&2; exit 3")
+    done = ended(student, job["id"])
+    assert (done["end_reason"], done["exit_code"]) == ("failed", 3)
+    assert "code 3" in done["reason"] and "no data found" in done["reason"]
+
+
+def test_a_notebook_job_runs_with_its_parameter_and_its_executed_copy_lands_beside_it(
+    gpu_hub, student
+):
+    folder = student.call("POST", "folders", json={"name": "runs"}).json()
+    notebook = {
+        "cells": [
+            {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
+             "outputs": [], "execution_count": None},
+            {"cell_type": "code", "metadata": {}, "source": "print('trained for', epochs * 10)",
+             "outputs": [], "execution_count": None},
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }  # fmt: skip
+    url = f"folders/{folder['id']}/files/train.ipynb"
+    assert student.call("PUT", url, data=json.dumps(notebook), headers=OCTETS).status_code == 201
+    job = submit(
+        student, notebook="folders/runs/train.ipynb", parameters={"epochs": 7}, folders=["runs"]
+    )
+    done = ended(student, job["id"], timeout=180)
+    assert done["end_reason"] == "finished", done["reason"]
+    listing = student.call("GET", f"folders/{folder['id']}/files/").json()["entries"]
+    (copy,) = [e["name"] for e in listing if e["name"].startswith("train-output-")]
+    executed = student.call("GET", f"folders/{folder['id']}/files/{copy}").json()
+    # nbformat writes a multi-line text as a list of lines.
+    outputs = ["".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])]
+    assert "trained for 70\n" in outputs
+    tags = [cell["metadata"].get("tags", []) for cell in executed["cells"]]
+    assert tags[1] == ["injected-parameters"]  # right after the cell tagged `parameters`
+
+
+def test_a_job_past_its_time_limit_ends_timeout(gpu_hub, student, service_clock):
+    job = submit(student, command="sleep 600", time_limit="1m")
+    student.wait_for(lambda s: any(r["id"] == job["id"] and r["status"] == "RUNNING" for r in s))
+    try:
+        service_clock.move_to(datetime.now(UTC) + timedelta(minutes=2))
+        done = ended(student, job["id"])
+    finally:
+        service_clock.reset()
+    assert (done["status"], done["end_reason"]) == ("TERMINATED", "timeout")
+    assert "time limit of 1 min" in done["reason"]
+
+
+def test_cancelling_a_waiting_and_a_running_job_ends_both_cancelled(gpu_hub, student):
+    running = submit(student, command="sleep 600", **WHOLE_GPU)
+    waiting = submit(student, command="echo never", **WHOLE_GPU)
+    student.wait_for(
+        lambda s: any(r["id"] == running["id"] and r["status"] == "RUNNING" for r in s)
+    )
+    for job in (waiting, running):
+        assert student.call("DELETE", f"sessions/{job['id']}").status_code in (200, 202)
+    for job in (waiting, running):
+        assert ended(student, job["id"])["end_reason"] == "cancelled"
+    assert record(student, waiting["id"])["status"] == "CANCELLED"
+
+
+@pytest.mark.parametrize(
+    ("job", "words"),
+    [
+        ({"notebook": "../other/x.ipynb"}, "may not leave your home folder"),
+        ({"notebook": "/etc/x.ipynb"}, "relative to your home folder"),
+        ({"notebook": "work/data.csv"}, "not a notebook"),
+        ({"command": "   "}, "either a notebook or a command"),
+        ({"command": "true", "notebook": "a.ipynb"}, "either a notebook or a command"),
+        ({"command": "true", "time_limit": "10y"}, "not a duration"),
+        ({"command": "true", "time_limit": 10}, "between 60 s"),
+        ({"command": "true", "time_limit": "3d"}, "over this hub's maximum for a job"),
+        ({"notebook": "a.ipynb", "parameters": "{not json"}, "parameters are not JSON"),
+        ({"notebook": "a.ipynb", "parameters": {"1x": 1}}, "not a Python variable name"),
+        ({"command": "true", "parameters": {"a": 1}}, "a command takes none"),
+        ({"type": "nightly", "command": "true"}, "type must be"),
+        ({"type": "interactive", "command": "true"}, 'add "type": "batch"'),
+    ],
+)
+def test_bad_job_input_is_refused_with_a_message_and_queues_nothing(gpu_hub, student, job, words):
+    body = {**SLOTS, "type": "batch", **job}
+    response = student.call("POST", "sessions", json=body)
+    assert response.status_code == 400, response.text
+    assert words in response.json()["message"]
+    assert student.sessions() == []
+    assert not containers_with({"fgpu.user": student.name})
+
+
+def test_a_jobs_log_is_its_owners_and_an_admins_alone(gpu_hub, student):
+    job = submit(student, command="echo private")
+    ended(student, job["id"])
+    stranger = QueueUser(gpu_hub, f"other-{secrets.token_hex(3)}")
+    answer = stranger.call("GET", f"sessions/{job['id']}/logs")
+    assert answer.status_code == 404 and "private" not in answer.text
+    admin = QueueUser(gpu_hub, "admin")
+    assert "private" in admin.call("GET", f"sessions/{job['id']}/logs").text
