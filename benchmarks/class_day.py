@@ -119,7 +119,8 @@ JOB_OVERHEAD = 1 * MINUTE
 BURST_DUTY = 0.10
 #: Today's habits: a student who has a GPU closes it after a run's results with this chance (the
 #: rest keep it, since getting one means waiting again), before lunch with this chance, and when
-#: leaving with this chance (the rest close the tab, and the culler ends the session an hour on).
+#: leaving with this chance (the rest close the tab, and the culler ends the session an hour on;
+#: the last holds for the CPU notebook in both modes).
 P_CLOSE_AFTER_RUN, P_CLOSE_BEFORE_LUNCH, P_CLOSE_AT_LEAVE = 0.30, 0.20, 0.50
 
 MODES = ("today", "batch")
@@ -225,6 +226,8 @@ class Waiting:
     timeout: float
     student: Student
     process: Generator
+    #: When it was first asked for (a request asked again after its timeout keeps it).
+    since: float
 
 
 @dataclass
@@ -292,7 +295,8 @@ class Ask:
 class Student:
     def __init__(self, plan: Plan, mode: str, seed: int):
         self.plan, self.mode = plan, mode
-        # Today's habits are drawn from a stream of their own: the plans stay the same.
+        # Habits (closing a session or leaving it) have a stream of their own: the plans stay the
+        # same in both modes.
         self.rng = random.Random(f"habits:{seed}:{plan.student}")
         self.notebook: str | None = None
         self.gpu: str | None = None
@@ -367,7 +371,14 @@ class ClassDay:
 
     # -- the queue, through the core ------------------------------------------------------------
 
-    def ask(self, kind: str, slots: Slots, student: Student, process: Generator) -> None:
+    def ask(
+        self,
+        kind: str,
+        slots: Slots,
+        student: Student,
+        process: Generator,
+        since: float | None = None,
+    ) -> None:
         user = student.plan.student
         request = Request(
             id=f"r{next(self._ids)}",
@@ -389,7 +400,9 @@ class ClassDay:
             self.refusals += 1
             raise RuntimeError(f"{user}: refused: {refusal.message}")
         timeout = JOB_PENDING_TIMEOUT if kind == "job" else SESSION_PENDING_TIMEOUT
-        self.waiting[request.id] = Waiting(request, kind, self.now, timeout, student, process)
+        self.waiting[request.id] = Waiting(
+            request, kind, self.now, timeout, student, process, self.now if since is None else since
+        )
         if timeout:
             # The service's round that ends it, if it still waits then.
             self.at(self.now + timeout + 1.0, self.mark_dirty)
@@ -449,7 +462,7 @@ class ClassDay:
             self.peak_gpu_waiting = max(self.peak_gpu_waiting, gpu_waiting)
             for waiting, request_id in granted:
                 if waiting.kind == "notebook":
-                    self.notebook_waits.append((self.now - waiting.enqueued) / MINUTE)
+                    self.notebook_waits.append((self.now - waiting.since) / MINUTE)
                 self.step(waiting.student, waiting.process, request_id)
 
     def expire(self) -> None:
@@ -460,7 +473,7 @@ class ClassDay:
                 old = self.waiting.pop(request_id)
                 self.skips.pop(request_id, None)
                 self.timeouts += 1
-                self.ask(old.kind, old.request.slots, old.student, old.process)
+                self.ask(old.kind, old.request.slots, old.student, old.process, old.since)
                 self.dirty = True
 
     # -- idle culling ---------------------------------------------------------------------------
