@@ -167,8 +167,6 @@ class _Readiness(BaseHTTPRequestHandler):
         if self.path.split("?")[0].rstrip("/").endswith("/api"):
             body, kind = b'{"version": "fgpu-batch-job"}', "application/json"
             _api_checks.append(self.path)
-            if len(_api_checks) >= 2:
-                _hub_has_looked.set()
         else:
             body, kind = (
                 b"This is a batch job: its log is on the hub's Sessions page.\n",
@@ -179,6 +177,10 @@ class _Readiness(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        self.wfile.flush()
+        # Only once the answer is out: a job that ends at once must not cut the hub's check short.
+        if len(_api_checks) >= 2:
+            _hub_has_looked.set()
 
     def log_message(self, *args) -> None:
         pass  # the job's log is the job's

@@ -57,10 +57,20 @@ class JobEnds:
         self.log = log
         self._tasks: set[asyncio.Task] = set()
         self._after_spawn: set[str] = set()
+        self._settling: set[str] = set()
 
     async def settle(self, session_id: str) -> bool:
         """End the job if its container has exited and nobody is stopping it; True when its
         end is handled (here, or by the stop under way), False when there is no job to end."""
+        if session_id in self._settling:
+            return True  # the event's and a round's settle of one exit: one is enough
+        self._settling.add(session_id)
+        try:
+            return await self._settle(session_id)
+        finally:
+            self._settling.discard(session_id)
+
+    async def _settle(self, session_id: str) -> bool:
         view = await self._active_job(session_id)
         if view is None:
             return False
@@ -156,4 +166,4 @@ class JobEnds:
 
     def _say(self, message: str, *args) -> None:
         if self.log:
-            self.log.info(message, *args)
+            self.log.warning("jobs: " + message, *args)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from .harness import QueueUser, containers_with, wait_until
+from .test_queue_service import kill_queue_service
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -192,3 +193,29 @@ def test_a_jobs_log_is_its_owners_and_an_admins_alone(gpu_hub, student):
     assert answer.status_code == 404 and "private" not in answer.text
     admin = QueueUser(gpu_hub, "admin")
     assert "private" in admin.call("GET", f"sessions/{job['id']}/logs").text
+
+
+def test_a_job_that_ends_while_the_service_is_down_ends_finished_when_it_is_back(gpu_hub, student):
+    job = submit(student, command="sleep 4; echo done while the service was away", **WHOLE_GPU)
+    waiting = submit(student, command="echo next", **WHOLE_GPU)
+    student.wait_for(lambda s: any(r["id"] == job["id"] and r["status"] == "RUNNING" for r in s))
+    kill_queue_service(gpu_hub, student)
+    done = ended(student, job["id"])
+    assert (done["end_reason"], done["exit_code"]) == ("finished", 0)
+    assert (
+        "done while the service was away" in student.call("GET", f"sessions/{job['id']}/logs").text
+    )
+    assert ended(student, waiting["id"])["end_reason"] == "finished"
+
+
+def test_a_job_started_through_the_hubs_rest_api_is_the_same_job(gpu_hub, student):
+    body = {**SLOTS, "type": "batch", "command": "echo from the hub api", "time_limit": "5m"}
+    response = gpu_hub.request("POST", f"users/{student.name}/servers/nightly", json=body)
+    assert response.status_code in (201, 202), response.text
+    (job,) = student.wait_for(lambda s: len(s) == 1)
+    assert (job["type"], job["job"]["command"], job["job"]["time_limit"]) == (
+        "batch",
+        "echo from the hub api",
+        300.0,
+    )
+    assert ended(student, job["id"])["end_reason"] == "finished"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from image_catalog.job_options import check_job
 from queue_service.core.errors import Refusal
 from queue_service.launches import hub_options, launch_request
 
@@ -19,6 +20,7 @@ def test_a_launch_request_holds_the_values_the_spawner_parses_back():
         "mem": 2 * GIB,
         "fgpu": 0.0,
         "resource_group": None,
+        "job": None,
     }
     key = "f" * 32
     # Numbers and bytes, not the strings given: the spawner's parse of them is the identity.
@@ -31,6 +33,21 @@ def test_a_launch_request_holds_the_values_the_spawner_parses_back():
     }
     grouped = launch_request({"image": "x", "cpu": 1, "mem": GIB, "resource_group": "gpu-a"})
     assert hub_options(grouped, key)["resource_group"] == "gpu-a"
+
+
+def test_a_jobs_hub_options_are_its_checked_options_which_the_spawner_checks_to_the_same_json():
+    request = launch_request(
+        {"image": "x", "cpu": 1, "mem": GIB, "type": "batch", "notebook": "./a//b.ipynb",
+         "parameters": '{"lr": 0.1}', "time_limit": "2h"}
+    )  # fmt: skip
+    options = hub_options(request, "f" * 32)
+    assert options["type"] == "batch"
+    assert (options["notebook"], options["parameters"], options["time_limit"]) == (
+        "a/b.ipynb",
+        {"lr": 0.1},
+        7200.0,
+    )
+    assert check_job(options) == request["job"]
 
 
 @pytest.mark.parametrize(
