@@ -1030,7 +1030,10 @@ class QueueService(Application):
         """The queue manager, with its usage budgets (store/usage.py), which file each
         session's use as it ends and admit a request only within them."""
         self.jobs = JobRules(
-            self.job_time_limit, self.job_time_limit_max, self.jobs_waiting_per_user
+            self.job_time_limit,
+            self.job_time_limit_max,
+            self.jobs_waiting_per_user,
+            group_times=self.quotas.job_times_of,
         )
         self.usage = UsageBook(
             self.db,

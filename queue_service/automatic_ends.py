@@ -525,7 +525,8 @@ class AutomaticEnds:
     def _job_ends(self, jobs) -> dict[str, PlannedEnd]:
         ends = {}
         for record in jobs:
-            limit = self.job_limit(parse_job(record.job_json)) if self.job_limit else None
+            job = parse_job(record.job_json)
+            limit = self.job_limit(job, record.user) if self.job_limit else None
             if limit:
                 started = as_utc(record.started).timestamp()
                 ends[record.id] = PlannedEnd(TIMEOUT, started + limit, limit)

@@ -1,21 +1,65 @@
-"""Batch jobs' site rules: the time limit a job runs under, the longest it may ask for, and how
-many one user may have waiting (docs/source/howto/batch-jobs.md).
+"""Batch jobs' rules: the time limit a job runs under, the longest it may ask for, and how many
+one user may have waiting (docs/source/howto/batch-jobs.md).
 
-The rest of a job is a session's: the same queue, quotas and budgets admit and place it.
+The site sets a default and a maximum (QueueService.job_time_limit, job_time_limit_max); a hub
+group may set tighter ones in its `job_time_limit` property, as `max_session_lifetime` bounds
+sessions: a duration ("2h", the group's default and maximum alike) or `{"default": "1h", "max":
+"8h"}`. A member of several groups gets the tightest of each. The rest of a job is a session's:
+the same queue, quotas and budgets admit and place it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
+from fgpu_shared import units
 from image_catalog.job_options import parse_job
 from queue_service.core.errors import Refusal
 from queue_service.core.status import Status
 from queue_service.store.models import SessionRecord
 
 from .automatic_ends import describe
+
+JOB_TIME_PROPERTY = "job_time_limit"
+
+
+@dataclass(frozen=True)
+class GroupJobTimes:
+    """One group's `job_time_limit`: seconds, each None where the group sets none."""
+
+    default: float | None = None
+    maximum: float | None = None
+
+
+def parse_job_time_limit(value, where: str) -> GroupJobTimes:
+    """A group's `job_time_limit` property, or ValueError naming `where` and what is allowed."""
+    if value is None:
+        return GroupJobTimes()
+    try:
+        if isinstance(value, dict):
+            unknown = set(value) - {"default", "max"}
+            if unknown:
+                raise ValueError(f"unknown key(s) {sorted(unknown)}; it takes default and max")
+            return GroupJobTimes(_seconds(value.get("default")), _seconds(value.get("max")))
+        seconds = units.parse_duration(value)
+        return GroupJobTimes(seconds, seconds)
+    except ValueError as e:
+        raise ValueError(f"{where}: {JOB_TIME_PROPERTY} {e}") from None
+
+
+def _seconds(value) -> float | None:
+    return None if value is None else units.parse_duration(value)
+
+
+def tightest(limits) -> GroupJobTimes:
+    """The tightest default and maximum of several groups' (a member of each gets these)."""
+    limits = list(limits)
+    defaults = [t.default for t in limits if t.default is not None]
+    maxima = [t.maximum for t in limits if t.maximum is not None]
+    return GroupJobTimes(min(defaults, default=None), min(maxima, default=None))
 
 
 @dataclass(frozen=True)
@@ -25,10 +69,19 @@ class JobRules:
     time_limit: float = 3600.0
     time_limit_max: float = 86400.0
     waiting_per_user: int = 5
+    #: The tightest `job_time_limit` of a user's groups (QuotaBook.job_times_of).
+    group_times: Callable[[str], GroupJobTimes] = field(default=lambda user: GroupJobTimes())
 
-    def limit_of(self, job: dict) -> float:
-        """The seconds a job may run: its own limit, or the site's, never over the maximum."""
-        return min(job.get("time_limit") or self.time_limit, self.time_limit_max)
+    def bounds(self, user: str) -> tuple[float, float]:
+        """(default, maximum) seconds of a job of `user`: the site's, tightened by the groups'."""
+        group = self.group_times(user)
+        maximum = min(self.time_limit_max, group.maximum or self.time_limit_max)
+        return min(group.default or self.time_limit, maximum), maximum
+
+    def limit_of(self, job: dict, user: str = "") -> float:
+        """The seconds a job may run: its own limit, or the default, never over the maximum."""
+        default, maximum = self.bounds(user)
+        return min(job.get("time_limit") or default, maximum)
 
     def refusal(self, db, request: dict) -> Refusal | None:
         """Why a job may not join the queue (None: it may); an interactive request always may."""
@@ -36,10 +89,11 @@ class JobRules:
         if job is None:
             return None
         asked = job.get("time_limit")
-        if asked and asked > self.time_limit_max:
+        _, maximum = self.bounds(request["user"])
+        if asked and asked > maximum:
             return Refusal(
-                f"time_limit {describe(asked)} is over this hub's maximum for a job, "
-                f"{describe(self.time_limit_max)}."
+                f"time_limit {describe(asked)} is over this hub's maximum for your jobs, "
+                f"{describe(maximum)}."
             )
         if self.waiting_per_user and self._waiting(db, request["user"]) >= self.waiting_per_user:
             return Refusal(

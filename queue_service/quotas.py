@@ -24,6 +24,7 @@ from queue_service.core.budgets import BUDGET_KEYS, Budget, BudgetError, parse_b
 from queue_service.core.presets import PRESETS_PROPERTY, Preset, PresetError, parse_presets
 
 from .hub_client import HubClient, HubError
+from .jobs import JOB_TIME_PROPERTY, GroupJobTimes, parse_job_time_limit, tightest
 
 QUOTA_PROPERTY = "fgpu_quota"
 _KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups", "storage"} | BUDGET_KEYS
@@ -122,6 +123,7 @@ class QuotaBook:
         self._group_budgets: dict[str, tuple[Budget, ...]] = {}
         self._group_presets: dict[str, tuple[Preset, ...]] = {}
         self._members: dict[str, tuple[str, ...]] = {}
+        self._group_job_times: dict[str, GroupJobTimes] = {}
 
     async def refresh(self, user_model: dict, hub: HubClient) -> None:
         """Remember the user's groups and those groups' quotas, as the hub has them now."""
@@ -143,6 +145,19 @@ class QuotaBook:
             self._group_storage[group] = self._parse_storage(properties, group)
             self._group_budgets[group] = self._parse_budgets(properties, group)
             self._group_presets[group] = self._parse_presets(properties, group)
+            self._group_job_times[group] = self._parse_job_times(properties, group)
+
+    def _parse_job_times(self, properties: dict, group: str) -> GroupJobTimes:
+        try:
+            return parse_job_time_limit(properties.get(JOB_TIME_PROPERTY), f"group {group}")
+        except ValueError as e:
+            if self.log:
+                self.log.error("Ignoring a malformed job time limit: %s", e)
+            return GroupJobTimes()
+
+    def job_times_of(self, user: str) -> GroupJobTimes:
+        """The tightest job time limits of the user's groups (jobs.py), as last refreshed."""
+        return tightest(self._group_job_times.get(g, GroupJobTimes()) for g in self.groups_of(user))
 
     def _parse_storage(self, properties: dict, group: str) -> int | None:
         try:

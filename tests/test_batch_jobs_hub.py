@@ -168,7 +168,7 @@ def test_cancelling_a_waiting_and_a_running_job_ends_both_cancelled(gpu_hub, stu
         ({"command": "true", "notebook": "a.ipynb"}, "either a notebook or a command"),
         ({"command": "true", "time_limit": "10y"}, "not a duration"),
         ({"command": "true", "time_limit": 10}, "between 60 s"),
-        ({"command": "true", "time_limit": "3d"}, "over this hub's maximum for a job"),
+        ({"command": "true", "time_limit": "3d"}, "over this hub's maximum for your jobs"),
         ({"notebook": "a.ipynb", "parameters": "{not json"}, "parameters are not JSON"),
         ({"notebook": "a.ipynb", "parameters": {"1x": 1}}, "not a Python variable name"),
         ({"command": "true", "parameters": {"a": 1}}, "a command takes none"),
@@ -219,3 +219,18 @@ def test_a_job_started_through_the_hubs_rest_api_is_the_same_job(gpu_hub, studen
         300.0,
     )
     assert ended(student, job["id"])["end_reason"] == "finished"
+
+
+def test_a_groups_job_time_limit_is_its_members_default_and_maximum(gpu_hub, student):
+    gpu_hub.join_group(student.name, {"job_time_limit": {"default": "2m", "max": "5m"}})
+    body = {**SLOTS, "type": "batch", "command": "sleep 600", "time_limit": "10m"}
+    refused = student.call("POST", "sessions", json=body)
+    assert refused.status_code == 400
+    assert "maximum for your jobs, 5 min" in refused.json()["message"]
+    assert student.sessions() == []
+    job = submit(student, command="sleep 600")
+    (running,) = student.wait_for(lambda s: s and s[0]["status"] == "RUNNING" and s[0]["ends"])
+    assert running["ends"]["why"] == "timeout" and running["ends"]["text"] == "time limit of 2 min"
+    planned = moment(running["ends"]["at"]) - moment(running["started"])
+    assert planned == timedelta(minutes=2)
+    assert student.call("DELETE", f"sessions/{job['id']}").status_code in (200, 202)
