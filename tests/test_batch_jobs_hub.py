@@ -14,6 +14,7 @@ import pytest
 
 from .harness import QueueUser, containers_with, wait_until
 from .test_queue_service import kill_queue_service
+from .test_usage_hub import held_hours
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -99,6 +100,11 @@ def test_a_failing_job_ends_failed_with_its_exit_code_and_last_line(gpu_hub, stu
     done = ended(student, job["id"])
     assert (done["end_reason"], done["exit_code"]) == ("failed", 3)
     assert "code 3" in done["reason"] and "no data found" in done["reason"]
+    # Its use is filed as it ends, slots × the time it held them, as a session's is.
+    hours, filed = held_hours(gpu_hub, job["id"])
+    assert filed and hours > 0
+    totals = student.call("GET", "usage").json()["totals"]
+    assert totals["cpu_hours"] == pytest.approx(SLOTS["cpu"] * hours, rel=1e-6)
 
 
 def test_a_notebook_job_runs_with_its_parameter_and_its_executed_copy_lands_beside_it(
