@@ -33,6 +33,9 @@ TEST_LABEL = "fgpu.test_run"
 
 
 _handed_out: set[int] = set()
+#: scripts/test runs two pytest processes side by side; each takes ports of one parity, so that
+#: neither hands out a port the other has just handed out (and not yet bound).
+_PARITY = {"even": 0, "odd": 1}.get(os.environ.get("FGPU_TEST_PORTS", ""))
 
 
 def free_port() -> int:
@@ -44,7 +47,7 @@ def free_port() -> int:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        if port not in _handed_out:
+        if port not in _handed_out and _PARITY in (None, port % 2):
             _handed_out.add(port)
             return port
 

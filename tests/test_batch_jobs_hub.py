@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from .harness import QueueUser, containers_with, wait_until
+from .harness import QueueUser, containers_with, restart, wait_until
 from .test_queue_service import kill_queue_service
 from .test_usage_hub import held_hours
 
@@ -240,3 +240,15 @@ def test_a_groups_job_time_limit_is_its_members_default_and_maximum(gpu_hub, stu
     planned = moment(running["ends"]["at"]) - moment(running["started"])
     assert planned == timedelta(minutes=2)
     assert student.call("DELETE", f"sessions/{job['id']}").status_code in (200, 202)
+
+
+def test_a_job_running_through_a_hub_restart_goes_on_and_ends_by_itself(gpu_hub, student):
+    job = submit(student, command="sleep 20; echo outlived the hub", time_limit="5m")
+    student.wait_for(lambda s: any(r["id"] == job["id"] and r["status"] == "RUNNING" for r in s))
+    hub_down = datetime.now(UTC)
+    restart(gpu_hub)
+    done = ended(student, job["id"])
+    assert (done["end_reason"], done["exit_code"]) == ("finished", 0)
+    assert moment(done["ended"]) > hub_down
+    assert "outlived the hub" in student.call("GET", f"sessions/{job['id']}/logs").text
+    wait_until(lambda: not containers_with({"fgpu.session_id": job["id"]}), 60, "its removal")
