@@ -8,6 +8,7 @@ Finished tab lists jobs with their end reasons. Screenshots go to test-output/br
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 
@@ -111,6 +112,52 @@ def test_a_command_job_from_the_dialog_shows_its_live_log_and_ends_finished(gpu_
     expect(done.locator("pre.fgpu-job-log")).to_contain_text("[fgpu job] exited with code 0")
     expect(done.locator(".fgpu-job-log-path code")).to_contain_text("~/jobs/job-")
     screenshot(page, "jobs-finished")
+
+
+NOTEBOOK = {
+    "cells": [
+        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
+         "outputs": [], "execution_count": None},
+        {"cell_type": "code", "metadata": {}, "source": "print('trained for', epochs * 10)",
+         "outputs": [], "execution_count": None},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}  # fmt: skip
+
+
+def test_a_notebook_job_with_a_parameter_names_its_executed_copy(gpu_hub, page, student):
+    folder = student.call("POST", "folders", json={"name": "runs"}).json()
+    upload = student.call(
+        "PUT",
+        f"folders/{folder['id']}/files/train.ipynb",
+        data=json.dumps(NOTEBOOK),
+        headers={"Content-Type": "application/octet-stream"},
+    )
+    assert upload.status_code == 201, upload.text
+    open_sessions(page, gpu_hub, student.name)
+    batch_dialog(page, "notebook")
+    runs = page.locator('#fgpu-launch-folder-list [data-folder="runs"] input')
+    expect(runs).not_to_be_checked()
+    page.fill("#fgpu-launch-notebook", "folders/runs/train.ipynb")
+    # The folder the path names is ticked, so that it is mounted.
+    expect(runs).to_be_checked()
+    page.fill("#fgpu-launch-parameters", '{"epochs": 7}')
+    page.click("#fgpu-launch-submit")
+    expect(page.locator("#fgpu-launch")).to_be_hidden(timeout=SPAWN_TIMEOUT_MS)
+
+    row = job_row(page)
+    expect(row.locator(".fgpu-job-what")).to_have_text(
+        "Notebook: folders/runs/train.ipynb with epochs = 7", timeout=30_000
+    )
+    done = ended_job(page, "finished")
+    expect(done).to_have_count(1, timeout=SPAWN_TIMEOUT_MS)
+    expect(done.locator("pre.fgpu-job-log")).to_contain_text("trained for 70")
+    expect(done.locator(".fgpu-job-copy code")).to_contain_text(
+        re.compile(r"^~/folders/runs/train-output-\d{8}-\d{6}\.ipynb$")
+    )
+    screenshot(page, "jobs-notebook-finished")
 
 
 def test_a_failing_job_shows_failed_its_exit_code_and_last_line(gpu_hub, page, student):

@@ -66,7 +66,9 @@
     var cell = fgpu.nameCell(s.server_name || "(default)");
     if (s.type !== "batch" || !s.job) return cell;
     var what = s.job.command !== undefined ? "Command: " + s.job.command : "Notebook: " + s.job.notebook +
-      (s.job.parameters && Object.keys(s.job.parameters).length ? " " + JSON.stringify(s.job.parameters) : "");
+      (s.job.parameters && Object.keys(s.job.parameters).length ? " with " + Object.keys(s.job.parameters).map(function (name) {
+        return name + " = " + JSON.stringify(s.job.parameters[name]);
+      }).join(", ") : "");
     cell.appendChild(el("div", {}, [el("span", { className: "badge fgpu-job-badge", text: "Batch job" })]));
     var shown = what.replace(/\s+/g, " ");
     cell.appendChild(el("div", { className: "fgpu-job-what", title: what, text: shown.length > 60 ? shown.slice(0, 59) + "…" : shown }));

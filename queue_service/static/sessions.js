@@ -44,7 +44,7 @@
   function endsLine(ends) {
     var idle = ends.why === "idle", timeout = ends.why === "timeout";
     var parts = [];
-    if (ends.at) parts.push((idle ? "Stops if unused from " : timeout ? "Ends by " : "Ends at ") + fgpu.time(ends.at) + " (" + ends.text + ")");
+    if (ends.at) parts.push((idle ? "Stops if unused from " : timeout ? "Ends by " : "Ends at ") + fgpu.time(ends.at) + (timeout ? " at the latest" : "") + " (" + ends.text + ")");
     // Idle past its group's limit, kept while no waiting request needs its resources.
     if (ends.kept_idle) parts.push("Idle: kept while nobody waits for its resources");
     return el("div", {
@@ -167,6 +167,9 @@
   // (GET api/sessions/{id}/logs?follow=1, read as a stream). A job's output is its owner's data:
   // it goes into the page as text (textContent), never as HTML.
   var LOG_KEEP = 200;  // lines kept and shown (the box scrolls); the whole log is in ~/jobs
+  // A browser keeps six connections to the hub: a few logs are streamed, the others read again
+  // every few seconds (?tail=), and a long list's rest shows none (the polls must get through).
+  var LIVE_MOST = 3, LOGS_MOST = 10, READ_AGAIN_MS = 3000;
   var RUNNER = "[fgpu job]";
   var jobLogs = {};  // session id → its log box and its stream
 
@@ -179,8 +182,13 @@
   function jobWhat(job) {
     if (!job) return "";
     if (job.command !== undefined) return "Command: " + job.command;
-    var params = job.parameters && Object.keys(job.parameters).length ? " " + JSON.stringify(job.parameters) : "";
+    var params = job.parameters && Object.keys(job.parameters).length ? " with " + assignments(job.parameters) : "";
     return "Notebook: " + job.notebook + params + (job.output ? " → " + job.output + "/" : "");
+  }
+
+  // A notebook's parameters as the injected cell sets them: "epochs = 3, lr = 0.01".
+  function assignments(parameters) {
+    return Object.keys(parameters).map(function (name) { return name + " = " + JSON.stringify(parameters[name]); }).join(", ");
   }
 
   function jobNameLines(s) {
@@ -193,7 +201,7 @@
 
   // Seconds as people say them: 3600 → "1 h", 5400 → "1 h 30 min" (automatic_ends.describe).
   function spoken(seconds) {
-    seconds = Math.round(Number(seconds));
+    seconds = Math.floor(Number(seconds));
     var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), sec = seconds % 60;
     var parts = [h ? h + " h" : "", m ? m + " min" : "", sec ? sec + " s" : ""].filter(Boolean);
     return parts.join(" ") || "0 s";
@@ -245,7 +253,7 @@
   function jobLog(id) {
     if (!jobLogs[id]) {
       jobLogs[id] = {
-        id: id, text: "", stream: null, lastTry: 0,
+        id: id, text: "", stream: null, live: false, shown: true, error: null, lastTry: 0,
         pre: el("pre", { className: "fgpu-job-log", "data-session": id, tabindex: "0", "aria-label": "The job's log, last lines" }),
         head: el("div", { className: "fgpu-job-log-head" }),
         outputs: el("div", { className: "fgpu-job-outputs" }),
@@ -264,14 +272,32 @@
   function outputLines(found, s) {
     var lines = [];
     lines.push(el("div", { className: "fgpu-job-log-path" }, [
-      "Whole log: ", el("code", { text: found.log || "~/jobs/" + s.server_name + "-….log" }),
+      "Full log: ", el("code", { text: found.log || "~/jobs/" + s.server_name + "-….log" }),
     ]));
     if (found.copy) lines.push(el("div", { className: "fgpu-job-copy" }, ["Executed copy: ", el("code", { text: found.copy })]));
     return lines;
   }
 
+  function logHead(log, s) {
+    if (s.status === "PENDING") return "The log starts when the job does.";
+    if (s.status !== "RUNNING") return "Starting…";
+    if (log.error) return "The log cannot be read now: " + log.error;
+    if (!log.shown) return "Log: too many jobs at once to show them all; each one’s whole log is in ~/jobs.";
+    if (!log.text.trim()) return "Log: nothing printed yet.";
+    return "Log, last lines (updated as it runs):";
+  }
+
+  function showHead(log, s) {
+    log.head.textContent = logHead(log, s);
+    var some = s.status === "RUNNING" && log.shown && !!log.text.trim();
+    log.pre.classList.toggle("d-none", !some);
+    log.outputs.classList.toggle("d-none", !some);
+  }
+
   function showLog(log, s) {
     var pre = log.pre, atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    log.error = null;
+    showHead(log, s);
     var lines = log.text.split("\n");
     if (lines.length > LOG_KEEP + 1) log.text = lines.slice(-LOG_KEEP - 1).join("\n");
     pre.textContent = log.text.replace(/\n$/, "");
@@ -282,12 +308,12 @@
     log.outputs.replaceChildren.apply(log.outputs, outputLines(log.found, s));
   }
 
-  function follow(log, s) {
-    if (log.stream || Date.now() - log.lastTry < 3000) return;
+  function follow(log, s, live) {
+    if (log.stream || Date.now() - log.lastTry < READ_AGAIN_MS) return;
     var controller = new AbortController();
     log.stream = controller;
     log.lastTry = Date.now();
-    fetch(config.api + "sessions/" + s.id + "/logs?follow=1&tail=" + LOG_KEEP, {
+    fetch(config.api + "sessions/" + s.id + "/logs?" + (live ? "follow=1&" : "") + "tail=" + LOG_KEEP, {
       credentials: "same-origin", headers: logHeaders(), signal: controller.signal,
     }).then(function (response) {
       if (!response.ok) {
@@ -308,31 +334,33 @@
       }
       return more();
     }).catch(function (e) {
-      if (e.name !== "AbortError") log.head.textContent = "The log cannot be read now: " + e.message;
+      if (e.name !== "AbortError") { log.error = e.message; showHead(log, s); }
     }).then(function () {
-      if (log.stream === controller) log.stream = null;
+      if (log.stream === controller) { log.stream = null; log.live = false; }
     });
   }
 
   function jobLogRow(s) {
     var log = jobLog(s.id), columns = document.querySelectorAll("#fgpu-sessions thead th").length;
-    var running = s.status === "RUNNING";
-    if (s.status === "PENDING") log.head.textContent = "The log starts when the job does.";
-    else if (!running) log.head.textContent = "Starting…";
-    else if (!/cannot be read/.test(log.head.textContent)) log.head.textContent = "Log, last lines (live):";
-    log.pre.classList.toggle("d-none", !running && !log.text);
-    log.outputs.classList.toggle("d-none", !running && !log.text);
+    showHead(log, s);
     var cell = el("td", { colspan: String(columns) }, [log.head, log.pre, log.outputs]);
     return el("tr", { className: "fgpu-job-log-row", "data-log-for": s.id }, [cell]);
   }
 
   // Follow each running job's log; stop reading those that ended or left the list.
   function followJobs(sessions) {
-    var now = {};
-    sessions.forEach(function (s) {
-      if (s.type !== "batch") return;
-      now[s.id] = s;
-      if (s.status === "RUNNING") follow(jobLog(s.id), s);
+    var now = {}, running = sessions.filter(function (s) { return s.type === "batch" && s.status === "RUNNING"; });
+    sessions.forEach(function (s) { if (s.type === "batch") now[s.id] = s; });
+    // Those streamed stay streamed; the first others take the free streams.
+    var live = running.filter(function (s) { return jobLogs[s.id] && jobLogs[s.id].live; }).length;
+    running.forEach(function (s, i) {
+      var log = jobLog(s.id);
+      log.shown = i < LOGS_MOST;
+      if (!log.shown) { showHead(log, s); return; }
+      if (log.stream || Date.now() - log.lastTry < READ_AGAIN_MS) return;
+      var stream = live < LIVE_MOST;
+      if (stream) { live++; log.live = true; }
+      follow(log, s, stream);
     });
     var gone = false;
     Object.keys(jobLogs).forEach(function (id) {
@@ -370,8 +398,9 @@
   }
 
   function endedCard(s, labels) {
-    var log = { text: "", pre: el("pre", { className: "fgpu-job-log", tabindex: "0", "aria-label": "The end of the job's log" }),
-      outputs: el("div", { className: "fgpu-job-outputs" }) };
+    var log = { text: "", pre: el("pre", { className: "fgpu-job-log d-none", tabindex: "0", "aria-label": "The end of the job's log" }),
+      outputs: el("div", { className: "fgpu-job-outputs" }),
+      label: el("div", { className: "fgpu-job-log-head d-none", text: "End of the log:" }) };
     var hide = el("button", { type: "button", className: "btn btn-sm btn-link fgpu-job-hide", text: "Hide" });
     hide.addEventListener("click", function () { hideJob(s.id); endedJobsPoll.now(); });
     var failed = s.exit_code !== null && s.exit_code !== undefined && s.exit_code !== 0;
@@ -390,7 +419,7 @@
       head,
       words ? el("div", { className: "fgpu-end-detail", text: words }) : null,
       el("div", { className: "fgpu-job-what", text: shorten(jobWhat(s.job), 200) }),
-      log.outputs, log.pre,
+      log.outputs, log.label, log.pre,
     ]);
     if (!s.started) { log.pre.classList.add("d-none"); log.outputs.classList.add("d-none"); }
     else {
@@ -401,6 +430,7 @@
           var lines = text.replace(/\n$/, "").split("\n");
           log.pre.textContent = lines.slice(-LOG_KEEP).join("\n");
           log.pre.classList.toggle("d-none", !text);
+          log.label.classList.toggle("d-none", !text);
           log.outputs.replaceChildren.apply(log.outputs, outputLines(outputsOf(text), s));
           log.pre.scrollTop = log.pre.scrollHeight;
         }, function () { /* the next poll's card is the same; the log stays unread */ });
@@ -702,7 +732,7 @@
     field("command-fields").classList.toggle("d-none", notebook);
     field("title").textContent = batch ? "Submit a batch job" : "Start a session";
     field("mode-about").textContent = batch
-      ? "Runs a notebook or a command on a slice of its own, waiting in the same queue as sessions; it ends by itself when the run does, and gives the slice back at once. You may close this page meanwhile."
+      ? "Runs a notebook or a command on a slice of its own. It waits in the same queue as sessions, ends by itself when the run is over and gives the slice back at once. You may close this page meanwhile."
       : "JupyterLab, a terminal and TensorBoard, until you stop it.";
     field("name-label").textContent = batch ? "Job name" : "Session name";
     document.querySelector('label[for="fgpu-launch-count"]').textContent = batch ? "Jobs" : "Sessions";
@@ -857,8 +887,8 @@
   form.addEventListener("input", function () { followPreset(); showValues(); updateLaunchAdvice(); });
   form.addEventListener("change", function (event) {
     if (event.target.name === "type" || event.target.name === "job_kind") { showMode(); showValues(); }
-    if (event.target === field("notebook")) tickNotebookFolder();
   });
+  field("notebook").addEventListener("input", tickNotebookFolder);
 
   form.addEventListener("submit", function (event) {
     event.preventDefault();
