@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import time
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -63,7 +64,17 @@ def submit_job(user: QueueUser, **job) -> dict:
     return response.json()["servers"][0]["session"]
 
 
+def open_log_streams(page: Page) -> set:
+    """The page's `logs?follow=1` requests still open, kept up to date as they come and go."""
+    streams: set = set()
+    page.on("request", lambda r: "follow=1" in r.url and streams.add(r))
+    page.on("requestfinished", lambda r: streams.discard(r))
+    page.on("requestfailed", lambda r: streams.discard(r))
+    return streams
+
+
 def test_a_command_job_from_the_dialog_shows_its_live_log_and_ends_finished(gpu_hub, page, student):
+    streams = open_log_streams(page)
     open_sessions(page, gpu_hub, student.name)
     batch_dialog(page, "notebook")
     dialog = page.locator("#fgpu-launch")
@@ -99,6 +110,7 @@ def test_a_command_job_from_the_dialog_shows_its_live_log_and_ends_finished(gpu_
     # (the command's own line, echoed first, names "step two" too: the output's line is alone)
     expect(log).not_to_contain_text(STEP_TWO)
     expect(page.locator("#fgpu-sessions .fgpu-job-log-path")).to_contain_text("~/jobs/job-")
+    assert len(streams) == 1, [r.url for r in streams]
     screenshot(page, "jobs-running-live-log")
     # The same box, live: the next line comes without a reload.
     expect(log).to_contain_text(STEP_TWO, timeout=30_000)
@@ -112,6 +124,11 @@ def test_a_command_job_from_the_dialog_shows_its_live_log_and_ends_finished(gpu_
     expect(done.locator("pre.fgpu-job-log")).to_contain_text("[fgpu job] exited with code 0")
     expect(done.locator(".fgpu-job-log-path code")).to_contain_text("~/jobs/job-")
     screenshot(page, "jobs-finished")
+    # The job's end ended the page's reading of its log: nothing is left open.
+    deadline = time.monotonic() + 15
+    while streams and time.monotonic() < deadline:
+        page.wait_for_timeout(300)
+    assert not streams, [r.url for r in streams]
 
 
 NOTEBOOK = {

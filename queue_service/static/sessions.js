@@ -157,7 +157,7 @@
       if (s.type === "batch") rowsShown.push(jobLogRow(s));
     });
     tbody.replaceChildren.apply(tbody, rowsShown);
-    followJobs(data.sessions);
+    followJobs(shown);  // a row filtered away stops its reading too
     document.getElementById("fgpu-empty").classList.toggle("d-none", shown.length > 0);
     document.getElementById("fgpu-sessions").setAttribute("data-updated", String(Date.now()));
   }
