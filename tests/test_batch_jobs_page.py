@@ -12,6 +12,7 @@ import json
 import re
 import secrets
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -195,6 +196,26 @@ def test_a_failing_job_shows_failed_its_exit_code_and_last_line(gpu_hub, page, s
     expect(row.locator(".fgpu-exit-code")).to_have_text("exit code 3")
     expect(row.locator(".fgpu-end-detail")).to_contain_text("The job exited with code 3")
     screenshot(page, "jobs-finished-tab")
+
+
+def test_a_job_shows_when_its_time_limit_ends_it_and_then_that_it_did(
+    gpu_hub, page, student, service_clock
+):
+    submit_job(student, command="sleep 600", time_limit="1m")
+    open_sessions(page, gpu_hub, student.name)
+    running = job_row(page, "RUNNING")
+    expect(running.locator(".fgpu-ends")).to_contain_text(
+        "at the latest (time limit of 1 min)", timeout=SPAWN_TIMEOUT_MS
+    )
+    try:
+        service_clock.move_to(datetime.now(UTC) + timedelta(minutes=2))
+        over = ended_job(page, "timeout")
+        expect(over).to_have_count(1, timeout=120_000)
+    finally:
+        service_clock.reset()
+    expect(over.locator(".fgpu-end-label")).to_have_text("Job reached its time limit")
+    expect(over.locator(".fgpu-end-detail")).to_have_text("The job ran for its time limit of 1 min")
+    expect(over.locator(".fgpu-exit-code")).to_have_count(0)
 
 
 @pytest.mark.parametrize(
