@@ -745,7 +745,7 @@
     if (!limits) return;
     var fallback = Math.min(limits.time_limit, limits.time_limit_max);
     field("time-limit-note").textContent = "Without one: the hub’s default, " + spoken(fallback) +
-      ". At most " + spoken(limits.time_limit_max) + ". A job still running at its limit is stopped (it ends “timeout”).";
+      ". At most " + spoken(limits.time_limit_max) + ". A job still running at its limit is stopped.";
   }
 
   // A notebook under folders/<name>/ needs that folder mounted: its box is ticked for the student.
