@@ -1197,6 +1197,7 @@ class QueueService(Application):
             # A typo in the site's presets stops the service here, with the preset named.
             site_presets=parse_presets(self.presets, "QueueService.presets"),
             session_limits={**SESSION_LIMITS, **self.session_limits},
+            job_rules=self.jobs,
             agent_service=self.agent_service,
             node_reports=self.node_reports,
             node_identity=NodeIdentity(self.node_credentials),

@@ -210,6 +210,11 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         return self.settings["session_limits"]
 
     @property
+    def job_rules(self):
+        """Batch jobs' site rules (jobs.JobRules); None where the app was built without them."""
+        return self.settings.get("job_rules")
+
+    @property
     def node_reports(self) -> NodeReports:
         return self.settings["node_reports"]
 

@@ -140,6 +140,12 @@ class PageHandler(BaseHandler):
         )
 
 
+def job_limits(rules) -> dict | None:
+    if rules is None:
+        return None
+    return {"time_limit": rules.time_limit, "time_limit_max": rules.time_limit_max}
+
+
 class SessionsPage(PageHandler):
     """The Sessions page: the list, the launch dialog, the indicator and the app launcher."""
 
@@ -155,6 +161,8 @@ class SessionsPage(PageHandler):
             "userPrefix": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "user/",
             # One session's limits and defaults: the spawner's too (launch_options.py).
             "sessionLimits": self.session_limits,
+            # A batch job's time limit when it names none, and the longest it may ask (seconds).
+            "jobLimits": job_limits(self.job_rules),
             # What this user may start (groups, hidden, private), as api/images answers it.
             "images": self.images.visible_to(
                 person["name"],

@@ -41,17 +41,44 @@
     return "sessions?" + parts.join("&");
   }
 
+  // A batch job's reason without its leading code: "failed: the job exited with code 3; …" reads
+  // "The job exited with code 3; …" under the label "Job failed".
+  function jobReason(s) {
+    var text = s.reason || "";
+    if (s.end_reason && text.indexOf(s.end_reason + ": ") === 0) text = text.slice(s.end_reason.length + 2);
+    return text ? text.charAt(0).toUpperCase() + text.slice(1) : "";
+  }
+
   function reasonCell(s) {
     var children = [el("span", { className: "fgpu-end-reason", text: s.end_reason_label || s.end_reason || "—" })];
+    var job = s.type === "batch";
+    if (job && s.exit_code !== null && s.exit_code !== undefined && s.exit_code !== 0) {
+      children.push(el("span", { className: "fgpu-exit-code", text: "exit code " + s.exit_code }));
+    }
     // The words beside the code, when they say more than its label (a node's name, an exit code).
-    if (s.reason) children.push(el("div", { className: "fgpu-pending-detail fgpu-end-detail", text: s.reason }));
+    var words = job ? jobReason(s) : s.reason;
+    if (words) children.push(el("div", { className: "fgpu-pending-detail fgpu-end-detail", text: words }));
     return el("td", { "data-reason": s.end_reason || "" }, children);
+  }
+
+  // A job's name with its badge and what it ran (the whole of it on hover).
+  function nameCell(s) {
+    var cell = fgpu.nameCell(s.server_name || "(default)");
+    if (s.type !== "batch" || !s.job) return cell;
+    var what = s.job.command !== undefined ? "Command: " + s.job.command : "Notebook: " + s.job.notebook +
+      (s.job.parameters && Object.keys(s.job.parameters).length ? " with " + Object.keys(s.job.parameters).map(function (name) {
+        return name + " = " + JSON.stringify(s.job.parameters[name]);
+      }).join(", ") : "");
+    cell.appendChild(el("div", {}, [el("span", { className: "badge fgpu-job-badge", text: "Batch job" })]));
+    var shown = what.replace(/\s+/g, " ");
+    cell.appendChild(el("div", { className: "fgpu-job-what", title: what, text: shown.length > 60 ? shown.slice(0, 59) + "…" : shown }));
+    return cell;
   }
 
   function row(s) {
     var cells = [
       el("td", { className: "fgpu-id", title: s.id, text: s.id.slice(0, 8) }),
-      fgpu.nameCell(s.server_name || "(default)"),
+      nameCell(s),
       config.admin ? el("td", { className: "fgpu-user", text: s.user }) : null,
       fgpu.nameCell(s.image),
       el("td", { text: fgpu.trim(s.cpu) }),
@@ -62,7 +89,7 @@
       el("td", { className: "fgpu-duration", text: seconds(s.duration) }),
       reasonCell(s),
     ];
-    return el("tr", { "data-session": s.id, "data-user": s.user, "data-end-reason": s.end_reason || "" }, cells);
+    return el("tr", { "data-session": s.id, "data-user": s.user, "data-end-reason": s.end_reason || "", "data-type": s.type || "interactive" }, cells);
   }
 
   function offerReasons(reasons) {

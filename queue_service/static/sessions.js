@@ -42,9 +42,9 @@
   // When and why a running session will end by itself (api/sessions `ends`); highlighted once
   // its warning is due.
   function endsLine(ends) {
-    var idle = ends.why === "idle";
+    var idle = ends.why === "idle", timeout = ends.why === "timeout";
     var parts = [];
-    if (ends.at) parts.push((idle ? "Stops if unused from " : "Ends at ") + fgpu.time(ends.at) + " (" + ends.text + ")");
+    if (ends.at) parts.push((idle ? "Stops if unused from " : timeout ? "Ends by " : "Ends at ") + fgpu.time(ends.at) + (timeout ? " at the latest" : "") + " (" + ends.text + ")");
     // Idle past its group's limit, kept while no waiting request needs its resources.
     if (ends.kept_idle) parts.push("Idle: kept while nobody waits for its resources");
     return el("div", {
@@ -73,6 +73,7 @@
   }
 
   function actionsCell(s) {
+    if (s.type === "batch") return jobActionsCell(s);
     var cell = el("td", { className: "fgpu-actions" });
     // Save image and Stop side by side with a gap, never touching, never wrapped apart.
     var buttons = el("div", { className: "fgpu-buttons" });
@@ -108,6 +109,7 @@
   // names, or {name, read_only}).
   function mountsCell(s) {
     var cell = fgpu.nameCell(s.server_name || "(default)");
+    if (s.type === "batch") jobNameLines(s).forEach(function (node) { cell.appendChild(node); });
     var mounts = Array.isArray(s.mounts) ? s.mounts : [];
     if (mounts.length) {
       var names = mounts.map(function (m) {
@@ -149,10 +151,309 @@
       filter.value = chosen;
     }
     var shown = data.sessions.filter(function (s) { return !filter || !filter.value || s.user === filter.value; });
-    tbody.replaceChildren.apply(tbody, shown.map(row));
+    var rowsShown = [];
+    shown.forEach(function (s) {
+      rowsShown.push(row(s));
+      if (s.type === "batch") rowsShown.push(jobLogRow(s));
+    });
+    tbody.replaceChildren.apply(tbody, rowsShown);
+    followJobs(shown);  // a row filtered away stops its reading too
     document.getElementById("fgpu-empty").classList.toggle("d-none", shown.length > 0);
     document.getElementById("fgpu-sessions").setAttribute("data-updated", String(Date.now()));
   }
+
+  // ---- batch jobs in the list: a "Batch job" badge and what it runs under the name, a Cancel
+  // that asks, and a row below with the log's last lines, followed live while the job runs
+  // (GET api/sessions/{id}/logs?follow=1, read as a stream). A job's output is its owner's data:
+  // it goes into the page as text (textContent), never as HTML.
+  var LOG_KEEP = 200;  // lines kept and shown (the box scrolls); the whole log is in ~/jobs
+  // A browser keeps six connections to the hub: a few logs are streamed, the others read again
+  // every few seconds (?tail=), and a long list's rest shows none (the polls must get through).
+  var LIVE_MOST = 3, LOGS_MOST = 10, READ_AGAIN_MS = 3000;
+  var RUNNER = "[fgpu job]";
+  var jobLogs = {};  // session id → its log box and its stream
+
+  function shorten(text, most) {
+    text = String(text).replace(/\s+/g, " ").trim();
+    return text.length > most ? text.slice(0, most - 1) + "…" : text;
+  }
+
+  // What a job runs, in one line: "Command: python train.py", "Notebook: a.ipynb {"epochs": 3}".
+  function jobWhat(job) {
+    if (!job) return "";
+    if (job.command !== undefined) return "Command: " + job.command;
+    var params = job.parameters && Object.keys(job.parameters).length ? " with " + assignments(job.parameters) : "";
+    return "Notebook: " + job.notebook + params + (job.output ? " → " + job.output + "/" : "");
+  }
+
+  // A notebook's parameters as the injected cell sets them: "epochs = 3, lr = 0.01".
+  function assignments(parameters) {
+    return Object.keys(parameters).map(function (name) { return name + " = " + JSON.stringify(parameters[name]); }).join(", ");
+  }
+
+  function jobNameLines(s) {
+    var what = jobWhat(s.job);
+    return [
+      el("div", {}, [el("span", { className: "badge fgpu-job-badge", text: "Batch job" })]),
+      el("div", { className: "fgpu-job-what", title: what, text: shorten(what, 60) }),
+    ];
+  }
+
+  // Seconds as people say them: 3600 → "1 h", 5400 → "1 h 30 min" (automatic_ends.describe).
+  function spoken(seconds) {
+    seconds = Math.floor(Number(seconds));
+    var h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), sec = seconds % 60;
+    var parts = [h ? h + " h" : "", m ? m + " min" : "", sec ? sec + " s" : ""].filter(Boolean);
+    return parts.join(" ") || "0 s";
+  }
+
+  function jobQuestion(s) {
+    var name = "“" + s.server_name + "”";
+    var whose = s.user === config.user ? "job " + name : s.user + "’s job " + name;
+    if (s.status === "PENDING") {
+      var place = s.position ? " (" + fgpu.ordinal(s.position) + " in line)" : "";
+      return {
+        title: "Cancel " + whose + "?",
+        lines: [
+          "It gives up its place in the queue" + place + " and never runs. Submitting it again later puts it at the back of the line.",
+          "Nothing has run yet, so nothing is lost.",
+        ],
+        confirm: "Cancel job", keep: "Keep waiting",
+      };
+    }
+    return {
+      title: "Cancel " + whose + "?",
+      lines: [
+        "It is stopped now and ends as cancelled: the work it is doing at this moment is lost.",
+        "Files it has already written stay where it wrote them, and its log so far stays in ~/jobs.",
+        "Its " + fgpu.cores(s.cpu) + ", " + fgpu.size(s.mem) + " memory" + (Number(s.fgpu) ? " and " + fgpu.trim(s.fgpu) + " fGPU" : "") + " go back to the pool.",
+      ],
+      confirm: "Cancel job", keep: "Let it run",
+    };
+  }
+
+  function jobActionsCell(s) {
+    var cancel = el("button", { type: "button", className: "btn btn-sm btn-outline-danger fgpu-cancel fgpu-job-cancel", text: "Cancel" });
+    cancel.addEventListener("click", function () {
+      fgpu.confirmAction(jobQuestion(s)).then(function (yes) {
+        if (!yes) return;
+        cancel.disabled = true;
+        return fgpu.api("DELETE", "sessions/" + s.id).then(function () { showError(""); refresh(); },
+          function (e) { cancel.disabled = false; showError(e.message); });
+      });
+    });
+    return el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, [cancel])]);
+  }
+
+  // A cookie's read needs the XSRF token too (fgpu.headers); the answer is text.
+  function logHeaders() {
+    return Object.assign(fgpu.headers(), { Accept: "text/plain" });
+  }
+
+  function jobLog(id) {
+    if (!jobLogs[id]) {
+      jobLogs[id] = {
+        id: id, text: "", stream: null, live: false, shown: true, error: null, lastTry: 0,
+        pre: el("pre", { className: "fgpu-job-log", "data-session": id, tabindex: "0", "aria-label": "The job's log, last lines" }),
+        head: el("div", { className: "fgpu-job-log-head" }),
+        outputs: el("div", { className: "fgpu-job-outputs" }),
+      };
+    }
+    return jobLogs[id];
+  }
+
+  // The runner's own lines say where the outputs are: the whole log, a notebook's executed copy.
+  function outputsOf(text) {
+    var kept = /^\[fgpu job\] .*this log is kept in (~\/\S+)/m.exec(text);
+    var copy = /^\[fgpu job\] executed copy: (~\/.+)$/m.exec(text);
+    return { log: kept ? kept[1] : null, copy: copy ? copy[1].trim() : null };
+  }
+
+  function outputLines(found, s) {
+    var lines = [];
+    lines.push(el("div", { className: "fgpu-job-log-path" }, [
+      "Full log: ", el("code", { text: found.log || "~/jobs/" + s.server_name + "-….log" }),
+    ]));
+    if (found.copy) lines.push(el("div", { className: "fgpu-job-copy" }, ["Executed copy: ", el("code", { text: found.copy })]));
+    return lines;
+  }
+
+  function logHead(log, s) {
+    if (s.status === "PENDING") return "The log starts when the job does.";
+    if (s.status !== "RUNNING") return "Starting…";
+    if (log.error) return "The log cannot be read now: " + log.error;
+    if (!log.shown) return "Log: too many jobs at once to show them all; each one’s whole log is in ~/jobs.";
+    if (!log.text.trim()) return "Log: nothing printed yet.";
+    return "Log, last lines (updated as it runs):";
+  }
+
+  function showHead(log, s) {
+    log.head.textContent = logHead(log, s);
+    var some = s.status === "RUNNING" && log.shown && !!log.text.trim();
+    log.pre.classList.toggle("d-none", !some);
+    log.outputs.classList.toggle("d-none", !some);
+  }
+
+  function showLog(log, s) {
+    var pre = log.pre, atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    log.error = null;
+    showHead(log, s);
+    var lines = log.text.split("\n");
+    if (lines.length > LOG_KEEP + 1) log.text = lines.slice(-LOG_KEEP - 1).join("\n");
+    pre.textContent = log.text.replace(/\n$/, "");
+    // Kept at its end while the reader is there; left alone once they scroll up to read.
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+    var found = outputsOf(log.text);
+    log.found = { log: found.log || (log.found && log.found.log), copy: found.copy || (log.found && log.found.copy) };
+    log.outputs.replaceChildren.apply(log.outputs, outputLines(log.found, s));
+  }
+
+  function follow(log, s, live) {
+    if (log.stream || Date.now() - log.lastTry < READ_AGAIN_MS) return;
+    var controller = new AbortController();
+    log.stream = controller;
+    log.lastTry = Date.now();
+    fetch(config.api + "sessions/" + s.id + "/logs?" + (live ? "follow=1&" : "") + "tail=" + LOG_KEEP, {
+      credentials: "same-origin", headers: logHeaders(), signal: controller.signal,
+    }).then(function (response) {
+      if (!response.ok) {
+        return response.text().then(function (text) {
+          var message;
+          try { message = JSON.parse(text).message; } catch (e) { message = text; }
+          throw new Error(message || response.status + " " + response.statusText);
+        });
+      }
+      var reader = response.body.getReader(), decoder = new TextDecoder();
+      log.text = "";  // each answer starts again from the log's last lines
+      function more() {
+        return reader.read().then(function (part) {
+          log.text += decoder.decode(part.value || new Uint8Array(), { stream: !part.done });
+          showLog(log, s);
+          if (!part.done) return more();
+        });
+      }
+      return more();
+    }).catch(function (e) {
+      if (e.name !== "AbortError") { log.error = e.message; showHead(log, s); }
+    }).then(function () {
+      if (log.stream === controller) { log.stream = null; log.live = false; }
+    });
+  }
+
+  function jobLogRow(s) {
+    var log = jobLog(s.id), columns = document.querySelectorAll("#fgpu-sessions thead th").length;
+    showHead(log, s);
+    var cell = el("td", { colspan: String(columns) }, [log.head, log.pre, log.outputs]);
+    return el("tr", { className: "fgpu-job-log-row", "data-log-for": s.id }, [cell]);
+  }
+
+  // Follow each running job's log; stop reading those that ended or left the list.
+  function followJobs(sessions) {
+    var now = {}, running = sessions.filter(function (s) { return s.type === "batch" && s.status === "RUNNING"; });
+    sessions.forEach(function (s) { if (s.type === "batch") now[s.id] = s; });
+    // Those streamed stay streamed; the first others take the free streams.
+    var live = running.filter(function (s) { return jobLogs[s.id] && jobLogs[s.id].live; }).length;
+    running.forEach(function (s, i) {
+      var log = jobLog(s.id);
+      log.shown = i < LOGS_MOST;
+      if (!log.shown) { showHead(log, s); return; }
+      if (log.stream || Date.now() - log.lastTry < READ_AGAIN_MS) return;
+      var stream = live < LIVE_MOST;
+      if (stream) { live++; log.live = true; }
+      follow(log, s, stream);
+    });
+    var gone = false;
+    Object.keys(jobLogs).forEach(function (id) {
+      var s = now[id];
+      if (s && s.status !== "RUNNING" && s.status !== "PENDING" && s.status !== "SCHEDULED") s = null;
+      if (s) return;
+      if (jobLogs[id].stream) jobLogs[id].stream.abort();
+      delete jobLogs[id];
+      gone = true;
+    });
+    if (gone && endedJobsPoll) endedJobsPoll.now();
+  }
+
+  // ---- jobs that ended lately (from api/sessions?finished=1, the last day's, five at most):
+  // how each ended in words, the exit code, the log's end and where the outputs are. "Hide"
+  // puts one away (in this browser).
+  var ENDED_SHOWN = 5, ENDED_WITHIN_MS = 24 * 3600 * 1000;
+  var HIDDEN_KEY = "fgpu-hidden-jobs:" + config.user;
+  var endedCards = {}, endedJobsPoll = null;
+
+  function hiddenJobs() {
+    try { return JSON.parse(localStorage.getItem(HIDDEN_KEY)) || []; } catch (e) { return []; }
+  }
+
+  function hideJob(id) {
+    var kept = [id].concat(hiddenJobs().filter(function (h) { return h !== id; })).slice(0, 100);
+    try { localStorage.setItem(HIDDEN_KEY, JSON.stringify(kept)); } catch (e) { /* full or off */ }
+  }
+
+  // The record's reason without its leading code ("failed: the job exited…" → "The job exited…").
+  function reasonWords(s) {
+    var text = s.reason || "";
+    if (s.end_reason && text.indexOf(s.end_reason + ": ") === 0) text = text.slice(s.end_reason.length + 2);
+    return text ? text.charAt(0).toUpperCase() + text.slice(1) : "";
+  }
+
+  function endedCard(s, labels) {
+    var log = { text: "", pre: el("pre", { className: "fgpu-job-log d-none", tabindex: "0", "aria-label": "The end of the job's log" }),
+      outputs: el("div", { className: "fgpu-job-outputs" }),
+      label: el("div", { className: "fgpu-job-log-head d-none", text: "End of the log:" }) };
+    var hide = el("button", { type: "button", className: "btn btn-sm btn-link fgpu-job-hide", text: "Hide" });
+    hide.addEventListener("click", function () { hideJob(s.id); endedJobsPoll.now(); });
+    var failed = s.exit_code !== null && s.exit_code !== undefined && s.exit_code !== 0;
+    var head = el("div", { className: "fgpu-ended-job-head" }, [
+      el("span", { className: "badge fgpu-job-badge", text: "Batch job" }),
+      el("strong", { className: "fgpu-ended-job-name", text: s.server_name }),
+      el("span", { className: "fgpu-end-label fgpu-end-" + (s.end_reason || "other"),
+        text: s.end_reason_label || labels[s.end_reason] || s.end_reason || "Ended" }),
+      failed ? el("span", { className: "fgpu-exit-code", text: "exit code " + s.exit_code }) : null,
+      el("span", { className: "fgpu-pending-detail", text: "ended " + fgpu.time(s.ended) +
+        (s.started ? ", ran " + spoken(s.duration !== undefined && s.duration !== null ? s.duration : (new Date(s.ended) - new Date(s.started)) / 1000) : ", never started") }),
+      hide,
+    ]);
+    var words = reasonWords(s);
+    var card = el("div", { className: "fgpu-ended-job", "data-session": s.id, "data-end-reason": s.end_reason || "" }, [
+      head,
+      words ? el("div", { className: "fgpu-end-detail", text: words }) : null,
+      el("div", { className: "fgpu-job-what", text: shorten(jobWhat(s.job), 200) }),
+      log.outputs, log.label, log.pre,
+    ]);
+    if (!s.started) { log.pre.classList.add("d-none"); log.outputs.classList.add("d-none"); }
+    else {
+      // The end of the log that the service kept with the record (the whole one is in ~/jobs).
+      fetch(config.api + "sessions/" + s.id + "/logs", { credentials: "same-origin", headers: logHeaders() })
+        .then(function (response) { return response.ok ? response.text() : ""; })
+        .then(function (text) {
+          var lines = text.replace(/\n$/, "").split("\n");
+          log.pre.textContent = lines.slice(-LOG_KEEP).join("\n");
+          log.pre.classList.toggle("d-none", !text);
+          log.label.classList.toggle("d-none", !text);
+          log.outputs.replaceChildren.apply(log.outputs, outputLines(outputsOf(text), s));
+          log.pre.scrollTop = log.pre.scrollHeight;
+        }, function () { /* the next poll's card is the same; the log stays unread */ });
+    }
+    return card;
+  }
+
+  function renderEndedJobs(data) {
+    var hidden = hiddenJobs(), now = Date.now();
+    var jobs = data.sessions.filter(function (s) {
+      return s.type === "batch" && s.ended && now - new Date(s.ended) < ENDED_WITHIN_MS && hidden.indexOf(s.id) < 0;
+    }).slice(0, ENDED_SHOWN);
+    var cards = jobs.map(function (s) {
+      if (!endedCards[s.id]) endedCards[s.id] = endedCard(s, data.reasons || {});
+      return endedCards[s.id];
+    });
+    var list = document.getElementById("fgpu-ended-jobs-list");
+    list.replaceChildren.apply(list, cards);
+    document.getElementById("fgpu-ended-jobs").classList.toggle("d-none", cards.length === 0);
+  }
+
+  endedJobsPoll = fgpu.poll("sessions?finished=1&limit=20" + (config.admin ? "&user=" + encodeURIComponent(config.user) : ""),
+    10, renderEndedJobs);
 
   function renderResources(resources) {
     latest.resources = resources;
@@ -399,7 +700,62 @@
     if (Object.keys(env).length) r.env = env;
     var chosen = chosenFolders();
     if (chosen.length) r.folders = chosen;
+    if (batchMode()) Object.assign(r, jobFields());
     return r;
+  }
+
+  // ---- batch mode: "Interactive session | Batch job". A job takes the same image, resources,
+  // folders, env and preset, and what it runs: a notebook (with parameters and an output folder)
+  // or a command, and a time limit. The service checks them all and says what is wrong
+  // (image_catalog/job_options.py): the text is sent as typed.
+  function batchMode() { return form.querySelector("input[name=type]:checked").value === "batch"; }
+  function jobKind() { return form.querySelector("input[name=job_kind]:checked").value; }
+
+  function jobFields() {
+    var job = { type: "batch" };
+    if (jobKind() === "command") job.command = field("command").value;
+    else {
+      job.notebook = field("notebook").value.trim();
+      if (field("parameters").value.trim()) job.parameters = field("parameters").value.trim();
+      if (field("output").value.trim()) job.output = field("output").value.trim();
+    }
+    if (field("time-limit").value.trim()) job.time_limit = field("time-limit").value.trim();
+    return job;
+  }
+
+  function submitLabel() { return batchMode() ? "Submit job" : "Launch"; }
+
+  function showMode() {
+    var batch = batchMode(), notebook = jobKind() === "notebook";
+    field("job").classList.toggle("d-none", !batch);
+    field("notebook-fields").classList.toggle("d-none", !notebook);
+    field("command-fields").classList.toggle("d-none", notebook);
+    field("title").textContent = batch ? "Submit a batch job" : "Start a session";
+    field("mode-about").textContent = batch
+      ? "Runs a notebook or a command on a slice of its own. It waits in the same queue as sessions, ends by itself when the run is over and gives the slice back at once. You may close this page meanwhile."
+      : "JupyterLab, a terminal and TensorBoard, until you stop it.";
+    field("name-label").textContent = batch ? "Job name" : "Session name";
+    document.querySelector('label[for="fgpu-launch-count"]').textContent = batch ? "Jobs" : "Sessions";
+    if (!field("submit").disabled) field("submit").textContent = submitLabel();
+  }
+
+  // The time limit's note: the site's default and maximum when the page was given them.
+  function timeLimitNote() {
+    var limits = config.jobLimits;
+    if (!limits) return;
+    var fallback = Math.min(limits.time_limit, limits.time_limit_max);
+    field("time-limit-note").textContent = "Without one: the hub’s default, " + spoken(fallback) +
+      ". At most " + spoken(limits.time_limit_max) + ". A job still running at its limit is stopped.";
+  }
+
+  // A notebook under folders/<name>/ needs that folder mounted: its box is ticked for the student.
+  function tickNotebookFolder() {
+    var named = /^(?:\.\/)?folders\/([^/]+)\//.exec(field("notebook").value.trim());
+    if (!named) return;
+    Array.from(form.querySelectorAll("[data-folder]")).forEach(function (holder) {
+      var box = holder.querySelector("input[name=folders]");
+      if (holder.getAttribute("data-folder") === named[1] && box && !box.checked) box.checked = true;
+    });
   }
 
   // ---- recent launches: the last five bodies sent, in this browser's localStorage, per user.
@@ -419,6 +775,7 @@
 
   function describeLaunch(b) {
     var parts = [b.image, b.preset ? "preset " + b.preset : presetSlots(b)];
+    if (b.type === "batch") parts.unshift("Job: " + shorten(b.command !== undefined ? b.command : b.notebook || "", 40));
     if (b.name) parts.push("named " + b.name);
     if (b.count > 1) parts.push(b.count + " sessions");
     if (b.env) parts.push(Object.keys(b.env).length + " env");
@@ -441,7 +798,8 @@
     field("cpu-value").value = fgpu.cores(r.cpu);
     field("mem-value").value = fgpu.size(r.mem);
     field("fgpu-value").value = fgpu.trim(r.fgpu) + " fGPU";
-    field("count-value").value = r.count === 1 ? "1 session" : r.count + " sessions";
+    var unit = batchMode() ? ["job", "jobs"] : ["session", "sessions"];
+    field("count-value").value = r.count + " " + unit[r.count === 1 ? 0 : 1];
   }
 
   // How many of `count` start now, and whether any could ever start, from what is free for this
@@ -527,11 +885,16 @@
     showValues();
   });
   form.addEventListener("input", function () { followPreset(); showValues(); updateLaunchAdvice(); });
+  form.addEventListener("change", function (event) {
+    if (event.target.name === "type" || event.target.name === "job_kind") { showMode(); showValues(); }
+  });
+  field("notebook").addEventListener("input", tickNotebookFolder);
 
   form.addEventListener("submit", function (event) {
     event.preventDefault();
     var body = launchBody();
-    if (body.folders || offeredFolders().length === 0) {
+    // A job's outputs go to the home folder, kept anyway: no question about storage folders.
+    if (body.folders || offeredFolders().length === 0 || body.type === "batch") {
       launch(body);
       return;
     }
@@ -544,7 +907,7 @@
   function launch(body) {
     var submit = field("submit");
     submit.disabled = true;
-    submit.textContent = "Launching…";
+    submit.textContent = body.type === "batch" ? "Submitting…" : "Launching…";
     launchError.classList.add("d-none");
     var launching = fgpu.api("POST", "sessions", body);
     // The list shows each new row as the hub creates it, while the request is still answering.
@@ -555,12 +918,14 @@
     ).then(function () {
       clearInterval(early);
       submit.disabled = false;
-      submit.textContent = "Launch";
+      submit.textContent = submitLabel();
       refresh();
     });
   }
   setSliders();
   showValues();
+  showMode();
+  timeLimitNote();
 
   // ---- admins: a running session → a private image of its owner (POST sessions/{id}/image) ---
   var saveField = fieldsOf("fgpu-save-");
