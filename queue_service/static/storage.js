@@ -8,6 +8,7 @@
   var config = fgpu.config;
   var el = fgpu.element;
   var folders = [];
+  var quotas = [];
   var everyone = false;
   var current = null; // { folder, path, entries } while a folder is open
   var upload = null; // { xhr, cancelled } while an upload runs
@@ -45,6 +46,7 @@
   function load() {
     return fgpu.api("GET", everyone ? "folders?all=1" : "folders").then(function (data) {
       folders = data.folders;
+      quotas = data.storage_quotas || [];
       show("error", "");
       renderLists();
       if (current) refreshCurrentFolder();
@@ -95,6 +97,7 @@
     var buttons = [];
     if (folder.own) buttons.push(button("Share", "outline-primary", "share", folder, openShare));
     buttons.push(button("Rename", "outline-secondary", "rename", folder, renameFolder));
+    if (everyone) buttons.push(button("Change owner", "outline-secondary", "owner", folder, changeOwner));
     buttons.push(button("Delete", "outline-danger", "delete", folder, deleteFolder));
     return el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, buttons)]);
   }
@@ -136,7 +139,36 @@
     $(empty).classList.toggle("d-none", items.length > 0);
   }
 
+  // How full each storage quota over one's own folders is ("2.1 GiB of 10 GiB used"), and what
+  // a full one means: the service refuses new bytes and mounts one's folders read-only.
+  function quotaLine(q) {
+    var whose = q.group === null ? "Your folders" : "Group " + q.group + "'s folders (all its members')";
+    var line = el("div", { className: "fgpu-quota-line" + (q.full ? " text-danger fw-semibold" : ""), "data-group": q.group || "" }, [
+      el("progress", { max: String(q.limit_bytes), value: String(Math.min(q.used_bytes, q.limit_bytes)), "aria-label": whose + ", share of the quota used" }),
+      el("span", { className: "ms-2", text: whose + ": " + fgpu.fileSize(q.used_bytes) + " of " + fgpu.fileSize(q.limit_bytes) + " used" + (q.full ? " (full)." : ".") }),
+    ]);
+    return line;
+  }
+
+  function renderQuota() {
+    var box = $("quota");
+    if (!quotas.length) {
+      box.replaceChildren(el("div", { className: "text-muted", text: "No storage quota: your folders may grow as long as the disk has room." }));
+      return;
+    }
+    var lines = quotas.map(quotaLine);
+    var full = quotas.some(function (q) { return q.full; });
+    lines.push(el("div", {
+      className: "small " + (full ? "text-danger" : "text-muted"),
+      text: full ? "Full: uploads and new folders are refused, and your own folders are mounted read-only in the sessions you launch next, until you remove files." :
+        "Sizes are measured every few minutes. Past the quota, uploads and new folders are refused and your folders are mounted read-only at your next launch.",
+    }));
+    box.replaceChildren.apply(box, lines);
+  }
+
   function renderLists() {
+    $("quota").classList.toggle("d-none", everyone);
+    renderQuota();
     if ($("all-section")) {
       $("all-section").classList.toggle("d-none", !everyone);
       $("mine-section").classList.toggle("d-none", everyone);
@@ -217,6 +249,14 @@
     if (folder.files === 0) return "It is empty; nothing will be removed.";
     if (folder.files === null || folder.files === undefined) return "Everything in it will be removed.";
     return plural(folder.files, "file") + ", " + fgpu.fileSize(folder.size_bytes) + " will be removed.";
+  }
+
+  // An admin hands a folder to another user (a course changes instructor, say); its shares stay.
+  function changeOwner(folder) {
+    askName("Change the owner of " + quoted(folder.name), "New owner (their user name)", "", "Change owner", function (name) {
+      return change("PATCH", "folders/" + folder.id, { owner: name },
+        quoted(folder.name) + " now belongs to " + name + " (it was " + folder.owner + "'s).");
+    });
   }
 
   function deleteFolder(folder) {
