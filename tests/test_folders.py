@@ -163,6 +163,23 @@ def test_a_session_mounts_what_it_names_and_its_owners_automount_folders(folders
     assert [m["path"] for m in folders.mounts(reader(BOB), [])] == [".cache"]
 
 
+def test_a_shared_automount_folder_is_its_owners_automount_and_a_plain_share_for_others(folders):
+    theirs = folders.create(reader(ANN), ".cache")
+    folders.share(reader(ANN), theirs["id"], {"user": "bob", "account": BOB.key}, "ro")
+    mine = folders.create(reader(BOB), ".cache")
+    (seen,) = [f for f in folders.visible(reader(BOB), False) if f["id"] == theirs["id"]]
+    assert not seen["own"] and not seen["automount"]
+    # Not mounted unless chosen; chosen, beside bob's own at ~/folders/.cache, read-only.
+    assert [m["id"] for m in folders.mounts(reader(BOB), [])] == [mine["id"]]
+    mounts = folders.mounts(reader(BOB), [theirs["id"]])
+    assert [(m["path"], m["read_only"], m["id"]) for m in mounts] == [
+        ("folders/.cache", True, theirs["id"]),
+        (".cache", False, mine["id"]),
+    ]
+    assert [m["path"] for m in folders.mounts(reader(ANN), [])] == [".cache"]
+    assert folders.visible(reader(ANN), False)[0]["automount"]
+
+
 def test_two_folders_of_one_name_cannot_meet_at_one_mount_point(folders):
     theirs = folders.create(reader(ANN), "data")
     folders.share(reader(ANN), theirs["id"], {"user": "bob", "account": BOB.key}, "ro")

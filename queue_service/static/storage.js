@@ -63,11 +63,14 @@
       text: folder.name,
     });
     var lines = [link];
-    if (folder.automount) {
+    // `automount` is the reader's (their own dot-named folders); in everyone's view an admin
+    // also sees whose sessions mount another user's.
+    var othersAutomount = everyone && !folder.own && folder.name.charAt(0) === ".";
+    if (folder.automount || othersAutomount) {
       lines.push(" ", el("span", { className: "badge text-bg-info", text: "automount" }));
       lines.push(el("div", {
         className: "fgpu-note text-muted small",
-        text: "Mounted in every session at ~/" + folder.name + ".",
+        text: "Mounted in every session" + (othersAutomount ? " of " + folder.owner : "") + " at ~/" + folder.name + ".",
       }));
     }
     return el("td", { className: "fgpu-folder-name" }, lines);
