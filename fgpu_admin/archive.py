@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
+from fgpu_shared.units import format_size
+
 from .cli import AdminError
 
 FORMAT = "fgpu-hub-backup"
@@ -77,15 +79,6 @@ def expired(names: Iterable[str], now: datetime, keep_days: int) -> list[str]:
     limit = now - timedelta(days=keep_days)
     dated = [(archived_at(name), name) for name in names]
     return [name for made, name in sorted((d, n) for d, n in dated if d) if made < limit]
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +265,7 @@ def not_saved(manifest: Mapping) -> list[str]:
             if not part.get("member"):
                 name = part.get("label") or part["name"]
                 lines.append(
-                    f"not in the archive: {name} ({human_size(part.get('size') or 0)});"
+                    f"not in the archive: {name} ({format_size(part.get('size') or 0)});"
                     f" save it with: {part['save_command']}"
                 )
     return lines

@@ -201,7 +201,7 @@ def test_a_storage_quota_refuses_what_would_pass_it_and_mounts_own_folders_read_
     data = folders.create(reader(ANN), "data")
     folders.write(reader(ANN), data["id"], "a", b"x" * 40_000, 0)
     says = refused("quota", folders.write, reader(ANN), data["id"], "b", b"x" * 40_000, 0)
-    assert "of your storage quota of 64K" in says
+    assert "of your storage quota of 64 KiB" in says
     assert os.listdir(folders.files.source(data["id"])) == ["a"]  # nothing half-written
     # Past the quota (a session wrote on its own): no new folder, own folders read-only.
     with open(os.path.join(folders.files.source(data["id"]), "big"), "wb") as f:

@@ -300,6 +300,6 @@ def test_a_full_storage_quota_says_what_it_stops(hub, page):
     page.fill("#fgpu-create-name", "more")
     page.click("#fgpu-create")
     expect(page.locator("#fgpu-create-error")).to_contain_text(
-        f"group {group}'s storage quota of 8K"
+        f"group {group}'s storage quota of 8 KiB"
     )
     screenshot(page, "storage-quota-full")

@@ -107,7 +107,7 @@
 
   function figures(folder) {
     return [
-      el("td", { className: "fgpu-size", text: fgpu.fileSize(folder.size_bytes) }),
+      el("td", { className: "fgpu-size", text: fgpu.size(folder.size_bytes) }),
       el("td", { className: "fgpu-files", text: folder.files === null || folder.files === undefined ? "—" : String(folder.files) }),
       changedCell(folder.modified || folder.created),
     ];
@@ -148,7 +148,7 @@
     var whose = q.group === null ? "Your folders" : "Group " + q.group + "'s folders (all its members')";
     var line = el("div", { className: "fgpu-quota-line" + (q.full ? " text-danger fw-semibold" : ""), "data-group": q.group || "" }, [
       el("progress", { max: String(q.limit_bytes), value: String(Math.min(q.used_bytes, q.limit_bytes)), "aria-label": whose + ", share of the quota used" }),
-      el("span", { className: "ms-2", text: whose + ": " + fgpu.fileSize(q.used_bytes) + " of " + fgpu.fileSize(q.limit_bytes) + " used" + (q.full ? " (full)." : ".") }),
+      el("span", { className: "ms-2", text: whose + ": " + fgpu.size(q.used_bytes) + " of " + fgpu.size(q.limit_bytes) + " used" + (q.full ? " (full)." : ".") }),
     ]);
     return line;
   }
@@ -251,7 +251,7 @@
   function insideText(folder) {
     if (folder.files === 0) return "It is empty; nothing will be removed.";
     if (folder.files === null || folder.files === undefined) return "Everything in it will be removed.";
-    return plural(folder.files, "file") + ", " + fgpu.fileSize(folder.size_bytes) + " will be removed.";
+    return plural(folder.files, "file") + ", " + fgpu.size(folder.size_bytes) + " will be removed.";
   }
 
   // An admin hands a folder to another user (a course changes instructor, say); its shares stay.
@@ -435,7 +435,7 @@
     }
     return el("tr", { "data-entry": entry.name, "data-type": entry.type }, [
       el("td", { className: "fgpu-entry-name" }, [name]),
-      el("td", { className: "fgpu-size", text: entry.type === "file" ? fgpu.fileSize(entry.size) : "" }),
+      el("td", { className: "fgpu-size", text: entry.type === "file" ? fgpu.size(entry.size) : "" }),
       changedCell(entry.modified ? new Date(entry.modified * 1000).toISOString() : null),
       el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, actions)]),
     ]);
@@ -462,7 +462,7 @@
 
   function deleteEntry(entry) {
     var what = entry.type === "directory" ? "the subfolder " + quoted(entry.name) + " and everything in it" :
-      quoted(entry.name) + (entry.type === "file" ? " (" + fgpu.fileSize(entry.size) + ")" : "");
+      quoted(entry.name) + (entry.type === "file" ? " (" + fgpu.size(entry.size) + ")" : "");
     fgpu.confirmAction({
       title: "Delete " + quoted(entry.name) + "?",
       lines: ["This removes " + what + " from " + quoted(current.folder.name) + " at once; it cannot be brought back."],
@@ -502,7 +502,7 @@
     var percent = total ? Math.floor((100 * sent) / total) : 100;
     $("upload-bar").value = percent;
     $("upload-bar").setAttribute("data-sent", String(sent));
-    $("upload-text").textContent = label + ": " + fgpu.fileSize(sent) + " of " + fgpu.fileSize(total) + " (" + percent + "%)";
+    $("upload-text").textContent = label + ": " + fgpu.size(sent) + " of " + fgpu.size(total) + " (" + percent + "%)";
   }
 
   function uploadFiles(files) {
@@ -548,7 +548,7 @@
         });
       });
       chain.then(function () {
-        return "Uploaded " + (done.length === 1 ? done[0] : plural(done.length, "file")) + " (" + fgpu.fileSize(total) + ").";
+        return "Uploaded " + (done.length === 1 ? done[0] : plural(done.length, "file")) + " (" + fgpu.size(total) + ").";
       }, function (error) {
         var kept = done.length ? " " + plural(done.length, "file") + " finished before: " + done.join(", ") + "." : "";
         if (error.message === "cancelled") return "Upload cancelled; the unfinished file was removed." + kept;
