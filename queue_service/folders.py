@@ -75,7 +75,7 @@ class Folders:
                 whose = (
                     "Your folders hold" if group is None else f"The folders of group {group} hold"
                 )
-                scope = "your" if group is None else f"group {group}'s"
+                scope = "your" if group is None else "its"
                 return (
                     f"{whose} {format_size(used)} of {scope} storage quota of "
                     f"{format_size(limit)}; remove files to make room."

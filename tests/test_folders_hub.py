@@ -373,7 +373,7 @@ def test_an_upload_past_a_groups_storage_quota_is_a_403_that_writes_nothing(hub,
     url = f"folders/{folder['id']}/files/big.bin"
     answer = owner.call("PUT", url, data=b"x" * 20_000, headers=OCTETS)
     assert answer.status_code == 403, answer.text
-    assert f"group {group}'s storage quota of 16 KiB" in answer.json()["message"]
+    assert f"group {group} hold 0 B of its storage quota of 16 KiB" in answer.json()["message"]
     assert os.listdir(on_disk(hub, folder)) == []
     small = owner.call("PUT", url, data=b"x" * 1000, headers=OCTETS)
     assert small.status_code == 201, small.text
@@ -409,7 +409,9 @@ def test_the_listing_says_how_full_each_storage_quota_is(hub, username):
     assert quota["full"] and quota["used_bytes"] >= 65536
     refused = owner.call("POST", "folders", json={"name": "more"})
     assert refused.status_code == 403, refused.text
-    assert f"of group {group}'s storage quota of 64 KiB" in refused.json()["message"]
+    says = refused.json()["message"]
+    assert says.startswith(f"The folders of group {group} hold ")
+    assert says.endswith(" of its storage quota of 64 KiB; remove files to make room.")
     assert names(owner) == ["data"]
     # Another member sees the group's figure: it counts every member's folders.
     other = f"member-{secrets.token_hex(3)}"
