@@ -230,6 +230,11 @@ def test_narrow_tokens_and_cross_site_requests_cannot_use_folders(hub, username)
     )
     assert form.status_code in (403, 415), form.text
     assert owner.call("GET", f"folders/{folder['id']}/files/").json()["entries"] == []
+    # A cross-site script reads neither the folders nor how full the quotas are.
+    stolen = owner.call("GET", "folders", headers={**EVIL, "Sec-Fetch-Mode": "cors"})
+    assert stolen.status_code == 403, stolen.text
+    assert "storage_quotas" not in stolen.text and "mine" not in stolen.text
+    assert "storage_quotas" in owner.own_page_call("GET", "folders").json()
     narrow = narrow_admin_token(hub, ["access:services!service=queue"])
     everyone = narrow.get(f"{hub.url}/services/queue/api/folders?all=1", timeout=60)
     assert everyone.status_code == 403, everyone.text
