@@ -68,12 +68,14 @@ import docker
 
 from fgpu_spawner.network import SESSION_NETWORK, ensure_session_network
 from queue_service.store.state_dir import (
+    DEFAULT_FOLDERS_ROOT,
     HUB_DB_ENV,
     QUEUE_DB_ENV,
     db_url_problem,
     hub_db_url,
     queue_db_url,
 )
+from queue_service.store.state_dir import folders_root as site_folders_root
 
 c = get_config()  # noqa: F821 (injected by traitlets when JupyterHub loads this file)
 
@@ -174,12 +176,9 @@ queue_host = (
     else "127.0.0.1"
 )
 # Storage folders: beside the homes on the shared storage in Swarm mode, so that every node
-# binds the same directory; else the service's default, in the state directory.
-folders_root = os.environ.get("FGPU_FOLDERS_ROOT") or (
-    os.path.join(os.environ["FGPU_SWARM_HOME_ROOT"], ".folders")
-    if os.environ.get("FGPU_SWARM_HOME_ROOT")
-    else ""
-)
+# binds the same directory; else the service's default, in the state directory. Read where
+# `fgpu-hub backup` reads it, so a backup finds the folders the service writes.
+folders_root = site_folders_root()
 queue_url = f"http://{queue_host}:{os.environ.get('FGPU_QUEUE_PORT', '10101')}"
 spawner_token = secrets.token_hex(32)
 catalog_path = os.environ.get("FGPU_CATALOG_PATH", "")
@@ -320,7 +319,7 @@ if node_agent_url:
     if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
         socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
         queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")
-if folders_root:
+if folders_root != DEFAULT_FOLDERS_ROOT:
     (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
     queue_service["command"].append(f"--QueueService.folders_root={folders_root}")
 # The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a

@@ -1,9 +1,9 @@
 """A backup archive's rules, without I/O: its name, its manifest, and the checks a restore makes.
 
 An archive is one gzipped tar. Its members are the databases (`db/`), the state files (`state/`),
-the catalog file (`catalog/`), the config (`config/`), and, when asked, private images (`images/`)
-and home folders (`homes/`); `manifest.json` comes last and names every other member with its
-SHA-256 and size, the versions that wrote it (fgpu-hub, JupyterHub, both schema revisions), when
+the catalog file (`catalog/`), the config (`config/`), and, when asked, private images (`images/`),
+home folders (`homes/`) and storage folders' files (`folders/`); `manifest.json` comes last and
+names every other member with its SHA-256 and size, the versions that wrote it (fgpu-hub, JupyterHub, both schema revisions), when
 and where. A restore reads the whole archive once and checks it against the manifest before it
 changes anything (`verify`), and refuses schema revisions this code does not know
 (`check_revisions`): those come from a newer fgpu-hub.
@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 
+from fgpu_shared.units import format_size
+
 from .cli import AdminError
 
 FORMAT = "fgpu-hub-backup"
@@ -30,7 +32,7 @@ _NAME_RE = re.compile(
     rf"^{re.escape(ARCHIVE_PREFIX)}(\d{{8}}T\d{{6}}Z){re.escape(ARCHIVE_SUFFIX)}$"
 )
 #: Members live under these folders; anything else in an archive is refused.
-MEMBER_FOLDERS = ("db/", "state/", "catalog/", "config/", "images/", "homes/")
+MEMBER_FOLDERS = ("db/", "state/", "catalog/", "config/", "images/", "homes/", "folders/")
 DATABASES = ("hub", "queue")
 
 
@@ -79,15 +81,6 @@ def expired(names: Iterable[str], now: datetime, keep_days: int) -> list[str]:
     return [name for made, name in sorted((d, n) for d, n in dated if d) if made < limit]
 
 
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 # ---------------------------------------------------------------------------------------------
 # The manifest.
 # ---------------------------------------------------------------------------------------------
@@ -105,6 +98,7 @@ def build_manifest(
     files: Iterable[dict],
     images: Iterable[dict] = (),
     homes: Iterable[dict] = (),
+    folders: Iterable[dict] = (),
 ) -> dict:
     """The manifest of an archive whose members were `members` (name → its digest).
 
@@ -123,6 +117,7 @@ def build_manifest(
         "files": [dict(f) for f in files],
         "images": [dict(i) for i in images],
         "homes": [dict(h) for h in homes],
+        "folders": [dict(f) for f in folders],
         "members": {
             name: {"sha256": digest.sha256, "size": digest.size, "mode": modes.get(name, 0o600)}
             for name, digest in sorted(members.items())
@@ -265,11 +260,28 @@ def engine_parts(manifest: Mapping) -> tuple[list[dict], list[dict]]:
 def not_saved(manifest: Mapping) -> list[str]:
     """One line per image or home folder that the archive lists without holding it."""
     lines = []
-    for kind in ("images", "homes"):
+    for kind in ("images", "homes", "folders"):
         for part in manifest.get(kind, []):
             if not part.get("member"):
+                name = part.get("label") or part["name"]
                 lines.append(
-                    f"not in the archive: {part['name']} ({human_size(part.get('size') or 0)});"
+                    f"not in the archive: {name} ({format_size(part.get('size') or 0)});"
                     f" save it with: {part['save_command']}"
                 )
     return lines
+
+
+#: A storage folder's id (a uuid4's hex): its directory's name under the folders root.
+_FOLDER_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def saved_folders(manifest: Mapping) -> list[dict]:
+    """The storage folders whose files the archive holds, each id checked: it names the directory
+    a restore writes under this site's folders root."""
+    folders = [f for f in manifest.get("folders", []) if f.get("member")]
+    for folder in folders:
+        if not isinstance(folder.get("name"), str) or not _FOLDER_ID_RE.match(folder["name"]):
+            raise ArchiveError(
+                f"it holds a storage folder with an unsafe id: {folder.get('name')!r}"
+            )
+    return folders

@@ -260,6 +260,10 @@ def _fill(writer, staging, state, now, args, hub_url, queue_url, engine) -> dict
     private = sorted({image for (image,) in catalog if in_private_repository(image)})
     images = list(_images(writer, staging, private, engine, args.with_images))
     homes = list(_homes(writer, staging, users, engine, args))
+    live = "SELECT id, owner, name, size_bytes FROM folders WHERE deleted IS NULL ORDER BY id"
+    folders = list(
+        _folders(writer, staging, query(databases["queue"], queue_url, staging, live), args)
+    )
     versions = {
         "fgpu-hub": _version("fgpu-hub"),
         "jupyterhub": _version("jupyterhub"),
@@ -276,6 +280,7 @@ def _fill(writer, staging, state, now, args, hub_url, queue_url, engine) -> dict
         files=files,
         images=images,
         homes=homes,
+        folders=folders,
     )
 
 
@@ -633,3 +638,35 @@ def _home_folders(writer, staging, root: Path, include: bool) -> Iterator[dict]:
 
 def _folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _folders(writer, staging: Path, rows, args) -> Iterator[dict]:
+    """The storage folders' files (the live ones: a removed folder's trash is not kept)."""
+    from queue_service.store.folder_files import FolderFiles
+
+    root = Path(state_dir.folders_root()).absolute()
+    files = FolderFiles(root)
+    for folder_id, owner, name, size in rows:
+        entry = {
+            "name": folder_id,
+            "label": f"storage folder {name} of {owner}",
+            "size": int(size or 0),
+            "member": None,
+            "save_command": f"tar czf {folder_id}.tar.gz -C {root} {folder_id}",
+        }
+        if not (root / folder_id).is_dir():
+            print(f"note: {entry['label']} has no files at {root / folder_id}", file=sys.stderr)
+            continue
+        if args.with_homes:
+            entry["member"] = f"folders/{folder_id}.tar"
+            spool = staging / "folder.tar"
+            with tarfile.open(spool, "w", format=tarfile.PAX_FORMAT) as tar:
+                left_out = files.archive(folder_id, tar)
+            for path in left_out:
+                print(
+                    f"note: left out {path} ({entry['label']}): not a file or folder",
+                    file=sys.stderr,
+                )
+            writer.add_file(entry["member"], spool)
+            spool.unlink()
+        yield entry

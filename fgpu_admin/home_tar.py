@@ -52,20 +52,23 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "special member"
 
 
-def check_members(members: Iterable[tarfile.TarInfo], top: str, home: str) -> None:
+def check_members(
+    members: Iterable[tarfile.TarInfo], top: str, home: str, kind: str = "home"
+) -> None:
     """An ArchiveError naming the first member of home `home` that `member_problem` refuses."""
     for member in members:
         problem = member_problem(member, top)
         if problem:
-            raise ArchiveError(f"home {home}: {problem}; nothing restored")
+            raise ArchiveError(f"{kind} {home}: {problem}; nothing restored")
 
 
-def safe_copy(source: Path, copy: Path, top: str, home: str) -> None:
-    """`source` checked whole, then written to `copy` with the session user as every owner."""
+def safe_copy(source: Path, copy: Path, top: str, home: str, kind: str = "home") -> None:
+    """`source` checked whole, then written to `copy` with the session user as every owner.
+    A storage folder's tar (`kind` "storage folder") is checked and owned the same way."""
     uid, gid = session_owner()
     with _open(source) as tar:
         members = tar.getmembers()
-        check_members(members, top, home)
+        check_members(members, top, home, kind)
         with tarfile.open(copy, "w", format=tarfile.PAX_FORMAT) as out:
             for member in members:
                 clean = member.replace(

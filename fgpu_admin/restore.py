@@ -5,15 +5,16 @@ both databases' schema revisions against the migrations this install knows (an a
 newer version is refused), and its signature when the site has a backup key (fgpu_admin/
 signing.py). The layers inside are checked too, before anything is asked or changed: a home tar
 may hold only files and folders of its own folder, owned by the session user once restored
-(home_tar.py); an image tar may name only the private image the manifest lists (image_tar.py);
+(home_tar.py), and so may a storage folder's, which is unpacked aside and renamed into place;
+an image tar may name only the private image the manifest lists (image_tar.py);
 a PostgreSQL dump reaches psql with its backslash commands locked (sql_dump.py).
 Everything goes only where this site's config says (the state directory, FGPU_CATALOG_PATH,
-FGPU_SWARM_HOME_ROOT, home volumes), never where the archive says. Existing state here (a
-database, a state file, a home, a private image) is overwritten only after a yes: asked on a
-terminal, `--yes` otherwise. Site config files (`*.py`, code the hub runs) are asked about on
+FGPU_SWARM_HOME_ROOT, home volumes, the folders root), never where the archive says. Existing
+state here (a database, a state file, a home, a storage folder, a private image) is overwritten
+only after a yes: asked on a terminal, `--yes` otherwise. Site config files (`*.py`, code the hub runs) are asked about on
 their own, `--install-config` otherwise. The hub must be stopped.
 
-Then: private images are loaded and home folders filled (when the archive holds them), the
+Then: private images are loaded, home and storage folders filled (when the archive holds them), the
 PostgreSQL databases are emptied and loaded in one transaction each, and the files (SQLite
 databases, state files with their modes, site config, catalog) are put in place. Started again
 with the same command, the hub adopts the sessions whose containers still run (they carry the
@@ -27,6 +28,7 @@ import gzip
 import importlib.util
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -136,6 +138,7 @@ def unpack_checked(path: Path, manifest: dict, staging: Path, engine) -> list[st
     try:
         extract(path, manifest, staging)
         replaced_images = check_engine_parts(manifest, staging, engine)
+        check_folders(manifest, staging)
         lock_dumps(manifest, staging)
     except OSError as e:  # a full disk, say
         raise AdminError(
@@ -278,6 +281,9 @@ class Targets:
         _, homes = archive.engine_parts(manifest)
         # Refused here, before anything is read further: a home that would go elsewhere.
         self.homes = {home["member"]: home_target(home) for home in homes}
+        # Where this site's service keeps storage folders, never where the archive says.
+        self.folders_root = Path(state_dir.folders_root()).absolute()
+        self.folders = archive.saved_folders(manifest)
 
     def _file_target(self, entry: dict) -> Path:
         kind = entry.get("kind")
@@ -321,6 +327,9 @@ class Targets:
                 found.append(f"home volume {home['name']}")
             elif home.get("kind") == "folder" and self.homes[home["member"]].exists():
                 found.append(f"home folder {self.homes[home['member']]}")
+        for folder in self.folders:
+            if os.path.lexists(self.folders_root / folder["name"]):
+                found.append(f"storage folder {folder['name']}")
         return found
 
     def config_to_install(self) -> list[str]:
@@ -468,6 +477,8 @@ def apply(manifest: dict, staging: Path, targets: Targets, engine, helper_image:
         raise AdminError(
             f"the Docker engine refused ({short_error(e)}); the databases and files are unchanged"
         ) from None
+    for folder in targets.folders:
+        _restore_folder(folder, _safe(staging / folder["member"]), targets.folders_root)
     for what, url in targets.databases.items():
         database = manifest["databases"][what]
         mode = manifest["members"][database["member"]].get("mode", 0o600) & 0o777
@@ -509,6 +520,14 @@ def check_engine_parts(manifest: dict, staging: Path, engine) -> list[str]:
         if home["kind"] == "folder":
             _check_folder_destination(_safe(staged), home_target(home).parent)
     return replaced
+
+
+def check_folders(manifest: dict, staging: Path) -> None:
+    """Each storage folder's tar checked as a home's is (its own files and folders only), and
+    copied with the session user as owner."""
+    for folder in archive.saved_folders(manifest):
+        staged = staging / folder["member"]
+        home_tar.safe_copy(staged, _safe(staged), folder["name"], folder["name"], "storage folder")
 
 
 SAFE_SUFFIX = ".checked"
@@ -617,6 +636,31 @@ def _restore_home(engine, home: dict, checked: Path, helper_image: str) -> None:
     finally:
         container.remove(force=True)
     print(f"filled home volume {home['name']}", file=sys.stderr)
+
+
+def _restore_folder(folder: dict, checked: Path, root: Path) -> None:
+    """One storage folder, unpacked in a new directory of the root that no session mounts, then
+    renamed into place: nothing is written through a folder as it is now (a link a session made
+    there, say). A folder of that id already here goes to the trash, kept for the grace period."""
+    from queue_service.store.folder_files import FolderFiles
+
+    root.mkdir(parents=True, exist_ok=True)
+    aside = Path(tempfile.mkdtemp(dir=root, prefix=".restoring-"))
+    owner = home_tar.session_owner()
+    try:
+        with tarfile.open(checked) as tar:
+            tar.extractall(
+                aside,
+                numeric_owner=True,
+                filter=lambda member, where: _as_session_user(member, where, owner),
+            )
+        if os.path.lexists(root / folder["name"]):
+            kept = FolderFiles(root).trash(folder["name"])
+            print(f"storage folder {folder['name']} here kept as .trash/{kept}", file=sys.stderr)
+        os.rename(aside / folder["name"], root / folder["name"])
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+    print(f"filled storage folder {folder.get('label') or folder['name']}", file=sys.stderr)
 
 
 def _as_session_user(member: tarfile.TarInfo, root: str, owner: tuple[int, int]):

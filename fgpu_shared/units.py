@@ -62,19 +62,21 @@ def parse_amount(value: object, zero_ok: bool = False) -> float:
 
 
 def format_size(nbytes: int) -> str:
-    """The shortest exact-ish binary form: 1073741824 → '1G', 1610612736 → '1.5G'.
+    """A size as people read it: binary IEC units with a space, two decimals at most, halves up:
+    532 → '532 B', 1610612736 → '1.5 GiB', 1207959552 → '1.13 GiB'.
 
-    The one way sizes are shown, on the pages too: queue_service/static/fgpu.js's `size` gives the
-    same text for the same bytes (tests/test_page_details.py holds the two side by side). Halves
-    round up, as JavaScript's toFixed does, so the two agree on 1.125G too.
+    The one way sizes are shown, on every page: queue_service/static/fgpu.js's `size` gives the
+    same text for the same bytes (tests/test_page_details.py holds the two side by side), and a
+    form reads it back (parse_size takes '1.5 GiB'). Halves round up, as JavaScript's toFixed
+    does, so the two agree on 1.125 GiB too. The API's sizes stay numbers of bytes.
     """
-    for suffix, power in (("T", 4), ("G", 3), ("M", 2), ("K", 1)):
+    for suffix, power in (("TiB", 4), ("GiB", 3), ("MiB", 2), ("KiB", 1)):
         scaled = nbytes / 1024**power
         if scaled >= 1:
             # A float divided by a power of two is exact, so Decimal sees the true value.
             text = str(Decimal(scaled).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
-            return text.rstrip("0").rstrip(".") + suffix
-    return f"{nbytes}B"
+            return f"{text.rstrip('0').rstrip('.')} {suffix}"
+    return f"{nbytes} B"
 
 
 def simulated_gpu_name(memory_bytes: int) -> str:

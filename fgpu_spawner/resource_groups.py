@@ -28,7 +28,7 @@ class GroupOffer:
 
     @property
     def free_text(self) -> str:
-        """E.g. "3 fGPU, 12 CPU, 40G free" (sizes as everywhere on the pages: format_size)."""
+        """E.g. "3 fGPU, 12 CPU, 40 GiB free" (sizes as everywhere on the pages: format_size)."""
         parts = [f"{_number(self.fgpu)} fGPU"] if self.has_gpus else []
         parts += [f"{_number(self.cpu)} CPU", f"{format_size(self.mem)} free"]
         return ", ".join(parts)

@@ -52,17 +52,30 @@ class Folders:
 
     # -- storage quotas ---------------------------------------------------------------------
 
+    def quotas(self, reader: Reader) -> list[dict]:
+        """Each storage quota over the reader's own folders, with what it holds now (as last
+        measured): `group` None for the user's own quota. Empty: no storage quota."""
+        figures = []
+        for group, limit in self.storage_limits(reader.groups):
+            if group is None:
+                used = self.store.used_by(reader.account)
+            else:
+                used = self.store.used_by(owners=self.members(group))
+            figures.append(
+                {"group": group, "used_bytes": used, "limit_bytes": limit, "full": used >= limit}
+            )
+        return figures
+
     def over_quota(self, reader: Reader, adding: int = 0) -> str | None:
         """Why `adding` more bytes in the reader's own folders would pass a storage quota (or
         why they are past one already, with `adding` 0); None while there is room."""
-        for group, limit in self.storage_limits(reader.groups):
-            if group is None:
-                used, whose = self.store.used_by(reader.account), "Your folders hold"
-            else:
-                used = self.store.used_by(owners=self.members(group))
-                whose = f"The folders of group {group} hold"
-            if used + adding > limit or (adding == 0 and used >= limit):
-                scope = "your" if group is None else f"group {group}'s"
+        for quota in self.quotas(reader):
+            used, limit, group = quota["used_bytes"], quota["limit_bytes"], quota["group"]
+            if used + adding > limit or (adding == 0 and quota["full"]):
+                whose = (
+                    "Your folders hold" if group is None else f"The folders of group {group} hold"
+                )
+                scope = "your" if group is None else "its"
                 return (
                     f"{whose} {format_size(used)} of {scope} storage quota of "
                     f"{format_size(limit)}; remove files to make room."

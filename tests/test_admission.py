@@ -29,9 +29,9 @@ def test_admission_refuses_a_request_bigger_than_any_node():
     # Each dimension fits some node, but no node holds all three at once.
     error = admission_error(req("r", fgpu=1.5, cpu=16, mem=4 * GIB), nodes)
     assert error == (
-        "This request can never start: it asks for 16 CPU cores, 4G memory and 1.5 fGPU, but no "
+        "This request can never start: it asks for 16 CPU cores, 4 GiB memory and 1.5 fGPU, but no "
         "node in resource group 'default' is that big. The most any node there has is "
-        "32 CPU cores, 16G memory and 2 fGPU."
+        "32 CPU cores, 16 GiB memory and 2 fGPU."
     )
     assert admission_error(req("ok", fgpu=1.5, cpu=8), nodes) is None
 
@@ -55,7 +55,9 @@ def test_admission_refuses_above_a_quota_maximum():
         "This request can never start: it asks for 4 CPU cores, "
         "and group 'class' quota is 2 CPU cores in all."
     )
-    assert "8G memory" in admission_error(req("r", mem=8 * GIB, groups=("class",)), nodes, quotas)
+    assert "8 GiB memory" in admission_error(
+        req("r", mem=8 * GIB, groups=("class",)), nodes, quotas
+    )
     no_sessions = Quotas(default_user=Quota(max_sessions=0))
     assert admission_error(req("r"), nodes, no_sessions) == (
         "This request can never start: your quota allows no sessions."

@@ -163,18 +163,18 @@ def test_what_the_archive_does_not_hold_is_listed_with_its_size_and_command():
         ]
     )
     assert archive.not_saved(manifest) == [
-        "not in the archive: fgpu-private/alice:v1 (3.0 GiB); save it with:"
+        "not in the archive: fgpu-private/alice:v1 (3 GiB); save it with:"
         " docker save -o alice-v1.tar fgpu-private/alice:v1",
-        "not in the archive: fgpu-home-al (2.0 KiB); save it with: tar czf …",
+        "not in the archive: fgpu-home-al (2 KiB); save it with: tar czf …",
     ]
     images, homes = archive.engine_parts(manifest)
     assert images == [] and [h["name"] for h in homes] == ["fgpu-home-bob"]
 
 
-def test_human_sizes():
-    assert archive.human_size(512) == "512 B"
-    assert archive.human_size(1536) == "1.5 KiB"
-    assert archive.human_size(5 * 1024**4) == "5120.0 GiB"
+def test_sizes_are_written_as_on_the_pages():
+    assert archive.format_size(512) == "512 B"
+    assert archive.format_size(1536) == "1.5 KiB"
+    assert archive.format_size(5 * 1024**4) == "5 TiB"
 
 
 def test_a_migration_script_declares_its_revision():

@@ -2,7 +2,8 @@
 
 One cycle on the real stack (JupyterHub, the queue service, real containers, simulated GPUs): a
 session running on the one GPU, a request waiting behind it, a finished session, a group quota,
-a catalog edit and a private image (listed, not saved). The backup is taken while all of that runs; the hub is stopped, its
+a catalog edit, a storage folder with a file (its data saved with `--with-homes`) and a private
+image (listed, not saved). The backup is taken while all of that runs; the hub is stopped, its
 directory wiped, the archive restored there with `fgpu-hub restore`, and the hub started again
 with the same command. The running session is adopted (same container), the rest is as it was,
 and ending the running session lets the waiting one start by itself.
@@ -24,6 +25,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "256M", "fgpu": 1}
 QUOTA = {"fgpu": 2, "sessions": 3}
 EDITED = "Python 3.11 (restored from a backup)"
+CHAPTER = b"# Chapter 1\n\nWritten before the disk died.\n"
+OCTETS = {"Content-Type": "application/octet-stream"}
 # The spawn of the waiting request dies with the hub; the service issues it again once it has
 # seen no spawn waiting on it for this long (the default 120 s is for storms of stops).
 EXTRA = """
@@ -62,6 +65,12 @@ def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine, request):
         assert hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
         edit = admin.call("PATCH", "images/python-3.11", json={"display_name": EDITED})
         assert edit.status_code == 200, edit.text
+        made = student.call("POST", "folders", json={"name": "thesis"})
+        assert made.status_code == 201, made.text
+        folder = made.json()
+        upload = f"folders/{folder['id']}/files/chapter1.md?offset=0"
+        put = student.call("PUT", upload, data=CHAPTER, headers=OCTETS)
+        assert put.status_code in (200, 201), put.text
 
         # Three sessions of the one GPU: the first runs and ends, the second then runs and the
         # third waits behind it.
@@ -84,7 +93,12 @@ def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine, request):
 
         # The backup, while all of that runs.
         backups = tmp_path / "backups"
-        made = fgpu_hub("backup", cwd=hub.workdir, env={**hub.env, "FGPU_BACKUP_DIR": str(backups)})
+        made = fgpu_hub(
+            "backup",
+            "--with-homes",
+            cwd=hub.workdir,
+            env={**hub.env, "FGPU_BACKUP_DIR": str(backups)},
+        )
         assert made.returncode == 0, made.stderr
         archive = Path(made.stdout.strip().splitlines()[-1])
         assert f"not in the archive: {private} (" in made.stdout
@@ -97,12 +111,16 @@ def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine, request):
         hub.workdir.mkdir()
 
         # The site's config file is code the hub runs: a script installs it explicitly.
+        # --yes: the student's home volume is still on the engine, and is filled again.
         restored = fgpu_hub(
-            "restore", str(archive), "--install-config", cwd=hub.workdir, env=hub.env
+            "restore", str(archive), "--install-config", "--yes", cwd=hub.workdir, env=hub.env
         )
         assert restored.returncode == 0, restored.stderr
         assert (hub.workdir / "test_config.py").is_file()  # the site's config came back too
         assert os.stat(hub.workdir / "jupyterhub_cookie_secret").st_mode & 0o777 == 0o600
+        chapter = hub.workdir / "fgpu-folders" / folder["id"] / "chapter1.md"
+        assert chapter.read_bytes() == CHAPTER
+        assert (chapter.stat().st_uid, chapter.stat().st_gid) == (1000, 100)  # the session user
 
         relaunch(hub)  # the same command, in the same directory
         after = student.wait_for(
@@ -126,6 +144,12 @@ def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine, request):
         assert image["display_name"] == EDITED
         # Its owner sees the private image in the catalog again (the image itself stayed).
         assert private in {i["image"] for i in student.call("GET", "images").json()["images"]}
+
+        # The folder is the student's again, its file served by the service.
+        (listed,) = student.call("GET", "folders").json()["folders"]
+        assert (listed["id"], listed["name"]) == (folder["id"], "thesis")
+        again = student.call("GET", f"folders/{folder['id']}/files/chapter1.md")
+        assert again.status_code == 200 and again.content == CHAPTER
 
         # The waiting request starts by itself once the running one ends.
         assert student.call("DELETE", f"sessions/{running['id']}").status_code == 200

@@ -70,7 +70,7 @@ def test_form_spawns_jupyterlab_in_a_limited_container(
         str(min(4.0, most["cpu"] // 0.5 * 0.5)),
     )
     expect(page.locator("input#fgpu-mem-slider[type=range]")).to_be_attached()
-    expect(page.locator("input#fgpu-mem[name=mem]")).to_have_value("2G")
+    expect(page.locator("input#fgpu-mem[name=mem]")).to_have_value("2 GiB")
     # This hub has no GPU: its fGPU slider is off and says why, and sends nothing.
     assert most["fgpu"] == 0
     expect(page.locator("input#fgpu-fgpu")).to_be_disabled()
@@ -168,11 +168,11 @@ def test_moving_the_sliders_updates_the_shown_values(hub, page, username):
     # The memory slider writes its value, in GiB, into the memory field that is submitted. Set
     # through the DOM, as a move would, so that this holds whatever the slider's layout (see below).
     mem = page.locator("#fgpu-mem")
-    expect(mem).to_have_value("2G")
+    expect(mem).to_have_value("2 GiB")
     page.locator("#fgpu-mem-slider").evaluate(
         "s => { s.value = '1.5'; s.dispatchEvent(new Event('input', {bubbles: true})); }"
     )
-    expect(mem).to_have_value("1.5G")
+    expect(mem).to_have_value("1.5 GiB")
 
 
 def test_every_slider_is_wide_enough_to_drag(hub, page, username):

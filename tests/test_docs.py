@@ -123,7 +123,8 @@ def test_route_mapping_turns_groups_into_named_parameters():
 
 def variables_the_config_reads() -> set[str]:
     """Every environment variable named in jupyterhub_config.py (the names it reads with
-    os.environ and the ones it passes on), and the database URLs it reads through state_dir."""
+    os.environ and the ones it passes on), and the database URLs and folders root it reads
+    through state_dir."""
     tree = ast.parse((ROOT / "jupyterhub_config.py").read_text())
     names = {
         node.value
@@ -132,7 +133,7 @@ def variables_the_config_reads() -> set[str]:
         and isinstance(node.value, str)
         and re.fullmatch(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+", node.value)
     }
-    return names | {state_dir.HUB_DB_ENV, state_dir.QUEUE_DB_ENV}
+    return names | {state_dir.HUB_DB_ENV, state_dir.QUEUE_DB_ENV, state_dir.FOLDERS_ROOT_ENV}
 
 
 def variables_documented() -> set[str]:

@@ -28,8 +28,9 @@ def made(user: QueueUser, name: str) -> dict:
 
 @pytest.fixture
 def student(hub, username):
-    """A student with a folder of their own ("data"), an automount one (".local") and a teacher's
-    folder shared read-only with them: (student, teacher's name). Their sessions are stopped at
+    """A student with a folder of their own ("data"), an automount one (".local"), a teacher's
+    folder shared read-only with them, and the teacher's own automount folder (".cache") shared
+    with them too: (student, teacher's name). Their sessions are stopped at
     the end."""
     hub.create_user(username)
     me, teacher = QueueUser(hub, username), QueueUser(hub, f"teach-{secrets.token_hex(3)}")
@@ -38,6 +39,11 @@ def student(hub, username):
     course = made(teacher, "course material")
     shared = teacher.call(
         "POST", f"folders/{course['id']}/shares", json={"user": username, "permission": "ro"}
+    )
+    assert shared.status_code == 201, shared.text
+    cache = made(teacher, ".cache")
+    shared = teacher.call(
+        "POST", f"folders/{cache['id']}/shares", json={"user": username, "permission": "ro"}
     )
     assert shared.status_code == 201, shared.text
     yield me, teacher.name
@@ -58,10 +64,15 @@ def open_launch_dialog(page: Page, hub, name: str) -> None:
 
 def expect_the_picker(picker, always, teacher: str) -> None:
     """Both pickers list the student's own folder, then the teacher's, read-only, and name the
-    automount one instead of offering it."""
-    expect(picker.locator("input[type=checkbox][name=folders]")).to_have_count(2)
+    student's automount one instead of offering it. The teacher's automount folder is the
+    teacher's: offered to the student as any shared folder, never named as always mounted."""
+    expect(picker.locator("input[type=checkbox][name=folders]")).to_have_count(3)
     labels = [" ".join(t.split()) for t in picker.locator(".form-check-label").all_inner_texts()]
-    assert labels == ["data", f"course material (shared by {teacher}, read-only)"]
+    assert labels == [
+        "data",
+        f".cache (shared by {teacher}, read-only)",
+        f"course material (shared by {teacher}, read-only)",
+    ]
     expect(always).to_have_text("Always mounted: .local (at ~/.local)")
 
 
@@ -74,6 +85,7 @@ def test_the_launch_dialog_lists_the_folders_and_the_ticked_one_is_mounted(hub, 
         "Each folder you tick appears in the session at ~/folders/<name>."
     )
     picker.locator('[data-folder="data"] input').check()
+    picker.locator('[data-folder=".cache"] input').check()
     picker.scroll_into_view_if_needed()
     screenshot(page, "folder-picker-launch-dialog")
 
@@ -85,12 +97,15 @@ def test_the_launch_dialog_lists_the_folders_and_the_ticked_one_is_mounted(hub, 
     assert mounts[f"{HOME}/folders/data"]["RW"] is True
     assert f"{HOME}/.local" in mounts  # automount, always
     assert f"{HOME}/folders/course material" not in mounts
+    # The teacher's .cache where the picker said, read-only; never over the student's ~/.cache.
+    assert mounts[f"{HOME}/folders/.cache"]["RW"] is False
+    assert f"{HOME}/.cache" not in mounts
 
 
 def test_a_launch_with_no_folder_asks_first_and_launches_without_one(hub, student, page):
     me, _ = student
     open_launch_dialog(page, hub, me.name)
-    expect(page.locator("#fgpu-launch-folders input[name=folders]")).to_have_count(2)
+    expect(page.locator("#fgpu-launch-folders input[name=folders]")).to_have_count(3)
     page.click("#fgpu-launch-submit")
     question = page.locator("#fgpu-confirm")
     expect(question).to_be_visible()
@@ -123,7 +138,8 @@ def test_a_folder_unshared_meanwhile_is_refused_in_the_dialog(hub, student, page
     open_launch_dialog(page, hub, me.name)
     course = page.locator('#fgpu-launch-folders [data-folder="course material"] input')
     course.check()
-    (folder,) = [f for f in me.call("GET", "folders").json()["folders"] if not f["own"]]
+    listed = me.call("GET", "folders").json()["folders"]
+    (folder,) = [f for f in listed if f["name"] == "course material"]
     owner = QueueUser(hub, teacher)
     (share,) = owner.call("GET", f"folders/{folder['id']}").json()["shares"]
     gone = owner.call("DELETE", f"folders/{folder['id']}/shares/{share['id']}")

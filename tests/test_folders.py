@@ -163,6 +163,23 @@ def test_a_session_mounts_what_it_names_and_its_owners_automount_folders(folders
     assert [m["path"] for m in folders.mounts(reader(BOB), [])] == [".cache"]
 
 
+def test_a_shared_automount_folder_is_its_owners_automount_and_a_plain_share_for_others(folders):
+    theirs = folders.create(reader(ANN), ".cache")
+    folders.share(reader(ANN), theirs["id"], {"user": "bob", "account": BOB.key}, "ro")
+    mine = folders.create(reader(BOB), ".cache")
+    (seen,) = [f for f in folders.visible(reader(BOB), False) if f["id"] == theirs["id"]]
+    assert not seen["own"] and not seen["automount"]
+    # Not mounted unless chosen; chosen, beside bob's own at ~/folders/.cache, read-only.
+    assert [m["id"] for m in folders.mounts(reader(BOB), [])] == [mine["id"]]
+    mounts = folders.mounts(reader(BOB), [theirs["id"]])
+    assert [(m["path"], m["read_only"], m["id"]) for m in mounts] == [
+        ("folders/.cache", True, theirs["id"]),
+        (".cache", False, mine["id"]),
+    ]
+    assert [m["path"] for m in folders.mounts(reader(ANN), [])] == [".cache"]
+    assert folders.visible(reader(ANN), False)[0]["automount"]
+
+
 def test_two_folders_of_one_name_cannot_meet_at_one_mount_point(folders):
     theirs = folders.create(reader(ANN), "data")
     folders.share(reader(ANN), theirs["id"], {"user": "bob", "account": BOB.key}, "ro")
@@ -184,7 +201,7 @@ def test_a_storage_quota_refuses_what_would_pass_it_and_mounts_own_folders_read_
     data = folders.create(reader(ANN), "data")
     folders.write(reader(ANN), data["id"], "a", b"x" * 40_000, 0)
     says = refused("quota", folders.write, reader(ANN), data["id"], "b", b"x" * 40_000, 0)
-    assert "of your storage quota of 64K" in says
+    assert "of your storage quota of 64 KiB" in says
     assert os.listdir(folders.files.source(data["id"])) == ["a"]  # nothing half-written
     # Past the quota (a session wrote on its own): no new folder, own folders read-only.
     with open(os.path.join(folders.files.source(data["id"]), "big"), "wb") as f:
@@ -196,4 +213,4 @@ def test_a_storage_quota_refuses_what_would_pass_it_and_mounts_own_folders_read_
     # A group's quota counts all of its members' folders.
     bobs = folders.create(reader(BOB, "ml"), "b")
     says = refused("quota", folders.write, reader(BOB, "ml"), bobs["id"], "x", b"x" * 20_000, 0)
-    assert "group ml's storage quota" in says
+    assert says.startswith("The folders of group ml hold ") and "of its storage quota" in says

@@ -230,6 +230,11 @@ def test_narrow_tokens_and_cross_site_requests_cannot_use_folders(hub, username)
     )
     assert form.status_code in (403, 415), form.text
     assert owner.call("GET", f"folders/{folder['id']}/files/").json()["entries"] == []
+    # A cross-site script reads neither the folders nor how full the quotas are.
+    stolen = owner.call("GET", "folders", headers={**EVIL, "Sec-Fetch-Mode": "cors"})
+    assert stolen.status_code == 403, stolen.text
+    assert "storage_quotas" not in stolen.text and "mine" not in stolen.text
+    assert "storage_quotas" in owner.own_page_call("GET", "folders").json()
     narrow = narrow_admin_token(hub, ["access:services!service=queue"])
     everyone = narrow.get(f"{hub.url}/services/queue/api/folders?all=1", timeout=60)
     assert everyone.status_code == 403, everyone.text
@@ -357,6 +362,7 @@ def test_the_spawner_reads_one_users_folders_and_no_other_service_does(hub, cour
     assert [(f["name"], f["permission"]) for f in answer.json()["folders"]] == [
         ("course material", "ro")
     ]
+    assert "storage_quotas" not in answer.json()  # a student's quota is theirs to read
     assert spawner.get(url, timeout=60).status_code == 400
     assert spawner.post(url, json={"name": "x"}, timeout=60).status_code == 403
     other = requests.Session()  # the tests' own admin service
@@ -372,7 +378,49 @@ def test_an_upload_past_a_groups_storage_quota_is_a_403_that_writes_nothing(hub,
     url = f"folders/{folder['id']}/files/big.bin"
     answer = owner.call("PUT", url, data=b"x" * 20_000, headers=OCTETS)
     assert answer.status_code == 403, answer.text
-    assert f"group {group}'s storage quota of 16K" in answer.json()["message"]
+    assert f"group {group} hold 0 B of its storage quota of 16 KiB" in answer.json()["message"]
     assert os.listdir(on_disk(hub, folder)) == []
     small = owner.call("PUT", url, data=b"x" * 1000, headers=OCTETS)
     assert small.status_code == 201, small.text
+
+
+def quotas(user: QueueUser) -> list[dict]:
+    response = user.call("GET", "folders")
+    assert response.status_code == 200, response.text
+    return response.json()["storage_quotas"]
+
+
+def test_the_listing_says_how_full_each_storage_quota_is(hub, username):
+    free = QueueUser(hub, f"free-{secrets.token_hex(3)}")
+    assert quotas(free) == []  # no storage quota: nothing to fill
+    hub.create_user(username)
+    group = hub.join_group(username, {"fgpu_quota": {"storage": "64K"}})
+    owner = QueueUser(hub, username)
+    folder = made(owner, "data")
+    url = f"folders/{folder['id']}/files/"
+    put = owner.call("PUT", url + "a.bin?offset=0", data=b"x" * 5000, headers=OCTETS)
+    assert put.status_code == 201, put.text
+    listed = owner.call("GET", "folders").json()
+    used = sum(f["size_bytes"] for f in listed["folders"] if f["own"])
+    assert used >= 5000  # as measured on the disk: whole blocks
+    assert listed["storage_quotas"] == [
+        {"group": group, "used_bytes": used, "limit_bytes": 65536, "full": False}
+    ]
+    # Filled to the byte: full, so a new folder is refused with the same figures.
+    rest = 65536 - used
+    put = owner.call("PUT", url + "b.bin?offset=0", data=b"y" * rest, headers=OCTETS)
+    assert put.status_code == 201, put.text
+    (quota,) = quotas(owner)
+    assert quota["full"] and quota["used_bytes"] >= 65536
+    refused = owner.call("POST", "folders", json={"name": "more"})
+    assert refused.status_code == 403, refused.text
+    says = refused.json()["message"]
+    assert says.startswith(f"The folders of group {group} hold ")
+    assert says.endswith(" of its storage quota of 64 KiB; remove files to make room.")
+    assert names(owner) == ["data"]
+    # Another member sees the group's figure: it counts every member's folders.
+    other = f"member-{secrets.token_hex(3)}"
+    hub.create_user(other)
+    joined = hub.request("POST", f"groups/{group}/users", json={"users": [other]})
+    assert joined.status_code == 200, joined.text
+    assert quotas(QueueUser(hub, other)) == [quota]

@@ -34,8 +34,8 @@ def test_form_sliders_carry_the_configured_limits():
     html = render_spawn_form(LIMITS, CATALOG)
     cpu = re.search(r'<input type="range"[^>]*name="cpu"[^>]*>', html, re.S).group(0)
     assert 'min="0.5"' in cpu and 'max="4' in cpu and 'value="1' in cpu
-    assert re.search(r'name="mem" value="2G"', html)
-    assert "Between 256M and 8G" in html
+    assert re.search(r'name="mem" value="2 GiB"', html)
+    assert "Between 256 MiB and 8 GiB" in html
 
 
 def test_fgpu_field_is_disabled_when_the_hub_offers_none():
@@ -90,8 +90,8 @@ def group_options(html: str) -> list[tuple[str, bool, str]]:
 def test_two_groups_or_more_are_offered_with_what_is_free_the_first_preselected():
     html = render_spawn_form(LIMITS, CATALOG, resource_groups=[A100, CPU_ONLY])
     assert group_options(html) == [
-        ("gpu-a100", True, "gpu-a100 — 3 fGPU, 12 CPU, 40G free"),
-        ("cpu-only", False, "cpu-only — 2 CPU, 4G free"),
+        ("gpu-a100", True, "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free"),
+        ("cpu-only", False, "cpu-only — 2 CPU, 4 GiB free"),
     ]
 
 
@@ -110,7 +110,7 @@ def test_one_group_is_named_as_plain_text_and_sends_nothing():
     html = render_spawn_form(LIMITS, CATALOG, resource_groups=[A100])
     assert 'name="resource_group"' not in html
     line = re.search(r'id="fgpu-group-line">([^<]*)<', html).group(1)
-    assert line == "gpu-a100 — 3 fGPU, 12 CPU, 40G free"
+    assert line == "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free"
 
 
 def test_without_groups_the_form_is_as_before():
@@ -146,7 +146,7 @@ def test_sliders_stop_at_what_the_cluster_can_ever_grant():
     assert 'max="2.0"' in slider(html, "fgpu-cpu")
     assert 'max="4.0"' in slider(html, "fgpu-mem-slider")
     # The default memory (2G) fits; the help names the clamped range.
-    assert 'name="mem" value="2G"' in html and "Between 256M and 4G" in html
+    assert 'name="mem" value="2 GiB"' in html and "Between 256 MiB and 4 GiB" in html
 
 
 def test_the_largest_group_the_user_may_use_sets_the_ceiling():
@@ -219,12 +219,12 @@ def test_presets_are_listed_beside_custom_those_off_limits_disabled_with_the_rea
     html = render_spawn_form(GPU_LIMITS, CATALOG, presets=PRESETS)
     assert preset_rows(html) == [
         ("", False, "Custom: the sliders below"),
-        ("CPU small", False, "CPU small — 1 core, 1G"),
-        ("half GPU", False, "half GPU — 2 cores, 4G, 1 fGPU"),
+        ("CPU small", False, "CPU small — 1 core, 1 GiB"),
+        ("half GPU", False, "half GPU — 2 cores, 4 GiB, 1 fGPU"),
         (
             "whole node",
             True,
-            "whole node — 8 cores, 32G, 4 fGPU | Not available: Needs 8 cores; one session may "
+            "whole node — 8 cores, 32 GiB, 4 fGPU | Not available: Needs 8 cores; one session may "
             "have at most 4 cores. | ",
         ),
     ]
@@ -262,7 +262,7 @@ def test_the_warning_reads_what_is_free_for_the_user_now_in_all_and_per_group():
     )
     figures = {
         "amount": {"cpu": 1.5, "mem": 3 * GIB, "fgpu": 1.0},
-        "text": {"cpu": "1.5 cores", "mem": "3G", "fgpu": "1 fGPU"},
+        "text": {"cpu": "1.5 cores", "mem": "3 GiB", "fgpu": "1 fGPU"},
     }
     assert free_data(html) == {"": figures, "default": figures}
     assert re.search(r'id="fgpu-form-warning"[^>]*role="status"', html)

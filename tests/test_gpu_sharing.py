@@ -266,10 +266,10 @@ def test_simulated_requests_no_device_but_shows_the_limits_and_the_grant():
         "FGPU_GRANT": ONE_AND_A_HALF.to_json(),
         # What the image's nvidia-smi stand-in shows besides the slice: the GPUs themselves.
         "FGPU_GPU_UUID_0": "GPU-a",
-        "FGPU_GPU_NAME_0": "Simulated GPU (16G)",
+        "FGPU_GPU_NAME_0": "Simulated GPU (16 GiB)",
         "FGPU_GPU_MEMORY_MIB_0": "16384",
         "FGPU_GPU_UUID_1": "GPU-b",
-        "FGPU_GPU_NAME_1": "Simulated GPU (16G)",
+        "FGPU_GPU_NAME_1": "Simulated GPU (16 GiB)",
         "FGPU_GPU_MEMORY_MIB_1": "16384",
     }
     assert Grant.from_json(settings.env["FGPU_GRANT"]) == ONE_AND_A_HALF
@@ -284,7 +284,7 @@ def test_simulated_quarter_gpu():
         "FGPU_SIMULATED": "1",
         "FGPU_GRANT": QUARTER.to_json(),
         "FGPU_GPU_UUID_0": "GPU-a",
-        "FGPU_GPU_NAME_0": "Simulated GPU (16G)",
+        "FGPU_GPU_NAME_0": "Simulated GPU (16 GiB)",
         "FGPU_GPU_MEMORY_MIB_0": "16384",
     }
 
@@ -296,7 +296,7 @@ def test_simulated_half_fgpu_of_an_8_gib_gpu_at_two_units_per_gpu_is_2_gib():
     env = build_gpu_settings(grant, {"GPU-sim-node1-0": 8 * GIB}, "simulated").env
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"
     assert env["CUDA_DEVICE_SM_LIMIT_0"] == "25"
-    assert env["FGPU_GPU_NAME_0"] == "Simulated GPU (8G)"
+    assert env["FGPU_GPU_NAME_0"] == "Simulated GPU (8 GiB)"
     assert env["FGPU_GPU_MEMORY_MIB_0"] == "8192"
 
 

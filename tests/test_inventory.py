@@ -23,8 +23,8 @@ GIB = 1024**3
 def test_simulated_spec_gives_stable_readable_gpus():
     gpus = parse_simulated_gpus("2x8GiB", node="vm")
     assert gpus == (
-        GpuInfo("GPU-sim-vm-0", "Simulated GPU (8G)", 8 * GIB, 80, 0),
-        GpuInfo("GPU-sim-vm-1", "Simulated GPU (8G)", 8 * GIB, 80, 1),
+        GpuInfo("GPU-sim-vm-0", "Simulated GPU (8 GiB)", 8 * GIB, 80, 0),
+        GpuInfo("GPU-sim-vm-1", "Simulated GPU (8 GiB)", 8 * GIB, 80, 1),
     )
     assert parse_simulated_gpus("2x8GiB", node="vm") == gpus
 
@@ -200,7 +200,7 @@ def test_discover_local_node_prefers_the_simulated_spec_and_names():
     )
     assert node.simulated is True
     assert node.resource_group == "teaching"
-    assert node.gpus == (GpuInfo("GPU-sim-lab-0", "Simulated GPU (16G)", 16 * GIB, 80, 0),)
+    assert node.gpus == (GpuInfo("GPU-sim-lab-0", "Simulated GPU (16 GiB)", 16 * GIB, 80, 0),)
 
 
 @pytest.mark.docker

@@ -107,7 +107,7 @@ def test_a_hub_without_gpus_says_so_and_room_needs_no_reason(fgpu_js):
 def test_free_figures_tell_the_cluster_apart_from_the_quota(fgpu_js):
     lines = fgpu_js("freeLines", AT_SESSION_QUOTA, [SESSIONS_USED_UP, PENDING_LEFT], 2)
     assert lines == [
-        "Free on the cluster: 2.5 cores, 5G memory, 1 fGPU (1 fGPU = 1/2 GPU).",
+        "Free on the cluster: 2.5 cores, 5 GiB memory, 1 fGPU (1 fGPU = 1/2 GPU).",
         "Your quota leaves you none of it now. " + SESSIONS_USED_UP["text"],
     ]
     # Where the quota leaves all the cluster has, one line.

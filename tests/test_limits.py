@@ -41,7 +41,7 @@ def test_a_group_quota_says_whose_it_is_and_counts_all_members():
         ("mem", "students", False),
     ]
     assert rows[0]["text"] == "Group 'students' holds 2 CPU cores of 2 CPU cores (its quota)."
-    assert rows[1]["text"] == "Group 'students' holds 1G memory of 4G memory (its quota)."
+    assert rows[1]["text"] == "Group 'students' holds 1 GiB memory of 4 GiB memory (its quota)."
 
 
 def test_fractions_that_fill_a_quota_exactly_reach_it():
@@ -74,7 +74,13 @@ def test_a_zero_quota_is_reached_before_anything_is_held():
             "Group 'lab' has 4 of 4 sessions (running or starting; its quota).",
         ),
         ("cpu", None, 1, 1, "You hold 1 CPU core of 1 CPU core (your quota)."),
-        ("mem", None, 1536 * 1024**2, 2 * GIB, "You hold 1.5G memory of 2G memory (your quota)."),
+        (
+            "mem",
+            None,
+            1536 * 1024**2,
+            2 * GIB,
+            "You hold 1.5 GiB memory of 2 GiB memory (your quota).",
+        ),
         ("fgpu", None, 0.5, 1, "You hold 0.5 fGPU of 1 fGPU (your quota)."),
     ],
 )

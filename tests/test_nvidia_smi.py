@@ -48,10 +48,10 @@ def test_the_table_shows_the_quarter_slice_of_an_8_gib_gpu_marked_simulated():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "NVIDIA-SMI SIMULATED" in lines[2]
-    (device,) = [line for line in lines if "Simulated GPU (8G)" in line and "Off" in line]
+    (device,) = [line for line in lines if "Simulated GPU (8 GiB)" in line and "Off" in line]
     assert device.split()[1] == "0"  # the GPU index column
     assert "0MiB /   2048MiB" in result.stdout
-    assert "25% of Simulated GPU (8G): 2048 MiB of 8192 MiB, 25% of its SMs" in result.stdout
+    assert "25% of Simulated GPU (8 GiB): 2048 MiB of 8192 MiB, 25% of its SMs" in result.stdout
     # Every framed line is as wide as nvidia-smi's, so the layout reads like the real one.
     assert {len(line) for line in lines if line.startswith(("|", "+"))} == {89}
 
@@ -62,24 +62,24 @@ def test_query_gpu_csv_for_scripts():
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "name, memory.total [MiB], memory.used [MiB], index, uuid",
-        f"Simulated GPU (8G), 2048 MiB, 0 MiB, 0, {GPU}",
+        f"Simulated GPU (8 GiB), 2048 MiB, 0 MiB, 0, {GPU}",
     ]
     bare = run_script([fields, "--format=csv,noheader,nounits"], session_env(QUARTER))
-    assert bare.stdout == f"Simulated GPU (8G), 2048, 0, 0, {GPU}\n"
+    assert bare.stdout == f"Simulated GPU (8 GiB), 2048, 0, 0, {GPU}\n"
 
 
 def test_list_and_selection_across_a_grant_spanning_two_gpus():
     env = session_env(SPANNING)
     assert run_script(["-L"], env).stdout.splitlines() == [
-        "GPU 0: Simulated GPU (8G) (UUID: GPU-sim-node1-0)",
-        "GPU 1: Simulated GPU (8G) (UUID: GPU-sim-node1-1)",
+        "GPU 0: Simulated GPU (8 GiB) (UUID: GPU-sim-node1-0)",
+        "GPU 1: Simulated GPU (8 GiB) (UUID: GPU-sim-node1-1)",
     ]
     query = ["--query-gpu", "index,memory.total", "--format", "csv,noheader,nounits"]
     assert run_script(query, env).stdout.splitlines() == ["0, 8192", "1, 4096"]
     assert run_script([*query, "-i", "1"], env).stdout == "1, 4096\n"
     table = run_script([], env).stdout
-    assert "100% of Simulated GPU (8G): 8192 MiB of 8192 MiB, 100% of its SMs" in table
-    assert "50% of Simulated GPU (8G): 4096 MiB of 8192 MiB, 50% of its SMs" in table
+    assert "100% of Simulated GPU (8 GiB): 8192 MiB of 8192 MiB, 100% of its SMs" in table
+    assert "50% of Simulated GPU (8 GiB): 4096 MiB of 8192 MiB, 50% of its SMs" in table
 
 
 def test_tools_that_read_the_real_nvidia_smi_read_the_stand_in_alike():
@@ -87,8 +87,8 @@ def test_tools_that_read_the_real_nvidia_smi_read_the_stand_in_alike():
     470 to 570) finds the same GPU and slice in the stand-in's table and CSV."""
     env = session_env(SPANNING)
     expected = [
-        Gpu(0, "Simulated GPU (8G)", 8192, 0),
-        Gpu(1, "Simulated GPU (8G)", 4096, 0),
+        Gpu(0, "Simulated GPU (8 GiB)", 8192, 0),
+        Gpu(1, "Simulated GPU (8 GiB)", 4096, 0),
     ]
     assert parse_smi(run_script([], env).stdout).gpus == expected
     fields = "index,name,memory.total,memory.used,uuid"
@@ -158,7 +158,7 @@ def test_in_the_image_it_is_on_the_login_path_and_shows_the_slice(docker_engine)
         "nvidia-smi --query-gpu=name,memory.total,index --format=csv,noheader; nvidia-smi"
     )
     output = run_in_image(docker_engine, script, session_env(QUARTER)).splitlines()
-    assert output[:2] == ["/usr/local/bin/nvidia-smi", "Simulated GPU (8G), 2048 MiB, 0"]
+    assert output[:2] == ["/usr/local/bin/nvidia-smi", "Simulated GPU (8 GiB), 2048 MiB, 0"]
     assert any("NVIDIA-SMI SIMULATED" in line for line in output)
 
 
@@ -173,4 +173,4 @@ def test_in_the_image_it_hands_over_to_the_drivers_nvidia_smi_outside_simulated_
         "driver nvidia-smi -L\n"
     )
     simulated = run_in_image(docker_engine, script, session_env(QUARTER), user="root")
-    assert simulated == f"GPU 0: Simulated GPU (8G) (UUID: {GPU})\n"
+    assert simulated == f"GPU 0: Simulated GPU (8 GiB) (UUID: {GPU})\n"

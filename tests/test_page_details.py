@@ -32,7 +32,7 @@ def test_the_pages_show_every_size_as_the_python_side_does(browser):  # noqa: F8
     finally:
         page.close()
     assert shown == [format_size(n) for n in SIZES]
-    assert shown[SIZES.index(int(23.04 * GIB))] == "23.04G"
+    assert shown[SIZES.index(int(23.04 * GIB))] == "23.04 GiB"
 
 
 def render_login(authenticator) -> str:

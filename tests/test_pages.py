@@ -191,7 +191,7 @@ def test_walkthrough_a_indicator_rises_and_falls_by_exactly_the_session(gpu_hub,
             assert total == pytest.approx(before[slot][kind][1]), (slot, kind, after)
     row = rows(page, "RUNNING").first
     expect(row).to_contain_text("python-3.11")
-    expect(row).to_contain_text("1G")
+    expect(row).to_contain_text("1 GiB")
     expect(row).to_contain_text("0.5 (simulated)")
     expect(page.locator(".fgpu-indicator-caption")).to_contain_text("simulated")
     # Live usage, from the service's stats sampler (one docker stats round every few seconds).
@@ -485,7 +485,7 @@ def test_finished_tab_lists_ended_sessions_with_their_reasons_and_admins_filter_
     for row in (by_user, by_admin):
         expect(row.locator(".fgpu-duration")).to_have_text(re.compile(r"^\d+:\d\d:\d\d$"))
         expect(row.locator(".fgpu-ended")).not_to_have_text("—")
-        expect(row).to_contain_text("256M")
+        expect(row).to_contain_text("256 MiB")
     assert page.locator("#fgpu-finished-user").count() == 0  # students filter by reason only
     screenshot(page, "pages-finished-student")
 
@@ -528,7 +528,7 @@ def test_stop_asks_first_and_nothing_stops_until_confirmed(gpu_hub, pages):
     expect(page.locator("#fgpu-confirm-title")).to_have_text(f"Stop “{server}”?")
     expect(dialog).to_contain_text("running kernels end")
     expect(dialog).to_contain_text("home folder (/home/jovyan) is kept")
-    expect(dialog).to_contain_text("0.5 cores, 256M memory go back")
+    expect(dialog).to_contain_text("0.5 cores, 256 MiB memory go back")
     # The safe answer has the focus: Enter alone does not stop anything.
     assert page.evaluate("document.activeElement.id") == "fgpu-confirm-keep"
     screenshot(page, "pages-confirm-stop")

@@ -191,7 +191,7 @@ async def test_two_hundred_concurrent_submits_never_overbook(manager):
     [
         ({"fgpu": 3.0}, ["never start", "3 fGPU", "2 fGPU"]),
         ({"cpu": 5.0}, ["never start", "5 CPU cores", "4 CPU cores"]),
-        ({"mem": 16 * GIB}, ["never start", "16G memory", "8G memory"]),
+        ({"mem": 16 * GIB}, ["never start", "16 GiB memory", "8 GiB memory"]),
     ],
     ids=["fgpu", "cpu", "mem"],
 )

@@ -124,7 +124,7 @@ def test_grant_reaches_the_container_as_labels_and_env(gpu_hub, student):
     # the 8 GiB GPU, which the stand-in shows as simulated.
     query = "nvidia-smi --query-gpu=name,memory.total,index --format=csv,noheader; nvidia-smi"
     output = in_terminal(gpu_hub, student.name, query, session["server_name"])
-    assert "Simulated GPU (8G), 2048 MiB, 0" in output.splitlines()
+    assert "Simulated GPU (8 GiB), 2048 MiB, 0" in output.splitlines()
     assert "NVIDIA-SMI SIMULATED" in output and "2048 MiB of 8192 MiB, 25% of its SMs" in output
     student.call("DELETE", f"sessions/{session['id']}")
     student.wait_for(lambda s: s == [])

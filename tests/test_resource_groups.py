@@ -34,11 +34,11 @@ def test_only_the_groups_the_user_may_use_are_offered_in_the_services_order():
 
 def test_the_label_says_what_is_free_and_mentions_fgpu_only_where_there_are_gpus():
     gpu, cpu_only = offered_groups(RESOURCES)
-    assert gpu.label == "gpu-a100 — 3 fGPU, 12 CPU, 40G free"
-    assert cpu_only.label == "cpu-only — 2.5 CPU, 7.84G free"
+    assert gpu.label == "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free"
+    assert cpu_only.label == "cpu-only — 2.5 CPU, 7.84 GiB free"
 
 
 def test_nothing_free_shows_as_zero_never_negative():
     # A quota already passed leaves negative headroom in the service's sums.
     (offer,) = offered_groups({"resource_groups": {"g": group(True, cpu=-1, mem=-5, fgpu=-0.5)}})
-    assert offer.free_text == "0 fGPU, 0 CPU, 0B free"
+    assert offer.free_text == "0 fGPU, 0 CPU, 0 B free"

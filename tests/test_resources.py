@@ -21,7 +21,7 @@ def test_shortfall_names_the_slot_and_both_amounts():
     resources = parse_resources({"min": {"cpu": 2, "mem": "1G"}, "max": {"fgpu": 1}})
     assert resources.shortfall(2, 1024**3, 0) is None
     assert resources.shortfall(1, 1024**3, 0) == "needs at least 2 CPU cores; 1 CPU cores was asked"
-    assert "at least 1G of memory; 512M" in resources.shortfall(2, 512 * 1024**2, 0)
+    assert "at least 1 GiB of memory; 512 MiB" in resources.shortfall(2, 512 * 1024**2, 0)
     assert resources.shortfall(2, 1024**3, 1.5) == "allows at most 1 fGPU; 1.5 fGPU was asked"
 
 
@@ -29,7 +29,10 @@ def test_shortfall_names_the_slot_and_both_amounts():
     ("data", "fragment"),
     [
         ({"min": {"cpu": 4}, "max": {"cpu": 2}}, "the min 4 CPU cores exceeds the max 2 CPU cores"),
-        ({"min": {"mem": "2G"}, "default": {"mem": "1G"}}, "min 2G of memory exceeds the default"),
+        (
+            {"min": {"mem": "2G"}, "default": {"mem": "1G"}},
+            "min 2 GiB of memory exceeds the default",
+        ),
         ({"default": {"fgpu": 3}, "max": {"fgpu": 1}}, "default 3 fGPU exceeds the max"),
         ({"min": {"cpu": -1}}, "positive number"),
         ({"min": {"cpu": "nan"}}, "positive number"),

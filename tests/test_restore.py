@@ -9,6 +9,7 @@ import io
 import json
 import os
 import pty
+import secrets
 import shutil
 import sqlite3
 import subprocess
@@ -23,6 +24,8 @@ from sqlalchemy import create_engine, text
 from fgpu_admin import archive
 from fgpu_admin.cli import main
 from queue_service.store import state_dir
+from queue_service.store.db import open_database
+from queue_service.store.models import FolderRecord
 
 from .harness import VENV_BIN
 from .hub_state import (
@@ -399,6 +402,78 @@ def test_swarm_home_folders_come_back_with_their_owners(tmp_path, monkeypatch, c
     notebook = homes / "alice" / "work" / "notes.ipynb"
     assert notebook.read_text() == "{}\n"
     assert (notebook.stat().st_uid, notebook.stat().st_gid) == (1000, 100)
+
+
+def add_folder(queue_url: str, owner: str, name: str) -> str:
+    """A storage folder's record, as the service writes it; its id."""
+    folder_id = secrets.token_hex(16)
+    make_session = open_database(queue_url)
+    with make_session() as db:
+        db.add(FolderRecord(id=folder_id, owner=owner, name=name, size_bytes=6))
+        db.commit()
+    make_session.kw["bind"].dispose()
+    return folder_id
+
+
+def test_storage_folders_come_back_with_owners_and_modes_and_never_through_links(
+    tmp_path, monkeypatch, capsys, docker_engine
+):
+    folder = tmp_path / "hub"
+    monkeypatch.chdir(tmp_path)
+    for name in (state_dir.HUB_DB_ENV, state_dir.QUEUE_DB_ENV, "FGPU_CATALOG_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("FGPU_SWARM_HOME_ROOT", raising=False)
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    make_hub_state(folder, state_dir.DEFAULT_HUB_DB_URL, state_dir.DEFAULT_QUEUE_DB_URL, users=1)
+    folder_id = add_folder(state_dir.DEFAULT_QUEUE_DB_URL, "alice", "data")
+    files = folder / state_dir.DEFAULT_FOLDERS_ROOT / folder_id
+    (files / "raw").mkdir(parents=True)
+    (files / "raw" / "a.csv").write_text("1,2,3\n")
+    os.chmod(files / "raw" / "a.csv", 0o640)
+    os.chown(files / "raw" / "a.csv", 1000, 100)
+    secret = tmp_path / "secret"
+    secret.write_text("not for the archive\n")
+    (files / "planted").symlink_to(secret)  # what a session may leave in a shared folder
+    (files / "planted-dir").symlink_to(tmp_path)
+    os.mkfifo(files / "pipe")
+
+    assert main(["backup"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"not in the archive: storage folder data of alice (6 B); save it with: tar czf {folder_id}"
+        in out
+    )
+    out_path = tmp_path / "with-folders.tar.gz"
+    assert main(["backup", "--with-homes", "--output", str(out_path)]) == 0
+    err = capsys.readouterr().err
+    for left_out in ("planted", "planted-dir", "pipe"):
+        assert f"left out {folder_id}/{left_out} (storage folder data of alice)" in err
+    with tarfile.open(out_path) as outer:
+        member = outer.extractfile(f"folders/{folder_id}.tar")
+        with tarfile.open(fileobj=member) as inner:
+            names = inner.getnames()
+        assert sorted(names) == [folder_id, f"{folder_id}/raw", f"{folder_id}/raw/a.csv"]
+
+    # The folder here now holds a link where the file goes: the restore must not write through it.
+    wipe(folder, ())
+    files.mkdir(parents=True)
+    (files / "raw").symlink_to(tmp_path)
+    code, _, err = restore(capsys, str(out_path))
+    assert code == 1 and f"storage folder {folder_id}" in err  # asked first: it exists
+    code, _, err = restore(capsys, str(out_path), "--yes")
+    assert code == 0, err
+    restored = files / "raw" / "a.csv"
+    assert restored.read_text() == "1,2,3\n"
+    info = restored.lstat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (1000, 100, 0o640)
+    assert not (files / "raw").is_symlink() and not (tmp_path / "a.csv").exists()
+    assert secret.read_text() == "not for the archive\n"
+    (kept,) = (folder / state_dir.DEFAULT_FOLDERS_ROOT / ".trash").iterdir()
+    assert kept.name.startswith(f"{folder_id}.") and (kept / "raw").is_symlink()
+    assert sorted(p.name for p in (folder / state_dir.DEFAULT_FOLDERS_ROOT).iterdir()) == sorted(
+        [folder_id, ".trash"]
+    )  # nothing left of the restore's own directory
 
 
 def test_on_a_terminal_the_restore_asks_first(backed_up, hub_dbs):

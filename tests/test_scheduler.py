@@ -166,7 +166,8 @@ def test_memory_shortage_is_named_in_the_reason():
     nodes = [node("a", mem=4 * GIB)]
     result = schedule(nodes, [held("x", "a", {}, 0, mem=3 * GIB)], [req("r", mem=2 * GIB)])
     assert (
-        result.waiting["r"].reason == "waiting for 2G memory; the most free on one node is 1G (a)"
+        result.waiting["r"].reason
+        == "waiting for 2 GiB memory; the most free on one node is 1 GiB (a)"
     )
 
 
@@ -300,7 +301,7 @@ def test_drf_puts_requests_at_the_skip_bound_first():
         (
             SlotLimits(mem=4 * GIB),
             Slots(1, 2 * GIB, 0),
-            "waiting for quota: you hold 3G memory of 4G memory (your quota); this request asks for 2G memory more",
+            "waiting for quota: you hold 3 GiB memory of 4 GiB memory (your quota); this request asks for 2 GiB memory more",
         ),
         (
             SlotLimits(fgpu=1),

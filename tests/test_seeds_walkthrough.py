@@ -99,7 +99,7 @@ def test_the_seeds_walkthrough_as_a_student(gpu_hub, pages):
     running = rows(page, "RUNNING")
     expect(running).to_have_count(1, timeout=SPAWN_TIMEOUT_MS)
     expect(running).to_contain_text("tensorflow-2.17-cpu")
-    expect(running.locator("td", has_text=re.compile(r"^\s*2G\s*$"))).to_have_count(1)
+    expect(running.locator("td", has_text=re.compile(r"^\s*2 GiB\s*$"))).to_have_count(1)
     expect(running.locator("td", has_text=re.compile(r"^\s*1\s*$"))).not_to_have_count(0)
     screenshot(page, "seeds-03-tensorflow-running")
     server = server_of(student, "RUNNING", "tensorflow-2.17-cpu")

@@ -40,7 +40,7 @@ def test_the_fgpu_slider_stops_at_the_clusters_two_fgpu(preset_hub, preset_stude
     expect(page.locator("#fgpu-form-warning")).to_be_hidden()
     # The presets, the one above one session's limits disabled with the service's reason.
     half = page.locator("#fgpu-presets [data-preset='half GPU']")
-    expect(half).to_contain_text("half GPU — 0.5 cores, 512M, 1 fGPU")
+    expect(half).to_contain_text("half GPU — 0.5 cores, 512 MiB, 1 fGPU")
     expect(half.locator("input")).to_be_enabled()
     too_big = page.locator("#fgpu-presets [data-preset='all GPUs']")
     expect(too_big.locator("input")).to_be_disabled()
@@ -57,7 +57,7 @@ def test_a_preset_launches_its_slots_and_more_than_is_free_warns(preset_hub, pre
     # The sliders show the preset, and are not sent with it.
     expect(page.locator("#fgpu-fgpu")).to_be_disabled()
     expect(page.locator("#fgpu-fgpu-value")).to_have_text("1 fGPU")
-    expect(page.locator("#fgpu-mem")).to_have_value("0.5G")
+    expect(page.locator("#fgpu-mem")).to_have_value("0.5 GiB")
     page.fill("#fgpu-env", "SEED=42")
     screenshot(page, "spawn-form-rules-preset")
     page.click("#spawn_form button[type=submit]")

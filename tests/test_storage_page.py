@@ -2,7 +2,8 @@
 course folder, uploads a small notebook and a file larger than one upload chunk (8 MiB: chunks and
 the progress bar), and shares the folder read-only with a group; a student of the group finds it
 under "Shared with me", downloads the notebook, has no upload control there, and makes and fills
-a folder of their own; the delete dialog says what is inside; the admin's everyone's view.
+a folder of their own; the delete dialog says what is inside; the admin's everyone's view, where
+the admin hands a folder to another owner.
 Screenshots go to test-output/browser/storage-*."""
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
     teacher = f"teach-{secrets.token_hex(3)}"
     student = f"stud-{secrets.token_hex(3)}"
     hub.create_user(student)
-    group = hub.join_group(student, {})
+    group = hub.join_group(student, {"fgpu_quota": {"storage": "1G"}})
     course = f"course {secrets.token_hex(2)}"
     notebook = tmp_path / "lab1.ipynb"
     notebook.write_bytes(NOTEBOOK)
@@ -68,6 +69,9 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
     open_storage(page, hub)
     expect(page.locator("#fgpu-mine-empty")).to_contain_text("No folders yet")
     expect(page.locator("#fgpu-shared-empty")).to_be_visible()
+    expect(page.locator("#fgpu-quota")).to_have_text(
+        "No storage quota: your folders may grow as long as the disk has room."
+    )
     screenshot(page, "storage-empty")
 
     # A name with '/' is refused inline, in the API's words.
@@ -145,6 +149,10 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
     log_in(other, hub, student)
     open_storage(other, hub)
     expect(other.locator("#fgpu-mine-empty")).to_contain_text("No folders yet")
+    # The group's storage quota, and how full it is (nothing of the student's yet).
+    expect(other.locator(f"#fgpu-quota [data-group='{group}']")).to_have_text(
+        f"Group {group}'s folders (all its members'): 0 B of 1 GiB used."
+    )
     shared = folder_row(other, "shared", course)
     expect(shared.locator(".fgpu-owner")).to_have_text(teacher)
     expect(shared.locator(".fgpu-access")).to_have_text("read-only")
@@ -212,6 +220,31 @@ def test_a_course_folder_shared_read_only_with_a_group(hub, pages, tmp_path):
     expect(admin.locator("#fgpu-mine-section")).to_be_hidden()
     screenshot(admin, "storage-admin-everyone")
 
+    # The admin hands the student's folder to the instructor: a name the hub does not know is
+    # refused in the dialog, with the API's message, and nothing changes.
+    work = admin.locator(f"#fgpu-all tr[data-owner='{student}'][data-folder='my work']")
+    work_id = work.get_attribute("data-id")
+    work.locator("[data-action=owner]").click()
+    expect(admin.locator("#fgpu-name-title")).to_have_text("Change the owner of “my work”")
+    nobody = f"nobody-{secrets.token_hex(3)}"
+    admin.fill("#fgpu-name-input", nobody)
+    admin.click("#fgpu-name-submit")
+    expect(admin.locator("#fgpu-name-error")).to_have_text(f"The hub has no user '{nobody}'.")
+    expect(admin.locator("#fgpu-name-dialog")).to_be_visible()
+    screenshot(admin, "storage-admin-owner-refused")
+    admin.fill("#fgpu-name-input", teacher)
+    admin.click("#fgpu-name-submit")
+    expect(admin.locator("#fgpu-name-dialog")).to_be_hidden()
+    given = admin.locator(f"#fgpu-all tr[data-id='{work_id}']")
+    expect(given).to_have_attribute("data-owner", teacher)
+    expect(given.locator(".fgpu-owner")).to_have_text(teacher)
+    expect(admin.locator("#fgpu-done")).to_have_text(
+        f"“my work” now belongs to {teacher} (it was {student}'s)."
+    )
+    screenshot(admin, "storage-admin-owner-changed")
+    other.reload()
+    expect(folder_row(other, "mine", "my work")).to_have_count(0)
+
     # The instructor deletes it; the student's list no longer has it.
     folder_row(page, "mine", course).locator("[data-action=delete]").click()
     page.click("#fgpu-confirm-go")
@@ -239,3 +272,34 @@ def test_the_page_refuses_a_logged_out_visitor_and_is_in_the_nav(hub, page):
         ".navbar-nav a[id^=fgpu-nav-]", "links => links.map(a => a.id)"
     )
     assert order[order.index("fgpu-nav-sessions") + 1] == "fgpu-nav-storage", order
+
+
+def test_a_full_storage_quota_says_what_it_stops(hub, page):
+    name = f"full-{secrets.token_hex(3)}"
+    hub.create_user(name)
+    group = hub.join_group(name, {"fgpu_quota": {"storage": "8K"}})
+    owner = QueueUser(hub, name)
+    made = owner.call("POST", "folders", json={"name": "results"})
+    assert made.status_code == 201, made.text
+    url = f"folders/{made.json()['id']}/files/run.log?offset=0"
+    octets = {"Content-Type": "application/octet-stream"}
+    put = owner.call("PUT", url, data=b"x" * 8192, headers=octets)
+    assert put.status_code == 201, put.text
+    log_in(page, hub, name)
+    open_storage(page, hub)
+    line = page.locator(f"#fgpu-quota [data-group='{group}']")
+    expect(line).to_have_text(
+        re.compile(rf"^Group {group}'s folders \(all its members'\): .* of 8 KiB used \(full\)\.$")
+    )
+    expect(line).to_have_class(re.compile("text-danger"))
+    expect(page.locator("#fgpu-quota")).to_contain_text(
+        "Full: uploads and new folders are refused, and your own folders are mounted read-only in"
+        " the sessions you launch next, until you remove files."
+    )
+    # And so it is: a new folder is refused, in the service's words.
+    page.fill("#fgpu-create-name", "more")
+    page.click("#fgpu-create")
+    expect(page.locator("#fgpu-create-error")).to_have_text(
+        re.compile(rf"^The folders of group {group} hold .+ of its storage quota of 8 KiB; remove")
+    )
+    screenshot(page, "storage-quota-full")

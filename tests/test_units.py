@@ -45,7 +45,8 @@ def test_parse_size_refuses_non_whole_byte_counts(bad):
 
 
 @pytest.mark.parametrize(
-    "nbytes, text", [(GIB, "1G"), (GIB * 3 // 2, "1.5G"), (256 * 1024**2, "256M"), (512, "512B")]
+    "nbytes, text",
+    [(GIB, "1 GiB"), (GIB * 3 // 2, "1.5 GiB"), (256 * 1024**2, "256 MiB"), (512, "512 B")],
 )
 def test_format_size_round_trips(nbytes, text):
     assert format_size(nbytes) == text
@@ -53,9 +54,9 @@ def test_format_size_round_trips(nbytes, text):
 
 
 def test_format_size_rounds_halves_up_as_the_pages_do():
-    # 1.125G is exact in binary; JavaScript's toFixed (fgpu.js) says 1.13G, and so must we.
-    assert format_size(GIB * 9 // 8) == "1.13G"
-    assert format_size(int(23.04 * GIB)) == "23.04G"
+    # 1.125 GiB is exact in binary; JavaScript's toFixed (fgpu.js) says 1.13, and so must we.
+    assert format_size(GIB * 9 // 8) == "1.13 GiB"
+    assert format_size(int(23.04 * GIB)) == "23.04 GiB"
 
 
 @pytest.mark.parametrize("value", ["1G", 1, "0.5K"])

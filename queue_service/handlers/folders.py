@@ -2,7 +2,9 @@
 shares and their files.
 
 - `GET api/folders`: your own and those shared with you; `?all=1`: everyone's (admins);
-  the spawner reads `?user=NAME`'s, for its form's folder picker;
+  with `storage_quotas`: each storage quota over your own folders, `{group (null: your own),
+  used_bytes, limit_bytes, full}` (none: no quota); the spawner reads `?user=NAME`'s, for its
+  form's folder picker;
 - `POST api/folders {name}`; `PATCH api/folders/{id} {name}` (admins also `{owner}`);
   `DELETE api/folders/{id}` (kept in the trash for the grace period);
 - `POST api/folders/{id}/shares {user | group, permission: "ro" | "rw"}` (201, or 200 when it
@@ -72,12 +74,14 @@ class FoldersHandler(FolderAPIHandler):
         if self.identity().get("kind") == "service":
             await self.get_for_spawn_form()
             return
-        reader = await self.reader()
         everyone = query_args.flag(self.get_argument("all", ""), "all", False)
+        # The quotas as the hub has them now: the page shows how full they are.
+        reader = await self.reader(with_quotas=True)
         if everyone and not reader.admin:
             self.require_admin("Everyone's folders")
         folders = await self.run(self.folders.visible, reader, everyone)
-        self.write_json({"folders": folders})
+        quotas = await self.run(self.folders.quotas, reader)
+        self.write_json({"folders": folders, "storage_quotas": quotas})
 
     async def get_for_spawn_form(self) -> None:
         """The spawner's read, for its form's folder picker: `?user=NAME`'s folders (own and

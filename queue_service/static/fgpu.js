@@ -5,25 +5,18 @@
 var fgpu = (function () {
   var config = JSON.parse(document.getElementById("fgpu-page-config").textContent);
 
-  // Sizes as the forms take them: binary, like Docker (1G = 1024M). Every page shows bytes
-  // through this one function, and it gives the text fgpu_shared/units.py's format_size gives
-  // (the hub's spawn form, the queue's messages): two decimals at most, halves up ("1.13G").
+  // Sizes as people read them and the forms take them back: binary IEC units with a space
+  // ("532 B", "1.5 GiB"; 1 GiB = 1024 MiB, like Docker). Every page shows bytes through this one
+  // function, and it gives the text fgpu_shared/units.py's format_size gives (the hub's spawn
+  // form, the queue's messages): two decimals at most, halves up ("1.13 GiB").
   function size(bytes) {
     if (bytes === null || bytes === undefined) return "—";
-    var units = [["T", 4], ["G", 3], ["M", 2], ["K", 1]];
+    var units = [["TiB", 4], ["GiB", 3], ["MiB", 2], ["KiB", 1]];
     for (var i = 0; i < units.length; i++) {
       var scaled = bytes / Math.pow(1024, units[i][1]);
-      if (scaled >= 1) return scaled.toFixed(2).replace(/\.?0+$/, "") + units[i][0];
+      if (scaled >= 1) return scaled.toFixed(2).replace(/\.?0+$/, "") + " " + units[i][0];
     }
-    return bytes + "B";
-  }
-
-  // Files' sizes, as a file manager shows them: "532 B", "12.4 MiB" (binary, one decimal).
-  function fileSize(bytes) {
-    if (bytes === null || bytes === undefined) return "—";
-    var units = ["KiB", "MiB", "GiB", "TiB"], value = Number(bytes), unit = "B";
-    for (var i = 0; value >= 1024 && i < units.length; i++) { value /= 1024; unit = units[i]; }
-    return (unit === "B" ? String(value) : value.toFixed(1).replace(/\.0$/, "")) + " " + unit;
+    return bytes + " B";
   }
 
   // How long ago: "just now", "5 min ago", "3 h ago", "2 days ago"; `when` an ISO text or a Date.
@@ -415,7 +408,6 @@ var fgpu = (function () {
     api: api,
     headers: headers,
     size: size,
-    fileSize: fileSize,
     ago: ago,
     trim: trim,
     amount: amount,

@@ -491,7 +491,7 @@
 
   function oneDecimal(n) { return String(Math.round(Number(n) * 10) / 10); }
 
-  // As on the hub's spawn form (fgpu_spawner/resource_groups.py): "gpu-a100 — 3 fGPU, 12 CPU, 40G free".
+  // As on the hub's spawn form (fgpu_spawner/resource_groups.py): "gpu-a100 — 3 fGPU, 12 CPU, 40 GiB free".
   // Where a quota leaves nothing, the group's own free figures, said to be none of them yours
   // (the free lines below name the quota).
   function groupLabel(offer) {

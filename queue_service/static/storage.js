@@ -8,6 +8,7 @@
   var config = fgpu.config;
   var el = fgpu.element;
   var folders = [];
+  var quotas = [];
   var everyone = false;
   var current = null; // { folder, path, entries } while a folder is open
   var upload = null; // { xhr, cancelled } while an upload runs
@@ -45,6 +46,7 @@
   function load() {
     return fgpu.api("GET", everyone ? "folders?all=1" : "folders").then(function (data) {
       folders = data.folders;
+      quotas = data.storage_quotas || [];
       show("error", "");
       renderLists();
       if (current) refreshCurrentFolder();
@@ -61,11 +63,14 @@
       text: folder.name,
     });
     var lines = [link];
-    if (folder.automount) {
+    // `automount` is the reader's (their own dot-named folders); in everyone's view an admin
+    // also sees whose sessions mount another user's.
+    var othersAutomount = everyone && !folder.own && folder.name.charAt(0) === ".";
+    if (folder.automount || othersAutomount) {
       lines.push(" ", el("span", { className: "badge text-bg-info", text: "automount" }));
       lines.push(el("div", {
         className: "fgpu-note text-muted small",
-        text: "Mounted in every session at ~/" + folder.name + ".",
+        text: "Mounted in every session" + (othersAutomount ? " of " + folder.owner : "") + " at ~/" + folder.name + ".",
       }));
     }
     return el("td", { className: "fgpu-folder-name" }, lines);
@@ -95,13 +100,14 @@
     var buttons = [];
     if (folder.own) buttons.push(button("Share", "outline-primary", "share", folder, openShare));
     buttons.push(button("Rename", "outline-secondary", "rename", folder, renameFolder));
+    if (everyone) buttons.push(button("Change owner", "outline-secondary", "owner", folder, changeOwner));
     buttons.push(button("Delete", "outline-danger", "delete", folder, deleteFolder));
     return el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, buttons)]);
   }
 
   function figures(folder) {
     return [
-      el("td", { className: "fgpu-size", text: fgpu.fileSize(folder.size_bytes) }),
+      el("td", { className: "fgpu-size", text: fgpu.size(folder.size_bytes) }),
       el("td", { className: "fgpu-files", text: folder.files === null || folder.files === undefined ? "—" : String(folder.files) }),
       changedCell(folder.modified || folder.created),
     ];
@@ -136,7 +142,36 @@
     $(empty).classList.toggle("d-none", items.length > 0);
   }
 
+  // How full each storage quota over one's own folders is ("2.1 GiB of 10 GiB used"), and what
+  // a full one means: the service refuses new bytes and mounts one's folders read-only.
+  function quotaLine(q) {
+    var whose = q.group === null ? "Your folders" : "Group " + q.group + "'s folders (all its members')";
+    var line = el("div", { className: "fgpu-quota-line" + (q.full ? " text-danger fw-semibold" : ""), "data-group": q.group || "" }, [
+      el("progress", { max: String(q.limit_bytes), value: String(Math.min(q.used_bytes, q.limit_bytes)), "aria-label": whose + ", share of the quota used" }),
+      el("span", { className: "ms-2", text: whose + ": " + fgpu.size(q.used_bytes) + " of " + fgpu.size(q.limit_bytes) + " used" + (q.full ? " (full)." : ".") }),
+    ]);
+    return line;
+  }
+
+  function renderQuota() {
+    var box = $("quota");
+    if (!quotas.length) {
+      box.replaceChildren(el("div", { className: "text-muted", text: "No storage quota: your folders may grow as long as the disk has room." }));
+      return;
+    }
+    var lines = quotas.map(quotaLine);
+    var full = quotas.some(function (q) { return q.full; });
+    lines.push(el("div", {
+      className: "small " + (full ? "text-danger" : "text-muted"),
+      text: full ? "Full: uploads and new folders are refused, and your own folders are mounted read-only in the sessions you launch next, until you remove files." :
+        "Sizes are measured every few minutes. Past the quota, uploads and new folders are refused and your folders are mounted read-only at your next launch.",
+    }));
+    box.replaceChildren.apply(box, lines);
+  }
+
   function renderLists() {
+    $("quota").classList.toggle("d-none", everyone);
+    renderQuota();
     if ($("all-section")) {
       $("all-section").classList.toggle("d-none", !everyone);
       $("mine-section").classList.toggle("d-none", everyone);
@@ -216,7 +251,15 @@
   function insideText(folder) {
     if (folder.files === 0) return "It is empty; nothing will be removed.";
     if (folder.files === null || folder.files === undefined) return "Everything in it will be removed.";
-    return plural(folder.files, "file") + ", " + fgpu.fileSize(folder.size_bytes) + " will be removed.";
+    return plural(folder.files, "file") + ", " + fgpu.size(folder.size_bytes) + " will be removed.";
+  }
+
+  // An admin hands a folder to another user (a course changes instructor, say); its shares stay.
+  function changeOwner(folder) {
+    askName("Change the owner of " + quoted(folder.name), "New owner (their user name)", "", "Change owner", function (name) {
+      return change("PATCH", "folders/" + folder.id, { owner: name },
+        quoted(folder.name) + " now belongs to " + name + " (it was " + folder.owner + "'s).");
+    });
   }
 
   function deleteFolder(folder) {
@@ -392,7 +435,7 @@
     }
     return el("tr", { "data-entry": entry.name, "data-type": entry.type }, [
       el("td", { className: "fgpu-entry-name" }, [name]),
-      el("td", { className: "fgpu-size", text: entry.type === "file" ? fgpu.fileSize(entry.size) : "" }),
+      el("td", { className: "fgpu-size", text: entry.type === "file" ? fgpu.size(entry.size) : "" }),
       changedCell(entry.modified ? new Date(entry.modified * 1000).toISOString() : null),
       el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, actions)]),
     ]);
@@ -419,7 +462,7 @@
 
   function deleteEntry(entry) {
     var what = entry.type === "directory" ? "the subfolder " + quoted(entry.name) + " and everything in it" :
-      quoted(entry.name) + (entry.type === "file" ? " (" + fgpu.fileSize(entry.size) + ")" : "");
+      quoted(entry.name) + (entry.type === "file" ? " (" + fgpu.size(entry.size) + ")" : "");
     fgpu.confirmAction({
       title: "Delete " + quoted(entry.name) + "?",
       lines: ["This removes " + what + " from " + quoted(current.folder.name) + " at once; it cannot be brought back."],
@@ -459,7 +502,7 @@
     var percent = total ? Math.floor((100 * sent) / total) : 100;
     $("upload-bar").value = percent;
     $("upload-bar").setAttribute("data-sent", String(sent));
-    $("upload-text").textContent = label + ": " + fgpu.fileSize(sent) + " of " + fgpu.fileSize(total) + " (" + percent + "%)";
+    $("upload-text").textContent = label + ": " + fgpu.size(sent) + " of " + fgpu.size(total) + " (" + percent + "%)";
   }
 
   function uploadFiles(files) {
@@ -505,7 +548,7 @@
         });
       });
       chain.then(function () {
-        return "Uploaded " + (done.length === 1 ? done[0] : plural(done.length, "file")) + " (" + fgpu.fileSize(total) + ").";
+        return "Uploaded " + (done.length === 1 ? done[0] : plural(done.length, "file")) + " (" + fgpu.size(total) + ").";
       }, function (error) {
         var kept = done.length ? " " + plural(done.length, "file") + " finished before: " + done.join(", ") + "." : "";
         if (error.message === "cancelled") return "Upload cancelled; the unfinished file was removed." + kept;

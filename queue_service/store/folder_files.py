@@ -23,6 +23,7 @@ import errno
 import os
 import shutil
 import stat
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -152,6 +153,34 @@ class FolderFiles:
                         files += 1
                         newest = max(newest, info.st_mtime)
         return Measure(total, files, newest)
+
+    def archive(self, folder_id: str, tar: tarfile.TarFile) -> list[str]:
+        """Add the folder to `tar` as `<folder id>/...`: its directories and regular files with
+        their owners, modes and times, each opened link-free (a backup runs as root, and a link
+        a session planted must not bring `/etc` into the archive, and so into the folder at the
+        restore). Links, FIFOs and devices are left out: their paths, for the admin."""
+        left_out = []
+        with self._directory(folder_id, ()) as fd:
+            for top, dirs, names, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+                prefix = folder_id if top == "." else f"{folder_id}/{top[2:]}"
+                tar.addfile(_tar_info(prefix, os.fstat(dir_fd)))
+                for name in names + [d for d in dirs if _is_link(name=d, dir_fd=dir_fd)]:
+                    if not self._archive_file(f"{prefix}/{name}", name, dir_fd, tar):
+                        left_out.append(f"{prefix}/{name}")
+        return left_out
+
+    @staticmethod
+    def _archive_file(member: str, name: str, dir_fd: int, tar: tarfile.TarFile) -> bool:
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+        except OSError:  # a link (ELOOP), or gone meanwhile
+            return False
+        with os.fdopen(fd, "rb") as file:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return False
+            tar.addfile(_tar_info(member, info), _Exactly(file, info.st_size))
+        return True
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -288,3 +317,33 @@ def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "file"
     return "link" if stat.S_ISLNK(mode) else "other"
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    with contextlib.suppress(FileNotFoundError):
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    return False
+
+
+def _tar_info(member: str, info: os.stat_result) -> tarfile.TarInfo:
+    entry = tarfile.TarInfo(member)
+    entry.type = tarfile.DIRTYPE if stat.S_ISDIR(info.st_mode) else tarfile.REGTYPE
+    entry.size = info.st_size if entry.type == tarfile.REGTYPE else 0
+    entry.mode, entry.mtime = stat.S_IMODE(info.st_mode), int(info.st_mtime)
+    entry.uid, entry.gid = info.st_uid, info.st_gid
+    return entry
+
+
+class _Exactly:
+    """A file read as exactly `size` bytes: a session may shorten it while the backup reads it,
+    and a tar member must hold the size its header says (the rest is zeros)."""
+
+    def __init__(self, file, size: int):
+        self.file, self.left = file, size
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size < 0 else min(size, self.left)
+        chunk = self.file.read(size)
+        chunk += bytes(size - len(chunk))
+        self.left -= size
+        return chunk

@@ -22,6 +22,7 @@ from sqlalchemy import and_, delete, false, func, or_, select
 from sqlalchemy.orm import sessionmaker
 
 from queue_service.core.errors import Refusal
+from queue_service.core.folder_names import is_automount
 from queue_service.store.accounts import Account
 from queue_service.store.models import FolderRecord, FolderShare, SessionMount, as_utc, utcnow
 
@@ -329,7 +330,10 @@ def _view(record: FolderRecord, shares: list[FolderShare], reader: Reader) -> di
         "name": record.name,
         "owner": record.owner,
         "own": own,
-        "automount": record.name.startswith("."),
+        # Mounted at ~/NAME in the reader's sessions without asking: their own dot-named folders
+        # alone. Someone else's `.cache` shared with them is an ordinary shared folder, chosen
+        # at launch and mounted at ~/folders/.cache, never over their own.
+        "automount": own and is_automount(record.name),
         "permission": permission,
         # Who may write: the owner and the read-write shares (what a reader of a rw share sees).
         "writers": [record.owner, *writers],

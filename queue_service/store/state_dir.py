@@ -77,3 +77,20 @@ STATE_FILES = (
     StateFile("fgpu_node_agent_token", "the node agents' token", secret=True),
     StateFile("fgpu_deployment_id", "which containers are this hub's", secret=False),
 )
+
+
+FOLDERS_ROOT_ENV = "FGPU_FOLDERS_ROOT"
+#: QueueService.folders_root's default: in the state directory.
+DEFAULT_FOLDERS_ROOT = "fgpu-folders"
+
+
+def folders_root(environ: Mapping[str, str] = os.environ) -> str:
+    """Where the storage folders' files are (QueueService.folders_root): FGPU_FOLDERS_ROOT, else
+    `.folders` on the Swarm shared storage (so every node binds the same directory), else
+    `fgpu-folders` in the state directory. The config and `fgpu-hub backup`/`restore` read it here,
+    so the backup reads the folders where the service writes them."""
+    if environ.get(FOLDERS_ROOT_ENV):
+        return environ[FOLDERS_ROOT_ENV]
+    if environ.get("FGPU_SWARM_HOME_ROOT"):
+        return os.path.join(environ["FGPU_SWARM_HOME_ROOT"], ".folders")
+    return DEFAULT_FOLDERS_ROOT
