@@ -1097,7 +1097,7 @@ class QueueService(Application):
             log=self.log,
         )
         self.job_ends = JobEnds(
-            self.manager, self.hub, self.docker, self.deployment_id, log=self.log
+            self.manager, self.hub, self.engine_backend, self.deployment_id, log=self.log
         )
         self.reconciler = Reconciler(
             self.manager,
