@@ -16,6 +16,7 @@ import json
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -450,6 +451,131 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(
         for tag in (reference, pushed):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 manager.images.remove(tag)
+
+
+def _job_record(user: QueueUser, session_id: str) -> dict:
+    for session in user.sessions():
+        if session["id"] == session_id:
+            return session
+    finished = user.call("GET", "sessions?finished=1").json()["sessions"]
+    return next(s for s in finished if s["id"] == session_id)
+
+
+def _job_ended(user: QueueUser, session_id: str, timeout: float = 180) -> dict:
+    return wait_for(
+        lambda: (r := _job_record(user, session_id))["ended"] and r, timeout, f"{session_id}'s end"
+    )
+
+
+def _moment(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their_slice_on(
+    swarm_hub, admin
+):
+    """A job is a service like a session, with the job runner for its command: its task ends
+    `complete` or `failed`, and the reconciler's round ends the job with its exit code and the end
+    of its log, read from the manager (the node's container is out of the service's reach), then
+    grants its slice to the request waiting for it. The job's log is followed while it runs and
+    kept after, and its file lands in the user's `~/jobs` on the shared storage."""
+    tag = secrets.token_hex(2)
+    users = {
+        role: QueueUser(swarm_hub, f"job{role}-{tag}") for role in ("ok", "bad", "fill", "next")
+    }
+    whole_gpu = {**GPU_SESSION, "type": "batch"}
+    commands = {
+        # Its last line is the moment it exits, on the machine's clock (the lab's nodes share it).
+        "ok": "echo step one; sleep 8; echo step two; date +%s.%N",
+        "bad": "echo working; echo 'no data found' >&2; sleep 8; exit 3",
+        "fill": "sleep 12; echo filled",
+    }
+    jobs = {}
+    try:
+        for role, command in commands.items():
+            answer = users[role].call("POST", "sessions", json={**whole_gpu, "command": command})
+            assert answer.status_code == 201, answer.text
+            jobs[role] = answer.json()["servers"][0]["session"]
+        for role, job in jobs.items():
+            users[role].wait_for(
+                lambda s, job=job: any(
+                    r["id"] == job["id"] and r["status"] == "RUNNING" for r in s
+                ),
+                timeout=180,
+            )
+        # Every node's GPU is taken: a fourth job waits for a slice.
+        answer = users["next"].call(
+            "POST", "sessions", json={**whole_gpu, "command": "sleep 10; echo next"}
+        )
+        assert answer.status_code == 201, answer.text
+        jobs["next"] = answer.json()["servers"][0]["session"]
+        assert _job_record(users["next"], jobs["next"]["id"])["status"] == "PENDING"
+
+        # On a worker node, as its service's task, with the job's label.
+        running = _job_record(users["ok"], jobs["ok"]["id"])
+        node = running["grant"]["node"]
+        assert node in swarm_hub.lab.nodes
+        manager = swarm_hub.lab.manager()
+        (service,) = manager.services.list(filters={"label": f"fgpu.session_id={jobs['ok']['id']}"})
+        assert service.attrs["Spec"]["Labels"]["fgpu.kind"] == "batch"
+        (task,) = service.tasks()
+        assert manager.nodes.get(task["NodeID"]).attrs["Description"]["Hostname"] == node
+
+        # The log, read on the manager while the job runs, then followed to its end.
+        now = users["ok"].call("GET", f"sessions/{jobs['ok']['id']}/logs")
+        assert now.status_code == 200, now.text
+        follow = users["ok"].call("GET", f"sessions/{jobs['ok']['id']}/logs?follow=1", stream=True)
+        assert follow.status_code == 200
+        streamed = b"".join(follow.iter_content(chunk_size=None)).decode()
+        assert streamed.index("step one") < streamed.index("step two")
+        assert "[fgpu job] exited with code 0" in streamed
+
+        done = _job_ended(users["ok"], jobs["ok"]["id"])
+        assert (done["status"], done["end_reason"], done["exit_code"]) == (
+            "TERMINATED",
+            "finished",
+            0,
+        )
+        kept = users["ok"].call("GET", f"sessions/{jobs['ok']['id']}/logs").text
+        assert "step two" in kept and "~/jobs/job-" in kept
+        exited_at = float(next(line for line in kept.splitlines() if line[:1].isdigit()))
+        latency = _moment(done["ended"]) - exited_at
+        print(f"\njob exit to its end on the Swarm: {latency:.2f} s")
+        assert latency < 10
+
+        # The waiting job got a slice in the pass that ended one of them (it runs for a while, so
+        # that its grant is read from the active list, which has it).
+        (granted,) = users["next"].wait_for(
+            lambda s: any(r["id"] == jobs["next"]["id"] and r["scheduled"] for r in s), timeout=60
+        )
+        first_ends = []
+        for role in ("ok", "bad", "fill"):
+            first_ends += [r for r in [_job_record(users[role], jobs[role]["id"])] if r["ended"]]
+        first_end = min(_moment(r["ended"]) for r in first_ends)
+        assert 0 <= _moment(granted["scheduled"]) - first_end < 1
+
+        failed = _job_ended(users["bad"], jobs["bad"]["id"])
+        assert (failed["end_reason"], failed["exit_code"]) == ("failed", 3)
+        assert "code 3" in failed["reason"] and "no data found" in failed["reason"]
+        assert (
+            "no data found" in users["bad"].call("GET", f"sessions/{jobs['bad']['id']}/logs").text
+        )
+        assert _job_ended(users["next"], jobs["next"]["id"])["end_reason"] == "finished"
+
+        # The log's file in the user's home on the shared storage; the ended job's service gone.
+        homes = Path(swarm_hub.lab.env["FGPU_SWARM_HOME_ROOT"])
+        (log_file,) = homes.glob(f"{users['ok'].name}*/jobs/{jobs['ok']['server_name']}-*.log")
+        assert "step two" in log_file.read_text()
+        wait_for(
+            lambda: (
+                not manager.services.list(filters={"label": f"fgpu.session_id={jobs['ok']['id']}"})
+            ),
+            60,
+            "the ended job's service to be removed",
+        )
+    finally:
+        for role, job in jobs.items():
+            users[role].call("DELETE", f"sessions/{job['id']}")
 
 
 def test_a_session_overlay_left_without_its_service_is_removed_by_the_reconciler(swarm_hub):
