@@ -1,6 +1,7 @@
 """`queue_service.engine.job_services`: a batch job's exit on a Swarm, read from its task as the
-manager lists it (the shapes below are dockerd 20.10's, API 1.41: `ContainerStatus` leaves out a
-zero `ExitCode` and `PID`)."""
+manager lists it. The `Status` shapes are the lab's (dockerd 20.10, API 1.41), as
+test_swarm_hub.py's `test_a_job_services_exit_code_and_log_are_read_from_the_manager` printed
+them; a zero `ExitCode` left out (Go's omitempty, in other versions) reads as 0 too."""
 
 import pytest
 
@@ -25,10 +26,30 @@ def task(state: str, message: str, err: str | None = None, container=None, creat
     }
 
 
+#: A job's tasks as the lab's manager listed them (their `Status`, ids shortened).
+COMPLETE = {
+    "Timestamp": "2026-11-27T03:05:57.137305892Z",
+    "State": "complete",
+    "Message": "finished",
+    "ContainerStatus": {"ContainerID": "69f9b88ff343", "PID": 0, "ExitCode": 0},
+    "PortStatus": {},
+}
+FAILED = {
+    "Timestamp": "2026-11-27T03:05:56.990126864Z",
+    "State": "failed",
+    "Message": "started",
+    "Err": "task: non-zero exit (3)",
+    "ContainerStatus": {"ContainerID": "a42115342460", "PID": 0, "ExitCode": 3},
+    "PortStatus": {},
+}
+
+
 @pytest.mark.parametrize(
     ("found", "code"),
     [
-        # exit 0: the manager's record leaves the zero out
+        ({"ServiceID": "svc-1", "DesiredState": "shutdown", "Status": COMPLETE}, 0),
+        ({"ServiceID": "svc-1", "DesiredState": "shutdown", "Status": FAILED}, 3),
+        # exit 0 with the zero left out
         (task("complete", "finished", container={"ContainerID": "c1"}), 0),
         (task("complete", "finished", container={"ContainerID": "c1", "ExitCode": 0}), 0),
         (

@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import logging
 import secrets
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -31,6 +33,9 @@ from fgpu_spawner.container_spec import ContainerContext
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from fgpu_spawner.swarm_spawner import LIVE_STATES, FGPUSwarmSpawner
+from queue_service.engine import job_services
+from queue_service.engine.node_reports import NodeReports
+from queue_service.engine.swarm_backend import SwarmBackend
 
 from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub
@@ -576,6 +581,73 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
     finally:
         for role, job in jobs.items():
             users[role].call("DELETE", f"sessions/{job['id']}")
+
+
+def _lab_backend(lab: Lab) -> SwarmBackend:
+    return SwarmBackend(
+        lab.manager(),
+        NodeReports(stale_after=60),
+        node_down_grace=NODE_DOWN_GRACE,
+        reserve_cpu=0,
+        reserve_mem=0,
+        registry="",
+        registry_auth=lambda: None,
+        registry_ca="",
+        log=logging.getLogger("test"),
+    )
+
+
+def test_a_job_services_exit_code_and_log_are_read_from_the_manager(lab: Lab):
+    """What the queue service reads of a job on a Swarm (engine/job_services.py), on real tasks:
+    the exit code of a task that ended `complete` or `failed`, the end of the service's log, a
+    followed log that a reader's close ends from another thread (the manager's stream would wait
+    on for another task), and the service's removal."""
+    backend = _lab_backend(lab)
+    manager = lab.manager()
+    commands = {"ok": "echo all done", "bad": "echo working; echo 'no data' >&2; exit 3"}
+    session_ids = {role: f"jobtest{secrets.token_hex(4)}" for role in commands}
+    services = {
+        role: manager.services.create(
+            f"{lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE}",
+            command=["sh", "-c", command],
+            name=f"fgpu-job-test-{role}-{secrets.token_hex(3)}",
+            labels={"fgpu.session_id": session_ids[role], "fgpu.kind": "batch"},
+            restart_policy=docker.types.RestartPolicy(condition="none"),
+            constraints=["node.role==worker"],
+        )
+        for role, command in commands.items()
+    }
+    try:
+        ended = {
+            role: wait_for(lambda sid=sid: backend.job_exit(sid), 120, f"{role}'s task to end")
+            for role, sid in session_ids.items()
+        }
+        for role, service in services.items():
+            (task,) = service.tasks()
+            print(f"\n{role} task status: {json.dumps(task['Status'])}")
+        assert ended["ok"] == (0, ended["ok"][1]) and "all done" in ended["ok"][1]
+        assert ended["bad"][0] == 3
+        assert "working" in ended["bad"][1] and "no data" in ended["bad"][1]
+        assert "no data" in backend.job_log(session_ids["bad"], 1)
+
+        stream = backend.follow_job_log(session_ids["bad"], 10)
+        read: list[bytes] = []
+        reader = threading.Thread(target=lambda: read.extend(job_services.chunks_of(stream)))
+        reader.start()
+        reader.join(5)
+        print(f"a followed service log ended by itself after its task: {not reader.is_alive()}")
+        stream.close()
+        reader.join(10)
+        assert not reader.is_alive(), "the followed log went on after its close"
+        assert b"no data" in b"".join(read)
+
+        backend.remove_job(session_ids["ok"])
+        assert backend.job_exit(session_ids["ok"]) is None
+        assert backend.job_log(session_ids["ok"], 10) is None
+    finally:
+        for service in services.values():
+            with contextlib.suppress(docker.errors.NotFound):
+                service.remove()
 
 
 def test_a_session_overlay_left_without_its_service_is_removed_by_the_reconciler(swarm_hub):
