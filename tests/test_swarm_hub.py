@@ -458,6 +458,22 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(
                 manager.images.remove(tag)
 
 
+_OCTETS = {"Content-Type": "application/octet-stream"}
+#: A notebook job's notebook: its parameter cell, then a cell that holds the GPU for a while (the
+#: fourth job must find every GPU taken) and prints from the parameter.
+_NOTEBOOK = {
+    "cells": [
+        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
+         "outputs": [], "execution_count": None},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": "import time\ntime.sleep(12)\nprint('trained for', epochs * 10)"},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}  # fmt: skip
+
+
 def _job_record(user: QueueUser, session_id: str) -> dict:
     for session in user.sessions():
         if session["id"] == session_id:
@@ -483,22 +499,32 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
     `complete` or `failed`, and the reconciler's round ends the job with its exit code and the end
     of its log, read from the manager (the node's container is out of the service's reach), then
     grants its slice to the request waiting for it. The job's log is followed while it runs and
-    kept after, and its file lands in the user's `~/jobs` on the shared storage."""
+    kept after, and its file lands in the user's `~/jobs` on the shared storage; a notebook job's
+    executed copy lands in the storage folder it names."""
     tag = secrets.token_hex(2)
     users = {
         role: QueueUser(swarm_hub, f"job{role}-{tag}") for role in ("ok", "bad", "fill", "next")
     }
     whole_gpu = {**GPU_SESSION, "type": "batch"}
-    commands = {
+    folder = users["fill"].call("POST", "folders", json={"name": "runs"}).json()
+    url = f"folders/{folder['id']}/files/train.ipynb"
+    notebook = json.dumps(_NOTEBOOK).encode()
+    put = users["fill"].call("PUT", url, data=notebook, headers=_OCTETS)
+    assert put.status_code == 201, put.text
+    what = {
         # Its last line is the moment it exits, on the machine's clock (the lab's nodes share it).
-        "ok": "echo step one; sleep 8; echo step two; date +%s.%N",
-        "bad": "echo working; echo 'no data found' >&2; sleep 8; exit 3",
-        "fill": "sleep 12; echo filled",
+        "ok": {"command": "echo step one; sleep 8; echo step two; date +%s.%N"},
+        "bad": {"command": "echo working; echo 'no data found' >&2; sleep 8; exit 3"},
+        "fill": {
+            "notebook": "folders/runs/train.ipynb",
+            "parameters": {"epochs": 7},
+            "folders": ["runs"],
+        },
     }
     jobs = {}
     try:
-        for role, command in commands.items():
-            answer = users[role].call("POST", "sessions", json={**whole_gpu, "command": command})
+        for role, job in what.items():
+            answer = users[role].call("POST", "sessions", json={**whole_gpu, **job})
             assert answer.status_code == 201, answer.text
             jobs[role] = answer.json()["servers"][0]["session"]
         for role, job in jobs.items():
@@ -571,6 +597,15 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
         homes = Path(swarm_hub.lab.env["FGPU_SWARM_HOME_ROOT"])
         (log_file,) = homes.glob(f"{users['ok'].name}*/jobs/{jobs['ok']['server_name']}-*.log")
         assert "step two" in log_file.read_text()
+        notebook_job = _job_ended(users["fill"], jobs["fill"]["id"])
+        assert notebook_job["end_reason"] == "finished", notebook_job["reason"]
+        listing = users["fill"].call("GET", f"folders/{folder['id']}/files/").json()["entries"]
+        (copy,) = [e["name"] for e in listing if e["name"].startswith("train-output-")]
+        executed = users["fill"].call("GET", f"folders/{folder['id']}/files/{copy}").json()
+        outputs = [
+            "".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])
+        ]
+        assert "trained for 70\n" in outputs
         wait_for(
             lambda: (
                 not manager.services.list(filters={"label": f"fgpu.session_id={jobs['ok']['id']}"})
