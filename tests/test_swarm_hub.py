@@ -500,7 +500,8 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
     of its log, read from the manager (the node's container is out of the service's reach), then
     grants its slice to the request waiting for it. The job's log is followed while it runs and
     kept after, and its file lands in the user's `~/jobs` on the shared storage; a notebook job's
-    executed copy lands in the storage folder it names."""
+    executed copy lands in the storage folder it names; a running job its owner cancels ends
+    `cancelled`."""
     tag = secrets.token_hex(2)
     users = {
         role: QueueUser(swarm_hub, f"job{role}-{tag}") for role in ("ok", "bad", "fill", "next")
@@ -536,7 +537,7 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
             )
         # Every node's GPU is taken: a fourth job waits for a slice.
         answer = users["next"].call(
-            "POST", "sessions", json={**whole_gpu, "command": "sleep 10; echo next"}
+            "POST", "sessions", json={**whole_gpu, "command": "sleep 300; echo never"}
         )
         assert answer.status_code == 201, answer.text
         jobs["next"] = answer.json()["servers"][0]["session"]
@@ -591,7 +592,16 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
         assert (
             "no data found" in users["bad"].call("GET", f"sessions/{jobs['bad']['id']}/logs").text
         )
-        assert _job_ended(users["next"], jobs["next"]["id"])["end_reason"] == "finished"
+        # Cancelled by its owner while it runs: its service removed, it ends `cancelled`, not
+        # as a job that exited nor as a lost one.
+        users["next"].wait_for(
+            lambda s: any(r["id"] == jobs["next"]["id"] and r["status"] == "RUNNING" for r in s),
+            timeout=120,
+        )
+        cancel = users["next"].call("DELETE", f"sessions/{jobs['next']['id']}")
+        assert cancel.status_code in (200, 202), cancel.text
+        cancelled = _job_ended(users["next"], jobs["next"]["id"])
+        assert (cancelled["status"], cancelled["end_reason"]) == ("TERMINATED", "cancelled")
 
         # The log's file in the user's home on the shared storage; the ended job's service gone.
         homes = Path(swarm_hub.lab.env["FGPU_SWARM_HOME_ROOT"])
