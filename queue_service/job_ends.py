@@ -6,8 +6,10 @@ own reason and its slice goes to the next waiting request (docs/source/howto/bat
   record, for `GET api/sessions/{id}/logs` once the container is gone.
 - The engine's `die` events say at once that a job exited (one engine); the reconciler's rounds
   find the exits the events missed (the service was down, the engine restarted) and hand them
-  here too, so that no exited job ends as a lost container. On a Swarm the rounds alone find
-  them: a job's task that ended `complete` or `failed` (engine/job_services.py).
+  here too, so that no exited job ends as a lost container. A Swarm reports no task events:
+  its jobs' tasks are looked at every SWARM_LOOK_EVERY seconds instead (`look`), a job whose
+  task ended `complete` or `failed` (engine/job_services.py) is settled then, and the rounds
+  catch up as on one engine.
 - The exit code and the log are read through the engine backend (`job_exit`, `remove_job`): a
   container's on one engine, a Swarm service's task and log stream on a Swarm.
 - A job that exits because it is being stopped (its owner cancelled it, its time limit, an admin)
@@ -32,6 +34,8 @@ from .hub_client import HubError
 
 #: After the engine's event stream broke (a restart), wait this long before listening again.
 RETRY_AFTER = 5.0
+#: On a Swarm, seconds between two looks at the jobs' tasks (two calls to the manager).
+SWARM_LOOK_EVERY = 1.0
 _ENDS_WHILE = (Status.SCHEDULED, Status.RUNNING)
 #: How job_runner.py's own lines begin (not the job's output).
 RUNNER_PREFIX = "[fgpu job]"
@@ -152,6 +156,19 @@ class JobEnds:
         """Settle each job as the engine reports its exit (a thread reads the event stream)."""
         loop = asyncio.get_running_loop()
         threading.Thread(target=self._listen, args=(loop,), daemon=True, name="job-exits").start()
+
+    async def look(self, every: float = SWARM_LOOK_EVERY) -> None:
+        """Settle each job whose task has exited, looking every `every` seconds (a Swarm)."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                exited = await asyncio.to_thread(self.backend.exited_jobs, self.deployment_id)
+            except Exception as e:  # the manager not answering: the rounds say so
+                self._say("the jobs' tasks could not be read (%s)", e)
+                await asyncio.sleep(RETRY_AFTER)
+                continue
+            for session_id in exited:
+                await self._settle_logged(session_id)
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
         while not loop.is_closed():

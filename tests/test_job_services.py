@@ -5,7 +5,7 @@ them; a zero `ExitCode` left out (Go's omitempty, in other versions) reads as 0 
 
 import pytest
 
-from queue_service.engine.job_services import newest_task, task_exit_code
+from queue_service.engine.job_services import exited_sessions, newest_task, task_exit_code
 from queue_service.engine.session_services import live_sessions
 
 
@@ -114,3 +114,20 @@ def test_a_completed_jobs_service_is_gone_as_an_ended_task_not_as_a_lost_node():
     reason = found.gone["j1"][0]
     assert reason == "its Swarm task ended (complete: finished)"
     assert "node" not in reason
+
+
+def test_the_jobs_whose_newest_task_exited_are_the_ones_to_settle():
+    def job(sid: str) -> dict:
+        return {
+            "ID": f"svc-{sid}",
+            "Spec": {"Labels": {"fgpu.session_id": sid, "fgpu.kind": "batch"}},
+        }
+
+    def of(sid: str, status: dict, created: str = "1") -> dict:
+        return {"ServiceID": f"svc-{sid}", "CreatedAt": created, "Status": status}
+
+    running = {"State": "running", "Message": "started", "ContainerStatus": {"ContainerID": "c"}}
+    tasks = [of("a", COMPLETE), of("b", FAILED), of("c", running), of("d", FAILED, "1"),
+             of("d", running, "2")]  # fmt: skip
+    services = [job("a"), job("b"), job("c"), job("d"), job("e")]  # e: no task yet
+    assert exited_sessions(services, tasks) == ["a", "b"]

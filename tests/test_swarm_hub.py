@@ -673,7 +673,11 @@ def test_a_job_services_exit_code_and_log_are_read_from_the_manager(lab: Lab):
         assert ended["ok"] == (0, ended["ok"][1]) and "all done" in ended["ok"][1]
         assert ended["bad"][0] == 3
         assert "working" in ended["bad"][1] and "no data" in ended["bad"][1]
-        assert "no data" in backend.job_log(session_ids["bad"], 1)
+        # stdout and stderr are two streams, whose order the tail does not keep.
+        assert set(backend.job_log(session_ids["bad"], 2).split()) == {"working", "no", "data"}
+        # What the service looks for every second (a Swarm reports no task events).
+        assert set(session_ids.values()) <= set(backend.exited_jobs(""))
+        assert not set(session_ids.values()) & set(backend.exited_jobs("another-hub"))
 
         stream = backend.follow_job_log(session_ids["bad"], 10)
         read: list[bytes] = []

@@ -112,3 +112,8 @@ class EngineBackend(ABC):
         """Blocking: a started job's output from its last `tail` lines on, as it comes; None
         when nothing of it runs. On one engine the stream ends when the job exits; a Swarm's
         goes on until it is closed (follow_ends_by_itself)."""
+
+    def exited_jobs(self, deployment_id: str) -> list[str]:
+        """Blocking: the batch jobs that have exited by themselves, for an engine whose events
+        do not say so (a Swarm's); one engine's `die` events do (job_ends.py)."""
+        return []

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Iterator, Mapping
 import docker.errors
 from docker.types.daemon import CancellableStream
 
-from .job_containers import TAIL_BYTES, TAIL_LINES, cut_tail
-from .session_containers import SESSION_LABEL
+from .job_containers import BATCH, KIND_LABEL, TAIL_BYTES, TAIL_LINES, cut_tail
+from .session_containers import DEPLOYMENT_LABEL, SESSION_LABEL
 
 #: How a task that ran its container to the end is recorded: by itself, with its exit code.
 EXITED_STATES = frozenset({"complete", "failed"})
@@ -47,6 +47,32 @@ def task_exit_code(task: Mapping | None) -> int | None:
 def newest_task(tasks: Iterable[Mapping]) -> Mapping | None:
     """A job's service has one task (restart condition "none"); the newest speaks for it."""
     return max(tasks, key=lambda t: t.get("CreatedAt", ""), default=None)
+
+
+def exited_jobs(client, deployment_id: str = "") -> list[str]:
+    """The session ids of this deployment's job services whose task has exited by itself: two
+    calls to the manager (Swarm reports no task events), none more while no job runs."""
+    labels = [f"{KIND_LABEL}={BATCH}"]
+    if deployment_id:
+        labels.append(f"{DEPLOYMENT_LABEL}={deployment_id}")
+    services = client.api.services(filters={"label": labels})
+    if not services:
+        return []
+    tasks = client.api.tasks(filters={"service": [s["ID"] for s in services]})
+    return exited_sessions(services, tasks)
+
+
+def exited_sessions(services: Iterable[Mapping], tasks: Iterable[Mapping]) -> list[str]:
+    """Which of the job `services` have a newest task that exited by itself. Pure."""
+    tasks_of: dict[str, list[Mapping]] = {}
+    for task in tasks:
+        tasks_of.setdefault(task.get("ServiceID", ""), []).append(task)
+    return [
+        service["Spec"]["Labels"][SESSION_LABEL]
+        for service in services
+        if SESSION_LABEL in (service["Spec"].get("Labels") or {})
+        and task_exit_code(newest_task(tasks_of.get(service["ID"], []))) is not None
+    ]
 
 
 def job_service(client, session_id: str) -> Mapping | None:

@@ -130,3 +130,6 @@ class SwarmBackend(EngineBackend):
         return (
             None if service is None else job_services.follow_log(self.client, service["ID"], tail)
         )
+
+    def exited_jobs(self, deployment_id: str) -> list[str]:
+        return job_services.exited_jobs(self.client, deployment_id)
