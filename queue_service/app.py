@@ -1100,7 +1100,7 @@ class QueueService(Application):
             log=self.log,
         )
         self.job_ends = JobEnds(
-            self.manager, self.hub, self.docker, self.deployment_id, log=self.log
+            self.manager, self.hub, self.engine_backend, self.deployment_id, log=self.log
         )
         self.reconciler = Reconciler(
             self.manager,
@@ -1241,8 +1241,10 @@ class QueueService(Application):
             self._utilization_task = asyncio.create_task(self.utilization.run())
         self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))
         if self.engine_backend.sessions_here:
-            # On a Swarm, exits are seen by the reconciler's rounds alone.
             self._job_exits_task = asyncio.create_task(self.job_ends.watch())
+        else:
+            # A Swarm reports no task events: the jobs' tasks are looked at every second.
+            self._job_exits_task = asyncio.create_task(self.job_ends.look())
         if self.engine_images_interval > 0 and self.engine_backend.images_listable:
             self._engine_images_task = asyncio.create_task(self.watch_engine_images())
         self._builds_task = asyncio.create_task(self.builds.run())

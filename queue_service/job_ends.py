@@ -6,7 +6,12 @@ own reason and its slice goes to the next waiting request (docs/source/howto/bat
   record, for `GET api/sessions/{id}/logs` once the container is gone.
 - The engine's `die` events say at once that a job exited (one engine); the reconciler's rounds
   find the exits the events missed (the service was down, the engine restarted) and hand them
-  here too, so that no exited job ends as a lost container.
+  here too, so that no exited job ends as a lost container. A Swarm reports no task events:
+  its jobs' tasks are looked at every SWARM_LOOK_EVERY seconds instead (`look`), a job whose
+  task ended `complete` or `failed` (engine/job_services.py) is settled then, and the rounds
+  catch up as on one engine.
+- The exit code and the log are read through the engine backend (`job_exit`, `remove_job`): a
+  container's on one engine, a Swarm service's task and log stream on a Swarm.
 - A job that exits because it is being stopped (its owner cancelled it, its time limit, an admin)
   is left to that stop: the spawner's release, or the service's own expected end, names why.
 
@@ -23,11 +28,14 @@ import time
 from queue_service.core import end_reasons
 from queue_service.core.status import Status
 from queue_service.engine import job_containers
+from queue_service.engine.backend import EngineBackend
 
 from .hub_client import HubError
 
 #: After the engine's event stream broke (a restart), wait this long before listening again.
 RETRY_AFTER = 5.0
+#: On a Swarm, seconds between two looks at the jobs' tasks (two calls to the manager).
+SWARM_LOOK_EVERY = 1.0
 _ENDS_WHILE = (Status.SCHEDULED, Status.RUNNING)
 #: How job_runner.py's own lines begin (not the job's output).
 RUNNER_PREFIX = "[fgpu job]"
@@ -49,10 +57,10 @@ def job_end(exit_code: int, tail: str) -> tuple[str, str]:
 class JobEnds:
     """Ends jobs whose containers have exited; `watch()` listens to the engine's events."""
 
-    def __init__(self, manager, hub, engine, deployment_id: str = "", log=None):
+    def __init__(self, manager, hub, backend: EngineBackend, deployment_id: str = "", log=None):
         self.manager = manager
         self.hub = hub
-        self.engine = engine
+        self.backend = backend
         self.deployment_id = deployment_id
         self.log = log
         self._tasks: set[asyncio.Task] = set()
@@ -82,18 +90,19 @@ class JobEnds:
         if pending == "spawn":
             self._settle_after_spawn(session_id)
             return True
-        container = await asyncio.to_thread(job_containers.job_container, self.engine, session_id)
-        code = None if container is None else job_containers.exit_code(container)
+        found = await asyncio.to_thread(self.backend.job_exit, session_id)
+        if found is None:
+            return False  # removed, or ended by no exit of its own: lost
+        code, tail = found
         if code is None:
-            return container is not None  # still running; a removed one is lost
-        tail = await asyncio.to_thread(job_containers.log_tail, self.engine, container)
+            return True  # still running
         why, reason = job_end(code, tail)
         await self.manager.end_job(session_id, why, reason, code, tail)
         self._say("job %s of %s ended: %s", session_id, view["user"], reason)
         await self._stop_server(view)
-        # The hub finds the container exited and forgets the server without stopping it: the
-        # container is removed here (its log has been read).
-        await asyncio.to_thread(job_containers.remove, container)
+        # The hub finds the container (or task) exited and forgets the server without stopping
+        # it: the container or service is removed here (its log has been read).
+        await asyncio.to_thread(self.backend.remove_job, session_id)
         return True
 
     async def _hub_pending(self, view: dict) -> str | None:
@@ -148,10 +157,24 @@ class JobEnds:
         loop = asyncio.get_running_loop()
         threading.Thread(target=self._listen, args=(loop,), daemon=True, name="job-exits").start()
 
+    async def look(self, every: float = SWARM_LOOK_EVERY) -> None:
+        """Settle each job whose task has exited, looking every `every` seconds (a Swarm)."""
+        while True:
+            await asyncio.sleep(every)
+            try:
+                exited = await asyncio.to_thread(self.backend.exited_jobs, self.deployment_id)
+            except Exception as e:  # the manager not answering: the rounds say so
+                self._say("the jobs' tasks could not be read (%s)", e)
+                await asyncio.sleep(RETRY_AFTER)
+                continue
+            for session_id in exited:
+                await self._settle_logged(session_id)
+
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
         while not loop.is_closed():
             try:
-                for session_id, _code in job_containers.job_exits(self.engine, self.deployment_id):
+                exits = job_containers.job_exits(self.backend.client, self.deployment_id)
+                for session_id, _code in exits:
                     asyncio.run_coroutine_threadsafe(self._settle_logged(session_id), loop)
             except Exception as e:  # the engine restarting: listen again; rounds catch up
                 self._say("the engine's events stopped (%s); listening again", e)

@@ -292,3 +292,27 @@ def test_a_plain_home_folder_is_an_accounts_only_if_written_since_it_was_made(
     account = "20261126T120000123456Z"
     chosen = pick_home_account(account, CREATED, own_exists, plain_modified)
     assert chosen == (account if picked == "own" else "")
+
+
+def test_a_batch_jobs_service_runs_the_job_runner_with_the_jobs_label_and_variable():
+    """A job's service is built as its single-host container is: the same `fgpu.kind=batch`
+    label the service's exit watch reads, the job in FGPU_JOB, job_runner.py as its command, and
+    never restarted, so that its task ends `complete` or `failed` with the job's exit code."""
+    from fgpu_spawner.job_runner_source import job_command
+
+    job = json.dumps({"command": "echo hi"})
+    batch = ResourceRequest("sk", REQUEST.image, cpu=1, mem=GIB, fgpu=0.0, job=job)
+    ctx = context(command=job_command())
+    spec, task, container = spec_parts(request=batch, ctx=ctx)
+    assert spec["labels"]["fgpu.kind"] == "batch"
+    assert container["Labels"]["fgpu.kind"] == "batch"
+    assert env_of(container)["FGPU_JOB"] == job
+    assert container["Args"] == ["python3", "-c", job_command()[2]]
+    assert task["RestartPolicy"]["Condition"] == "none"
+    single = build_container_spec(batch, GRANT, ctx).create_kwargs
+    assert single["labels"] == container["Labels"]
+    assert single["environment"] == env_of(container)
+    assert single["command"] == container["Args"]
+    # An interactive session carries neither.
+    _, _, session = spec_parts()
+    assert "fgpu.kind" not in session["Labels"] and "FGPU_JOB" not in env_of(session)

@@ -13,9 +13,12 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import logging
 import secrets
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -30,6 +33,9 @@ from fgpu_spawner.container_spec import ContainerContext
 from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from fgpu_spawner.swarm_spawner import LIVE_STATES, FGPUSwarmSpawner
+from queue_service.engine import job_services
+from queue_service.engine.node_reports import NodeReports
+from queue_service.engine.swarm_backend import SwarmBackend
 
 from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub
@@ -450,6 +456,247 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(
         for tag in (reference, pushed):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 manager.images.remove(tag)
+
+
+_OCTETS = {"Content-Type": "application/octet-stream"}
+#: A notebook job's notebook: its parameter cell, then a cell that holds the GPU for a while (the
+#: fourth job must find every GPU taken) and prints from the parameter.
+_NOTEBOOK = {
+    "cells": [
+        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
+         "outputs": [], "execution_count": None},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": "import time\ntime.sleep(12)\nprint('trained for', epochs * 10)"},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}  # fmt: skip
+
+
+def _job_record(user: QueueUser, session_id: str) -> dict:
+    for session in user.sessions():
+        if session["id"] == session_id:
+            return session
+    finished = user.call("GET", "sessions?finished=1").json()["sessions"]
+    return next(s for s in finished if s["id"] == session_id)
+
+
+def _job_ended(user: QueueUser, session_id: str, timeout: float = 180) -> dict:
+    return wait_for(
+        lambda: (r := _job_record(user, session_id))["ended"] and r, timeout, f"{session_id}'s end"
+    )
+
+
+def _moment(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their_slice_on(
+    swarm_hub, admin
+):
+    """A job is a service like a session, with the job runner for its command: its task ends
+    `complete` or `failed`, and the reconciler's round ends the job with its exit code and the end
+    of its log, read from the manager (the node's container is out of the service's reach), then
+    grants its slice to the request waiting for it. The job's log is followed while it runs and
+    kept after, and its file lands in the user's `~/jobs` on the shared storage; a notebook job's
+    executed copy lands in the storage folder it names; a running job its owner cancels ends
+    `cancelled`."""
+    tag = secrets.token_hex(2)
+    users = {
+        role: QueueUser(swarm_hub, f"job{role}-{tag}") for role in ("ok", "bad", "fill", "next")
+    }
+    whole_gpu = {**GPU_SESSION, "type": "batch"}
+    folder = users["fill"].call("POST", "folders", json={"name": "runs"}).json()
+    url = f"folders/{folder['id']}/files/train.ipynb"
+    notebook = json.dumps(_NOTEBOOK).encode()
+    put = users["fill"].call("PUT", url, data=notebook, headers=_OCTETS)
+    assert put.status_code == 201, put.text
+    what = {
+        # Its last line is the moment it exits, on the machine's clock (the lab's nodes share it).
+        "ok": {"command": "echo step one; sleep 8; echo step two; date +%s.%N"},
+        "bad": {"command": "echo working; echo 'no data found' >&2; sleep 8; exit 3"},
+        "fill": {
+            "notebook": "folders/runs/train.ipynb",
+            "parameters": {"epochs": 7},
+            "folders": ["runs"],
+        },
+    }
+    jobs = {}
+    try:
+        for role, job in what.items():
+            answer = users[role].call("POST", "sessions", json={**whole_gpu, **job})
+            assert answer.status_code == 201, answer.text
+            jobs[role] = answer.json()["servers"][0]["session"]
+        for role, job in jobs.items():
+            users[role].wait_for(
+                lambda s, job=job: any(
+                    r["id"] == job["id"] and r["status"] == "RUNNING" for r in s
+                ),
+                timeout=180,
+            )
+        # Every node's GPU is taken: a fourth job waits for a slice.
+        answer = users["next"].call(
+            "POST", "sessions", json={**whole_gpu, "command": "sleep 300; echo never"}
+        )
+        assert answer.status_code == 201, answer.text
+        jobs["next"] = answer.json()["servers"][0]["session"]
+        assert _job_record(users["next"], jobs["next"]["id"])["status"] == "PENDING"
+
+        # On a worker node, as its service's task, with the job's label.
+        running = _job_record(users["ok"], jobs["ok"]["id"])
+        node = running["grant"]["node"]
+        assert node in swarm_hub.lab.nodes
+        manager = swarm_hub.lab.manager()
+        (service,) = manager.services.list(filters={"label": f"fgpu.session_id={jobs['ok']['id']}"})
+        assert service.attrs["Spec"]["Labels"]["fgpu.kind"] == "batch"
+        (task,) = service.tasks()
+        assert manager.nodes.get(task["NodeID"]).attrs["Description"]["Hostname"] == node
+
+        # The log, read on the manager while the job runs, then followed to its end.
+        now = users["ok"].call("GET", f"sessions/{jobs['ok']['id']}/logs")
+        assert now.status_code == 200, now.text
+        follow = users["ok"].call("GET", f"sessions/{jobs['ok']['id']}/logs?follow=1", stream=True)
+        assert follow.status_code == 200
+        streamed = b"".join(follow.iter_content(chunk_size=None)).decode()
+        assert streamed.index("step one") < streamed.index("step two")
+        assert "[fgpu job] exited with code 0" in streamed
+
+        done = _job_ended(users["ok"], jobs["ok"]["id"])
+        assert (done["status"], done["end_reason"], done["exit_code"]) == (
+            "TERMINATED",
+            "finished",
+            0,
+        )
+        kept = users["ok"].call("GET", f"sessions/{jobs['ok']['id']}/logs").text
+        assert "step two" in kept and "~/jobs/job-" in kept
+        exited_at = float(next(line for line in kept.splitlines() if line[:1].isdigit()))
+        latency = _moment(done["ended"]) - exited_at
+        print(f"\njob exit to its end on the Swarm: {latency:.2f} s")
+        assert latency < 10
+
+        # The waiting job got a slice in the pass that ended one of them (it runs for a while, so
+        # that its grant is read from the active list, which has it).
+        (granted,) = users["next"].wait_for(
+            lambda s: any(r["id"] == jobs["next"]["id"] and r["scheduled"] for r in s), timeout=60
+        )
+        first_ends = []
+        for role in ("ok", "bad", "fill"):
+            first_ends += [r for r in [_job_record(users[role], jobs[role]["id"])] if r["ended"]]
+        first_end = min(_moment(r["ended"]) for r in first_ends)
+        assert 0 <= _moment(granted["scheduled"]) - first_end < 1
+
+        failed = _job_ended(users["bad"], jobs["bad"]["id"])
+        assert (failed["end_reason"], failed["exit_code"]) == ("failed", 3)
+        assert "code 3" in failed["reason"] and "no data found" in failed["reason"]
+        assert (
+            "no data found" in users["bad"].call("GET", f"sessions/{jobs['bad']['id']}/logs").text
+        )
+        # Cancelled by its owner while it runs: its service removed, it ends `cancelled`, not
+        # as a job that exited nor as a lost one.
+        users["next"].wait_for(
+            lambda s: any(r["id"] == jobs["next"]["id"] and r["status"] == "RUNNING" for r in s),
+            timeout=120,
+        )
+        cancel = users["next"].call("DELETE", f"sessions/{jobs['next']['id']}")
+        assert cancel.status_code in (200, 202), cancel.text
+        cancelled = _job_ended(users["next"], jobs["next"]["id"])
+        assert (cancelled["status"], cancelled["end_reason"]) == ("TERMINATED", "cancelled")
+
+        # The log's file in the user's home on the shared storage; the ended job's service gone.
+        homes = Path(swarm_hub.lab.env["FGPU_SWARM_HOME_ROOT"])
+        (log_file,) = homes.glob(f"{users['ok'].name}*/jobs/{jobs['ok']['server_name']}-*.log")
+        assert "step two" in log_file.read_text()
+        notebook_job = _job_ended(users["fill"], jobs["fill"]["id"])
+        assert notebook_job["end_reason"] == "finished", notebook_job["reason"]
+        listing = users["fill"].call("GET", f"folders/{folder['id']}/files/").json()["entries"]
+        (copy,) = [e["name"] for e in listing if e["name"].startswith("train-output-")]
+        executed = users["fill"].call("GET", f"folders/{folder['id']}/files/{copy}").json()
+        outputs = [
+            "".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])
+        ]
+        assert "trained for 70\n" in outputs
+        wait_for(
+            lambda: (
+                not manager.services.list(filters={"label": f"fgpu.session_id={jobs['ok']['id']}"})
+            ),
+            60,
+            "the ended job's service to be removed",
+        )
+    finally:
+        for role, job in jobs.items():
+            users[role].call("DELETE", f"sessions/{job['id']}")
+
+
+def _lab_backend(lab: Lab) -> SwarmBackend:
+    return SwarmBackend(
+        lab.manager(),
+        NodeReports(stale_after=60),
+        node_down_grace=NODE_DOWN_GRACE,
+        reserve_cpu=0,
+        reserve_mem=0,
+        registry="",
+        registry_auth=lambda: None,
+        registry_ca="",
+        log=logging.getLogger("test"),
+    )
+
+
+def test_a_job_services_exit_code_and_log_are_read_from_the_manager(lab: Lab):
+    """What the queue service reads of a job on a Swarm (engine/job_services.py), on real tasks:
+    the exit code of a task that ended `complete` or `failed`, the end of the service's log, a
+    followed log that a reader's close ends from another thread (the manager's stream would wait
+    on for another task), and the service's removal."""
+    backend = _lab_backend(lab)
+    manager = lab.manager()
+    commands = {"ok": "echo all done", "bad": "echo working; echo 'no data' >&2; exit 3"}
+    session_ids = {role: f"jobtest{secrets.token_hex(4)}" for role in commands}
+    services = {
+        role: manager.services.create(
+            f"{lab.env['FGPU_SWARM_REGISTRY']}/{IMAGE}",
+            command=["sh", "-c", command],
+            name=f"fgpu-job-test-{role}-{secrets.token_hex(3)}",
+            labels={"fgpu.session_id": session_ids[role], "fgpu.kind": "batch"},
+            restart_policy=docker.types.RestartPolicy(condition="none"),
+            constraints=["node.role==worker"],
+        )
+        for role, command in commands.items()
+    }
+    try:
+        ended = {
+            role: wait_for(lambda sid=sid: backend.job_exit(sid), 120, f"{role}'s task to end")
+            for role, sid in session_ids.items()
+        }
+        for role, service in services.items():
+            (task,) = service.tasks()
+            print(f"\n{role} task status: {json.dumps(task['Status'])}")
+        assert ended["ok"] == (0, ended["ok"][1]) and "all done" in ended["ok"][1]
+        assert ended["bad"][0] == 3
+        assert "working" in ended["bad"][1] and "no data" in ended["bad"][1]
+        # stdout and stderr are two streams, whose order the tail does not keep.
+        assert set(backend.job_log(session_ids["bad"], 2).split()) == {"working", "no", "data"}
+        # What the service looks for every second (a Swarm reports no task events).
+        assert set(session_ids.values()) <= set(backend.exited_jobs(""))
+        assert not set(session_ids.values()) & set(backend.exited_jobs("another-hub"))
+
+        stream = backend.follow_job_log(session_ids["bad"], 10)
+        read: list[bytes] = []
+        reader = threading.Thread(target=lambda: read.extend(job_services.chunks_of(stream)))
+        reader.start()
+        reader.join(5)
+        print(f"a followed service log ended by itself after its task: {not reader.is_alive()}")
+        stream.close()
+        reader.join(10)
+        assert not reader.is_alive(), "the followed log went on after its close"
+        assert b"no data" in b"".join(read)
+
+        backend.remove_job(session_ids["ok"])
+        assert backend.job_exit(session_ids["ok"]) is None
+        assert backend.job_log(session_ids["ok"], 10) is None
+    finally:
+        for service in services.values():
+            with contextlib.suppress(docker.errors.NotFound):
+                service.remove()
 
 
 def test_a_session_overlay_left_without_its_service_is_removed_by_the_reconciler(swarm_hub):

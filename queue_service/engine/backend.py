@@ -10,6 +10,9 @@ on asks it rather than the mode's name:
   session's node agent;
 - which catalog images sessions can run (`images_listable`, `runnable_images`): the engine's own,
   or those the site's registry holds;
+- a batch job's exit, its exit code and its log (`job_exit`, `remove_job`, `job_log`,
+  `follow_job_log`): its container's on one engine (job_containers.py), its service's and task's
+  on a Swarm (job_services.py);
 - whether the sessions' containers are on this machine (`sessions_here`): the service then reads
   their freezer, warns inside them by `docker exec`, commits them itself and builds the catalog's
   heavy images; otherwise they are on other nodes, reached only through each node's agent.
@@ -22,7 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from .inventory import NodeInfo
 
@@ -36,6 +39,19 @@ class NodeReading:
     withheld: dict[str, list[str]] = field(default_factory=dict)
 
 
+#: A job's exit as the engine has it: (its exit code, the end of its log), the code None while
+#: it runs (job_exit).
+JobExit = tuple[int | None, str]
+
+
+class LogStream(Protocol):
+    """A job's output as it comes (bytes), which another thread may `close()`."""
+
+    def __iter__(self): ...
+
+    def close(self) -> None: ...
+
+
 class EngineBackend(ABC):
     """The few things the queue service does differently on one engine and on a Swarm."""
 
@@ -44,6 +60,8 @@ class EngineBackend(ABC):
     #: Whether nodes join, drain and fail while the service runs, so that every reconciler
     #: round reads them again; otherwise they are read once, when the engine first answers.
     nodes_change: ClassVar[bool]
+    #: Whether a followed job log ends when the job exits (see follow_job_log).
+    follow_ends_by_itself: ClassVar[bool] = True
 
     def __init__(self, client) -> None:
         self.client = client
@@ -74,3 +92,28 @@ class EngineBackend(ABC):
     def runnable_images(self, wanted: Iterable[str]) -> dict[str, str | None]:
         """Blocking: the references sessions can run (among `wanted`, the catalog's), each with
         the registry digest it points at now, or None where no registry pins it."""
+
+    @abstractmethod
+    def job_exit(self, session_id: str) -> JobExit | None:
+        """Blocking: how a batch job ended by itself, with the end of its log; (None, "") while
+        it runs where the engine sees it; None when there is no exit of the job's own to read
+        (nothing of it is left, or it ended some other way: the reconciler's reason stands)."""
+
+    @abstractmethod
+    def remove_job(self, session_id: str) -> None:
+        """Blocking: remove an ended job's container or service (its log has been read)."""
+
+    @abstractmethod
+    def job_log(self, session_id: str, lines: int) -> str | None:
+        """Blocking: the last `lines` of a started job's output; None when nothing of it runs."""
+
+    @abstractmethod
+    def follow_job_log(self, session_id: str, tail: int) -> LogStream | None:
+        """Blocking: a started job's output from its last `tail` lines on, as it comes; None
+        when nothing of it runs. On one engine the stream ends when the job exits; a Swarm's
+        goes on until it is closed (follow_ends_by_itself)."""
+
+    def exited_jobs(self, deployment_id: str) -> list[str]:
+        """Blocking: the batch jobs that have exited by themselves, for an engine whose events
+        do not say so (a Swarm's); one engine's `die` events do (job_ends.py)."""
+        return []

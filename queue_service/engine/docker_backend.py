@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from . import inventory
-from .backend import EngineBackend, NodeReading
+from . import inventory, job_containers
+from .backend import EngineBackend, JobExit, LogStream, NodeReading
 from .session_containers import DockerSessionLister
 from .stats import StatsSampler
 
@@ -66,6 +66,30 @@ class DockerBackend(EngineBackend):
     def runnable_images(self, wanted: Iterable[str]) -> dict[str, str | None]:
         # Every image the engine holds, whatever `wanted`: one call lists them all.
         return dict.fromkeys(engine_references(self.client))
+
+    def job_exit(self, session_id: str) -> JobExit | None:
+        container = job_containers.job_container(self.client, session_id)
+        if container is None:
+            return None
+        code = job_containers.exit_code(container)
+        if code is None:
+            return None, ""
+        return code, job_containers.log_tail(self.client, container)
+
+    def remove_job(self, session_id: str) -> None:
+        container = job_containers.job_container(self.client, session_id)
+        if container is not None:
+            job_containers.remove(container)
+
+    def job_log(self, session_id: str, lines: int) -> str | None:
+        container = job_containers.job_container(self.client, session_id)
+        return None if container is None else job_containers.log_tail(self.client, container, lines)
+
+    def follow_job_log(self, session_id: str, tail: int) -> LogStream | None:
+        container = job_containers.job_container(self.client, session_id)
+        return (
+            None if container is None else job_containers.follow_log(self.client, container, tail)
+        )
 
 
 def engine_references(client) -> set[str]:

@@ -45,9 +45,13 @@ def log_tail(client, container, lines: int = TAIL_LINES) -> str:
         raw = client.api.logs(container.id, tail=lines)
     except docker.errors.NotFound:
         return ""
-    text = raw.decode(errors="replace")
-    if len(text.encode()) > TAIL_BYTES:
-        text = text.encode()[-TAIL_BYTES:].decode(errors="ignore").partition("\n")[2]
+    return cut_tail(raw.decode(errors="replace"), TAIL_BYTES)
+
+
+def cut_tail(text: str, limit: int = TAIL_BYTES) -> str:
+    """The end of `text` within `limit` bytes, from a line's start."""
+    if len(text.encode()) > limit:
+        text = text.encode()[-limit:].decode(errors="ignore").partition("\n")[2]
     return text
 
 

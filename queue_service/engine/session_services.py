@@ -11,7 +11,9 @@ the nodes in three calls, and `live_sessions` (pure) tells which sessions still 
   marks such a task for shutdown at once (desired state "shutdown"), yet only the node can stop
   it, so the desired state of a task on a down node is not taken as its end;
 - a task that failed, was rejected or shut down, or a service with no task: gone, with Swarm's
-  own words as the reason.
+  own words as the reason. A batch job's task that ran to its end (`complete`, or `failed` with
+  its exit code) is gone so too, never as a lost node: the reconciler hands it to job_ends.py,
+  which ends the job `finished` or `failed` from the task (job_services.py).
 
 `SessionService` stands in for docker-py's container in the reconciler: its labels are the
 service's, and stopping it removes the service (Swarm then stops the task on its node).

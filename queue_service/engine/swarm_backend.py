@@ -11,8 +11,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from . import inventory
-from .backend import EngineBackend, NodeReading
+from . import inventory, job_services
+from .backend import EngineBackend, JobExit, LogStream, NodeReading
 from .node_reports import DAEMON_FIX, NodeReports, wrong_daemon_settings
 from .registry_images import registry_digests
 from .session_services import SwarmSessionLister
@@ -23,6 +23,7 @@ class SwarmBackend(EngineBackend):
 
     sessions_here = False
     nodes_change = True
+    follow_ends_by_itself = False
 
     def __init__(
         self,
@@ -103,3 +104,32 @@ class SwarmBackend(EngineBackend):
         return registry_digests(
             self.registry, wanted, self.registry_auth(), self.registry_ca or None
         )
+
+    def job_exit(self, session_id: str) -> JobExit | None:
+        # The reconciler asks about a job whose session it found gone: a task still starting or
+        # running is one on a lost node (session_services.py), not an exit of the job's own.
+        service = job_services.job_service(self.client, session_id)
+        if service is None:
+            return None
+        code = job_services.task_exit_code(job_services.job_task(self.client, service))
+        if code is None:
+            return None
+        return code, job_services.log_tail(self.client, service["ID"])
+
+    def remove_job(self, session_id: str) -> None:
+        service = job_services.job_service(self.client, session_id)
+        if service is not None:
+            job_services.remove(self.client, service["ID"])
+
+    def job_log(self, session_id: str, lines: int) -> str | None:
+        service = job_services.job_service(self.client, session_id)
+        return None if service is None else job_services.log_tail(self.client, service["ID"], lines)
+
+    def follow_job_log(self, session_id: str, tail: int) -> LogStream | None:
+        service = job_services.job_service(self.client, session_id)
+        return (
+            None if service is None else job_services.follow_log(self.client, service["ID"], tail)
+        )
+
+    def exited_jobs(self, deployment_id: str) -> list[str]:
+        return job_services.exited_jobs(self.client, deployment_id)

@@ -1,7 +1,9 @@
 """`GET api/sessions/{id}/logs`: a batch job's log, as text (docs/source/howto/batch-jobs.md).
 
 - while the job runs, its container's output (`?tail=` lines, 200 by default); with `follow=1`,
-  the answer goes on as the job writes, and ends when the job does;
+  the answer goes on as the job writes, and ends when the job does. On a Swarm, the output of
+  the job's service, which the manager gathers from the job's node; a followed one ends once
+  the job's record has ended (the manager's stream would wait on for another task);
 - once it has ended, the end of its log that the service kept (job_ends.py); the whole log is in
   the owner's `~/jobs` folder;
 - while it waits, nothing: it has not run yet.
@@ -20,12 +22,16 @@ from tornado.iostream import StreamClosedError
 
 from queue_service.core import query_args
 from queue_service.core.status import FINAL
-from queue_service.engine import job_containers
+from queue_service.engine.job_services import chunks_of
 
 from .base import BaseHandler
 
 TAIL_DEFAULT = 200
 TAIL_MAX = 10_000
+#: On a Swarm, how often a followed log looks whether its job has ended, and how long it still
+#: passes output on after (the manager's stream brings the node's last lines a moment later).
+ENDED_EVERY = 1.0
+LAST_LINES_WAIT = 2.0
 
 
 class SessionLogsHandler(BaseHandler):
@@ -46,38 +52,36 @@ class SessionLogsHandler(BaseHandler):
         if record["status"] in FINAL:
             self.finish(await self.manager.job_log(session_id))
             return
-        container = await self._container(session_id, record)
-        if container is None:
+        backend = self.engine_backend
+        if record["status"] == "PENDING":
             self.finish("")  # waiting in the queue: nothing has run yet
         elif follow:
-            await self._follow(container, tail)
+            stream = await asyncio.to_thread(backend.follow_job_log, session_id, tail)
+            if stream is None:
+                self.finish("")
+            else:
+                await self._follow(stream, session_id, backend.follow_ends_by_itself)
         else:
-            text = await asyncio.to_thread(job_containers.log_tail, self.docker, container, tail)
-            self.finish(text)
+            self.finish(await asyncio.to_thread(backend.job_log, session_id, tail) or "")
 
-    async def _container(self, session_id: str, record: dict):
-        if record["status"] == "PENDING":
-            return None
-        if not self.engine_backend.sessions_here:
-            raise web.HTTPError(
-                501, "A running job's log is read on its own node; see ~/jobs in its home."
-            )
-        return await asyncio.to_thread(job_containers.job_container, self.docker, session_id)
-
-    async def _follow(self, container, tail: int) -> None:
-        """Pass the container's output on as it comes, until it exits or the reader leaves."""
-        stream = await asyncio.to_thread(job_containers.follow_log, self.docker, container, tail)
+    async def _follow(self, stream, session_id: str, ends_by_itself: bool) -> None:
+        """Pass the job's output on as it comes, until it exits or the reader leaves."""
         chunks: asyncio.Queue = asyncio.Queue()
         loop = asyncio.get_running_loop()
 
         def pump() -> None:
             try:
-                for chunk in stream:
+                for chunk in chunks_of(stream):
                     loop.call_soon_threadsafe(chunks.put_nowait, chunk)
             finally:
                 loop.call_soon_threadsafe(chunks.put_nowait, None)
 
         reading = loop.run_in_executor(None, pump)
+        ending = (
+            None
+            if ends_by_itself
+            else asyncio.ensure_future(self._close_at_end(stream, session_id))
+        )
         try:
             while (chunk := await chunks.get()) is not None:
                 self.write(chunk)
@@ -85,11 +89,26 @@ class SessionLogsHandler(BaseHandler):
         except StreamClosedError:
             pass  # the reader left
         finally:
+            if ending is not None:
+                ending.cancel()
             with contextlib.suppress(Exception):
                 stream.close()
             await asyncio.wait({reading}, timeout=5)
         with contextlib.suppress(StreamClosedError):
             self.finish()
+
+    async def _close_at_end(self, stream, session_id: str) -> None:
+        """Close the stream once the job's record has ended (a Swarm's does not end itself)."""
+        while True:
+            await asyncio.sleep(ENDED_EVERY)
+            try:
+                status = (await self.manager.get(session_id))["status"]
+            except KeyError:
+                break
+            if status in FINAL:
+                break
+        await asyncio.sleep(LAST_LINES_WAIT)
+        await asyncio.to_thread(stream.close)
 
 
 def routes(prefix: str) -> list:
