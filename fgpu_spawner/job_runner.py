@@ -164,11 +164,11 @@ def _serve_readiness() -> None:
 
 class _Readiness(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        looked = False
         if self.path.split("?")[0].rstrip("/").endswith("/api"):
             body, kind = b'{"version": "fgpu-batch-job"}', "application/json"
             _api_checks.append(self.path)
-            if len(_api_checks) >= 2:
-                _hub_has_looked.set()
+            looked = len(_api_checks) >= 2
         else:
             body, kind = (
                 b"This is a batch job: its log is on the hub's Sessions page.\n",
@@ -179,6 +179,9 @@ class _Readiness(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        if looked:
+            # Only once the answer is written: a job that ends at once would cut it otherwise.
+            _hub_has_looked.set()
 
     def log_message(self, *args) -> None:
         pass  # the job's log is the job's
