@@ -3,7 +3,7 @@
 A launch is an interactive session unless it says `type: "batch"`; a batch job then names what
 it runs, either a `notebook` (a path in the home folder, where mounted storage folders appear
 under `folders/`, executed top to bottom with `parameters`, as papermill does) or a `command`
-(run by `bash -lc` in the home folder). `time_limit` bounds its run (seconds, or "90m", "2h");
+(run by `bash -c` in the home folder). `time_limit` bounds its run (seconds, or "90m", "2h");
 `output` is the folder, in the home, that receives the executed copy of a notebook.
 
 The job is kept as one canonical JSON text (`job_json`): the queue's record, the hub's start and
