@@ -122,6 +122,14 @@ def test_the_spawner_runs_this_files_text_with_the_images_python():
     assert command[2] == job_runner_text() == Path(job_runner.__file__).read_text()
 
 
+def test_the_runner_is_written_for_an_images_older_python_too():
+    """It runs in the image's Python, which may be older than the hub's: its syntax is 3.8's
+    (the grammar only; its imports are the standard library's of 3.7 on, and nbformat/nbclient)."""
+    import ast
+
+    ast.parse(job_runner_text(), feature_version=(3, 8))
+
+
 def test_a_command_runs_in_the_home_once_the_hub_has_looked_its_output_logged_and_its_code_kept(
     run,
 ):
