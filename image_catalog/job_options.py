@@ -131,7 +131,12 @@ def check_parameters(value: object) -> dict:
     for name in value:
         if not name.isidentifier() or keyword.iskeyword(name):
             raise JobOptionError(f"parameters: {str(name)[:40]!r} is not a Python variable name.")
-    if len(json.dumps(value).encode()) > PARAMETERS_MAX_BYTES:
+    try:
+        # NaN and Infinity are no JSON: the record's API answer would be unreadable to a browser.
+        text = json.dumps(value, allow_nan=False)
+    except ValueError:
+        raise JobOptionError("parameters: numbers must be finite (no NaN or Infinity).") from None
+    if len(text.encode()) > PARAMETERS_MAX_BYTES:
         raise JobOptionError(f"parameters take at most {PARAMETERS_MAX_BYTES} bytes of JSON.")
     return value
 

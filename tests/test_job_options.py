@@ -253,6 +253,9 @@ def test_parameters_are_a_json_object_or_its_text(value, parsed):
         ({"a-b": 1}, "'a-b' is not a Python variable name"),
         ({"class": 1}, "'class' is not a Python variable name"),
         ({"a b": 1}, "'a b' is not a Python"),
+        ('{"lr": NaN}', r"parameters: numbers must be finite \(no NaN or Infinity\)."),
+        ('{"x": [1, -Infinity]}', "numbers must be finite"),
+        ({"lr": float("inf")}, "numbers must be finite"),
         (
             {"x": "y" * PARAMETERS_MAX_BYTES},
             f"parameters take at most {PARAMETERS_MAX_BYTES} bytes",
