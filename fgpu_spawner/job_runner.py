@@ -164,9 +164,11 @@ def _serve_readiness() -> None:
 
 class _Readiness(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
+        looked = False
         if self.path.split("?")[0].rstrip("/").endswith("/api"):
             body, kind = b'{"version": "fgpu-batch-job"}', "application/json"
             _api_checks.append(self.path)
+            looked = len(_api_checks) >= 2
         else:
             body, kind = (
                 b"This is a batch job: its log is on the hub's Sessions page.\n",
@@ -178,8 +180,8 @@ class _Readiness(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
         self.wfile.flush()
-        # Only once the answer is out: a job that ends at once must not cut the hub's check short.
-        if len(_api_checks) >= 2:
+        if looked:
+            # Only once the answer is out: a job that ends at once would cut it otherwise.
             _hub_has_looked.set()
 
     def log_message(self, *args) -> None:

@@ -3,7 +3,7 @@
 A launch is an interactive session unless it says `type: "batch"`; a batch job then names what
 it runs, either a `notebook` (a path in the home folder, where mounted storage folders appear
 under `folders/`, executed top to bottom with `parameters`, as papermill does) or a `command`
-(run by `bash -lc` in the home folder). `time_limit` bounds its run (seconds, or "90m", "2h");
+(run by `bash -c` in the home folder). `time_limit` bounds its run (seconds, or "90m", "2h");
 `output` is the folder, in the home, that receives the executed copy of a notebook.
 
 The job is kept as one canonical JSON text (`job_json`): the queue's record, the hub's start and
@@ -131,7 +131,12 @@ def check_parameters(value: object) -> dict:
     for name in value:
         if not name.isidentifier() or keyword.iskeyword(name):
             raise JobOptionError(f"parameters: {str(name)[:40]!r} is not a Python variable name.")
-    if len(json.dumps(value).encode()) > PARAMETERS_MAX_BYTES:
+    try:
+        # NaN and Infinity are no JSON: the record's API answer would be unreadable to a browser.
+        text = json.dumps(value, allow_nan=False)
+    except ValueError:
+        raise JobOptionError("parameters: numbers must be finite (no NaN or Infinity).") from None
+    if len(text.encode()) > PARAMETERS_MAX_BYTES:
         raise JobOptionError(f"parameters take at most {PARAMETERS_MAX_BYTES} bytes of JSON.")
     return value
 

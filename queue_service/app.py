@@ -1117,6 +1117,8 @@ class QueueService(Application):
             jobs=self.job_ends,
             watch=self.freeze.check if self.freeze else None,
             calls=self.container_calls,
+            # An exited job whose engine event was missed ends with its own reason, not as lost.
+            jobs=self.job_ends,
         )
         # Cluster utilization over time (store/utilization.py), for the Cluster page's charts.
         self.utilization = UtilizationLog(

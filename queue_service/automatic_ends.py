@@ -507,8 +507,9 @@ class AutomaticEnds:
         ends.update(self._job_ends(jobs))
         self._ends, self._kept = ends, kept
         for record in jobs:
-            if now >= ends[record.id].at:
-                self._end(record, ends[record.id])
+            end = ends.get(record.id)  # none: no time limit at all (a site's limit of 0)
+            if end is not None and now >= end.at:
+                self._end(record, end)
         for record in running:
             end = ends.get(record.id)
             if record.id not in self._seen and not self._due(end, now):

@@ -385,3 +385,82 @@ async def test_one_waiting_request_reclaims_one_idle_session_the_longest_idle(op
     why = [(await manager.get(s["id"]))["ends"] for s in (first, second)]
     # One request, one reclaim: the other idle session is kept.
     assert (why[0]["why"], why[1]["why"], why[1]["kept_idle"]) == (RECLAIMED, None, True)
+
+
+# --- batch jobs (issue 26): their time limit alone ------------------------------------------------
+
+
+async def running_job(manager, time_limit=None, user="alice"):
+    from image_catalog.job_options import check_job
+
+    job = check_job({"type": "batch", "command": "python train.py", "time_limit": time_limit})
+    record = await manager.submit(ask(user=user, fgpu=0, job=job), groups=("cs101",))
+    return await manager.mark_running(record["id"])
+
+
+async def test_a_job_ends_timeout_at_its_time_limit_and_no_lifetime_or_idle_end_applies(
+    open_manager,  # noqa: F811
+):
+    from queue_service.jobs import JobRules
+
+    clock = [0.0]
+    # A lifetime and an idle timeout far shorter than the job's limit: neither touches it.
+    manager, hub, ends, notes = await keeper_for(
+        open_manager, {"cs101": {"max_session_lifetime": "10m"}}, clock, idle_timeout=60
+    )
+    ends.job_limit = JobRules(time_limit=3600.0, time_limit_max=7200.0).limit_of
+    job = await running_job(manager, time_limit="90m")
+    started = datetime.fromisoformat(job["started"]).timestamp()
+
+    clock[0] = started + 5400 - 1
+    await ends.round()
+    view = await manager.get(job["id"])
+    assert view["ends"]["why"] == "timeout"
+    assert view["ends"]["text"] == "time limit of 1 h 30 min"
+    assert hub.stopped == [] and notes.calls == []  # a job is not warned inside
+
+    clock[0] = started + 5400
+    await ends.round()
+    for task in list(ends._tasks):
+        await task
+    assert hub.stopped == [("alice", job["server_name"])]
+    ended = await manager.release(job["id"])  # the spawner's release, naming no reason
+    assert (ended["end_reason"], ended["status"]) == ("timeout", Status.TERMINATED)
+    assert ended["reason"] == "timeout: the job ran for its time limit of 1 h 30 min"
+
+
+async def test_a_job_without_a_limit_of_its_own_gets_the_sites_held_to_the_maximum(
+    open_manager,  # noqa: F811
+):
+    from queue_service.jobs import JobRules
+
+    clock = [0.0]
+    manager, hub, ends, _ = await keeper_for(open_manager, {}, clock)
+    ends.job_limit = JobRules(time_limit=7200.0, time_limit_max=1800.0).limit_of
+    job = await running_job(manager)
+    started = datetime.fromisoformat(job["started"]).timestamp()
+    clock[0] = started + 1800
+    await ends.round()
+    for task in list(ends._tasks):
+        await task
+    assert hub.stopped == [("alice", job["server_name"])]
+
+
+async def test_a_job_with_no_time_limit_at_all_does_not_stop_the_rounds(open_manager):  # noqa: F811
+    """A site whose default limit is 0 (or a service built without job rules): the job has no
+    planned end, and the other sessions' ends go on."""
+    from queue_service.jobs import JobRules
+
+    clock = [0.0]
+    manager, hub, ends, _ = await keeper_for(
+        open_manager, {"cs101": {"max_session_lifetime": "1h"}}, clock
+    )
+    ends.job_limit = JobRules(time_limit=0.0).limit_of
+    job = await running_job(manager)
+    session = await running_session(manager, user="bob")
+    clock[0] = datetime.fromisoformat(session["started"]).timestamp() + 3600
+    await ends.round()
+    for task in list(ends._tasks):
+        await task
+    assert hub.stopped == [("bob", "")]
+    assert (await manager.get(job["id"]))["ends"] is None

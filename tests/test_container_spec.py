@@ -284,3 +284,24 @@ def test_every_variable_the_builder_sets_is_one_a_session_may_not_set(mode):
     env = build_container_spec(request, grant, ctx).create_kwargs["environment"]
     assert len(env) >= 8
     assert sorted(name for name in env if not reserved(name)) == []
+
+
+# --- batch jobs (issue 26) -------------------------------------------------------------------------
+
+
+def test_a_batch_job_is_labelled_batch_and_gets_its_job_in_env():
+    job = '{"command":"python train.py","time_limit":null}'
+    request = dataclasses.replace(REQUEST, job=job)
+    create = build_container_spec(request, GRANT, context()).create_kwargs
+    assert create["labels"]["fgpu.kind"] == "batch"
+    assert create["environment"]["FGPU_JOB"] == job
+    # A session has neither.
+    session = build_container_spec(REQUEST, GRANT, context()).create_kwargs
+    assert "fgpu.kind" not in session["labels"]
+    assert "FGPU_JOB" not in session["environment"]
+
+
+def test_a_jobs_own_env_cannot_replace_its_job():
+    request = dataclasses.replace(REQUEST, job='{"command":"x"}', env=(("FGPU_JOB", "forged"),))
+    env = build_container_spec(request, GRANT, context()).create_kwargs["environment"]
+    assert env["FGPU_JOB"] == '{"command":"x"}'

@@ -238,6 +238,10 @@ def test_an_upgrade_from_an_older_release_keeps_every_row(db_url, revision, tmp_
     engine.dispose()
     assert {key: r.end_reason for key, r in records.items()} == END_REASONS_0005
     assert all(r.server_removed is None for r in records.values())
+    # Every record from before batch jobs (0011) is an interactive session.
+    assert all(
+        (r.job_json, r.exit_code, r.log_tail) == (None, None, None) for r in records.values()
+    )
     ended = records["lost"].ended
     assert (ended if ended.tzinfo else ended.replace(tzinfo=UTC)) == datetime(
         2026, 11, 20, 11, 30, tzinfo=UTC

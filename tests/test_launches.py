@@ -68,3 +68,46 @@ def test_a_bad_launch_is_refused_with_a_message(options, fragment):
     with pytest.raises(Refusal, match=fragment) as refused:
         launch_request(options)
     assert refused.value.cause == "invalid"
+
+
+def test_a_batch_launch_holds_its_job_and_the_hubs_start_names_it():
+    request = launch_request(
+        {"image": "x", "cpu": 1, "mem": "1G", "type": "batch", "notebook": "./a.ipynb"}
+    )
+    assert request["job"] == '{"notebook":"a.ipynb","output":"","parameters":{},"time_limit":null}'
+    assert hub_options(request, "f" * 32) == {
+        "image": "x",
+        "cpu": 1.0,
+        "mem": GIB,
+        "fgpu": 0.0,
+        "type": "batch",
+        "notebook": "a.ipynb",
+        "output": "",
+        "parameters": {},
+        "time_limit": None,
+        "request_key": "f" * 32,
+    }
+
+
+@pytest.mark.parametrize(
+    "job, fragment",
+    [
+        ({"command": "x"}, "belong"),
+        ({"type": "batch", "command": ""}, "either a notebook or a command"),
+        ({"type": "batch", "notebook": "/etc/x.ipynb"}, "relative to your home"),
+        ({"type": "batch", "command": "x", "time_limit": "forever"}, "not a duration"),
+        ({"type": "batch", "notebook": "a.ipynb", "parameters": "[1]"}, "JSON object"),
+    ],
+)
+def test_a_bad_job_is_refused_before_anything_is_queued(job, fragment):
+    with pytest.raises(Refusal, match=fragment) as refused:
+        launch_request({"image": "x", "cpu": 1, "mem": "1G", **job})
+    assert refused.value.cause == "invalid"
+
+
+def test_a_jobs_servers_are_named_job_and_a_sessions_s():
+    from queue_service.launches import server_names
+
+    assert all(n.startswith("job-") and len(n) == 10 for n in server_names(3, prefix="job"))
+    assert server_names(1)[0].startswith("s-")
+    assert server_names(2, "train", prefix="job") == ["train-1", "train-2"]

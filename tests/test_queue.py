@@ -1175,3 +1175,117 @@ async def test_a_record_changed_outside_is_read_again_before_a_pass_changes_it(m
     assert waiting["id"] not in {s["id"] for s in manager.sessions()}
     assert (await manager.get(later["id"]))["status"] == Status.SCHEDULED
     assert gpu_use(manager.sessions()) == {GPU: 0.5}
+
+
+# --- batch jobs (issue 26) -------------------------------------------------------------------------
+
+
+def job_of(command: str = "python train.py") -> str:
+    from image_catalog.job_options import check_job
+
+    return check_job({"type": "batch", "command": command})
+
+
+async def test_a_job_and_a_session_each_wait_by_their_own_pending_timeout(open_manager):
+    settings = SchedulerSettings(units_per_gpu=2, pending_timeout=0.25, job_pending_timeout=30)
+    manager = open_manager(settings)
+    await manager.submit(ask(server="big", fgpu=2.0), groups=())
+    session = await manager.submit(ask(server="s"), groups=())
+    job = await manager.submit(ask(server="j", job=job_of()), groups=())
+    assert (session["status"], job["status"]) == (Status.PENDING, Status.PENDING)
+    assert (job["type"], session["type"]) == ("batch", "interactive")
+
+    await asyncio.sleep(0.4)
+    await manager.schedule()
+
+    assert (await manager.get(session["id"]))["status"] == Status.PENDING_TIMEOUT
+    assert (await manager.get(job["id"]))["status"] == Status.PENDING
+
+
+async def test_a_job_times_out_by_the_jobs_pending_timeout(open_manager):
+    settings = SchedulerSettings(units_per_gpu=2, pending_timeout=30, job_pending_timeout=0.25)
+    manager = open_manager(settings)
+    await manager.submit(ask(server="big", fgpu=2.0), groups=())
+    session = await manager.submit(ask(server="s"), groups=())
+    job = await manager.submit(ask(server="j", job=job_of()), groups=())
+    await asyncio.sleep(0.4)
+    await manager.schedule()
+    ended = await manager.get(job["id"])
+    assert (ended["status"], ended["end_reason"]) == (Status.PENDING_TIMEOUT, "pending_timeout")
+    assert ended["reason"] == "waited over 0.25 s"
+    assert (await manager.get(session["id"]))["status"] == Status.PENDING
+
+
+async def test_a_job_its_owner_stops_ends_cancelled_whether_waiting_or_running(open_manager):
+    manager = open_manager()
+    running = await manager.submit(ask(server="j1", fgpu=2.0, job=job_of()), groups=())
+    waiting = await manager.submit(ask(server="j2", fgpu=2.0, job=job_of()), groups=())
+    await manager.mark_running(running["id"])
+    assert waiting["status"] == Status.PENDING
+
+    cancelled = await manager.release(waiting["id"])
+    assert (cancelled["status"], cancelled["end_reason"]) == (Status.CANCELLED, "cancelled")
+    stopped = await manager.release(running["id"])
+    assert (stopped["status"], stopped["end_reason"]) == (Status.TERMINATED, "cancelled")
+    # An admin's end, or an interactive session's stop, keep their own codes.
+    other = await manager.submit(ask(server="j3", job=job_of()), groups=())
+    assert (await manager.release(other["id"], "admin"))["end_reason"] == "admin"
+    session = await manager.submit(ask(server="s"), groups=())
+    assert (await manager.release(session["id"]))["end_reason"] == "user"
+
+
+async def test_an_exited_job_keeps_its_code_and_log_and_its_slice_goes_on_in_the_same_pass(
+    open_manager,
+):
+    manager = open_manager()
+    job = await manager.submit(ask(server="j1", fgpu=2.0, job=job_of()), groups=())
+    await manager.mark_running(job["id"])
+    nxt = await manager.submit(ask(server="j2", fgpu=2.0, job=job_of()), groups=())
+    assert nxt["status"] == Status.PENDING
+    assert not manager.expects_end(job["id"])
+
+    await manager.end_job(job["id"], "failed", "failed: the job exited with code 1", 1, "a\nb\n")
+
+    ended = await manager.get(job["id"])
+    assert (ended["status"], ended["end_reason"], ended["exit_code"]) == (
+        Status.TERMINATED,
+        "failed",
+        1,
+    )
+    assert ended["reason"] == "failed: the job exited with code 1"
+    assert await manager.job_log(job["id"]) == "a\nb\n"
+    assert (await manager.get(nxt["id"]))["status"] == Status.SCHEDULED
+    # Ended already (the event and a reconciler round both saw the exit): nothing changes.
+    await manager.end_job(job["id"], "finished", "finished", 0, "")
+    again = await manager.get(job["id"])
+    assert (again["end_reason"], again["exit_code"]) == ("failed", 1)
+    assert await manager.job_log(job["id"]) == "a\nb\n"
+
+
+async def test_a_stop_the_service_asks_for_is_expected_and_then_forgotten(open_manager):
+    manager = open_manager()
+    job = await manager.submit(ask(server="j", job=job_of()), groups=())
+    manager.expect_end(job["id"], "timeout", "timeout: ...")
+    assert manager.expects_end(job["id"])
+    manager.forget_expected_end(job["id"])
+    assert not manager.expects_end(job["id"])
+
+
+async def test_a_job_is_claimed_only_by_a_request_with_the_very_same_job(open_manager):
+    """queue.py compares a known key's fields: the spawn's grant request must carry the job's
+    same text, and a session's request cannot claim a job's record (nor the reverse)."""
+    manager = open_manager()
+    key = "c" * 32
+    job = await manager.submit(ask(server="j", job=job_of(), id=key), groups=())
+    again = await manager.submit(ask(server="j", job=job_of(), id=key), groups=())
+    assert again["id"] == job["id"]
+    for other in (None, job_of("python other.py")):
+        with pytest.raises(Refused, match="belongs to another server or request"):
+            await manager.submit(ask(server="j", job=other, id=key), groups=())
+
+
+@pytest.mark.parametrize("job", ["not json", "[1]", 3])
+async def test_a_malformed_job_in_a_grant_request_is_refused(open_manager, job):
+    manager = open_manager()
+    with pytest.raises(Refused, match="^Malformed grant request: "):
+        await manager.submit(ask(server="j", job=job), groups=())

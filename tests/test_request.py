@@ -174,3 +174,34 @@ def test_env_is_checked_and_kept_in_order():
     assert request.env == (("A", "1"), ("B", "2"))
     with pytest.raises(InvalidRequest, match="CUDA_VISIBLE_DEVICES is set by the hub"):
         parse_request({"image": "sk", "env": {"CUDA_VISIBLE_DEVICES": "0"}}, LIMITS, CATALOG)
+
+
+# --- batch jobs (issue 26) -------------------------------------------------------------------------
+
+
+def test_a_batch_launch_carries_its_jobs_canonical_text():
+    request = parse_request(
+        {"image": "base", "type": "batch", "command": " python train.py ", "time_limit": "2h"},
+        LIMITS,
+        CATALOG,
+    )
+    assert request.batch
+    assert request.job == '{"command":"python train.py","time_limit":7200.0}'
+    assert request.to_dict()["job"] == request.job
+    interactive = parse_request({"image": "base"}, LIMITS, CATALOG)
+    assert (interactive.job, interactive.batch) == (None, False)
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"command": "x"}, 'belong\\(s\\) to a batch job: add "type": "batch"'),
+        ({"type": "batch"}, "either a notebook or a command"),
+        ({"type": "batch", "notebook": "../x.ipynb"}, "may not leave your home folder"),
+        ({"type": "batch", "command": "x", "time_limit": 5}, "time_limit must be between"),
+        ({"type": "batch", "notebook": "a.ipynb", "parameters": "{"}, "parameters are not JSON"),
+    ],
+)
+def test_a_bad_job_is_an_invalid_request_with_its_message(options, fragment):
+    with pytest.raises(InvalidRequest, match=fragment):
+        parse_request({"image": "base", **options}, LIMITS, CATALOG)

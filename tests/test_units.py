@@ -3,7 +3,13 @@ import re
 
 import pytest
 
-from fgpu_shared.units import format_size, parse_amount, parse_positive_size, parse_size
+from fgpu_shared.units import (
+    format_size,
+    parse_amount,
+    parse_duration,
+    parse_positive_size,
+    parse_size,
+)
 
 GIB = 1024**3
 
@@ -93,3 +99,48 @@ def test_amounts_pass(value, zero_ok, expected):
 def test_what_is_not_an_amount_is_refused_with_its_value(value, zero_ok, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse_amount(value, zero_ok)
+
+
+# --- durations (moved here from queue_service/automatic_ends.py with batch jobs' time limits) -----
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (3600, 3600.0),
+        (1.5, 1.5),
+        ("90", 90.0),
+        (" 90m ", 5400.0),
+        ("8H", 28800.0),
+        ("1d", 86400.0),
+        ("1h30m", 5400.0),
+        ("1h 30m 15s", 5415.0),
+        ("0.5h", 1800.0),
+    ],
+)
+def test_durations_are_seconds_or_texts_with_units(value, seconds):
+    assert parse_duration(value) == seconds
+
+
+@pytest.mark.parametrize("value", [0, 0.0, "0", "0m"])
+def test_a_zero_duration_is_none_no_limit(value):
+    assert parse_duration(value) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (-1, "-1 is not a duration (zero or more seconds)"),
+        ("inf", "'inf' is not a duration (zero or more seconds)"),
+        (math.nan, "nan is not a duration (zero or more seconds)"),
+        ("soon", "'soon' is not a duration (seconds, or e.g. 90m, 8h, 1d, 1h30m)"),
+        ("1w", "'1w' is not a duration"),
+        ("1h and 2m", "'1h and 2m' is not a duration"),
+        ("", "'' is not a duration"),
+        (None, "None is not a duration"),
+        (True, "True is not a duration"),
+    ],
+)
+def test_what_is_not_a_duration_is_a_value_error_that_says_so(value, says):
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_duration(value)

@@ -1,0 +1,149 @@
+"""Batch jobs' site rules (queue_service/jobs.py): the time limit a job runs under, the longest it
+may ask for, and how many one user may have waiting, checked where the queue admits a request,
+on a real SQLite database through the project's store and QueueManager. No hub, no Docker."""
+
+from __future__ import annotations
+
+import pytest
+
+from image_catalog.job_options import check_job
+from queue_service.core import resource_model
+from queue_service.core.status import Status
+from queue_service.jobs import JobRules
+from queue_service.queue import QueueManager, Refused
+from queue_service.queue_pass import SchedulerSettings
+from queue_service.quotas import QuotaBook
+from queue_service.store.db import open_database
+
+MIB = 1024**2
+GIB = 1024**3
+NODE = resource_model.Node("node-1", "default", cpu=4.0, mem=8 * GIB, gpus=())
+
+
+# --- the time limit a job runs under ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "job, seconds",
+    [
+        ({"command": "x", "time_limit": None}, 3600.0),  # the site's default
+        ({"command": "x"}, 3600.0),
+        ({"command": "x", "time_limit": 600.0}, 600.0),  # its own, under the maximum
+        ({"command": "x", "time_limit": 86400.0}, 86400.0),
+        ({"command": "x", "time_limit": 2 * 86400.0}, 86400.0),  # never over the maximum
+    ],
+)
+def test_a_job_runs_under_its_own_limit_or_the_sites_never_over_the_maximum(job, seconds):
+    assert JobRules().limit_of(job) == seconds
+
+
+def test_a_site_default_over_the_maximum_is_held_to_the_maximum():
+    rules = JobRules(time_limit=7200.0, time_limit_max=3600.0)
+    assert rules.limit_of({"command": "x", "time_limit": None}) == 3600.0
+
+
+# --- admission, on a real database --------------------------------------------------------------
+
+
+@pytest.fixture
+def open_manager(tmp_path):
+    engines = []
+
+    def open_(rules: JobRules) -> QueueManager:
+        db = open_database(f"sqlite:///{tmp_path / 'queue.sqlite'}")
+        engines.append(db.kw["bind"])
+        return QueueManager(
+            db,
+            (NODE,),
+            SchedulerSettings(),
+            QuotaBook(),
+            admission_check=lambda db, request, groups: rules.refusal(db, request),
+        )
+
+    yield open_
+    for engine in engines:
+        engine.dispose()
+
+
+def ask(user="alice", server="s", cpu=4.0, **job) -> dict:
+    """A request for the whole node's CPU: the first one runs, the others wait."""
+    request = {
+        "user": user,
+        "server_name": server,
+        "image": "python-3.11",
+        "cpu": cpu,
+        "mem": 512 * MIB,
+        "fgpu": 0.0,
+    }
+    if job:
+        request["job"] = check_job({"type": "batch", **job})
+    return request
+
+
+async def test_a_time_limit_over_the_maximum_is_refused_with_both_in_the_message(open_manager):
+    manager = open_manager(JobRules(time_limit_max=4 * 3600.0))
+    with pytest.raises(
+        Refused, match=r"^time_limit 5 h is over this hub's maximum for a job, 4 h\.$"
+    ):
+        await manager.submit(ask(command="x", time_limit="5h"), groups=())
+    assert manager.sessions() == []
+    # At the maximum exactly: admitted.
+    admitted = await manager.submit(ask(command="x", time_limit="4h"), groups=())
+    assert admitted["type"] == "batch"
+    assert admitted["job"] == {"command": "x", "time_limit": 14400.0}
+
+
+async def test_a_user_may_have_so_many_jobs_waiting_and_one_more_when_one_starts(open_manager):
+    manager = open_manager(JobRules(waiting_per_user=2))
+    first = await manager.submit(ask(server="j0", command="sleep 60"), groups=())
+    assert first["status"] == "SCHEDULED"  # running jobs do not count: only waiting ones
+    for i in (1, 2):
+        assert (await manager.submit(ask(server=f"j{i}", command="x"), groups=()))[
+            "status"
+        ] == "PENDING"
+    with pytest.raises(Refused) as refused:
+        await manager.submit(ask(server="j3", command="x"), groups=())
+    assert str(refused.value) == (
+        "You have 2 jobs waiting already, this hub's limit; submit more once one has started, "
+        "or cancel one."
+    )
+    assert refused.value.cause == "quota"
+    # Another user's jobs, and this user's interactive sessions, are not held by it.
+    assert (await manager.submit(ask(user="bob", server="j", command="x"), groups=()))[
+        "status"
+    ] == "PENDING"
+    assert (await manager.submit(ask(server="notebook"), groups=()))["status"] == "PENDING"
+    # One waiting job cancelled: one more may wait.
+    waiting = [s for s in manager.sessions() if s["server_name"] == "j1"]
+    await manager.release(waiting[0]["id"])
+    assert (await manager.submit(ask(server="j4", command="x"), groups=()))["status"] == "PENDING"
+
+
+async def test_a_launch_of_several_jobs_counts_each_against_the_limit_all_or_none(open_manager):
+    manager = open_manager(JobRules(waiting_per_user=2))
+    await manager.submit(ask(server="run", command="sleep 60"), groups=())  # takes the node
+    many = [{**ask(server=f"j{i}", command="x"), "id": f"{i:032x}"} for i in range(3)]
+    with pytest.raises(Refused, match="You have 2 jobs waiting already"):
+        await manager.submit_many(many, groups=())
+    assert [s["server_name"] for s in manager.sessions()] == ["run"]
+    two = await manager.submit_many(many[:2], groups=())
+    assert [s["status"] for s in two] == ["PENDING", "PENDING"]
+
+
+async def test_zero_jobs_waiting_per_user_is_no_limit(open_manager):
+    manager = open_manager(JobRules(waiting_per_user=0))
+    for i in range(8):
+        await manager.submit(ask(server=f"j{i}", command="x"), groups=())
+    waiting = [s for s in manager.sessions() if s["status"] == Status.PENDING]
+    assert len(waiting) == 7
+
+
+async def test_interactive_requests_are_never_refused_by_the_job_rules(open_manager):
+    rules = JobRules(time_limit_max=60.0, waiting_per_user=1)
+    manager = open_manager(rules)
+    for i in range(4):
+        await manager.submit(ask(server=f"s{i}"), groups=())
+    assert len(manager.sessions()) == 4
+    # Directly: a request without a job is let through without a look at the database.
+    assert rules.refusal(None, {"user": "alice", "job_json": None}) is None
+    assert rules.refusal(None, {"user": "alice"}) is None
