@@ -1114,7 +1114,6 @@ class QueueService(Application):
             # spawn is refused at once with 503: the engine's state is unknown.
             prepare=self.discover_node,
             sessions=self.engine_backend.session_lister(),
-            jobs=self.job_ends,
             watch=self.freeze.check if self.freeze else None,
             calls=self.container_calls,
             # An exited job whose engine event was missed ends with its own reason, not as lost.
