@@ -9,7 +9,7 @@ import pytest
 from image_catalog.job_options import check_job
 from queue_service.core import resource_model
 from queue_service.core.status import Status
-from queue_service.jobs import JobRules
+from queue_service.jobs import GroupJobTimes, JobRules, parse_job_time_limit, tightest
 from queue_service.queue import QueueManager, Refused
 from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
@@ -83,7 +83,7 @@ def ask(user="alice", server="s", cpu=4.0, **job) -> dict:
 async def test_a_time_limit_over_the_maximum_is_refused_with_both_in_the_message(open_manager):
     manager = open_manager(JobRules(time_limit_max=4 * 3600.0))
     with pytest.raises(
-        Refused, match=r"^time_limit 5 h is over this hub's maximum for a job, 4 h\.$"
+        Refused, match=r"^time_limit 5 h is over this hub's maximum for your jobs, 4 h\.$"
     ):
         await manager.submit(ask(command="x", time_limit="5h"), groups=())
     assert manager.sessions() == []
@@ -147,3 +147,36 @@ async def test_interactive_requests_are_never_refused_by_the_job_rules(open_mana
     # Directly: a request without a job is let through without a look at the database.
     assert rules.refusal(None, {"user": "alice", "job_json": None}) is None
     assert rules.refusal(None, {"user": "alice"}) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "times"),
+    [
+        (None, GroupJobTimes()),
+        ("2h", GroupJobTimes(7200.0, 7200.0)),
+        ({"default": "30m"}, GroupJobTimes(1800.0, None)),
+        ({"default": "30m", "max": 7200}, GroupJobTimes(1800.0, 7200.0)),
+    ],
+)
+def test_a_groups_job_time_limit_is_a_duration_or_a_default_and_a_maximum(value, times):
+    assert parse_job_time_limit(value, "group g") == times
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [({"default": "1h", "min": "1m"}, "unknown key"), ("soon", "not a duration")],
+)
+def test_a_malformed_group_job_time_limit_names_its_group(value, words):
+    with pytest.raises(ValueError, match=f"group g: job_time_limit .*{words}"):
+        parse_job_time_limit(value, "group g")
+
+
+def test_a_member_of_several_groups_gets_the_tightest_default_and_maximum():
+    times = tightest(
+        iter([GroupJobTimes(3600.0, None), GroupJobTimes(None, 7200.0), GroupJobTimes(600.0, 9e4)])
+    )
+    assert times == GroupJobTimes(600.0, 7200.0)
+    rules = JobRules(time_limit=1800.0, time_limit_max=86400.0, group_times=lambda user: times)
+    assert rules.bounds("ann") == (600.0, 7200.0)
+    assert rules.limit_of({"time_limit": None}, "ann") == 600.0
+    assert rules.limit_of({"time_limit": 9000.0}, "ann") == 7200.0
