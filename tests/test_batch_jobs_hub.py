@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from .harness import QueueUser, containers_with, restart, wait_until
+from .job_helpers import job_ended, job_record, training_notebook
 from .test_queue_service import kill_queue_service
 from .test_usage_hub import held_hours
 
@@ -31,20 +32,8 @@ def submit(user: QueueUser, **job) -> dict:
     return server["session"]
 
 
-def record(user: QueueUser, session_id: str) -> dict:
-    for session in user.sessions():
-        if session["id"] == session_id:
-            return session
-    finished = user.call("GET", "sessions?finished=1").json()["sessions"]
-    return next(s for s in finished if s["id"] == session_id)
-
-
 def ended(user: QueueUser, session_id: str, timeout: float = 120) -> dict:
-    return wait_until(
-        lambda: (r := record(user, session_id))["ended"] and r,
-        timeout,
-        f"job {session_id} to end",
-    )
+    return job_ended(user, session_id, timeout)
 
 
 def moment(text: str) -> datetime:
@@ -68,7 +57,7 @@ def test_a_command_job_streams_its_log_ends_finished_and_its_slice_goes_to_the_n
         "batch",
         "echo step one; sleep 6; echo step two",
     )
-    waiting = record(student, second["id"])
+    waiting = job_record(student, second["id"])
     assert (waiting["status"], waiting["position"]) == ("PENDING", 1)
     student.wait_for(lambda s: any(r["id"] == first["id"] and r["status"] == "RUNNING" for r in s))
     follow = student.call("GET", f"sessions/{first['id']}/logs?follow=1", stream=True)
@@ -81,7 +70,9 @@ def test_a_command_job_streams_its_log_ends_finished_and_its_slice_goes_to_the_n
     assert (done["status"], done["end_reason"], done["exit_code"]) == ("TERMINATED", "finished", 0)
     # Granted in the very pass that ended the first: not on a later round.
     started = wait_until(
-        lambda: (r := record(student, second["id"]))["scheduled"] and r, 60, "the second's grant"
+        lambda: (r := job_record(student, second["id"]))["scheduled"] and r,
+        60,
+        "the second's grant",
     )
     assert moment(started["scheduled"]) - moment(done["ended"]) < timedelta(seconds=1)
     kept = student.call("GET", f"sessions/{first['id']}/logs")
@@ -111,17 +102,7 @@ def test_a_notebook_job_runs_with_its_parameter_and_its_executed_copy_lands_besi
     gpu_hub, student
 ):
     folder = student.call("POST", "folders", json={"name": "runs"}).json()
-    notebook = {
-        "cells": [
-            {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
-             "outputs": [], "execution_count": None},
-            {"cell_type": "code", "metadata": {}, "source": "print('trained for', epochs * 10)",
-             "outputs": [], "execution_count": None},
-        ],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }  # fmt: skip
+    notebook = training_notebook()
     url = f"folders/{folder['id']}/files/train.ipynb"
     assert student.call("PUT", url, data=json.dumps(notebook), headers=OCTETS).status_code == 201
     job = submit(
@@ -161,7 +142,7 @@ def test_cancelling_a_waiting_and_a_running_job_ends_both_cancelled(gpu_hub, stu
         assert student.call("DELETE", f"sessions/{job['id']}").status_code in (200, 202)
     for job in (waiting, running):
         assert ended(student, job["id"])["end_reason"] == "cancelled"
-    assert record(student, waiting["id"])["status"] == "CANCELLED"
+    assert job_record(student, waiting["id"])["status"] == "CANCELLED"
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from playwright.sync_api import Page, expect
 
 from .browser import SESSIONS_PAGE, SPAWN_TIMEOUT_MS, launch, log_in, screenshot
 from .harness import QueueUser
+from .job_helpers import training_notebook
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -132,17 +133,7 @@ def test_a_command_job_from_the_dialog_shows_its_live_log_and_ends_finished(gpu_
     assert not streams, [r.url for r in streams]
 
 
-NOTEBOOK = {
-    "cells": [
-        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
-         "outputs": [], "execution_count": None},
-        {"cell_type": "code", "metadata": {}, "source": "print('trained for', epochs * 10)",
-         "outputs": [], "execution_count": None},
-    ],
-    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}  # fmt: skip
+NOTEBOOK = training_notebook()
 
 
 def test_a_notebook_job_with_a_parameter_names_its_executed_copy(gpu_hub, page, student):

@@ -39,6 +39,7 @@ from queue_service.engine.swarm_backend import SwarmBackend
 
 from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub
+from .job_helpers import job_ended, job_record, training_notebook
 from .swarm_lab import IMAGE, LAB_ENV, LAB_NAME, Lab, hub_container, swarm_lab, wait_for
 from .test_security_registry import probe_registry, unreachable
 
@@ -461,31 +462,7 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(
 _OCTETS = {"Content-Type": "application/octet-stream"}
 #: A notebook job's notebook: its parameter cell, then a cell that holds the GPU for a while (the
 #: fourth job must find every GPU taken) and prints from the parameter.
-_NOTEBOOK = {
-    "cells": [
-        {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "epochs = 1",
-         "outputs": [], "execution_count": None},
-        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-         "source": "import time\ntime.sleep(12)\nprint('trained for', epochs * 10)"},
-    ],
-    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}  # fmt: skip
-
-
-def _job_record(user: QueueUser, session_id: str) -> dict:
-    for session in user.sessions():
-        if session["id"] == session_id:
-            return session
-    finished = user.call("GET", "sessions?finished=1").json()["sessions"]
-    return next(s for s in finished if s["id"] == session_id)
-
-
-def _job_ended(user: QueueUser, session_id: str, timeout: float = 180) -> dict:
-    return wait_for(
-        lambda: (r := _job_record(user, session_id))["ended"] and r, timeout, f"{session_id}'s end"
-    )
+_NOTEBOOK = training_notebook("import time\ntime.sleep(12)\n")
 
 
 def _moment(text: str) -> float:
@@ -541,10 +518,10 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
         )
         assert answer.status_code == 201, answer.text
         jobs["next"] = answer.json()["servers"][0]["session"]
-        assert _job_record(users["next"], jobs["next"]["id"])["status"] == "PENDING"
+        assert job_record(users["next"], jobs["next"]["id"])["status"] == "PENDING"
 
         # On a worker node, as its service's task, with the job's label.
-        running = _job_record(users["ok"], jobs["ok"]["id"])
+        running = job_record(users["ok"], jobs["ok"]["id"])
         node = running["grant"]["node"]
         assert node in swarm_hub.lab.nodes
         manager = swarm_hub.lab.manager()
@@ -562,7 +539,7 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
         assert streamed.index("step one") < streamed.index("step two")
         assert "[fgpu job] exited with code 0" in streamed
 
-        done = _job_ended(users["ok"], jobs["ok"]["id"])
+        done = job_ended(users["ok"], jobs["ok"]["id"], 180)
         assert (done["status"], done["end_reason"], done["exit_code"]) == (
             "TERMINATED",
             "finished",
@@ -582,11 +559,11 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
         )
         first_ends = []
         for role in ("ok", "bad", "fill"):
-            first_ends += [r for r in [_job_record(users[role], jobs[role]["id"])] if r["ended"]]
+            first_ends += [r for r in [job_record(users[role], jobs[role]["id"])] if r["ended"]]
         first_end = min(_moment(r["ended"]) for r in first_ends)
         assert 0 <= _moment(granted["scheduled"]) - first_end < 1
 
-        failed = _job_ended(users["bad"], jobs["bad"]["id"])
+        failed = job_ended(users["bad"], jobs["bad"]["id"], 180)
         assert (failed["end_reason"], failed["exit_code"]) == ("failed", 3)
         assert "code 3" in failed["reason"] and "no data found" in failed["reason"]
         assert (
@@ -600,14 +577,14 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
         )
         cancel = users["next"].call("DELETE", f"sessions/{jobs['next']['id']}")
         assert cancel.status_code in (200, 202), cancel.text
-        cancelled = _job_ended(users["next"], jobs["next"]["id"])
+        cancelled = job_ended(users["next"], jobs["next"]["id"], 180)
         assert (cancelled["status"], cancelled["end_reason"]) == ("TERMINATED", "cancelled")
 
         # The log's file in the user's home on the shared storage; the ended job's service gone.
         homes = Path(swarm_hub.lab.env["FGPU_SWARM_HOME_ROOT"])
         (log_file,) = homes.glob(f"{users['ok'].name}*/jobs/{jobs['ok']['server_name']}-*.log")
         assert "step two" in log_file.read_text()
-        notebook_job = _job_ended(users["fill"], jobs["fill"]["id"])
+        notebook_job = job_ended(users["fill"], jobs["fill"]["id"], 180)
         assert notebook_job["end_reason"] == "finished", notebook_job["reason"]
         listing = users["fill"].call("GET", f"folders/{folder['id']}/files/").json()["entries"]
         (copy,) = [e["name"] for e in listing if e["name"].startswith("train-output-")]
