@@ -44,7 +44,7 @@ _child = None
 #: it first, then the hub: `{prefix}api` both): a job that ended before would end a spawn still
 #: under way, which the hub reports as a failed start.
 _hub_has_looked = threading.Event()
-_api_checks = []
+_api_checks = [0]  # a count, in a list: the handler threads add to it
 
 
 def main() -> None:
@@ -163,12 +163,15 @@ def _serve_readiness() -> None:
 
 
 class _Readiness(BaseHTTPRequestHandler):
+    #: The hub's proxy routes anyone with access to the server here: an idle connection is
+    #: dropped after this many seconds, so that none holds a thread (the job's pids) for long.
+    timeout = 5
     def do_GET(self) -> None:
         looked = False
         if self.path.split("?")[0].rstrip("/").endswith("/api"):
             body, kind = b'{"version": "fgpu-batch-job"}', "application/json"
-            _api_checks.append(self.path)
-            looked = len(_api_checks) >= 2
+            _api_checks[0] += 1
+            looked = _api_checks[0] >= 2
         else:
             body, kind = (
                 b"This is a batch job: its log is on the hub's Sessions page.\n",

@@ -13,7 +13,9 @@ own reason and its slice goes to the next waiting request (docs/source/howto/bat
 - The exit code and the log are read through the engine backend (`job_exit`, `remove_job`): a
   container's on one engine, a Swarm service's task and log stream on a Swarm.
 - A job that exits because it is being stopped (its owner cancelled it, its time limit, an admin)
-  is left to that stop: the spawner's release, or the service's own expected end, names why.
+  is left to that stop while the hub is stopping it: the spawner's release names why. Where the
+  job exited by itself just then, the hub finds it exited and never calls the spawner, so the
+  job is ended here with the stop's reason (the service's expected end).
 
 After the record has ended, the hub is asked to stop the job's server, which removes the
 container; its release then finds the record ended and changes nothing.
@@ -82,8 +84,6 @@ class JobEnds:
         view = await self._active_job(session_id)
         if view is None:
             return False
-        if self.manager.expects_end(session_id):
-            return True
         pending = await self._hub_pending(view)
         if pending == "stop":
             return True
@@ -97,6 +97,12 @@ class JobEnds:
         if code is None:
             return True  # still running
         why, reason = job_end(code, tail)
+        # A stop the service asked for (the time limit, an owner's cancel, an admin) met the
+        # job's exit: the hub then finds it exited and never stops it, so no release comes,
+        # and the stop's reason is given here.
+        expected = self.manager.take_expected_end(session_id)
+        if expected is not None:
+            why, reason = expected[0], expected[1] or reason
         await self.manager.end_job(session_id, why, reason, code, tail)
         self._say("job %s of %s ended: %s", session_id, view["user"], reason)
         await self._stop_server(view)

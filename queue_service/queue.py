@@ -312,6 +312,10 @@ class QueueManager(QueuePass):
         """The end of an ended job's log as kept with its record ('' when none was kept)."""
         return await self._read(lambda db: self._load(db, session_id).log_tail or "")
 
+    def take_expected_end(self, session_id: str) -> tuple[str, str | None] | None:
+        """The (code, reason) `expect_end` announced, taken (a job's end applies it: job_ends.py)."""
+        return self._expected_ends.pop(session_id, None)
+
     def forget_expected_end(self, session_id: str) -> None:
         """The stop announced by `expect_end` did not happen (the hub refused it)."""
         self._expected_ends.pop(session_id, None)

@@ -209,20 +209,38 @@ async def test_a_running_job_is_left_alone_and_a_removed_one_is_the_reconcilers(
     assert hub.stopped == []
 
 
-async def test_a_job_being_stopped_is_left_to_its_stop(manager, parts):
-    """A cancel or a time limit stops the container: the stop names the end, not the exit."""
+async def test_a_job_the_hub_is_stopping_is_left_to_its_stop(manager, parts):
+    """A cancel or a time limit stops the container through the hub: the spawner's release
+    names the end, not the exit's 143."""
     ends, engine, hub = parts
     session_id = await running_job(manager)
     engine.found[session_id] = exited(session_id, 143, "")
     manager.expect_end(session_id, end_reasons.TIMEOUT, "timeout: ...")
-    assert await ends.settle(session_id) is True
-    assert (await manager.get(session_id))["status"] == "RUNNING"
-
-    manager.forget_expected_end(session_id)
-    hub.pending = "stop"  # its owner's stop through the hub
+    hub.pending = "stop"
     assert await ends.settle(session_id) is True
     assert (await manager.get(session_id))["status"] == "RUNNING"
     assert not engine.found[session_id].removed
+
+
+async def test_a_job_that_exits_as_the_service_stops_it_ends_with_the_stops_reason(manager, parts):
+    """The time limit fired as the job exited by itself: the hub finds it exited and never
+    calls the spawner, so no release comes; the exit is ended with the stop's reason, its log
+    kept, and the container removed."""
+    ends, engine, hub = parts
+    session_id = await running_job(manager)
+    engine.found[session_id] = exited(session_id, 0, "done\n")
+    manager.expect_end(session_id, end_reasons.TIMEOUT, "timeout: the job ran for 1 min")
+    assert await ends.settle(session_id) is True
+    view = await manager.get(session_id)
+    assert (view["status"], view["end_reason"], view["reason"], view["exit_code"]) == (
+        "TERMINATED",
+        "timeout",
+        "timeout: the job ran for 1 min",
+        0,
+    )
+    assert await manager.job_log(session_id) == "done\n"
+    assert engine.found[session_id].removed
+    assert manager.take_expected_end(session_id) is None
 
 
 async def test_a_job_that_exits_during_its_spawn_is_ended_once_the_spawn_is_over(manager, parts):

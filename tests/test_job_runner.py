@@ -384,7 +384,7 @@ def test_the_executed_copy_goes_next_to_the_notebook_or_into_output(path, output
 def test_the_readiness_answers_only_get_and_counts_only_api_paths(tmp_path):
     """The handler in process: `{prefix}api` (with or without a slash or a query) is the hub's
     look; anything else is the plain page."""
-    job_runner._api_checks.clear()
+    job_runner._api_checks[0] = 0
     job_runner._hub_has_looked.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), job_runner._Readiness)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -403,7 +403,7 @@ def test_the_readiness_answers_only_get_and_counts_only_api_paths(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
-        job_runner._api_checks.clear()
+        job_runner._api_checks[0] = 0
         job_runner._hub_has_looked.clear()
 
 

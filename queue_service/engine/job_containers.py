@@ -21,6 +21,7 @@ BATCH = "batch"
 #: The end of a log the service keeps for an ended job: lines, and bytes at most.
 TAIL_LINES = 200
 TAIL_BYTES = 64 * 1024
+_NOT_EXITED = ("created", "restarting", "removing")
 
 
 def job_container(client, session_id: str):
@@ -32,9 +33,10 @@ def job_container(client, session_id: str):
 
 
 def exit_code(container) -> int | None:
-    """The exit code of an exited container; None while it runs (or is paused)."""
+    """The exit code of an exited container; None while it runs, is paused, or has not started
+    yet (a created container reads exit code 0, which is no finished job)."""
     state = container.attrs.get("State") or {}
-    if state.get("Running") or state.get("Paused"):
+    if state.get("Running") or state.get("Paused") or state.get("Status") in _NOT_EXITED:
         return None
     return int(state.get("ExitCode", -1))
 

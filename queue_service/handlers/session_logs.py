@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 from tornado import web
 from tornado.iostream import StreamClosedError
@@ -32,6 +34,12 @@ TAIL_MAX = 10_000
 #: passes output on after (the manager's stream brings the node's last lines a moment later).
 ENDED_EVERY = 1.0
 LAST_LINES_WAIT = 2.0
+#: Followed logs at once, service-wide, and per user: each holds a thread of its own for as long
+#: as its job runs, in a pool apart from the one spawns, job ends and folders use.
+FOLLOWS_MAX = 32
+FOLLOWS_PER_USER = 4
+_follow_threads = ThreadPoolExecutor(FOLLOWS_MAX, thread_name_prefix="fgpu-log-follow")
+_follows: Counter = Counter()
 
 
 class SessionLogsHandler(BaseHandler):
@@ -56,13 +64,36 @@ class SessionLogsHandler(BaseHandler):
         if record["status"] == "PENDING":
             self.finish("")  # waiting in the queue: nothing has run yet
         elif follow:
+            await self._follow_held(record["user"], session_id, tail)
+        else:
+            self.finish(await asyncio.to_thread(backend.job_log, session_id, tail) or "")
+
+    async def _follow_held(self, user: str, session_id: str, tail: int) -> None:
+        """Follow within the caps (429 past them), counted while the answer goes on."""
+        if sum(_follows.values()) >= FOLLOWS_MAX or _follows[user] >= FOLLOWS_PER_USER:
+            raise web.HTTPError(
+                429,
+                "Too many job logs are followed at once; read it without follow=1, or close "
+                "another page that follows one.",
+            )
+        _follows[user] += 1
+        try:
+            backend = self.engine_backend
             stream = await asyncio.to_thread(backend.follow_job_log, session_id, tail)
             if stream is None:
                 self.finish("")
             else:
+                self._stream = stream
                 await self._follow(stream, session_id, backend.follow_ends_by_itself)
-        else:
-            self.finish(await asyncio.to_thread(backend.job_log, session_id, tail) or "")
+        finally:
+            _follows[user] -= 1
+
+    def on_connection_close(self) -> None:
+        """The reader left: its followed stream closes now, not at the job's next line."""
+        stream = getattr(self, "_stream", None)
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
 
     async def _follow(self, stream, session_id: str, ends_by_itself: bool) -> None:
         """Pass the job's output on as it comes, until it exits or the reader leaves."""
@@ -76,7 +107,7 @@ class SessionLogsHandler(BaseHandler):
             finally:
                 loop.call_soon_threadsafe(chunks.put_nowait, None)
 
-        reading = loop.run_in_executor(None, pump)
+        reading = loop.run_in_executor(_follow_threads, pump)
         ending = (
             None
             if ends_by_itself

@@ -125,6 +125,10 @@ class SessionHandler(BaseHandler):
             self.manager.expect_end(
                 session_id, end_reasons.ADMIN, f"stopped by {person['name']} (an admin)"
             )
+        elif record["type"] == "batch":
+            # Said first too: a job that exits as it is stopped ends as its owner's cancel,
+            # whether the spawner's release or the job's own exit (job_ends.py) ends it.
+            self.manager.expect_end(session_id, end_reasons.CANCELLED, "cancelled by its owner")
         try:
             await self._end(session_id, record)
         except BaseException:
