@@ -166,6 +166,7 @@ class _Readiness(BaseHTTPRequestHandler):
     #: The hub's proxy routes anyone with access to the server here: an idle connection is
     #: dropped after this many seconds, so that none holds a thread (the job's pids) for long.
     timeout = 5
+
     def do_GET(self) -> None:
         looked = False
         if self.path.split("?")[0].rstrip("/").endswith("/api"):
