@@ -44,12 +44,27 @@ def free_port() -> int:
     the kernel may offer a just-closed port again (the queue service once answered on the
     hub's port, whose 404 failed a launch)."""
     while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in _handed_out and _PARITY in (None, port % 2):
+        port = _bindable_port()
+        if port is not None and port not in _handed_out:
             _handed_out.add(port)
             return port
+
+
+def _bindable_port() -> int | None:
+    """A free port of this process's parity, or None to try again. Linux hands out odd ports
+    for bind(0) (leaving even ones to connect()), so an even one is its neighbour, if free."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    if _PARITY in (None, port % 2):
+        return port
+    neighbour = port + 1 if port + 1 < 65536 else port - 1
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", neighbour))
+        except OSError:
+            return None
+    return neighbour
 
 
 def docker_client() -> docker.DockerClient:
