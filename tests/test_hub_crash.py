@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from .harness import QueueUser, relaunch, running_hub
+from .harness import QueueUser, relaunch, running_hub, wait_until
 from .test_queue_service import assert_nothing_leaked, by_status, two_running_one_waiting
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -39,8 +39,19 @@ def test_after_a_hub_crash_a_release_starts_the_waiting_request_by_itself(tmp_pa
                 {(r["id"], r["status"]) for r in s} == {(r["id"], r["status"]) for r in before}
             )
         )
+        # A hub just up still checks its servers (`pending: "check"`), and refuses to stop one
+        # meanwhile with a 500 of its own: the student's stop comes once it is done.
+        stopping = by_status(after, "RUNNING")[0]
+        wait_until(
+            lambda: (
+                (hub.server_model(student.name, stopping["server_name"]) or {}).get("pending")
+                is None
+            ),
+            60,
+            "the relaunched hub's check of the running server",
+        )
         released = time.monotonic()
-        gone = student.call("DELETE", f"sessions/{by_status(after, 'RUNNING')[0]['id']}")
+        gone = student.call("DELETE", f"sessions/{stopping['id']}")
         assert gone.status_code == 200, gone.text
         student.wait_for(
             lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")}, timeout=150

@@ -129,7 +129,7 @@ def test_a_student_limited_to_one_group_sees_it_named_not_offered(grouped_hub, s
     page = form.content.decode()
     assert 'name="resource_group"' not in page
     line = re.search(r'id="fgpu-group-line">([^<]*)<', page).group(1)
-    assert line.startswith("default — ") and line.endswith("G free")
+    assert line.startswith("default — ") and line.endswith(" GiB free")
     refused = grouped_hub.start_server(student.name, {**OPTIONS, "resource_group": "gpu-a100"})
     assert refused.status_code == 403, refused.text
     assert "You may use: default." in refused.json()["message"]
@@ -154,7 +154,7 @@ def test_browser_the_spawn_form_offers_the_groups_with_what_is_free_and_starts_i
     assert [o.get_attribute("value") for o in options.all()] == ["default", "gpu-a100"]
     expect(select).to_have_value("default")
     assert re.fullmatch(
-        r"gpu-a100 — 4 fGPU, [\d.]+ CPU, [\d.]+[KMGT]? free", labels_for(student)[1]
+        r"gpu-a100 — 4 fGPU, [\d.]+ CPU, [\d.]+ (B|KiB|MiB|GiB|TiB) free", labels_for(student)[1]
     )
 
     # The indicator above the form shows the picked group in its upper bars.
