@@ -165,6 +165,15 @@ def preset_hub(tmp_path_factory, docker_engine):
 
 
 @pytest.fixture
+def jobs_student(gpu_hub):
+    """A new user of `gpu_hub` for the batch-job modules; whatever they left is ended after."""
+    person = QueueUser(gpu_hub, f"jobs-{secrets.token_hex(3)}")
+    yield person
+    for session in person.sessions():
+        person.call("DELETE", f"sessions/{session['id']}")
+
+
+@pytest.fixture
 def preset_student(preset_hub):
     """A new user of `preset_hub`; whatever they started is stopped after the test."""
     person = QueueUser(preset_hub, f"stud-{secrets.token_hex(3)}")

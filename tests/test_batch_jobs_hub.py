@@ -41,11 +41,8 @@ def moment(text: str) -> datetime:
 
 
 @pytest.fixture
-def student(gpu_hub):
-    person = QueueUser(gpu_hub, f"jobs-{secrets.token_hex(3)}")
-    yield person
-    for session in person.sessions():
-        person.call("DELETE", f"sessions/{session['id']}")
+def student(jobs_student):
+    return jobs_student
 
 
 def test_a_command_job_streams_its_log_ends_finished_and_its_slice_goes_to_the_next_at_once(

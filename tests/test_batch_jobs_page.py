@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -28,11 +27,8 @@ SLOTS = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
 
 
 @pytest.fixture
-def student(gpu_hub):
-    person = QueueUser(gpu_hub, f"jobs-{secrets.token_hex(3)}")
-    yield person
-    for session in person.sessions():
-        person.call("DELETE", f"sessions/{session['id']}")
+def student(jobs_student):
+    return jobs_student
 
 
 def open_sessions(page: Page, hub, name: str) -> None:
