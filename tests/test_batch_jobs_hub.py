@@ -15,6 +15,7 @@ import pytest
 from .harness import QueueUser, containers_with, restart, wait_until
 from .job_helpers import job_ended, job_record, training_notebook
 from .test_queue_service import kill_queue_service
+from .test_security_handlers import EVIL, Browser, narrow_admin_token
 from .test_usage_hub import held_hours
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -230,3 +231,25 @@ def test_a_job_running_through_a_hub_restart_goes_on_and_ends_by_itself(gpu_hub,
     assert moment(done["ended"]) > hub_down
     assert "outlived the hub" in student.call("GET", f"sessions/{job['id']}/logs").text
     wait_until(lambda: not containers_with({"fgpu.session_id": job["id"]}), 60, "its removal")
+
+
+def test_a_cross_site_page_and_a_narrow_token_neither_read_a_jobs_log_nor_submit_one(
+    gpu_hub, student
+):
+    owner = Browser(gpu_hub, student.name)
+    body = {**SLOTS, "type": "batch", "command": "echo secret-output"}
+    made = owner.own_page_call("POST", "sessions", json=body)
+    assert made.status_code == 201, made.text
+    (server,) = made.json()["servers"]
+    job = ended(student, server["session"]["id"])
+    forged = owner.call("POST", "sessions", headers=EVIL, json=body)
+    assert forged.status_code == 403, forged.text
+    stolen = owner.call(
+        "GET", f"sessions/{job['id']}/logs", headers={**EVIL, "Sec-Fetch-Mode": "cors"}
+    )
+    assert stolen.status_code == 403 and "secret-output" not in stolen.text
+    narrow = narrow_admin_token(gpu_hub, ["access:services!service=queue"])
+    other = narrow.get(f"{gpu_hub.url}/services/queue/api/sessions/{job['id']}/logs", timeout=60)
+    assert other.status_code in (403, 404) and "secret-output" not in other.text
+    assert "secret-output" in owner.own_page_call("GET", f"sessions/{job['id']}/logs").text
+    assert [s["id"] for s in student.sessions()] == []  # the forged one queued nothing
