@@ -219,6 +219,10 @@ class Reconciler:
                 if now - granted > self.start_grace:
                     never_started.append(record.id)
         gone = [session_id for session_id in gone if not await self._job_settled(session_id)]
+        by_id = {record.id: record for record in active}
+        gone = [
+            session_id for session_id in gone if not await self._hub_stopping(by_id[session_id])
+        ]
         if gone:
             self._say("container gone, releasing %s", gone)
             by_reason: dict[str, list[str]] = {}
@@ -242,6 +246,20 @@ class Reconciler:
                 f"no container started within {self.start_grace:g} s",
                 end_reason=end_reasons.ERROR,
             )
+
+    async def _hub_stopping(self, record) -> bool:
+        """Whether the hub is stopping the record's server right now: its spawner removes the
+        container before it releases the grant, so a round between the two finds the container
+        gone. That release names why the session ended (the student's stop, the culler's); taking
+        the session for lost first would record `lost` instead. A hub that does not answer stops
+        nothing (its spawners run in its process)."""
+        if self.hub is None:
+            return False
+        try:
+            servers = (await self.hub.user_now(record.user)).get("servers") or {}
+        except (HubError, OSError):
+            return False
+        return (servers.get(record.server_name) or {}).get("pending") == "stop"
 
     async def _job_settled(self, session_id: str) -> bool:
         return self.jobs is not None and await self.jobs.settle(session_id)

@@ -296,15 +296,18 @@ class HubListing:
     """Stands in for the hub's REST API: which servers the hub has ready
     (HubClient.ready_servers), and which others it still starts or stops (in `user_now`)."""
 
-    def __init__(self, servers: set, starting: set = frozenset()):
-        self.servers, self.starting = servers, starting
+    def __init__(self, servers: set, starting: set = frozenset(), stopping: set = frozenset()):
+        self.servers, self.starting, self.stopping = servers, starting, stopping
 
     async def ready_servers(self) -> set:
         return self.servers
 
     async def user_now(self, name: str) -> dict:
-        known = self.servers | self.starting
-        return {"servers": {server: {} for user, server in known if user == name}}
+        known = {(user, server): {} for user, server in self.servers | self.starting}
+        known.update({key: {"pending": "stop"} for key in self.stopping})
+        return {
+            "servers": {server: model for (user, server), model in known.items() if user == name}
+        }
 
 
 async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_released(
@@ -338,6 +341,27 @@ async def test_a_running_session_whose_server_the_hub_still_checks_is_left_alone
     await reconciler.reconcile()
     assert (await manager.get(session["id"]))["status"] == Status.RUNNING
     assert containers_with({SESSION_LABEL: session["id"]}) != []
+
+
+async def test_a_container_the_hubs_stop_removed_ends_with_the_stops_reason_not_as_lost(
+    manager, docker_engine, run_id
+):
+    """The spawner removes the container, then releases the grant: a round between the two
+    leaves the session to that release while the hub is stopping its server. Once the hub no
+    longer stops it (its stop failed after the removal), the session is lost."""
+    session, container = await running_session(manager, docker_engine, run_id)
+    other, other_container = await running_session(manager, docker_engine, run_id, "s2")
+    hub = HubListing(set(), stopping={("alice", "s1"), ("alice", "s2")})
+    reconciler = Reconciler(manager, docker_engine, hub=hub)
+    container.remove(force=True)
+    other_container.remove(force=True)
+    await reconciler.reconcile()
+    assert (await manager.get(session["id"]))["status"] == Status.RUNNING
+    await manager.release(session["id"])
+    assert (await manager.get(session["id"]))["end_reason"] == "user"
+    hub.stopping = set()
+    await reconciler.reconcile()
+    assert (await manager.get(other["id"]))["end_reason"] == "lost"
 
 
 class HubReads:
