@@ -64,6 +64,7 @@ from queue_service.store.folder_files import FolderFiles
 from queue_service.store.folders import FolderStore
 from queue_service.store.history import History
 from queue_service.store.images import ImageStore
+from queue_service.store.project_quotas import ProjectQuotas
 from queue_service.store.state_dir import queue_db_url, with_driver
 from queue_service.store.usage import UsageBook
 from queue_service.store.utilization import UtilizationLog, cluster_figures
@@ -437,6 +438,22 @@ class QueueService(Application):
         Example::
 
             c.QueueService.folders_root = "/srv/fgpu/folders"
+        """,
+    )
+    project_quotas = Bool(
+        True,
+        config=True,
+        help="""
+        Hold each user's own storage quota with the kernel's project quotas where the folders
+        root is on XFS or ext4 mounted with `prjquota` (and xfs_quota is installed): a write past
+        the quota then fails at once, in sessions too. Elsewhere, and with False, the quotas are
+        measured every `folder_measure_interval` seconds (uploads and new folders past them are
+        refused, and a full folder is mounted read-only at the next launch). A hub group's quota
+        is always measured. The service's log says at start which one the site has, and why.
+
+        Example::
+
+            c.QueueService.project_quotas = False
         """,
     )
     folder_grace_days = Float(
@@ -1078,13 +1095,35 @@ class QueueService(Application):
     def init_folders(self) -> None:
         """Storage folders: their records, their files under `folders_root`, and the storage
         quotas that bound them."""
+        root = os.path.abspath(self.folders_root)
         self.folders = Folders(
             FolderStore(self.db),
-            FolderFiles(os.path.abspath(self.folders_root)),
+            FolderFiles(root),
             grace=self.folder_grace_days * 24 * 3600,
             storage_limits=self.quotas.storage_limits,
             members=self.quotas.members_of,
+            projects=self.kernel_project_quotas(root),
         )
+
+    def kernel_project_quotas(self, root: str) -> ProjectQuotas | None:
+        """The kernel's project quotas on the folders root, if it has them and the site wants
+        them; the log says which way the storage quotas are held."""
+        if not self.project_quotas:
+            self.log.info("Storage quotas are measured (QueueService.project_quotas is off).")
+            return None
+        os.makedirs(root, exist_ok=True)
+        projects = ProjectQuotas(root)
+        if projects.reason is not None:
+            self.log.info(
+                "Storage quotas are measured every %g s: the folders root %s cannot hold them "
+                "as project quotas (%s).",
+                self.folder_measure_interval,
+                root,
+                projects.reason,
+            )
+            return None
+        self.log.info("Storage quotas are held by project quotas on %s.", projects.mount.point)
+        return projects
 
     def _admission_check(self, db, request: dict, groups: tuple[str, ...]):
         """A job's time limit within the site's maximum, then the usage budgets."""

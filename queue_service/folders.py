@@ -26,6 +26,7 @@ from queue_service.core.folder_names import folder_name, path_parts, permission
 from queue_service.store.accounts import Account
 from queue_service.store.folder_files import FolderFiles
 from queue_service.store.folders import FolderStore, Reader, pick_named
+from queue_service.store.project_quotas import NO_PROJECT, ProjectQuotas
 
 #: Where a chosen folder appears in a session, under its home folder: `~/folders/<name>`.
 #: Automount folders appear at `~/<name>` (`~/.local`, `~/.cache`).
@@ -42,12 +43,15 @@ class Folders:
         grace: float = DEFAULT_GRACE,
         storage_limits: Callable[[frozenset[str]], list[tuple[str | None, int]]] = lambda g: [],
         members: Callable[[str], tuple[str, ...]] = lambda group: (),
+        projects: ProjectQuotas | None = None,
     ):
         """`storage_limits(groups)`: the storage quotas over a user of these groups, (None,
         bytes) for the user's own and (group, bytes) for a group's over its members' folders
-        (quotas.py); `members(group)`: the group's members."""
+        (quotas.py); `members(group)`: the group's members; `projects`: the kernel's project
+        quotas, where the folders root has them (None: the quotas are measured only)."""
         self.store, self.files, self.grace = store, files, grace
         self.storage_limits, self.members = storage_limits, members
+        self.projects = projects
         self._session_mounts: dict[str, list[dict]] = {}
 
     # -- storage quotas ---------------------------------------------------------------------
@@ -61,10 +65,35 @@ class Folders:
                 used = self.store.used_by(reader.account)
             else:
                 used = self.store.used_by(owners=self.members(group))
+            # A group's quota, over several owners' folders, has no kernel form.
+            held_by = "kernel" if self.projects is not None and group is None else "measure"
             figures.append(
-                {"group": group, "used_bytes": used, "limit_bytes": limit, "full": used >= limit}
+                {
+                    "group": group,
+                    "used_bytes": used,
+                    "limit_bytes": limit,
+                    "full": used >= limit,
+                    "held_by": held_by,
+                }
             )
+        self._hold_in_kernel(reader, figures)
         return figures
+
+    def _hold_in_kernel(self, reader: Reader, figures: list[dict]) -> None:
+        """The reader's own quota as their project's hard limit: read wherever the quotas are
+        (the Storage page, a launch, a new folder), so a changed group property takes hold at
+        the owner's next visit."""
+        if self.projects is None:
+            return
+        own = next((q["limit_bytes"] for q in figures if q["group"] is None), None)
+        self.projects.limit(self.store.project_of(reader.account), own)
+
+    def _tag(self, folder_id: str, account: Account | None) -> None:
+        """Count the folder's directory (and all in it) under the account's project (None: no
+        project, as in the trash, where nothing is counted)."""
+        if self.projects is not None:
+            project = NO_PROJECT if account is None else self.store.project_of(account)
+            self.projects.assign(self.files.source(folder_id), project)
 
     def over_quota(self, reader: Reader, adding: int = 0) -> str | None:
         """Why `adding` more bytes in the reader's own folders would pass a storage quota (or
@@ -99,6 +128,7 @@ class Folders:
         folder_id = uuid.uuid4().hex
         self.files.make(folder_id)
         try:
+            self._tag(folder_id, account)
             return self.store.create(account, name, folder_id)
         except BaseException:
             self.files.unmake(folder_id)  # made a moment ago, still empty
@@ -111,6 +141,8 @@ class Folders:
         # The record first: a folder the reader may not remove is refused before anything moves.
         trash_name = self.files.trash_name(folder_id)
         folder = self.store.remove(folder_id, reader, trash_name=trash_name)
+        with contextlib.suppress(FileNotFoundError):  # (a directory already gone)
+            self._tag(folder_id, None)  # a removed folder no longer fills its owner's quota
         self.files.trash(folder_id, name=trash_name)
         return folder
 
@@ -125,7 +157,9 @@ class Folders:
         self.store.unshare(folder_id, share_id, reader)
 
     def give(self, folder_id: str, account: Account) -> dict:
-        return self.store.give(folder_id, account)
+        folder = self.store.give(folder_id, account)
+        self._tag(folder_id, account)
+        return folder
 
     def mounts(self, reader: Reader, keys) -> list[dict]:
         """What a session of the reader mounts: the folders named (by id or name) and the
@@ -233,9 +267,20 @@ class Folders:
         ids = self.store.all_ids()
         for folder_id in ids:
             # A missing directory is the admin's to see (the list shows its last measure).
-            with contextlib.suppress(Refusal):
+            with contextlib.suppress(Refusal, FileNotFoundError):
+                self._keep_tagged(folder_id)
                 self.measure(folder_id)
         return len(ids)
+
+    def _keep_tagged(self, folder_id: str) -> None:
+        """Under project quotas, a folder not counted under its owner's project (made before
+        the site had them, or restored from a backup) is tagged, all of it."""
+        if self.projects is None:
+            return
+        account = Account(self.store.owner_of(folder_id), self.store.account_of(folder_id))
+        project = self.store.project_of(account)
+        if self.projects.project_of(self.files.source(folder_id)) != project:
+            self.projects.assign(self.files.source(folder_id), project)
 
     def measure(self, folder_id: str) -> None:
         found = self.files.measure(folder_id)

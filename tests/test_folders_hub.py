@@ -404,7 +404,13 @@ def test_the_listing_says_how_full_each_storage_quota_is(hub, username):
     used = sum(f["size_bytes"] for f in listed["folders"] if f["own"])
     assert used >= 5000  # as measured on the disk: whole blocks
     assert listed["storage_quotas"] == [
-        {"group": group, "used_bytes": used, "limit_bytes": 65536, "full": False}
+        {
+            "group": group,
+            "used_bytes": used,
+            "limit_bytes": 65536,
+            "full": False,
+            "held_by": "measure",
+        }
     ]
     # Filled to the byte: full, so a new folder is refused with the same figures.
     rest = 65536 - used

@@ -3,7 +3,8 @@ shares and their files.
 
 - `GET api/folders`: your own and those shared with you; `?all=1`: everyone's (admins);
   with `storage_quotas`: each storage quota over your own folders, `{group (null: your own),
-  used_bytes, limit_bytes, full}` (none: no quota); the spawner reads `?user=NAME`'s, for its
+  used_bytes, limit_bytes, full, held_by}` (none: no quota; `held_by` "kernel" where a write
+  past it fails at once, project_quotas.py, else "measure"); the spawner reads `?user=NAME`'s, for its
   form's folder picker;
 - `POST api/folders {name}`; `PATCH api/folders/{id} {name}` (admins also `{owner}`);
   `DELETE api/folders/{id}` (kept in the trash for the grace period);

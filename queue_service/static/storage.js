@@ -161,9 +161,11 @@
     }
     var lines = quotas.map(quotaLine);
     var full = quotas.some(function (q) { return q.full; });
+    var atOnce = quotas.every(function (q) { return q.held_by === "kernel"; });
     lines.push(el("div", {
       className: "small " + (full ? "text-danger" : "text-muted"),
       text: full ? "Full: uploads and new folders are refused, and your own folders are mounted read-only in the sessions you launch next, until you remove files." :
+        atOnce ? "A write past the quota fails at once, in your sessions too (\"Disk quota exceeded\")." :
         "Sizes are measured every few minutes. Past the quota, uploads and new folders are refused and your folders are mounted read-only at your next launch.",
     }));
     box.replaceChildren.apply(box, lines);

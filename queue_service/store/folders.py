@@ -24,7 +24,14 @@ from sqlalchemy.orm import sessionmaker
 from queue_service.core.errors import Refusal
 from queue_service.core.folder_names import is_automount
 from queue_service.store.accounts import Account
-from queue_service.store.models import FolderRecord, FolderShare, SessionMount, as_utc, utcnow
+from queue_service.store.models import (
+    FolderRecord,
+    FolderShare,
+    SessionMount,
+    StorageProject,
+    as_utc,
+    utcnow,
+)
 
 RANK = {None: 0, "ro": 1, "rw": 2}
 
@@ -90,9 +97,26 @@ class FolderStore:
         with self.db() as db:
             return int(db.scalar(query))
 
+    def owner_of(self, folder_id: str) -> str:
+        with self.db() as db:
+            return db.get(FolderRecord, folder_id).owner
+
     def account_of(self, folder_id: str) -> str:
         with self.db() as db:
             return db.get(FolderRecord, folder_id).account
+
+    def project_of(self, account: Account) -> int:
+        """The kernel project id of the account's folders (project_quotas.py), given at first."""
+        with self._writing, self.db.begin() as db:
+            owned = and_(
+                StorageProject.owner == account.name, StorageProject.account == account.key
+            )
+            project = db.scalars(select(StorageProject).where(owned)).first()
+            if project is None:
+                project = StorageProject(owner=account.name, account=account.key)
+                db.add(project)
+                db.flush()
+            return project.id
 
     def all_ids(self) -> list[str]:
         with self.db() as db:

@@ -212,6 +212,19 @@ class FolderRecord(Base):
     __table_args__ = (Index("ix_folders_owner", "owner", "account"),)
 
 
+class StorageProject(Base):
+    """The kernel project id of an owner account's folders, where project quotas hold the
+    storage quota (project_quotas.py): one id per account, never given to another."""
+
+    __tablename__ = "storage_projects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(255), nullable=False)
+    account: Mapped[str] = mapped_column(String(32), nullable=False, default="")
+
+    __table_args__ = (Index("ix_storage_projects_owner", "owner", "account", unique=True),)
+
+
 class FolderShare(Base):
     """A folder shared with one user account or one hub group, read-only or read-write."""
 

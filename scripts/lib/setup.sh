@@ -10,8 +10,9 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/fgpu-dockerd.log}
 # faketime moves the queue service's clock in tests (tests/service_clock.py).
 # systemd brings systemd-analyze, which checks the units of `fgpu-hub install-service` (the package
 # installs; nothing starts it where systemd is not the init system).
+# xfsprogs: the project quota tests make an XFS file system (tests/test_project_quotas.py).
 APT_PACKAGES=(docker.io iptables debootstrap chromium ca-certificates postgresql
-  docker-registry iproute2 curl openssl faketime systemd)
+  docker-registry iproute2 curl openssl faketime systemd xfsprogs)
 
 log() { printf '\033[1m[fgpu setup]\033[0m %s\n' "$*" >&2; }
 
