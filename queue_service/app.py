@@ -1114,7 +1114,8 @@ class QueueService(Application):
         os.makedirs(root, exist_ok=True)
         projects = ProjectQuotas(root)
         if projects.reason is not None:
-            self.log.info(
+            # Said at the service's default level: a site that counts on a hard limit must see it.
+            self.log.warning(
                 "Storage quotas are measured every %g s: the folders root %s cannot hold them "
                 "as project quotas (%s).",
                 self.folder_measure_interval,
@@ -1122,7 +1123,7 @@ class QueueService(Application):
                 projects.reason,
             )
             return None
-        self.log.info("Storage quotas are held by project quotas on %s.", projects.mount.point)
+        self.log.warning("Storage quotas are held by project quotas on %s.", projects.mount.point)
         return projects
 
     def _admission_check(self, db, request: dict, groups: tuple[str, ...]):
