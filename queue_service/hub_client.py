@@ -145,6 +145,16 @@ class HubClient:
         return response.code, json.loads(response.body) if response.body else {}
 
 
+async def server_pending(hub, user: str, server_name: str) -> str | None:
+    """What the hub is doing with a server right now: "spawn", "stop", or None (nothing, or a
+    hub that does not answer: its spawners run in its process, so it is doing nothing)."""
+    try:
+        servers = (await hub.user_now(user)).get("servers") or {}
+    except (HubError, OSError):
+        return None
+    return (servers.get(server_name) or {}).get("pending")
+
+
 def _message_of(error: HTTPClientError) -> str:
     try:
         return json.loads(error.response.body)["message"]

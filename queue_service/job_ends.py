@@ -32,7 +32,7 @@ from queue_service.core.status import Status
 from queue_service.engine import job_containers
 from queue_service.engine.backend import EngineBackend
 
-from .hub_client import HubError
+from .hub_client import HubError, server_pending
 
 #: After the engine's event stream broke (a restart), wait this long before listening again.
 RETRY_AFTER = 5.0
@@ -112,12 +112,8 @@ class JobEnds:
         return True
 
     async def _hub_pending(self, view: dict) -> str | None:
-        """What the hub is doing with the job's server: "spawn", "stop", or None."""
-        try:
-            servers = (await self.hub.user_now(view["user"])).get("servers") or {}
-        except (HubError, OSError):
-            return None  # the exit is real either way; the hub's stop, if any, changes nothing
-        return (servers.get(view["server_name"]) or {}).get("pending")
+        # A hub that does not answer: the exit is real either way.
+        return await server_pending(self.hub, view["user"], view["server_name"])
 
     def _settle_after_spawn(self, session_id: str) -> None:
         if session_id in self._after_spawn:

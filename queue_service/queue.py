@@ -289,10 +289,6 @@ class QueueManager(QueuePass):
         while len(self._expected_ends) > EXPECTED_ENDS_KEPT:
             self._expected_ends.popitem(last=False)
 
-    def expects_end(self, session_id: str) -> bool:
-        """Whether the service has asked the hub to stop this session (`expect_end`)."""
-        return session_id in self._expected_ends
-
     async def end_job(
         self, session_id: str, code: str, reason: str, exit_code: int, log_tail: str
     ) -> None:

@@ -53,7 +53,7 @@ from queue_service.engine.session_containers import (
 )
 from queue_service.store.models import as_utc
 
-from .hub_client import HubError
+from .hub_client import HubError, server_pending
 
 #: Errors that mean the engine does not answer (down, restarting, or its socket gone).
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
@@ -251,15 +251,10 @@ class Reconciler:
         """Whether the hub is stopping the record's server right now: its spawner removes the
         container before it releases the grant, so a round between the two finds the container
         gone. That release names why the session ended (the student's stop, the culler's); taking
-        the session for lost first would record `lost` instead. A hub that does not answer stops
-        nothing (its spawners run in its process)."""
+        the session for lost first would record `lost` instead."""
         if self.hub is None:
             return False
-        try:
-            servers = (await self.hub.user_now(record.user)).get("servers") or {}
-        except (HubError, OSError):
-            return False
-        return (servers.get(record.server_name) or {}).get("pending") == "stop"
+        return await server_pending(self.hub, record.user, record.server_name) == "stop"
 
     async def _job_settled(self, session_id: str) -> bool:
         return self.jobs is not None and await self.jobs.settle(session_id)
