@@ -134,7 +134,7 @@ def open_with(page: Page, hub, query: str) -> None:
 
 def test_the_image_is_that_of_the_session_the_notebook_came_from(gpu_hub, page, student):
     """A session on another image than the dialog's first (a job, which starts at once and needs
-    no server to answer): the dialog picks its image."""
+    no server to answer): the dialog picks its image, and ticks the storage folder of the path."""
     response = student.call(
         "POST",
         "sessions",
@@ -143,11 +143,14 @@ def test_the_image_is_that_of_the_session_the_notebook_came_from(gpu_hub, page, 
     )  # fmt: skip
     assert response.status_code == 201, response.text
     other = response.json()["servers"][0]["session"]
+    assert student.call("POST", "folders", json={"name": "course"}).status_code == 201
     log_in(page, gpu_hub, student.name)
     open_with(page, gpu_hub, f"job={quote('folders/course/a b.ipynb')}&from={other['id']}&x=1")
     expect(page.locator("#fgpu-launch")).to_be_visible()
     expect(page.locator("#fgpu-launch-notebook")).to_have_value("folders/course/a b.ipynb")
     expect(page.locator("#fgpu-launch-image")).to_have_value("scikit-learn-1.5")
+    # The storage folder the path names is ticked, so that the job mounts it.
+    expect(page.locator('#fgpu-launch-folder-list [data-folder="course"] input')).to_be_checked()
     expect(page.locator("#fgpu-launch-from")).to_contain_text(f"your session {other['id'][:8]}.")
     # Other arguments stay in the address; only the job's are taken off.
     expect(page).to_have_url(re.compile(rf"{SESSIONS}\?x=1$"))
