@@ -1,6 +1,7 @@
-"""What the batch-job test modules share (test_batch_jobs_hub, test_batch_jobs_page and the Swarm's
-in test_swarm_hub): a training notebook with a `parameters` cell, and a job's record read from the
-active list or, once it has ended, from the finished one."""
+"""What the batch-job test modules share (test_batch_jobs_hub, test_batch_jobs_page,
+test_jobs_from_jupyterlab and the Swarm's in test_swarm_hub): a training notebook with a
+`parameters` cell, and a job's record read from the active list or, once it has ended, from the
+finished one."""
 
 from __future__ import annotations
 

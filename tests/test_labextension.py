@@ -49,6 +49,12 @@ def test_the_session_status_item_is_compiled_to_a_prebuilt_extension_and_cached(
     built = json.loads((output / "package.json").read_text())
     assert built["name"] == "fgpu-session-status"
     assert any(p.name.startswith("remoteEntry.") for p in (output / "static").iterdir())
+    # Both plugins, "Run as a batch job…" with them; JupyterLab's own packages are shared from
+    # the page (its file browser's, its menus'), not bundled a second time.
+    code = "".join(p.read_text() for p in (output / "static").glob("*.js"))
+    assert "fgpu-session-status:plugin" in code and "fgpu-session-status:run-as-job" in code
+    assert "Run as a batch job…" in code
+    assert "class DirListing" not in code and '"@jupyterlab/filebrowser"' in code
     assert labextension.compiled(source, version, cache_dir(), log=_fail) == output
 
 

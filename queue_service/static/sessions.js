@@ -737,6 +737,7 @@
     field("name-label").textContent = batch ? "Job name" : "Session name";
     document.querySelector('label[for="fgpu-launch-count"]').textContent = batch ? "Jobs" : "Sessions";
     if (!field("submit").disabled) field("submit").textContent = submitLabel();
+    if (!batch) field("from").classList.add("d-none");
   }
 
   // The time limit's note: the site's default and maximum when the page was given them.
@@ -866,13 +867,18 @@
     field("fgpu").disabled = field("fgpu").dataset.none === "1";
   }
 
-  document.getElementById("fgpu-start").addEventListener("click", function () {
+  // Opens the launch dialog; the promise resolves once its images, presets and folders are in.
+  function openLaunch() {
     launchError.classList.add("d-none");
     if (latest.resources) fitSliders(latest.resources);
     renderRecent();
-    // The recent launches again once the folders are known: they name their folders.
-    Promise.all([loadImages(), loadPresets(), loadFolders()]).then(function () { renderRecent(); followPreset(); showValues(); updateLaunchAdvice(); });
     dialog.showModal();
+    // The recent launches again once the folders are known: they name their folders.
+    return Promise.all([loadImages(), loadPresets(), loadFolders()]).then(function () { renderRecent(); followPreset(); showValues(); updateLaunchAdvice(); });
+  }
+  document.getElementById("fgpu-start").addEventListener("click", function () {
+    field("from").classList.add("d-none");
+    openLaunch();
   });
   document.getElementById("fgpu-launch-cancel").addEventListener("click", function () { dialog.close(); });
   field("image").addEventListener("change", describeImage);
@@ -922,10 +928,75 @@
       refresh();
     });
   }
+  // ---- "Run as a batch job…" in JupyterLab (image_catalog/recipes/jupyter-base/session-status)
+  // opens this page as sessions?job=<notebook>&from=<session id>: the dialog opens in batch mode
+  // on that notebook, with the image of the session it came from, and the student submits it
+  // (JupyterLab cannot: the service takes writes from its own pages only). The arguments are read
+  // once and taken off the address, so that a reload does not open the dialog again. A `job` that
+  // is not a notebook's path in the home folder is ignored (the service checks it again anyway).
+  function notebookPath(path) {
+    if (typeof path !== "string" || !path || path.length > 1024 || !/\.ipynb$/.test(path)) return null;
+    if (path.charAt(0) === "/" || path.indexOf("\\") >= 0 || /[\u0000-\u001f\u007f]/.test(path)) return null;
+    var parts = path.split("/");
+    return parts.every(function (part) { return part && part !== "." && part !== ".."; }) ? path : null;
+  }
+
+  function jobAsked() {
+    var params = new URLSearchParams(location.search);
+    if (!params.has("job") && !params.has("from")) return null;
+    var notebook = notebookPath(params.get("job")), from = params.get("from");
+    params.delete("job");
+    params.delete("from");
+    var rest = params.toString();
+    history.replaceState(history.state, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
+    return notebook && { notebook: notebook, from: from };
+  }
+
+  // The image of the session the notebook was in, when it is still one of the user's and offered:
+  // that session, or null (the dialog's own default image stays).
+  function pickImageOf(sessionId) {
+    if (!sessionId) return Promise.resolve(null);
+    return fgpu.api("GET", "sessions").then(function (data) {
+      var from = data.sessions.filter(function (s) { return s.id === sessionId; })[0];
+      var offered = from && images.some(function (i) { return i.name === from.image; });
+      if (!offered) return null;
+      field("image").value = from.image;
+      describeImage();
+      updateLaunchAdvice();
+      return from;
+    }, function () { return null; });
+  }
+
+  function fromNote(job, session) {
+    var note = field("from");
+    note.replaceChildren("From JupyterLab: run ", el("code", { text: job.notebook }),
+      session ? " on the image of your session " + session.id.slice(0, 8) + "." : ".",
+      " Check the " + (session ? "" : "image, the ") + "resources and the time limit below, then press Submit job.");
+    note.classList.remove("d-none");
+  }
+
+  function openJob(job) {
+    field("type-batch").checked = true;
+    field("kind-notebook").checked = true;
+    field("notebook").value = job.notebook;
+    showMode();
+    showValues();
+    fromNote(job, null);
+    openLaunch().then(function () {
+      tickNotebookFolder();
+      return pickImageOf(job.from);
+    }).then(function (session) {
+      fromNote(job, session);
+      field("submit").focus();
+    });
+  }
+
   setSliders();
   showValues();
   showMode();
   timeLimitNote();
+  var asked = jobAsked();
+  if (asked) openJob(asked);
 
   // ---- admins: a running session → a private image of its owner (POST sessions/{id}/image) ---
   var saveField = fieldsOf("fgpu-save-");

@@ -1,12 +1,21 @@
-// JupyterLab status bar item: the session's fGPU slice and, when the hub plans to end the session
-// by itself (a lifetime, an idle timeout), the time left. CPU and memory use against the slice are
-// jupyter-resource-usage's items, beside this one.
+// The fGPU hub's items in JupyterLab, two plugins:
+//
+// - the status bar item: the session's fGPU slice and, when the hub plans to end the session by
+//   itself (a lifetime, an idle timeout), the time left. CPU and memory use against the slice are
+//   jupyter-resource-usage's items, beside this one.
+// - "Run as a batch job…" on a notebook (the file browser's context menu, the File menu, the
+//   command palette): it opens the Sessions page in a new tab with the batch job dialog filled in
+//   for that notebook, and the student submits it there. It does not submit by itself: the queue
+//   service takes a write from its own pages only (their XSRF token), never from this server's.
 //
 // What the session holds comes from the page config (`fgpuSession`, set by the image's
 // jupyter_server_config.py from the spawner's environment). The planned end moves (activity
 // postpones an idle end): the queue service tells this server (fgpu_session_end.py), and the item
 // reads it from there.
+import { ICommandPalette } from '@jupyterlab/apputils';
 import { PageConfig, URLExt } from '@jupyterlab/coreutils';
+import { IDefaultFileBrowser, IFileBrowserFactory } from '@jupyterlab/filebrowser';
+import { IMainMenu } from '@jupyterlab/mainmenu';
 import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
@@ -130,4 +139,77 @@ const plugin = {
   }
 };
 
-export default plugin;
+// ---- "Run as a batch job…" ------------------------------------------------------------------
+
+const RUN_AS_JOB = 'fgpu-jobs:run-as-batch-job';
+
+// The Sessions page with the batch dialog open on `path` (relative to the server's root, the home
+// folder: a storage folder's notebook is under folders/), and this session, whose image the
+// dialog picks. The page checks the path again, and the service on submit.
+function jobUrl(session, path) {
+  return session.sessionsUrl + '?job=' + encodeURIComponent(path) +
+    '&from=' + encodeURIComponent(session.id);
+}
+
+function isNotebook(path) {
+  return typeof path === 'string' && /\.ipynb$/i.test(path);
+}
+
+const jobPlugin = {
+  id: 'fgpu-session-status:run-as-job',
+  description: 'Opens the Sessions page to run a notebook as a batch job.',
+  autoStart: true,
+  optional: [IFileBrowserFactory, IDefaultFileBrowser, IMainMenu, ICommandPalette],
+  activate: (app, factory, defaultBrowser, mainMenu, palette) => {
+    const session = readSession();
+    if (!session || !session.sessionsUrl) return;
+    const contents = app.serviceManager.contents;
+
+    // The notebook the file browser's menu was opened on (the browser selects the item a right
+    // click lands on), without the drive's prefix.
+    function selectedNotebook() {
+      const browser = (factory && factory.tracker.currentWidget) || defaultBrowser;
+      if (!browser) return null;
+      for (const item of browser.selectedItems()) {
+        if (item.type === 'notebook' || isNotebook(item.path)) return contents.localPath(item.path);
+      }
+      return null;
+    }
+
+    // The notebook open in the main area, for the File menu and the palette.
+    function currentNotebook() {
+      const widget = app.shell.currentWidget;
+      const path = widget && widget.context && widget.context.path;
+      return isNotebook(path) ? contents.localPath(path) : null;
+    }
+
+    function target(args) {
+      return args && args.from === 'filebrowser' ? selectedNotebook() : currentNotebook();
+    }
+
+    app.commands.addCommand(RUN_AS_JOB, {
+      // On a file browser's notebook, the item says it of that file; the File menu and the palette
+      // name the notebook open in the main area.
+      label: args =>
+        args && args.from === 'filebrowser' ? 'Run as a batch job…' : 'Run Notebook as a Batch Job…',
+      caption: 'Opens your Sessions page with this notebook in the batch job dialog: ' +
+        'check the image and resources there, then submit. The job runs on a slice of its own ' +
+        'and writes an executed copy of the notebook next to it.',
+      isEnabled: args => !!target(args),
+      execute: args => {
+        const path = target(args);
+        if (path) window.open(jobUrl(session, path), '_blank', 'noopener');
+      }
+    });
+    app.contextMenu.addItem({
+      command: RUN_AS_JOB,
+      args: { from: 'filebrowser' },
+      selector: '.jp-DirListing-item[data-file-type="notebook"]',
+      rank: 3
+    });
+    if (mainMenu) mainMenu.fileMenu.addGroup([{ command: RUN_AS_JOB }], 40);
+    if (palette) palette.addItem({ command: RUN_AS_JOB, category: 'Notebook Operations' });
+  }
+};
+
+export default [plugin, jobPlugin];
