@@ -86,9 +86,12 @@ def test_a_notebook_job_created_from_the_jupyterlab_file_browser_runs_in_the_que
     expect(sessions.locator("#fgpu-launch-submit")).to_have_text("Submit job")
     expect(sessions.locator("#fgpu-launch-submit")).to_be_focused()
     expect(sessions.locator("#fgpu-launch-from")).to_have_text(
-        "From JupyterLab: run work/train.ipynb on the image of your session "
-        f"{session['id'][:8]}. Check the resources and the time limit below, then press Submit job."
+        "From JupyterLab: run work/train.ipynb with the image and resources of your default "
+        "session. Check them and the time limit below, then press Submit job."
     )
+    # The session's slice (0.5 cores, 512 MiB), not the dialog's defaults (1 core, 2 GiB).
+    expect(sessions.locator("#fgpu-launch-cpu-value")).to_have_text("0.5 cores")
+    expect(sessions.locator("#fgpu-launch-mem-value")).to_have_text("512 MiB")
     screenshot(sessions, "jobs-from-jupyterlab-dialog")
     sessions.locator("#fgpu-launch-count").scroll_into_view_if_needed()
     screenshot(sessions, "jobs-from-jupyterlab-resources")
@@ -151,7 +154,10 @@ def test_the_image_is_that_of_the_session_the_notebook_came_from(gpu_hub, page, 
     expect(page.locator("#fgpu-launch-image")).to_have_value("scikit-learn-1.5")
     # The storage folder the path names is ticked, so that the job mounts it.
     expect(page.locator('#fgpu-launch-folder-list [data-folder="course"] input')).to_be_checked()
-    expect(page.locator("#fgpu-launch-from")).to_contain_text(f"your session {other['id'][:8]}.")
+    expect(page.locator("#fgpu-launch-from")).to_contain_text(
+        f"with the image and resources of your session \u201c{other['server_name']}\u201d."
+    )
+    expect(page.locator("#fgpu-launch-mem-value")).to_have_text("256 MiB")
     # Other arguments stay in the address; only the job's are taken off.
     expect(page).to_have_url(re.compile(rf"{SESSIONS}\?x=1$"))
     page.click("#fgpu-launch-cancel")
@@ -162,7 +168,7 @@ def test_the_image_is_that_of_the_session_the_notebook_came_from(gpu_hub, page, 
     assert first != "scikit-learn-1.5"
     expect(page.locator("#fgpu-launch-image")).to_have_value(first)
     expect(page.locator("#fgpu-launch-from")).to_have_text(
-        "From JupyterLab: run train.ipynb. Check the image, the resources and the time limit "
+        "From JupyterLab: run train.ipynb. Check the image and resources and the time limit "
         "below, then press Submit job."
     )
     # Opened by hand, the dialog has no such note.

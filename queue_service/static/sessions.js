@@ -952,9 +952,10 @@
     return notebook && { notebook: notebook, from: from };
   }
 
-  // The image of the session the notebook was in, when it is still one of the user's and offered:
-  // that session, or null (the dialog's own default image stays).
-  function pickImageOf(sessionId) {
+  // The image and slice of the session the notebook was in, when it is still one of the user's
+  // and its image offered: a notebook written on a GPU session is most likely meant to run on one
+  // (each value within what the sliders reach). That session, or null (the defaults stay).
+  function pickSessionOf(sessionId) {
     if (!sessionId) return Promise.resolve(null);
     return fgpu.api("GET", "sessions").then(function (data) {
       var from = data.sessions.filter(function (s) { return s.id === sessionId; })[0];
@@ -962,16 +963,26 @@
       if (!offered) return null;
       field("image").value = from.image;
       describeImage();
+      setWithin("cpu", from.cpu);
+      setWithin("mem", from.mem / GIB);
+      if (!field("fgpu").disabled) setWithin("fgpu", from.fgpu);
+      showValues();
       updateLaunchAdvice();
       return from;
     }, function () { return null; });
   }
 
+  function setWithin(name, value) {
+    var slider = field(name);
+    slider.value = String(Math.min(Number(slider.max), Math.max(Number(slider.min), value)));
+  }
+
   function fromNote(job, session) {
     var note = field("from");
+    var where = session && (session.server_name ? "session \u201c" + session.server_name + "\u201d" : "default session");
     note.replaceChildren("From JupyterLab: run ", el("code", { text: job.notebook }),
-      session ? " on the image of your session " + session.id.slice(0, 8) + "." : ".",
-      " Check the " + (session ? "" : "image, the ") + "resources and the time limit below, then press Submit job.");
+      where ? " with the image and resources of your " + where + "." : ".",
+      " Check " + (where ? "them" : "the image and resources") + " and the time limit below, then press Submit job.");
     note.classList.remove("d-none");
   }
 
@@ -984,7 +995,7 @@
     fromNote(job, null);
     openLaunch().then(function () {
       tickNotebookFolder();
-      return pickImageOf(job.from);
+      return pickSessionOf(job.from);
     }).then(function (session) {
       fromNote(job, session);
       field("submit").focus();
