@@ -16,7 +16,7 @@ import pytest
 
 from fgpu_shared.homes import home_volume_name
 
-from .harness import QueueUser, containers_with, docker_client, restart, wait_until
+from .harness import TEST_LABEL, QueueUser, containers_with, docker_client, restart, wait_until
 from .job_helpers import job_ended, job_record, training_notebook
 from .test_queue_service import kill_queue_service
 from .test_security_handlers import EVIL, Browser, narrow_admin_token
@@ -210,9 +210,11 @@ def test_a_notebook_is_looked_for_in_the_home_and_the_folder_before_anything_is_
 
 def home_with(user: QueueUser, files: dict[str, str]) -> Path:
     """The user's home volume, made before their first session as the spawner would make it
-    (owned by the session user), holding `files`."""
-    engine = docker_client()
-    volume = engine.volumes.create(home_volume_name("fgpu-home-{username}", user.name))
+    (owned by the session user, with the test run's label: removed with the hub), holding
+    `files`."""
+    labels = {TEST_LABEL: user.hub.run_id, "fgpu.user": user.name, "fgpu.volume": "home"}
+    name = home_volume_name("fgpu-home-{username}", user.name)
+    volume = docker_client().volumes.create(name, labels=labels)
     home = Path(volume.attrs["Mountpoint"])
     for name, text in files.items():
         (home / name).parent.mkdir(parents=True, exist_ok=True)
