@@ -322,6 +322,13 @@ if node_agent_url:
 if folders_root != DEFAULT_FOLDERS_ROOT:
     (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
     queue_service["command"].append(f"--QueueService.folders_root={folders_root}")
+# The homes as the spawner makes them, where the service looks for a batch job's notebook before
+# queueing it: the shared home root in Swarm mode. On one host, the home volumes: the service's
+# name template is the spawner's default, and a site that changes FGPUSpawner.home_volume sets
+# QueueService.home_volume alike.
+if engine == "swarm" and c.FGPUSwarmSpawner.home_root:
+    (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
+    queue_service["command"].append(f"--QueueService.home_root={c.FGPUSwarmSpawner.home_root}")
 # The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a
 # shell's `cmd &` (scripts/up in the background) passes SIGINT on ignored, and the culler, which
 # sets no handler of its own, would hold every shutdown up for those 10 s. So it gets Python's

@@ -13,6 +13,9 @@ jupyter_server and nbconvert) for a notebook.
   own output is the same, which the queue service follows live and keeps the end of.
 - **The exit code** is the job's (a notebook: 0, or 1 when a cell failed), so the service ends
   the job `finished` or `failed` from the engine's record of it, not from anything said here.
+  A missing notebook is 2, at once, with `notebook ~/<path> not found` in the log: the queue
+  service refuses one at submission where it can see the home (queue_service/job_files.py), so
+  this is what a job meets where it could not (a link on the way, a home on another node).
 - **For the hub**: it starts a server and waits until its URL answers, so a small HTTP server
   answers there (nothing but a line saying this is a batch job), and the job starts once the hub
   has looked (its spawn is then all but over); and it

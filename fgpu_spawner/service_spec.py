@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from docker.types import (
     ContainerSpec,
@@ -73,6 +72,10 @@ from docker.types import (
     TaskTemplate,
 )
 
+from fgpu_shared.homes import (  # noqa: F401 (pick_home_account: the spawner's name for it)
+    home_folder_name,
+    pick_home_account,
+)
 from image_catalog.container_hardening import hardening
 
 from .container_spec import (
@@ -87,7 +90,6 @@ from .gpu_sharing import HAMI_CACHE_DIR_IN_CONTAINER as HAMI_CACHE_DIR
 from .gpu_sharing import session_command
 from .grant import Grant
 from .request import ResourceRequest
-from .storage import home_volume_name, volume_safe
 
 NANO = 10**9
 # swarmkit's rule for service names: a DNS name component of at most 63 characters.
@@ -194,37 +196,13 @@ def home_mount(swarm: SwarmContext, user: str) -> Mount:
     return Mount(target=swarm.home_path, source=folder, type="bind")
 
 
-def pick_home_account(
-    account: str, created: datetime | None, own_exists: bool, plain_modified: datetime | None
-) -> str:
-    """Which home folder an account uses (its `home_account`): its own (`<user>_u<account>`) if
-    it has one; the plain `<user>` if that was written since the account was made (an older
-    account's folder was last written before it was deleted, so before this account was made);
-    else its own, new one. Pure."""
-    if not account or own_exists:
-        return account
-    if plain_modified is not None and created is not None:
-        made = _utc(created).replace(microsecond=0)
-        if _utc(plain_modified) >= made:
-            return ""
-    return account
-
-
-def _utc(moment: datetime) -> datetime:
-    """Naive times (the hub's database) are UTC."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
 def home_folder(swarm: SwarmContext, user: str, account: str = "") -> str:
     """`<home_root>/<user>` (with an `account`, `<home_root>/<user>_u<account>`), the name escaped
     as for home volumes, so that no user name can climb out of the root, and no name is another
     name's account folder."""
     if not swarm.home_root.startswith("/"):
         raise ValueError(f"The shared home root must be an absolute path, not {swarm.home_root!r}")
-    folder = volume_safe(user)
-    if folder in {".", ".."}:
-        raise ValueError(f"User name {user!r} cannot name a home folder")
-    return f"{swarm.home_root.rstrip('/')}/{home_volume_name('{username}', user, account)}"
+    return f"{swarm.home_root.rstrip('/')}/{home_folder_name(user, account)}"
 
 
 def _gpu_binds_as_mounts(binds: dict) -> list[Mount]:

@@ -1000,6 +1000,20 @@ class FGPUSpawner(DockerSpawner):
         sessions leave thousands behind. On a Swarm node other than the hub's there is none here."""
         shutil.rmtree(session_cache_dir(self.gpu_paths, session_id), ignore_errors=True)
 
+    def run_post_stop_hook(self):
+        """The hub forgets a server here however it ended, `stop()` or not. A batch job (or a
+        session) whose container exited by itself is found exited by the hub's poll, which then
+        never calls `stop()` (queue_service/job_ends.py asks the hub to stop it afterwards): its
+        HAMi-core cache folder is removed here. After `stop()` the state is cleared already
+        (`stop()` removed the folder itself). A site's own `post_stop_hook` runs as well."""
+        session_id = self.session_id
+        if self.gpu_sharing == "hami" and session_id:
+            try:
+                self.remove_hami_cache(session_id)
+            except ValueError as e:  # an id that cannot name a folder: nothing was made for it
+                self.log.warning("No HAMi cache folder to remove for %r: %s", session_id, e)
+        return super().run_post_stop_hook()
+
     def get_state(self):
         state = super().get_state()
         if self.session_id:

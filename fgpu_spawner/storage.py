@@ -13,7 +13,8 @@ the host, and passes the mounts to `container_spec.build_container_spec`.
   owner's creation time (`fgpu.account`). When a user is deleted and a new one of the same name
   appears, the old volume is kept untouched and the new account gets a volume of its own, named
   with its creation time (`fgpu-home-alice_u20261123T211411123456Z`). `pick_home_volume` decides
-  from what the engine says about both names; the spawner asks it.
+  from what the engine says about both names; the spawner asks it. These names live in
+  `fgpu_shared/homes.py`, which the queue service reads homes by too.
 - **Storage folders.** The folders a session mounts (chosen at launch, and its owner's
   automount folders) are binds of their directories, as the queue service resolved them:
   `folder_mounts`.
@@ -25,23 +26,22 @@ the host, and passes the mounts to `container_spec.build_container_spec`.
 from __future__ import annotations
 
 import re
-import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from docker.types import Mount
-from escapism import escape
+
+from fgpu_shared.homes import (  # noqa: F401 (the spawner's names for them)
+    LABEL_ACCOUNT,
+    account_tag,
+    belongs_to_account,
+    home_volume_name,
+    pick_home_volume,
+    volume_safe,
+)
 
 LABEL_USER = "fgpu.user"
 LABEL_VOLUME = "fgpu.volume"
-#: The owner account's creation time (`account_tag`) on a home volume.
-LABEL_ACCOUNT = "fgpu.account"
-#: Starts the account part of a volume name: escaped names never hold '_' before a lower-case
-#: letter (escapism writes '_' + two upper-case hex digits), so no user's plain name ends so.
-_ACCOUNT_MARK = "_u"
-# Docker volume names allow [a-zA-Z0-9][a-zA-Z0-9_.-]*; '_' escapes everything else, itself included.
-_VOLUME_SAFE = set(string.ascii_letters + string.digits + "-.")
 # A group folder name must stay one path component on the host and in the container.
 _GROUP_FOLDER_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -56,66 +56,6 @@ class StorageSettings:
     group_data_path: str = "/home/jovyan/data"
     group_data_writers: tuple[str, ...] = ("instructors",)
     labels: Mapping[str, str] = field(default_factory=dict)
-
-
-def volume_safe(name: str) -> str:
-    """`name` as a Docker volume name component: distinct names stay distinct."""
-    return escape(name, safe=_VOLUME_SAFE, escape_char="_")
-
-
-def home_volume_name(template: str, username: str, account: str = "") -> str:
-    """The volume for `username`; with an `account` tag, that account's own one."""
-    suffix = f"{_ACCOUNT_MARK}{account}" if account else ""
-    return template.format(username=volume_safe(username) + suffix)
-
-
-def account_tag(created: datetime | None) -> str:
-    """A hub account's creation time as a volume name part and label (UTC, microseconds); empty
-    when unknown. A re-created user has another, even where the database reuses the user id."""
-    if created is None:
-        return ""
-    return _utc(created).strftime("%Y%m%dT%H%M%S%fZ")
-
-
-def belongs_to_account(volume: Mapping, created: datetime | None) -> bool:
-    """Whether an existing volume (the engine's inspect answer) is this account's home.
-
-    Labelled volumes say whose they are. Older ones, made before the label, belong to the account
-    if they were made after it (the engine's CreatedAt has whole seconds); one made before the
-    account, or of unknown age, belongs to an earlier account of the same name.
-    """
-    tag = account_tag(created)
-    labelled = (volume.get("Labels") or {}).get(LABEL_ACCOUNT)
-    if not tag:
-        return True  # nothing to tell accounts apart with: the name decides, as before
-    if labelled:
-        return labelled == tag
-    try:
-        made = datetime.fromisoformat(volume["CreatedAt"])
-    except (KeyError, TypeError, ValueError):
-        return False
-    return _utc(made) >= _utc(created).replace(microsecond=0)
-
-
-def _utc(moment: datetime) -> datetime:
-    """Naive times (the hub's database, some engines) are UTC."""
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def pick_home_volume(
-    template: str, username: str, created: datetime | None, volumes: Mapping[str, Mapping | None]
-) -> str:
-    """The home volume of this account: its own tagged one if it has one; else the plain name,
-    unless that belongs to an earlier account, which then keeps it and this account gets its
-    own. `volumes` maps both names to the engine's inspect answer, or None where missing."""
-    plain = home_volume_name(template, username)
-    own = home_volume_name(template, username, account_tag(created))
-    if own != plain and volumes.get(own) is not None:
-        return own
-    existing = volumes.get(plain)
-    if existing is None or belongs_to_account(existing, created):
-        return plain
-    return own
 
 
 def data_groups(groups: Iterable[str]) -> list[str]:

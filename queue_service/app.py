@@ -75,6 +75,7 @@ from .health import HealthMonitor, containers_check, node_daemons_check, select_
 from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
 from .job_ends import JobEnds
+from .job_files import HomeSettings, JobFiles, inspect_volume_with
 from .jobs import JobRules
 from .launches import Launcher
 from .queue import QueueManager
@@ -454,6 +455,36 @@ class QueueService(Application):
         Example::
 
             c.QueueService.project_quotas = False
+        """,
+    )
+    home_volume = Unicode(
+        "fgpu-home-{username}",
+        config=True,
+        help="""
+        The name of each user's home volume, as the spawner names it (`FGPUSpawner.home_volume`;
+        set both alike). On one host the service finds a batch job's notebook in that volume
+        (its directory on this host, from the engine) and refuses a job whose notebook is not
+        there, before it is queued. `{username}` is the user name, escaped for Docker. Empty: no
+        persistent homes, and notebooks outside storage folders are not looked for.
+
+        Example::
+
+            c.QueueService.home_volume = "cs101-home-{username}"
+        """,
+    )
+    home_root = Unicode(
+        "",
+        config=True,
+        help="""
+        Swarm mode: the shared home root, as the spawner has it (`FGPUSwarmSpawner.home_root`,
+        from FGPU_SWARM_HOME_ROOT), mounted at this path on the hub's host. The service finds a
+        batch job's notebook in the account's folder there, and refuses a job whose notebook is
+        not there, before it is queued. Empty (a Swarm whose homes are the nodes' volumes): the
+        service cannot see homes, and a missing notebook is found when the job runs.
+
+        Example::
+
+            c.QueueService.home_root = "/mnt/nfs/fgpu-homes"
         """,
     )
     folder_grace_days = Float(
@@ -1104,6 +1135,13 @@ class QueueService(Application):
             members=self.quotas.members_of,
             projects=self.kernel_project_quotas(root),
         )
+        # Where a batch job's notebook is looked for: the storage folders, and the homes.
+        homes = HomeSettings(
+            volume=self.home_volume,
+            root=self.home_root,
+            volumes_here=self.engine_backend.sessions_here,
+        )
+        self.job_files = JobFiles(homes, inspect_volume_with(self.docker))
 
     def kernel_project_quotas(self, root: str) -> ProjectQuotas | None:
         """The kernel's project quotas on the folders root, if it has them and the site wants
@@ -1239,6 +1277,7 @@ class QueueService(Application):
             site_presets=parse_presets(self.presets, "QueueService.presets"),
             session_limits={**SESSION_LIMITS, **self.session_limits},
             job_rules=self.jobs,
+            job_files=self.job_files,
             agent_service=self.agent_service,
             node_reports=self.node_reports,
             node_identity=NodeIdentity(self.node_credentials),

@@ -1,8 +1,10 @@
 """The reconciler: the DB's allocations checked against the containers that really run.
 
 A PENDING or SCHEDULED record whose spawn the hub no longer runs (the hub restarted, say) has its
-spawn issued again through the hub's API, with the record's own options; the service adopts the
-record, so the request keeps its place in line, or its grant. A record a spawn of this service's
+spawn issued again through the hub's API, with the options the hub kept for that server (its
+`user_options`: storage folders, environment variables and the rest come back too) under the
+record's own slots and job (`respawn_options`); the service adopts the record, so the request
+keeps its place in line, or its grant. A record a spawn of this service's
 life has dealt with waits `respawn_grace` first (a cancelled spawn's release may be on its way);
 one none has, at once (the service ends with its hub: that spawn and any release of it died in a
 crash). Either way the hub is asked first, and a server whose spawn it runs is not issued twice.
@@ -42,7 +44,7 @@ import time
 import docker.errors
 import requests
 
-from image_catalog.job_options import parse_job
+from image_catalog.job_options import JOB_OPTIONS, parse_job
 from queue_service.core import end_reasons
 from queue_service.core.status import Status
 from queue_service.engine.container_calls import ContainerCalls, ContainerUnresponsive
@@ -58,6 +60,10 @@ from .hub_client import HubError, server_pending
 #: Errors that mean the engine does not answer (down, restarting, or its socket gone).
 ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 ADOPTED_REASON = "adopted from its container: the service had no record of it"
+#: What a spawn issued again does not take from the hub's saved options: a request key names one
+#: start only (its record is adopted by its server and slots), and a preset's slots are the
+#: record's (a preset beside slots is refused, and the preset may have changed since).
+_NOT_RESPAWNED = ("request_key", "preset", *JOB_OPTIONS)
 
 
 class Reconciler:
@@ -340,27 +346,22 @@ class Reconciler:
         ]
         for user in {r.user for r in waiting}:
             try:
-                servers = (await self.hub.user_now(user)).get("servers", {})
+                # Stopped servers too: a spawn that died with the hub leaves its server stopped,
+                # and its saved options are still the hub's.
+                servers = (await self.hub.user_with_stopped_servers(user)).get("servers", {})
             except HubError as e:
                 self._say("cannot read %s from the hub: %s", user, e.message)
                 continue
             for record in (r for r in waiting if r.user == user):
-                if (servers.get(record.server_name) or {}).get("pending") != "spawn":
+                server = servers.get(record.server_name) or {}
+                if server.get("pending") != "spawn":
                     self._respawning.add(record.id)
-                    task = asyncio.create_task(self._respawn(record))
+                    options = respawn_options(record, server.get("user_options"))
+                    task = asyncio.create_task(self._respawn(record, options))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
 
-    async def _respawn(self, record) -> None:
-        options = {
-            "image": record.image,
-            "cpu": record.cpu,
-            "mem": record.mem,
-            "fgpu": record.fgpu,
-            "resource_group": record.resource_group,
-            # A job's own options, so that it runs what it was submitted with.
-            **({"type": "batch", **parse_job(record.job_json)} if record.job_json else {}),
-        }
+    async def _respawn(self, record, options: dict) -> None:
         try:
             # Read again: the user may have cancelled while the hub was asked about the server.
             if (await self.manager.get(record.id))["status"] not in (
@@ -418,3 +419,21 @@ def _stop_and_remove(container, log=None) -> bool:
 def _short(error: Exception) -> str:
     text = str(error) or type(error).__name__
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def respawn_options(record, saved: dict | None) -> dict:
+    """The options of a lost spawn issued again: the hub's saved `user_options` of the server
+    (folders, env and the rest, as the spawn was asked for), under the record's own slots and
+    job, so the spawn asks for exactly the request the record holds and adopts it. Without saved
+    options (a hub that keeps none, or a token that may not read them), the record's alone."""
+    kept = saved if isinstance(saved, dict) else {}
+    return {
+        **{key: value for key, value in kept.items() if key not in _NOT_RESPAWNED},
+        "image": record.image,
+        "cpu": record.cpu,
+        "mem": record.mem,
+        "fgpu": record.fgpu,
+        "resource_group": record.resource_group,
+        # A job's own options, so that it runs what it was submitted with.
+        **({"type": "batch", **parse_job(record.job_json)} if record.job_json else {}),
+    }

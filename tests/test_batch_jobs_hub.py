@@ -7,12 +7,16 @@ cancels; and the bad input that queues nothing."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
-from .harness import QueueUser, containers_with, restart, wait_until
+from fgpu_shared.homes import home_volume_name
+
+from .harness import TEST_LABEL, QueueUser, containers_with, docker_client, restart, wait_until
 from .job_helpers import job_ended, job_record, training_notebook
 from .test_queue_service import kill_queue_service
 from .test_security_handlers import EVIL, Browser, narrow_admin_token
@@ -159,6 +163,9 @@ def test_cancelling_a_waiting_and_a_running_job_ends_both_cancelled(gpu_hub, stu
         ({"command": "true", "parameters": {"a": 1}}, "a command takes none"),
         ({"type": "nightly", "command": "true"}, "type must be"),
         ({"type": "interactive", "command": "true"}, 'add "type": "batch"'),
+        # Looked for before anything is queued: the student's home volume does not even exist.
+        ({"notebook": "nope.ipynb"}, "notebook nope.ipynb is not in your home folder."),
+        ({"notebook": "folders/runs/x.ipynb"}, "A storage folder appears under ~/folders/ only"),
     ],
 )
 def test_bad_job_input_is_refused_with_a_message_and_queues_nothing(gpu_hub, student, job, words):
@@ -168,6 +175,53 @@ def test_bad_job_input_is_refused_with_a_message_and_queues_nothing(gpu_hub, stu
     assert words in response.json()["message"]
     assert student.sessions() == []
     assert not containers_with({"fgpu.user": student.name})
+
+
+def test_a_notebook_is_looked_for_in_the_home_and_the_folder_before_anything_is_queued(
+    gpu_hub, student
+):
+    """A missing notebook was queued and failed only once it ran (code 2). It is refused at
+    submission now, with nothing queued, whether it is missing from the student's home volume,
+    from a storage folder the launch mounts, or from a job started through the hub's own API;
+    one that is there runs from the very volume the spawner mounts."""
+    home = home_with(student, {"work/train.ipynb": json.dumps(training_notebook())})
+    folder = student.call("POST", "folders", json={"name": "runs"}).json()
+    refused = [
+        ({"notebook": "work/missing.ipynb"}, "notebook work/missing.ipynb is not in your home"),
+        ({"notebook": "folders/runs/train.ipynb", "folders": [folder["id"]]}, "storage folder"),
+    ]
+    for job, words in refused:
+        response = student.call("POST", "sessions", json={**SLOTS, "type": "batch", **job})
+        assert response.status_code == 400, response.text
+        assert words in response.json()["message"], response.text
+    body = {**SLOTS, "type": "batch", "notebook": "elsewhere.ipynb"}
+    response = gpu_hub.request("POST", f"users/{student.name}/servers/nightly", json=body)
+    assert response.status_code == 400, response.text
+    assert "notebook elsewhere.ipynb is not in your home folder" in response.text
+    assert student.sessions() == []
+    assert student.call("GET", "sessions?finished=1").json()["sessions"] == []
+    assert not containers_with({"fgpu.user": student.name})
+
+    job = submit(student, notebook="work/train.ipynb", parameters={"epochs": 2})
+    done = ended(student, job["id"], timeout=180)
+    assert done["end_reason"] == "finished", done["reason"]
+    assert [p.name for p in (home / "work").glob("train-output-*.ipynb")]
+
+
+def home_with(user: QueueUser, files: dict[str, str]) -> Path:
+    """The user's home volume, made before their first session as the spawner would make it
+    (owned by the session user, with the test run's label: removed with the hub), holding
+    `files`."""
+    labels = {TEST_LABEL: user.hub.run_id, "fgpu.user": user.name, "fgpu.volume": "home"}
+    name = home_volume_name("fgpu-home-{username}", user.name)
+    volume = docker_client().volumes.create(name, labels=labels)
+    home = Path(volume.attrs["Mountpoint"])
+    for name, text in files.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)
+    for path in [home, *home.rglob("*")]:
+        os.chown(path, 1000, 100)
+    return home
 
 
 def test_a_jobs_log_is_its_owners_and_an_admins_alone(gpu_hub, student):

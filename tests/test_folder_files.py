@@ -138,3 +138,29 @@ def test_missing_paths_are_not_found(files):
     with pytest.raises(Refusal) as refused:
         files.listing("0" * 32, ())
     assert refused.value.cause == "not_found"
+
+
+def test_whether_a_file_is_there_is_told_without_following_or_opening_anything(files, tmp_path):
+    """holds_file (a batch job's notebook, looked for at submission): a regular file is there;
+    nothing, a directory or a FIFO is not; a link, on the way or at the end, is never followed,
+    so what lies behind it stays unknown (None), even where the link's target holds the file."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "real.ipynb").write_text("{}")
+    files.make_directory(ID, ("work",))
+    files.write(ID, ("work", "train.ipynb"), b"{}", 0)
+    os.mkfifo(os.path.join(folder(files), "work", "pipe.ipynb"))
+    os.symlink(outside, os.path.join(folder(files), "out"))
+    os.symlink(outside / "real.ipynb", os.path.join(folder(files), "work", "linked.ipynb"))
+    assert files.holds_file(ID, ("work", "train.ipynb")) is True
+    for missing in [
+        ("work", "nope.ipynb"),
+        ("nowhere", "a.ipynb"),
+        ("work",),
+        ("work", "pipe.ipynb"),
+    ]:
+        assert files.holds_file(ID, missing) is False, missing
+    assert files.holds_file(ID, ("work", "train.ipynb", "x.ipynb")) is False  # a file, not a dir
+    for hidden in [("out", "real.ipynb"), ("out", "missing.ipynb"), ("work", "linked.ipynb")]:
+        assert files.holds_file(ID, hidden) is None, hidden
+    assert files.holds_file("0" * 32, ("a.ipynb",)) is False  # no such folder directory

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from .harness import QueueUser, relaunch, running_hub, wait_until
-from .test_queue_service import assert_nothing_leaked, by_status, two_running_one_waiting
+from .harness import QueueUser, containers_with, relaunch, running_hub, wait_until
+from .test_queue_service import SESSION, assert_nothing_leaked, by_status
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -28,7 +28,18 @@ for service in c.JupyterHub.services:
 def test_after_a_hub_crash_a_release_starts_the_waiting_request_by_itself(tmp_path):
     with running_hub(tmp_path / "hub", env=SIMULATED_GPU, extra_config=HOUR_OF_GRACE) as hub:
         student = QueueUser(hub, f"student-{secrets.token_hex(4)}")
-        before = two_running_one_waiting(student)
+        # Launched with a storage folder and an environment variable, which the spawn issued
+        # again after the crash must keep (the hub's saved options: reconciler.respawn_options).
+        folder = student.call("POST", "folders", json={"name": "runs"})
+        assert folder.status_code == 201, folder.text
+        extras = {"folders": ["runs"], "env": {"CRASH_TEST_VAR": "kept"}}
+        launched = student.call(
+            "POST", "sessions", json={**SESSION, **extras, "fgpu": 1, "count": 3}
+        )
+        assert launched.status_code == 201, launched.text
+        before = student.wait_for(
+            lambda s: len(by_status(s, "RUNNING")) == 2 and len(by_status(s, "PENDING")) == 1
+        )
         (pending,) = by_status(before, "PENDING")
 
         # As an OOM kill does: the hub, and with it the service, gone mid-queue.
@@ -57,6 +68,13 @@ def test_after_a_hub_crash_a_release_starts_the_waiting_request_by_itself(tmp_pa
             lambda s: pending["id"] in {r["id"] for r in by_status(s, "RUNNING")}, timeout=150
         )
         print(f"the waiting request ran {time.monotonic() - released:.1f} s after the release")
+        # The spawn issued again kept the launch's folder and environment variable.
+        (container,) = containers_with({"fgpu.session_id": pending["id"]})
+        assert "CRASH_TEST_VAR=kept" in container.attrs["Config"]["Env"]
+        targets = {m["Destination"] for m in container.attrs["Mounts"]}
+        assert "/home/jovyan/folders/runs" in targets, targets
+        (record,) = [s for s in student.sessions() if s["id"] == pending["id"]]
+        assert [m["name"] for m in record["mounts"]] == ["runs"]
 
         # Issued again once, and nothing runs twice or unaccounted.
         lost = f"spawn of {student.name}/{pending['server_name']} was lost"

@@ -286,6 +286,8 @@ def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
     assert config.FGPUSwarmSpawner.allow_reachable_sessions is True
     (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
     assert "--QueueService.engine=swarm" in queue["command"]
+    # The service looks for a batch job's notebook in the same shared homes.
+    assert "--QueueService.home_root=/srv/homes" in queue["command"]
     # The queue service lists the registry's images with its credentials, over TLS with its CA.
     assert "--QueueService.registry_auth_file=/lab/registry/nodes-auth.json" in queue["command"]
     assert "--QueueService.registry_ca=/lab/tls/ca.pem" in queue["command"]
@@ -426,3 +428,6 @@ def test_storage_folders_live_on_the_shared_storage_in_swarm_mode_else_by_defaul
     monkeypatch.delenv("FGPU_FOLDERS_ROOT")
     monkeypatch.setenv("FGPU_SWARM_HOME_ROOT", "/srv/homes")
     assert folders_args() == ["--QueueService.folders_root=/srv/homes/.folders"]
+    # Homes on one host are volumes: no home root for the service then.
+    (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
+    assert not [a for a in queue["command"] if a.startswith("--QueueService.home_root")]

@@ -365,13 +365,13 @@ async def test_a_container_the_hubs_stop_removed_ends_with_the_stops_reason_not_
 
 
 class HubReads:
-    """Stands in for the hub's REST API: counts the reads of users (HubClient.user_now); the
-    hub lists every server as still spawning."""
+    """Stands in for the hub's REST API: counts the reads of users
+    (HubClient.user_with_stopped_servers); the hub lists every server as still spawning."""
 
     def __init__(self):
         self.reads: list[str] = []
 
-    async def user_now(self, name: str) -> dict:
+    async def user_with_stopped_servers(self, name: str) -> dict:
         self.reads.append(name)
         return {"servers": {"s1": {"pending": "spawn"}}}
 
@@ -425,18 +425,29 @@ async def test_a_spawn_waiting_on_its_long_poll_costs_the_hub_no_read(manager):
 
 class HubAfterACrash:
     """Stands in for the hub's REST API after a crash: the servers whose spawn it runs again
-    (`pending`, as HubClient.user_now reads them), and the spawns it is asked to issue."""
+    (`pending`, as HubClient.user_with_stopped_servers reads them), the options it kept for
+    servers (`saved`: their `user_options`), and the spawns it is asked to issue."""
 
-    def __init__(self, pending: set[tuple[str, str]]):
+    def __init__(self, pending: set[tuple[str, str]], saved: dict | None = None):
         self.pending = pending
+        self.saved = saved or {}
         self.started: list[tuple[str, str]] = []
+        self.options: dict[tuple[str, str], dict] = {}
 
-    async def user_now(self, name: str) -> dict:
-        servers = {server: {"pending": "spawn"} for user, server in self.pending if user == name}
+    async def user_with_stopped_servers(self, name: str) -> dict:
+        servers = {
+            server: {"pending": None, "user_options": options}
+            for (user, server), options in self.saved.items()
+            if user == name
+        }
+        servers.update(
+            {server: {"pending": "spawn"} for user, server in self.pending if user == name}
+        )
         return {"servers": servers}
 
     async def start_server(self, user: str, server_name: str, options: dict) -> int:
         self.started.append((user, server_name))
+        self.options[(user, server_name)] = options
         return 202
 
 
@@ -482,3 +493,48 @@ async def test_after_a_crash_a_lost_spawn_is_issued_again_at_once_and_never_twic
 def carol_id(manager: QueueManager) -> str:
     (record,) = [r for r in manager.active_records() if r.user == "carol"]
     return record.id
+
+
+async def test_a_lost_spawn_issued_again_keeps_the_options_the_hub_saved(manager):
+    """The spawn was asked for with storage folders, environment variables and a name of its own
+    (the hub keeps them as the server's `user_options`); issued again from the record alone, it
+    lost them all. The hub's saved options come back, under the record's own slots and job (a
+    request key names the lost start only, and a preset is the record's slots now); a server the
+    hub kept no options for is issued from the record, as before."""
+    job = {"user": "alice", "server_name": "job-1", "image": "x", "cpu": 0.5, "mem": GIB}
+    job = {**job, "fgpu": 1, "job": '{"command":"python train.py","time_limit":null}'}
+    first = await manager.submit(job, ())
+    plain = await manager.submit({**job, "server_name": "s2", "job": None}, ())
+    saved = {
+        "image": "x",
+        "preset": "small",
+        "type": "batch",
+        "command": "python train.py",
+        "folders": ["data"],
+        "env": {"SEED": "7"},
+        "request_key": first["id"],
+        "mem": "1G",
+    }
+    hub = HubAfterACrash(pending=set(), saved={("alice", "job-1"): saved})
+    reconciler = Reconciler(manager, None, hub=hub, respawn_grace=0)
+    assert await issued_now(reconciler, hub) == [("alice", "job-1"), ("alice", "s2")]
+    assert hub.options[("alice", "job-1")] == {
+        "image": "x",
+        "cpu": 0.5,
+        "mem": GIB,
+        "fgpu": 1.0,
+        "resource_group": None,
+        "type": "batch",
+        "command": "python train.py",
+        "time_limit": None,
+        "folders": ["data"],
+        "env": {"SEED": "7"},
+    }
+    assert hub.options[("alice", "s2")] == {
+        "image": "x",
+        "cpu": 0.5,
+        "mem": GIB,
+        "fgpu": 1.0,
+        "resource_group": None,
+    }
+    assert plain["status"] in (Status.PENDING, Status.SCHEDULED)

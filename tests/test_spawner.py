@@ -256,6 +256,37 @@ def test_a_stopped_hami_session_leaves_no_cache_folder(tmp_path):
     assert tmp_path.exists()
 
 
+def test_a_hami_job_that_exited_by_itself_leaves_no_cache_folder(tmp_path):
+    """A job whose container exited by itself is settled by the service (job_ends.py), and the
+    hub, finding it exited, forgets the server without calling stop(): the post-stop hook, which
+    the hub runs however a server ends, removes the cache folder. The site's own hook still runs,
+    and a session of another GPU mode, or one stop() already cleared, touches nothing."""
+    config = Config()
+    config.FGPUSpawner.hami_cache_base = str(tmp_path / "vgpu")
+    config.FGPUSpawner.gpu_sharing = "hami"
+    hooked = []
+    config.FGPUSpawner.post_stop_hook = lambda spawner: hooked.append(spawner.session_id)
+    spawner = FGPUSpawner(config=config)
+    spawner.session_id = "job12"  # its state, as the hub loaded it for the poll
+    for name in ("job12", "other"):
+        (tmp_path / "vgpu" / name).mkdir(parents=True)
+        (tmp_path / "vgpu" / name / "cudevshr.cache").write_bytes(b"usage")
+    spawner.run_post_stop_hook()
+    assert not (tmp_path / "vgpu" / "job12").exists()
+    assert (tmp_path / "vgpu" / "other" / "cudevshr.cache").exists()
+    assert hooked == ["job12"]
+
+    spawner.session_id = ""  # after stop(), whose clear_state ends it; stop() removed it
+    spawner.run_post_stop_hook()
+    assert (tmp_path / "vgpu" / "other").exists() and hooked == ["job12", ""]
+
+    config.FGPUSpawner.gpu_sharing = "simulated"
+    simulated = FGPUSpawner(config=config)
+    simulated.session_id = "other"
+    simulated.run_post_stop_hook()
+    assert (tmp_path / "vgpu" / "other" / "cudevshr.cache").exists()
+
+
 def test_a_hami_session_user_can_write_its_cache_and_the_lock_file():
     """The session (uid 1000, no capabilities) must create HAMi-core's shared-region file in its
     cache folder and open the lock file read-write; a folder the engine makes for a missing bind

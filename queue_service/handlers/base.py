@@ -21,6 +21,7 @@ In the order a request meets them:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, ClassVar
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
 
+from image_catalog.job_options import parse_job
 from queue_service.core.errors import Refusal
 from queue_service.core.scopes import ADMIN_SCOPE, is_filtered_form
 from queue_service.store.accounts import Account, account_key
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # the service's parts, as QueueService.init_app puts them in 
     from queue_service.health import HealthMonitor
     from queue_service.hub_client import HubClient
     from queue_service.image_builds import BackgroundBuilds
+    from queue_service.job_files import JobFiles
     from queue_service.launches import Launcher
     from queue_service.queue import QueueManager
     from queue_service.quotas import QuotaBook
@@ -208,6 +211,12 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     @property
     def session_limits(self) -> dict:
         return self.settings["session_limits"]
+
+    @property
+    def job_files(self) -> JobFiles | None:
+        """Where a batch job's notebook is looked for (job_files.py); None where the app was
+        built without it."""
+        return self.settings.get("job_files")
 
     @property
     def job_rules(self):
@@ -374,6 +383,19 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     async def refresh_quotas(self, user: dict) -> None:
         await self.from_hub(self.quotas.refresh(user, self.hub))
+
+    async def check_notebook(self, account: Account, job: str | None, mounts: list[dict]) -> None:
+        """Refuse a batch job whose notebook is not where it will run (job_files.py): in a
+        storage folder of `mounts`, or in the account's home. Checked before anything is queued;
+        what the service cannot see goes through."""
+        notebook = (parse_job(job) or {}).get("notebook")
+        if not notebook or self.job_files is None:
+            return
+        refusal = await asyncio.to_thread(
+            self.job_files.notebook_refusal, account, notebook, mounts
+        )
+        if refusal is not None:
+            raise refusal
 
     # -- input and output -----------------------------------------------------------------------
 

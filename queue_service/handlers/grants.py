@@ -19,6 +19,7 @@ from tornado import web
 
 from queue_service.core import end_reasons, query_args
 from queue_service.engine.registry_images import pinned_reference
+from queue_service.store.accounts import Account
 from queue_service.store.folders import Reader
 
 from .base import BaseHandler
@@ -60,6 +61,10 @@ class GrantsHandler(SpawnerHandler):
         # admin mounts what they own or were given, as anyone does).
         reader = Reader.of({**user, "admin": False})
         mounts = await asyncio.to_thread(self.folders.mounts, reader, data.get("folders") or [])
+        if self._new_request(data):
+            # A job started through the hub's own API: its notebook is looked for, as a launch's
+            # is (POST api/sessions). A launched or waiting record was checked when it was made.
+            await self.check_notebook(Account.of(user), data.get("job"), mounts)
         record = await self.manager.submit(
             {k: v for k, v in data.items() if k != "folders"},
             groups=tuple(user.get("groups", [])),
@@ -70,6 +75,15 @@ class GrantsHandler(SpawnerHandler):
         # and from its pinned digest once it has one (Swarm mode: registry_images.py).
         reference = pinned_reference(image["image"], image["digest"]) if image else None
         self.write_json({**record, "image_ref": reference, "mounts": mounts}, 201)
+
+    def _new_request(self, data: dict) -> bool:
+        """Whether this request makes a record: its key is unknown, and its server has no live
+        record (a spawn issued again adopts the one it has)."""
+        key, server = data.get("id"), str(data.get("server_name") or "")
+        for session in self.manager.sessions(user=data["user"]):
+            if session["id"] == key or session["server_name"] == server:
+                return False
+        return True
 
 
 class GrantHandler(SpawnerHandler):

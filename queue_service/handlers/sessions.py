@@ -20,6 +20,7 @@ from tornado import web
 from queue_service import launches
 from queue_service.core import end_reasons, query_args
 from queue_service.core.status import Status
+from queue_service.store.accounts import Account
 from queue_service.store.folders import Reader
 from queue_service.store.history import parse_filters
 from queue_service.store.images import CheckResult
@@ -95,7 +96,11 @@ class SessionsHandler(BaseHandler):
         person = {**person, "account": (await self.account_of(person["name"])).key}
         # Folders it may not mount are refused now, before any record exists.
         reader = Reader.of({**person, "admin": False})
-        await asyncio.to_thread(self.folders.mounts, reader, extras["folders"])
+        mounts = await asyncio.to_thread(self.folders.mounts, reader, extras["folders"])
+        # So is a job whose notebook is not there (in those folders, or in the home).
+        await self.check_notebook(
+            Account(person["name"], person["account"]), request["job"], mounts
+        )
         # A refusal of the first start carries the hub's own message (FGPUSpawner's checks).
         launch = self.launcher.launch(person, request, count, name=name, extras=extras)
         servers = await self.from_hub(launch)

@@ -121,6 +121,29 @@ class FolderFiles:
             info = _lstat(parts[-1], parent)
             return stat.S_ISDIR(info.st_mode)
 
+    def holds_file(self, folder_id: str, parts: tuple[str, ...]) -> bool | None:
+        """Whether a regular file is at `parts`, looked for link-free and without opening it:
+        False when nothing is there (the folder's own directory missing included) or something
+        else is (a directory, a FIFO); None when the answer is hidden: a link on the way or at
+        the end, never followed (a session may have planted it), or a directory this process
+        may not read."""
+        if not parts:
+            return False
+        try:
+            with self._parent(folder_id, parts) as parent:
+                info = os.lstat(parts[-1], dir_fd=parent)
+        except FileNotFoundError:
+            return False
+        except Refusal as e:  # from the walk: missing, a link, or not a directory
+            return {"not_found": False, "forbidden": None}.get(e.cause, False)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EACCES, errno.EPERM):
+                return None  # the folder's own directory is a link, or closed to this process
+            raise
+        if stat.S_ISLNK(info.st_mode):
+            return None
+        return stat.S_ISREG(info.st_mode)
+
     def open_file(self, folder_id: str, parts: tuple[str, ...]) -> tuple[int, int]:
         """(descriptor, size) of a regular file, open for reading; the caller closes it."""
         if not parts:
