@@ -39,6 +39,7 @@ from queue_service.queue_pass import (
     deferred_reason,
     deferred_seq,
     finish_record,
+    in_line,
     next_seq,
     scheduler_free_view,
 )
@@ -208,8 +209,8 @@ class QueueManager(QueuePass):
         if key in self._abandoned or db.get(SessionRecord, key) is not None:
             raise Refused("That request key is taken.", "conflict")
         self._queue_new(db, key, request, groups, quotas)
-        pending = db.scalars(pending_query())
-        self._place(list(db.scalars(allocated_query())), list(pending), quotas)
+        pending = [r for r in db.scalars(pending_query()) if in_line(r)]
+        self._place(list(db.scalars(allocated_query())), pending, quotas)
 
     def _queue_new(self, db, key: str, request: dict, groups, quotas) -> str:
         """Admit `request` (or raise the refusal) and add it, PENDING, at the end of the line."""

@@ -310,3 +310,17 @@ async def test_a_start_after_within_the_last_minute_or_at_the_maximum_is_taken(o
     assert (later["status"], later["position"]) == ("PENDING", None)
     with pytest.raises(Refused, match="deferred by at most 1 h"):
         await manager.submit(ask(server="c", command="x", start_after=_in(3700)), ())
+
+
+async def test_a_deferred_job_of_a_launch_of_several_is_not_placed_either(open_manager):
+    manager = open_manager(JobRules())
+    later = _in(60)
+    many = [
+        {**ask(server=f"j{i}", cpu=1.0, command="x", start_after=later), "id": f"{i:032x}"}
+        for i in range(2)
+    ]
+    jobs = await manager.submit_many(many, groups=())
+    assert [(j["status"], j["position"]) for j in jobs] == [("PENDING", None)] * 2
+    assert all(j["reason"].startswith("Waits until ") for j in jobs)
+    now = await manager.submit(ask(server="now", cpu=1.0), ())
+    assert now["status"] == "SCHEDULED"
