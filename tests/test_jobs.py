@@ -53,7 +53,10 @@ def open_manager(tmp_path):
     engines = []
 
     def open_(
-        rules: JobRules, quota: dict | None = None, settings: SchedulerSettings | None = None
+        rules: JobRules,
+        quota: dict | None = None,
+        settings: SchedulerSettings | None = None,
+        incremental: bool = True,
     ) -> QueueManager:
         db = open_database(f"sqlite:///{tmp_path / 'queue.sqlite'}")
         engines.append(db.kw["bind"])
@@ -62,6 +65,7 @@ def open_manager(tmp_path):
             (NODE,),
             settings or SchedulerSettings(),
             QuotaBook(quota),
+            incremental,
             admission_check=lambda db, request, groups: rules.refusal(db, request),
         )
 
@@ -232,8 +236,15 @@ def _view(manager, server):
     return next(s for s in manager.sessions() if s["server_name"] == server)
 
 
-async def test_a_deferred_job_waits_out_of_line_then_joins_it_at_the_end(open_manager):
-    manager = open_manager(JobRules())
+@pytest.mark.parametrize(
+    ("incremental", "policy"), [(True, "fifo"), (False, "fifo"), (True, "drf")]
+)
+async def test_a_deferred_job_waits_out_of_line_then_joins_it_at_the_end(
+    open_manager, incremental, policy
+):
+    """The same with the incremental pass, the reference pass over everything, and DRF."""
+    settings = SchedulerSettings(policy=policy)
+    manager = open_manager(JobRules(), settings=settings, incremental=incremental)
     job = await manager.submit(ask(server="later", cpu=2.0, command="x", start_after=_in(2)), ())
     assert job["status"] == "PENDING"
     assert job["position"] is None
