@@ -232,10 +232,13 @@
     var whose = s.user === config.user ? "job " + name : s.user + "’s job " + name;
     if (s.status === "PENDING") {
       var place = s.position ? " (" + fgpu.ordinal(s.position) + " in line)" : "";
+      var deferred = !s.position && s.start_after;
       return {
         title: "Cancel " + whose + "?",
         lines: [
-          "It gives up its place in the queue" + place + " and never runs. Submitting it again later puts it at the back of the line.",
+          deferred
+            ? "It does not start " + localTime(s.start_after) + " as asked, and never runs."
+            : "It gives up its place in the queue" + place + " and never runs. Submitting it again later puts it at the back of the line.",
           "Nothing has run yet, so nothing is lost.",
         ],
         confirm: "Cancel job", keep: "Keep waiting",
