@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import os
 import shutil
 import uuid
@@ -112,7 +113,7 @@ async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> No
     # The hub reads the start's timeout after this hook: a job may wait in the queue for hours,
     # and a deferred one (`start_after`) first until its time.
     spawner.start_timeout = (
-        spawner.job_start_timeout + _deferred_for(request.job)
+        int(spawner.job_start_timeout + _deferred_for(request.job))  # an Integer trait
         if request.batch
         else spawner._interactive_start_timeout
     )
@@ -121,12 +122,12 @@ async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> No
     spawner.mem_limit = request.mem
 
 
-def _deferred_for(job: str | None) -> float:
-    """Seconds until a job's `start_after` (0 for none, or one that has come)."""
+def _deferred_for(job: str | None) -> int:
+    """Whole seconds until a job's `start_after`, rounded up (0 for none, or one that has come)."""
     start_after = start_after_of(parse_job(job))
     if start_after is None:
-        return 0.0
-    return max(0.0, (start_after - datetime.now(UTC)).total_seconds())
+        return 0
+    return max(0, math.ceil((start_after - datetime.now(UTC)).total_seconds()))
 
 
 def catalog_from_entries(entries: list[dict]) -> Catalog:

@@ -298,7 +298,8 @@ def test_a_job_deferred_a_few_seconds_waits_holding_nothing_and_starts_by_itself
     done = ended(student, job["id"], timeout=120)
     assert (done["end_reason"], done["exit_code"]) == ("finished", 0)
     assert moment(done["started"]) >= start_after
-    assert moment(done["scheduled"]) < start_after + timedelta(seconds=10)  # by itself, at once
+    # By itself, at its time: granted then, its container up a few seconds later.
+    assert moment(done["started"]) < start_after + timedelta(seconds=30)
     assert "started on time" in student.call("GET", f"sessions/{job['id']}/logs").text
 
 
