@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 import uuid
 from collections import OrderedDict
@@ -45,6 +46,8 @@ from queue_service.queue_pass import (
 )
 from queue_service.store.models import SessionRecord, as_utc, request_view, utcnow
 from queue_service.store.queue_rows import allocated_query, pending_query, watch_flushes
+
+log = logging.getLogger(__name__)
 
 #: Views of ended records kept in memory, so a spawn that reads its ended record needs no DB call.
 ENDED_VIEWS_KEPT = 10_000
@@ -721,6 +724,7 @@ class QueueManager(QueuePass):
     def _deferred_due_now(self) -> None:
         self._deferred_timer, self._deferred_due = None, None
         task = asyncio.ensure_future(self._write(lambda db, quotas: None))
+        task.add_done_callback(_log_failed_pass)
         self._deferred_pass = task  # held, so that it is not collected while it runs
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -821,6 +825,12 @@ class QueueManager(QueuePass):
             # state, not of load.
             "version": f"{record.status}|{position}|{record.reason}",
         }
+
+
+def _log_failed_pass(task: asyncio.Future) -> None:
+    """A timer's pass that failed (the DB away): said, and left to the reconciler's next round."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("the pass for a deferred job's start failed: %s", task.exception())
 
 
 def _sum_slots(records) -> dict:
