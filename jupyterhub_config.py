@@ -200,6 +200,17 @@ user_quota = {**DEFAULT_USER_QUOTA, "fgpu": fgpu_max}
 user_quota.update(json.loads(os.environ.get("FGPU_USER_QUOTA") or "{}"))
 # A typo stops the hub here, with the key named.
 pending_per_user = parse_quota(user_quota, "FGPU_USER_QUOTA").max_pending
+# Batch jobs waiting per user (0: no limit): they count against this, not against `pending`.
+from queue_service.jobs import JOBS_WAITING_PER_USER  # noqa: E402
+
+try:
+    jobs_waiting_per_user = int(
+        os.environ.get("FGPU_JOBS_WAITING_PER_USER") or JOBS_WAITING_PER_USER
+    )
+    if jobs_waiting_per_user < 0:
+        raise ValueError("negative")
+except ValueError:
+    raise SystemExit("FGPU_JOBS_WAITING_PER_USER must be a whole number, 0 or more") from None
 
 # Which hub a session container belongs to, kept in the state directory (outside the service's
 # DB): hubs sharing an engine then adopt or stop only their own sessions.
@@ -264,6 +275,7 @@ c.JupyterHub.services = [
             f"--QueueService.deployment_id={fgpu_deployment_id}",
             f"--QueueService.engine={engine}",
             f"--QueueService.pending_timeout={pending_timeout}",
+            f"--QueueService.jobs_waiting_per_user={jobs_waiting_per_user}",
             f"--QueueService.idle_timeout={idle_timeout}",
             # Sessions are told their planned end through the proxy (the status bar's time left).
             f"--QueueService.proxy_url={c.JupyterHub.bind_url.replace('//0.0.0.0:', '//127.0.0.1:')}",
@@ -472,17 +484,23 @@ c.Spawner.default_url = "/lab"
 # within http_timeout.
 c.Spawner.http_timeout = 60
 c.Spawner.start_timeout = pending_timeout + 120
-# Per user, at most sessions + pending named servers (3 + 2) may run or wait at once; stopped ones
-# do not count. The queue's quota refuses the default server past the same numbers.
+# Per user, at most sessions + pending named servers (3 + 2) may run or wait at once, besides the
+# batch jobs waiting (5 more); stopped ones do not count. The queue's limits refuse the default
+# server past the same numbers.
 from fgpu_spawner.named_servers import ActiveNamedServerLimit  # noqa: E402
 
-c.JupyterHub.named_server_limit_per_user = ActiveNamedServerLimit(active_session_limit(user_quota))
+c.JupyterHub.named_server_limit_per_user = ActiveNamedServerLimit(
+    active_session_limit(user_quota), jobs_waiting=jobs_waiting_per_user
+)
 # A spawn holds one of the hub's spawn slots from its start until its server answers, and so for
-# as long as it waits in the queue. The pending quota bounds those waiting spawns at `pending` per
-# student (2 × 200 students = 400 at worst), and the rest is room for spawns that are starting a
-# container (100), so that a full queue never turns everyone else's start into a 429.
+# as long as it waits in the queue, a batch job's too. The pending quota and the jobs' limit bound
+# those waiting spawns at `pending` + jobs waiting per student ((2 + 5) × 200 students = 1,400 at
+# worst), and the rest is room for spawns that are starting a container (100), so that a full
+# queue never turns everyone else's start into a 429.
 class_size = int(os.environ.get("FGPU_CLASS_SIZE", "200"))
-waiting_per_user = pending_per_user if pending_per_user is not None else 2
+waiting_per_user = (pending_per_user if pending_per_user is not None else 2) + (
+    jobs_waiting_per_user or JOBS_WAITING_PER_USER
+)
 from fgpu_spawner.queue_client import open_files_needed, spawn_slots  # noqa: E402
 
 c.JupyterHub.concurrent_spawn_limit = spawn_slots(class_size, waiting_per_user)

@@ -8,6 +8,12 @@ spawner runs, a start (or creation) of a named server while that user already ha
 servers running, starting or waiting in the queue; stopped ones never count. The answer is
 JupyterHub's own for its limit, a 400 with a message.
 
+Batch jobs waiting in the queue count against a limit of their own there (the service's
+`jobs_waiting_per_user`), not against the `pending` quota, and the hub follows: a session's start
+counts the servers running, starting or waiting, less the batch jobs still waiting for their
+turn, against `limit` (sessions + pending); a batch job's start (`"type": "batch"` in its
+options) counts them all against `limit + jobs_waiting`.
+
 JupyterHub calls it with the request's handler: from the start and spawn-form routes
 (`/hub/api/users/{name}/servers/{server}`, `/hub/spawn/{name}/{server}`) to check a request,
 and from the home and admin pages only to show the number.
@@ -15,16 +21,22 @@ and from the home and admin pages only to show the number.
 
 from __future__ import annotations
 
+import json
+
 from tornado import web
 
 
 class ActiveNamedServerLimit:
     """A callable for `c.JupyterHub.named_server_limit_per_user`; 0 means no limit."""
 
-    def __init__(self, limit: int):
-        if limit < 0:
-            raise ValueError(f"named server limit {limit} is not a count (0 or more)")
+    def __init__(self, limit: int, jobs_waiting: int = 0):
+        if limit < 0 or jobs_waiting < 0:
+            raise ValueError(
+                f"named server limit {limit} (+ {jobs_waiting} jobs) is not a count (0 or more)"
+            )
         self.limit = limit
+        #: Room for batch jobs waiting (the service's jobs_waiting_per_user); 0: no limit on them.
+        self.jobs_waiting = jobs_waiting
 
     def __call__(self, handler) -> int:
         target = _target(handler)
@@ -32,22 +44,49 @@ class ActiveNamedServerLimit:
             return self.limit  # a page that only shows the number
         user, server_name = target
         active = [
-            name
+            spawner
             for name, spawner in list(user.spawners.items())
             if name and name != server_name and spawner.active
         ]
-        if len(active) >= self.limit:
+        if _starts_a_job(handler):
+            if not self.jobs_waiting:
+                return 0
+            limit, what = self.limit + self.jobs_waiting, "with batch jobs waiting"
+        else:
+            active = [spawner for spawner in active if not _waiting_job(spawner)]
+            limit, what = self.limit, "besides batch jobs waiting"
+        if len(active) >= limit:
             raise web.HTTPError(
                 400,
                 f"{user.name} already has {len(active)} named servers running or waiting to "
-                f"start, the most one user may have at a time ({self.limit}). Stop one of them "
-                "first.",
+                f"start, the most one user may have at a time ({limit}, {what}). Stop one of "
+                "them first.",
             )
         # Checked here; JupyterHub's own count, which includes stopped servers, is not applied.
         return 0
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.limit})"
+        return f"{type(self).__name__}({self.limit}, jobs_waiting={self.jobs_waiting})"
+
+
+def _waiting_job(spawner) -> bool:
+    """A batch job's server whose start still waits (in the queue, for its grant)."""
+    options = getattr(spawner, "user_options", None) or {}
+    return isinstance(options, dict) and options.get("type") == "batch" and bool(spawner.pending)
+
+
+def _starts_a_job(handler) -> bool:
+    """Whether the request starts a batch job: its JSON body (the REST API's start) says
+    `"type": "batch"`. The spawn form starts sessions."""
+    request = getattr(handler, "request", None)
+    body = getattr(request, "body", None) or b""
+    if not body.lstrip().startswith(b"{"):
+        return False
+    try:
+        options = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(options, dict) and options.get("type") == "batch"
 
 
 def _target(handler):

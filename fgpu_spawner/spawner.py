@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import os
 import shutil
 import uuid
@@ -32,6 +33,7 @@ from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default, v
 from fgpu_shared.engine_client import api_client_from_env
 from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
+from image_catalog.job_options import parse_job, start_after_of
 from image_catalog.launch_options import SESSION_LIMITS
 
 from . import form, idle
@@ -108,13 +110,24 @@ async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> No
     except InvalidRequest as e:
         raise spawn_error(str(e), reason="invalid_options") from None
     spawner.resource_request = request
-    # The hub reads the start's timeout after this hook: a job may wait in the queue for hours.
+    # The hub reads the start's timeout after this hook: a job may wait in the queue for hours,
+    # and a deferred one (`start_after`) first until its time.
     spawner.start_timeout = (
-        spawner.job_start_timeout if request.batch else spawner._interactive_start_timeout
+        int(spawner.job_start_timeout + _deferred_for(request.job))  # an Integer trait
+        if request.batch
+        else spawner._interactive_start_timeout
     )
     spawner.image = request.image
     spawner.cpu_limit = request.cpu
     spawner.mem_limit = request.mem
+
+
+def _deferred_for(job: str | None) -> int:
+    """Whole seconds until a job's `start_after`, rounded up (0 for none, or one that has come)."""
+    start_after = start_after_of(parse_job(job))
+    if start_after is None:
+        return 0
+    return max(0, math.ceil((start_after - datetime.now(UTC)).total_seconds()))
 
 
 def catalog_from_entries(entries: list[dict]) -> Catalog:
@@ -369,7 +382,8 @@ class FGPUSpawner(DockerSpawner):
         How long, in seconds, the hub waits for a batch job's start: its wait in the queue
         included. A job waits for its turn as long as the queue service keeps it
         (QueueService.job_pending_timeout, a day by default), far longer than an interactive
-        start (`start_timeout`), which the hub would otherwise give up after.
+        start (`start_timeout`), which the hub would otherwise give up after. A job deferred to
+        its `start_after` is waited for that much longer (its pending timeout counts from then).
 
         Example::
 

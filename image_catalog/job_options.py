@@ -4,7 +4,11 @@ A launch is an interactive session unless it says `type: "batch"`; a batch job t
 it runs, either a `notebook` (a path in the home folder, where mounted storage folders appear
 under `folders/`, executed top to bottom with `parameters`, as papermill does) or a `command`
 (run by `bash -c` in the home folder). `time_limit` bounds its run (seconds, or "90m", "2h");
-`output` is the folder, in the home, that receives the executed copy of a notebook.
+`output` is the folder, in the home, that receives the executed copy of a notebook; `start_after`
+(an ISO 8601 time with its offset) is the earliest the job may start: until then it waits out of
+the line (queue_pass.py). Only its form is checked here, against no clock: whether it is too far
+in the past or the future is the queue service's to say when the job is submitted (jobs.py), so
+that the spawner's re-check of the same options, later, makes the same text.
 
 The job is kept as one canonical JSON text (`job_json`): the queue's record, the hub's start and
 the spawner's grant request all carry that same text, so a launched record is claimed by the
@@ -15,13 +19,22 @@ from __future__ import annotations
 
 import json
 import keyword
+from datetime import UTC, datetime
 
 from fgpu_shared.units import parse_duration
 
 BATCH = "batch"
 INTERACTIVE = "interactive"
 #: The options of a batch job, besides the session's (launch_options.LAUNCH_OPTIONS).
-JOB_OPTIONS = ("type", "command", "notebook", "parameters", "output", "time_limit")
+JOB_OPTIONS = (
+    "type",
+    "command",
+    "notebook",
+    "parameters",
+    "output",
+    "time_limit",
+    "start_after",
+)
 
 COMMAND_MAX_BYTES = 8192
 PATH_MAX = 1024
@@ -57,6 +70,10 @@ def _job(options: dict) -> dict:
     if _blank(command) == _blank(notebook):
         raise JobOptionError("A batch job runs either a notebook or a command: give one of them.")
     job: dict = {"time_limit": check_time_limit(options.get("time_limit"))}
+    start_after = check_start_after(options.get("start_after"))
+    if start_after is not None:
+        # Left out when not given: the text of a job without it stays as it was before the option.
+        job["start_after"] = start_after
     if not _blank(command):
         if options.get("parameters") not in (None, "", {}):
             raise JobOptionError("parameters go to a notebook; a command takes none.")
@@ -155,6 +172,42 @@ def check_time_limit(value: object) -> float | None:
             f"days, not {seconds:g} s."
         )
     return seconds
+
+
+def check_start_after(value: object) -> str | None:
+    """The earliest start of a job as canonical text, UTC to the second
+    ("2026-11-28T02:00:00+00:00"), from an ISO 8601 time with an offset ("Z" or "+01:00"); None
+    when not given. A time without an offset is refused: whose 02:00 would it be?"""
+    if _blank(value):
+        return None
+    example = '"2026-11-28T02:00:00+00:00"'
+    if not isinstance(value, str):
+        raise JobOptionError(
+            f"start_after must be an ISO 8601 time with its offset, e.g. {example}."
+        )
+    text = value.strip()
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise JobOptionError(
+            f"start_after {text[:40]!r} is not a time: give an ISO 8601 time with its offset, "
+            f"e.g. {example}."
+        ) from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise JobOptionError(
+            f"start_after {text[:40]!r} has no offset: add one, e.g. {example} or "
+            '"2026-11-28T03:00:00+01:00".'
+        )
+    try:
+        return moment.astimezone(UTC).replace(microsecond=0).isoformat()
+    except (OverflowError, ValueError):
+        raise JobOptionError(f"start_after {text[:40]!r} is out of any reasonable range.") from None
+
+
+def start_after_of(job: dict | None) -> datetime | None:
+    """A parsed job's earliest start (its canonical `start_after`), or None."""
+    text = (job or {}).get("start_after")
+    return datetime.fromisoformat(text) if text else None
 
 
 def _blank(value: object) -> bool:

@@ -76,7 +76,7 @@ from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
 from .job_ends import JobEnds
 from .job_files import HomeSettings, JobFiles, inspect_volume_with
-from .jobs import JobRules
+from .jobs import JOBS_WAITING_PER_USER, JobRules
 from .launches import Launcher
 from .queue import QueueManager
 from .queue_pass import SchedulerSettings
@@ -352,12 +352,28 @@ class QueueService(Application):
             c.QueueService.job_time_limit_max = 3 * 86400
         """,
     )
-    jobs_waiting_per_user = Integer(
-        5,
+    job_start_after_max = Float(
+        7 * 86400.0,
         config=True,
         help="""
-        How many batch jobs one user may have waiting at once; another is refused until one of
-        them starts or is cancelled, so that nobody floods the line. 0: no limit.
+        How far ahead, in seconds, a batch job's `start_after` may be: a later one is refused
+        when the job is submitted (400, with this limit in the message). A deferred job waits out
+        of the line until then, and the hub's spawn waits with it, holding one of its spawn
+        slots. 0: no limit.
+
+        Example::
+
+            c.QueueService.job_start_after_max = 14 * 86400
+        """,
+    )
+    jobs_waiting_per_user = Integer(
+        JOBS_WAITING_PER_USER,
+        config=True,
+        help="""
+        How many batch jobs one user may have waiting at once (those waiting for their
+        `start_after` included); another is refused (403) until one of them starts or is
+        cancelled, so that nobody floods the line. Waiting jobs count here, not against the
+        `pending` quota, which bounds waiting interactive sessions. 0: no limit.
 
         Example::
 
@@ -373,8 +389,10 @@ class QueueService(Application):
         cannot fill the queue or hold the cluster. A request past `pending` is refused at once
         (403, with a message); past `sessions` or `fgpu` it waits. A key set to None lifts that
         limit; {{}} lifts them all. Group quotas (the hub's group property `fgpu_quota`, edited in
-        the admin panel) apply as well. Keep the hub's `named_server_limit_per_user` at
-        sessions + pending (the shipped jupyterhub_config.py derives both from FGPU_USER_QUOTA).
+        the admin panel) apply as well. Waiting batch jobs do not count against `pending`: they
+        have their own limit, `jobs_waiting_per_user`. Keep the hub's
+        `named_server_limit_per_user` at sessions + pending + jobs_waiting_per_user (the shipped
+        jupyterhub_config.py derives them from FGPU_USER_QUOTA and FGPU_JOBS_WAITING_PER_USER).
 
         Example::
 
@@ -1081,6 +1099,7 @@ class QueueService(Application):
             self.job_time_limit,
             self.job_time_limit_max,
             self.jobs_waiting_per_user,
+            start_after_max=self.job_start_after_max,
             group_times=self.quotas.job_times_of,
         )
         self.usage = UsageBook(

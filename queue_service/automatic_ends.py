@@ -56,6 +56,7 @@ from queue_service.engine.session_containers import running_session_containers
 from queue_service.store.models import as_utc
 
 from .hub_client import HubError
+from .queue_pass import in_line
 
 LIFETIME_PROPERTY = "max_session_lifetime"
 POLICY_PROPERTY = "idle_policy"
@@ -462,7 +463,8 @@ class AutomaticEnds:
         # A job works by definition: no idle end, no reclaim, no lifetime; its time limit alone.
         jobs = [r for r in running if r.job_json]
         running = [r for r in running if not r.job_json]
-        pending = [r for r in active if r.status == Status.PENDING]
+        # A job deferred to its `start_after` is not waiting for room yet: it reclaims nothing.
+        pending = [r for r in active if r.status == Status.PENDING and in_line(r)]
         lifetimes, policies = await self._group_settings({r.user for r in running})
         wants_activity = self.idle_timeout > 0 or any(policies.values())
         activity = await self._activity() if wants_activity and running else {}

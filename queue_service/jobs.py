@@ -5,25 +5,33 @@ The site sets a default and a maximum (QueueService.job_time_limit, job_time_lim
 group may set tighter ones in its `job_time_limit` property, as `max_session_lifetime` bounds
 sessions: a duration ("2h", the group's default and maximum alike) or `{"default": "1h", "max":
 "8h"}`. A member of several groups gets the tightest of each. The rest of a job is a session's:
-the same queue, quotas and budgets admit and place it.
+the same queue, quotas and budgets admit and place it, except that a waiting job counts against
+`jobs_waiting_per_user` and not the `pending` quota (which bounds waiting sessions), and that a
+job may name its earliest start (`start_after`), within QueueService.job_start_after_max.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import func, select
 
 from fgpu_shared import units
-from image_catalog.job_options import parse_job
+from image_catalog.job_options import parse_job, start_after_of
 from queue_service.core.errors import Refusal
 from queue_service.core.status import Status
-from queue_service.store.models import SessionRecord
+from queue_service.store.models import SessionRecord, utcnow
 
 from .automatic_ends import describe
 
 JOB_TIME_PROPERTY = "job_time_limit"
+#: How many batch jobs one user may have waiting, unless the site says otherwise
+#: (QueueService.jobs_waiting_per_user).
+JOBS_WAITING_PER_USER = 5
+#: How far in the past a `start_after` may be (a form filled in a minute ago): it then starts now.
+START_AFTER_PAST_GRACE = 60.0
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,9 @@ class JobRules:
 
     time_limit: float = 3600.0
     time_limit_max: float = 86400.0
-    waiting_per_user: int = 5
+    waiting_per_user: int = JOBS_WAITING_PER_USER
+    #: Seconds ahead a job's `start_after` may be (QueueService.job_start_after_max; 0: any).
+    start_after_max: float = 7 * 86400.0
     #: The tightest `job_time_limit` of a user's groups (QuotaBook.job_times_of).
     group_times: Callable[[str], GroupJobTimes] = field(default=lambda user: GroupJobTimes())
 
@@ -95,11 +105,32 @@ class JobRules:
                 f"time_limit {describe(asked)} is over this hub's maximum for your jobs, "
                 f"{describe(maximum)}."
             )
+        if why := self.start_after_refusal(start_after_of(job), utcnow()):
+            return Refusal(why)
         if self.waiting_per_user and self._waiting(db, request["user"]) >= self.waiting_per_user:
             return Refusal(
-                f"You have {self.waiting_per_user} jobs waiting already, this hub's limit; "
-                "submit more once one has started, or cancel one.",
+                f"You have {self.waiting_per_user} jobs waiting already, this hub's limit of "
+                "waiting jobs per user (jobs_waiting_per_user); submit more once one has "
+                "started, or cancel one.",
                 "quota",
+            )
+        return None
+
+    def start_after_refusal(self, start_after: datetime | None, now: datetime) -> str | None:
+        """Why a job's `start_after` is refused at its submission (None: it is not): more than a
+        minute in the past, or further ahead than the site allows."""
+        if start_after is None:
+            return None
+        ahead = (start_after - now).total_seconds()
+        if ahead < -START_AFTER_PAST_GRACE:
+            return (
+                f"start_after {start_after.isoformat()} is {describe(-ahead)} in the past; "
+                "leave it out to start as soon as possible."
+            )
+        if self.start_after_max and ahead > self.start_after_max:
+            return (
+                f"start_after {start_after.isoformat()} is {describe(ahead)} ahead; a job may "
+                f"be deferred by at most {_span(self.start_after_max)} on this hub."
             )
         return None
 
@@ -111,3 +142,9 @@ class JobRules:
             SessionRecord.job_json.is_not(None),
         )
         return db.scalar(query) or 0
+
+
+def _span(seconds: float) -> str:
+    """7 days as "7 days", 3600 s as "1 h"."""
+    days = seconds / 86400
+    return f"{days:g} days" if days >= 2 and days == int(days) else describe(seconds)

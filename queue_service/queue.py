@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 import uuid
 from collections import OrderedDict
@@ -27,7 +28,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import sessionmaker
 
-from image_catalog.job_options import parse_job
+from image_catalog.job_options import parse_job, start_after_of
 from queue_service.core import admission, end_reasons, limits, resource_model
 from queue_service.core.errors import Refusal
 from queue_service.core.status import ALLOCATED, FINAL, Status
@@ -36,11 +37,17 @@ from queue_service.queue_pass import (
     QueuePass,
     RecordFacts,
     SchedulerSettings,
+    deferred_reason,
+    deferred_seq,
     finish_record,
+    in_line,
+    next_seq,
     scheduler_free_view,
 )
 from queue_service.store.models import SessionRecord, as_utc, request_view, utcnow
 from queue_service.store.queue_rows import allocated_query, pending_query, watch_flushes
+
+log = logging.getLogger(__name__)
 
 #: Views of ended records kept in memory, so a spawn that reads its ended record needs no DB call.
 ENDED_VIEWS_KEPT = 10_000
@@ -121,6 +128,10 @@ class QueueManager(QueuePass):
         self.admission_check = admission_check
         # A running session's next automatic end; the service passes automatic_ends.py's.
         self.ends_of = ends_of
+        # The timer of the next deferred job's start (`_arm_deferred_timer`).
+        self._deferred_timer: asyncio.TimerHandle | None = None
+        self._deferred_due: float | None = None
+        self._deferred_pass: asyncio.Future | None = None
 
     async def replace_nodes(self, nodes, withheld: dict[str, list[str]] | None = None) -> None:
         """A new inventory (a Swarm node joined, drained or failed), taken between writes: a pass
@@ -201,8 +212,8 @@ class QueueManager(QueuePass):
         if key in self._abandoned or db.get(SessionRecord, key) is not None:
             raise Refused("That request key is taken.", "conflict")
         self._queue_new(db, key, request, groups, quotas)
-        pending = db.scalars(pending_query())
-        self._place(list(db.scalars(allocated_query())), list(pending), quotas)
+        pending = [r for r in db.scalars(pending_query()) if in_line(r)]
+        self._place(list(db.scalars(allocated_query())), pending, quotas)
 
     def _queue_new(self, db, key: str, request: dict, groups, quotas) -> str:
         """Admit `request` (or raise the refusal) and add it, PENDING, at the end of the line."""
@@ -211,8 +222,14 @@ class QueueManager(QueuePass):
             refusal = self.admission_check(db, request, groups)
         if refusal is not None:
             raise Refused(refusal.message, refusal.cause)
-        seq = (db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
-        db.add(SessionRecord(id=key, seq=seq, status=Status.PENDING, **request))
+        start_after, now = start_after_of(parse_job(request["job_json"])), utcnow()
+        if start_after is not None and start_after > now:
+            # Out of the line until its time (queue_pass.py: a deferred job).
+            record = SessionRecord(id=key, seq=deferred_seq(db), status=Status.PENDING, **request)
+            record.reason = deferred_reason(start_after, now)
+        else:
+            record = SessionRecord(id=key, seq=next_seq(db), status=Status.PENDING, **request)
+        db.add(record)
         return key
 
     async def withdraw(self, ids: list[str]) -> None:
@@ -575,7 +592,12 @@ class QueueManager(QueuePass):
 
     def _holding(self, group, quota, counts: Callable) -> limits.Holding:
         held = [r for r in self._state.records if r.status in ALLOCATED and counts(r)]
-        pending = [r for r in self._state.records if r.status == Status.PENDING and counts(r)]
+        # `pending` is the quota of waiting sessions: waiting jobs have their own limit.
+        pending = [
+            r
+            for r in self._state.records
+            if r.status == Status.PENDING and not r.job_json and counts(r)
+        ]
         return limits.Holding(
             group, quota, **_sum_slots(held), sessions=len(held), pending=len(pending)
         )
@@ -667,6 +689,7 @@ class QueueManager(QueuePass):
         """Make `state` the one every read sees, and wake the long-polls whose record it
         changed (a record that ended counts as changed)."""
         self._state = state
+        self._arm_deferred_timer()
         for session_id, view in state.ended.items():
             self._ended_views[session_id] = view
             self._ended_views.move_to_end(session_id)
@@ -677,11 +700,47 @@ class QueueManager(QueuePass):
                 if not woken.done():
                     woken.set_result(None)
 
+    def _arm_deferred_timer(self) -> None:
+        """A pass at the earliest `start_after` of the deferred jobs, which then join the line
+        (queue_pass.py); the reconciler's rounds would find them too, a round later."""
+        due = self.next_deferred()
+        if due == self._deferred_due:
+            return
+        if self._deferred_timer is not None:
+            self._deferred_timer.cancel()
+            self._deferred_timer = None
+        self._deferred_due = due
+        if due is None:
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop: the state read at start
+            loop = asyncio.get_running_loop()
+            # The wall clock's seconds to go, on the loop's monotonic clock (+ a little: the pass
+            # must find the time come).
+            delay = due - utcnow().timestamp()
+            # Overdue (a pass that could not place, the engine away): a while later, not at once.
+            delay = delay + 0.05 if delay > 0 else 5.0
+            self._deferred_timer = loop.call_later(delay, self._deferred_due_now)
+
+    def _deferred_due_now(self) -> None:
+        self._deferred_timer, self._deferred_due = None, None
+        task = asyncio.ensure_future(self._write(lambda db, quotas: None))
+        task.add_done_callback(_log_failed_pass)
+        self._deferred_pass = task  # held, so that it is not collected while it runs
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _admission_refusal(self, db, request: dict, groups: tuple[str, ...], quotas):
+        """The quotas' refusal of a new request, or None. The `pending` quota bounds waiting
+        interactive sessions: a batch job is not counted against it, and counts against its own
+        limit instead (jobs.JobRules, `jobs_waiting_per_user`)."""
         active, _, fresh = self._current(db, everything=False)
-        pending = [f.request for f in self._facts_of(active, fresh) if f.request is not None]
+        pending = []
+        if not request["job_json"]:
+            pending = [
+                f.request
+                for f in self._facts_of(active, fresh)
+                if f.request is not None and not f.record.job_json
+            ]
         candidate = resource_model.Request(
             id="new",
             user=request["user"],
@@ -754,6 +813,9 @@ class QueueManager(QueuePass):
             "gpu_order": self._gpu_order.get(record.node, []),
             "position": position,
             "reason": record.reason,
+            # A batch job's earliest start (UTC, ISO 8601), None for none; until then it waits
+            # with no position (queue_pass.py).
+            "start_after": (parse_job(record.job_json) or {}).get("start_after"),
             "created": _iso(record.created),
             "scheduled": _iso(record.scheduled_at),
             "started": _iso(record.started),
@@ -763,6 +825,12 @@ class QueueManager(QueuePass):
             # state, not of load.
             "version": f"{record.status}|{position}|{record.reason}",
         }
+
+
+def _log_failed_pass(task: asyncio.Future) -> None:
+    """A timer's pass that failed (the DB away): said, and left to the reconciler's next round."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("the pass for a deferred job's start failed: %s", task.exception())
 
 
 def _sum_slots(records) -> dict:

@@ -17,7 +17,17 @@ every active record from the DB again, and so does a pass that finds one changed
   (`_base_view`); the pass runs on the manager's DB thread, in the transaction of its write;
 - `withheld_note`, `scheduler_free_view`: what a request waiting for room is told of withheld
   nodes, and the scheduler's free capacity per node and GPU;
-- `finish_record`: ends a record, in a pass (a timeout, a refusal) or in a write of the manager.
+- `finish_record`: ends a record, in a pass (a timeout, a refusal) or in a write of the manager;
+- `deferred_seq`, `in_line`, `deferred_reason`: a batch job with a `start_after` still ahead.
+
+A job deferred to its `start_after` waits PENDING out of the line: its `seq`, the place in line,
+is negative (unique, below every other) until then, so the scheduler never sees it, it holds no
+position and no quota counts it as waiting for room. The first placing pass at or after its time
+gives it the next `seq`, as a new request gets: it joins the line at the end, behind everyone who
+asked before that time. That is the fair order: they have been waiting, while a job that kept its
+place from its submission would pass all of them, and a deferral of days would then be a way to
+hold a place in line without waiting in it. Its pending timeout counts from its `start_after`.
+The manager's timer runs a pass at the earliest such time (queue.py, `_arm_deferred_timer`).
 
 The SQL it runs is store/queue_rows.py's.
 """
@@ -29,9 +39,11 @@ import json
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from image_catalog.job_options import parse_job, start_after_of
 from queue_service.core import (
     end_reasons,
     free_capacity,
@@ -115,6 +127,7 @@ class RecordFacts:
         "allocation",
         "scope",
         "row",
+        "start_after",
     )
 
     def __init__(self, record: SessionRecord, groups: tuple[str, ...]):
@@ -126,6 +139,50 @@ class RecordFacts:
         self.scope: tuple | None = None
         #: Every column, to tell a change made outside this process (`_read_outside_changes`).
         self.row = record_row(record)
+        #: A batch job's `start_after` (epoch seconds), parsed once; None for none.
+        self.start_after = start_after_seconds(record)
+
+    @property
+    def since(self) -> float:
+        """When its wait began, for its pending timeout: its submission, or its `start_after`."""
+        return max(self.created, self.start_after or 0.0)
+
+
+def start_after_seconds(record: SessionRecord) -> float | None:
+    """A record's `start_after` in epoch seconds (None: none). The JSON is parsed only for a job
+    that has one."""
+    text = record.job_json
+    if not text or '"start_after"' not in text:
+        return None
+    moment = start_after_of(parse_job(text))
+    return moment.timestamp() if moment else None
+
+
+def in_line(record: SessionRecord) -> bool:
+    """Whether a pending record is in the line (not a job deferred to its `start_after`)."""
+    return record.seq > 0
+
+
+def deferred_seq(db) -> int:
+    """The `seq` of a job deferred to its `start_after`: below every other, so unique, and out
+    of the line (`in_line`)."""
+    return min(0, db.scalar(select(func.min(SessionRecord.seq))) or 0) - 1
+
+
+def next_seq(db) -> int:
+    """The `seq` of a request joining the line now: after every other."""
+    return max(0, db.scalar(select(func.max(SessionRecord.seq))) or 0) + 1
+
+
+def deferred_reason(start_after: datetime, now: datetime) -> str:
+    """What a deferred job's reason says: "Waits until 02:00 UTC, as asked" (the day too when it
+    is not today's)."""
+    moment, today = start_after.astimezone(UTC), now.astimezone(UTC)
+    if moment.date() == today.date():
+        when = moment.strftime("%H:%M UTC")
+    else:
+        when = moment.strftime("%a %d %b %H:%M UTC")
+    return f"Waits until {when}, as asked"
 
 
 def withheld_note(withheld: dict[str, list[str]]) -> str:
@@ -186,6 +243,11 @@ class QueuePass:
             active, _, fresh = self._current(db, everything, gone)
             return self._state_of(db, active, fresh, previous.positions, dirt | moved, None)
         full = not self.incremental or basis != previous.basis or self.settings.policy != "fifo"
+        # A deferred job whose time came joins the line: rare, and then the pass runs over all.
+        if self._release_due(db, active):
+            full = True
+            if everything:
+                active, _, fresh = self._current(db, True)
         placed = None if full else self._place_some(db, active, fresh, quotas, dirt)
         if placed is None:
             if not everything:
@@ -224,9 +286,42 @@ class QueuePass:
             db.scalars(select(SessionRecord).where(SessionRecord.id.in_(differing))).all()
         return published.keys() - seen
 
+    def _release_due(self, db, active: dict) -> bool:
+        """Give each deferred job whose `start_after` has come its place at the end of the line
+        (a new `seq`, as a new request's); whether any joined. Deferred records come first in
+        `active` (their `seq` is negative), so only they are looked at."""
+        now, released = utcnow().timestamp(), False
+        for record in list(active.values()):
+            if in_line(record):
+                break
+            if record.status != Status.PENDING:
+                continue
+            start_after = start_after_seconds(record)
+            if start_after is not None and start_after > now:
+                continue
+            # The DB's own row: a deferred job is no record a pass has changed.
+            row = db.get(SessionRecord, record.id)
+            if row is None or row.status != Status.PENDING or in_line(row):
+                continue
+            row.seq, row.reason = next_seq(db), ""
+            db.flush()
+            released = True
+        return released
+
+    def next_deferred(self) -> float | None:
+        """The earliest `start_after` (epoch seconds) of the published deferred jobs, or None."""
+        earliest = None
+        for record in self._state.records:
+            if in_line(record):
+                break
+            moment = start_after_seconds(record)
+            if moment is not None and (earliest is None or moment < earliest):
+                earliest = moment
+        return earliest
+
     def _place_all(self, db, active: dict, quotas) -> tuple[dict, _Dirt]:
         """The reference pass: every pending request considered, as it is in the session."""
-        pending = [r for r in active.values() if r.status == Status.PENDING]
+        pending = [r for r in active.values() if r.status == Status.PENDING and in_line(r)]
         before = {r.id: _schedule_key(r) for r in pending}
         _, moved = self._expire_records(db, active)
         allocated = [r for r in active.values() if r.status in ALLOCATED]
@@ -241,7 +336,7 @@ class QueuePass:
         DB holds a record otherwise than it was published)."""
         facts = self._facts_of(active, fresh)
         try:
-            waiting = [f for f in facts if f.request is not None]
+            waiting = [f for f in facts if f.request is not None and in_line(f.record)]
             expired, moved = self._expire(db, waiting, active.__getitem__)
             pending = [f for f in waiting if f.id not in expired] if expired else waiting
             scope_key = reconsideration.ScopeKeys(quotas)
@@ -304,13 +399,14 @@ class QueuePass:
         for session_id, record in held.items():
             if session_id in deleted:
                 continue
+            old = previous.get(session_id)
             if record.status in FINAL:
                 active.pop(session_id, None)
             else:
-                if session_id not in active:
+                # A deferred job that joined the line has a new `seq`: it moves as a new one.
+                if session_id not in active or (old is not None and old.seq != record.seq):
                     added.append(record)
                 active[session_id] = record
-            old = previous.get(session_id)
             if _schedule_key(old) != _schedule_key(record):
                 touched.append((old, record))
         gone = deleted | set(gone) | (set(previous) - set(held) if everything else set())
@@ -455,12 +551,14 @@ class QueuePass:
                 record.reason, record.skips = waiting.reason, waiting.skips
 
     def _expire_records(self, db, active: dict) -> tuple[set, _Dirt]:
-        pending = [self._new_fact(r) for r in active.values() if r.status == Status.PENDING]
+        pending = [
+            self._new_fact(r) for r in active.values() if r.status == Status.PENDING and in_line(r)
+        ]
         return self._expire(db, pending, active.__getitem__)
 
     def _expire(self, db, waiting: list[RecordFacts], record_of: Callable) -> tuple[set, _Dirt]:
         """End the requests that waited too long (sessions and jobs each by their own
-        timeout); their ids, and what that changed."""
+        timeout, a deferred job's from its `start_after`); their ids, and what that changed."""
         now = utcnow().timestamp()
         expired, pairs = set(), []
         for batch, timeout in (
@@ -470,9 +568,9 @@ class QueuePass:
             facts = [f for f in waiting if bool(f.record.job_json) == batch]
             if not timeout or timeout <= 0 or not facts:
                 continue
-            if now - min(f.created for f in facts) <= timeout:
+            if now - min(f.since for f in facts) <= timeout:
                 continue
-            enqueued = {f.id: f.created for f in facts}
+            enqueued = {f.id: f.since for f in facts}
             for session_id in pending_timeouts.pending_timeouts(enqueued, now, timeout):
                 attached = attach(db, record_of(session_id))
                 pairs.append((_schedule_key(attached), None))

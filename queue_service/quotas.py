@@ -86,7 +86,9 @@ def parse_storage(data: dict | None, where: str) -> int | None:
 def active_session_limit(quota: dict) -> int:
     """How many sessions of one user may run or wait at once under this per-user quota: its
     running `sessions` plus its `pending` ones; 0 (no limit) when either is unlimited. The hub's
-    named-server limit follows it, so that the hub never refuses what the queue would take."""
+    named-server limit follows it, so that the hub never refuses what the queue would take
+    (batch jobs waiting, which count against their own limit and not `pending`, are given room
+    of their own there: fgpu_spawner/named_servers.py)."""
     parsed = parse_quota(quota, "user quota")
     if parsed.max_sessions is None or parsed.max_pending is None:
         return 0

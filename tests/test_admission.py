@@ -13,7 +13,7 @@ def test_pending_count_quota_refuses_at_admission():
     nodes = [node()]
     waiting = [req("p1", user="ann"), req("p2", user="ann")]
     assert admission_error(req("p3", user="ann"), nodes, quotas, pending=waiting) == (
-        "Your quota allows 2 pending requests at a time, and 2 are waiting. "
+        "Your quota allows 2 pending sessions at a time (its `pending` limit), and 2 are waiting. "
         "Cancel one, or wait for it to start."
     )
     assert admission_error(req("p2", user="ann"), nodes, quotas, pending=waiting[:1]) is None
@@ -21,7 +21,7 @@ def test_pending_count_quota_refuses_at_admission():
     error = admission_error(
         req("c9", user="zed", groups=("class",)), nodes, quotas, pending=in_class
     )
-    assert error.startswith("Group 'class' quota allows 3 pending requests")
+    assert error.startswith("Group 'class' quota allows 3 pending sessions")
 
 
 def test_admission_refuses_a_request_bigger_than_any_node():

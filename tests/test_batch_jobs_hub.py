@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from fgpu_shared.homes import home_volume_name
+from queue_service.quotas import DEFAULT_USER_QUOTA
 
 from .harness import TEST_LABEL, QueueUser, containers_with, docker_client, restart, wait_until
 from .job_helpers import job_ended, job_record, training_notebook
@@ -166,10 +168,20 @@ def test_cancelling_a_waiting_and_a_running_job_ends_both_cancelled(gpu_hub, stu
         # Looked for before anything is queued: the student's home volume does not even exist.
         ({"notebook": "nope.ipynb"}, "notebook nope.ipynb is not in your home folder."),
         ({"notebook": "folders/runs/x.ipynb"}, "A storage folder appears under ~/folders/ only"),
+        ({"command": "true", "start_after": "tomorrow"}, "is not a time"),
+        ({"command": "true", "start_after": "2026-11-28T02:00"}, "has no offset"),
+        ({"command": "true", "start_after": 1796004000}, "must be an ISO 8601 time"),
+        ({"command": "true", "start_after": f"{datetime.now(UTC) - timedelta(minutes=5)}"},
+         "in the past"),
+        ({"command": "true", "start_after": f"{datetime.now(UTC) + timedelta(days=8)}"},
+         "deferred by at most 7 days"),
+        ({"start_after": f"{datetime.now(UTC) + timedelta(hours=1)}"}, 'add "type": "batch"'),
     ],
-)
+)  # fmt: skip
 def test_bad_job_input_is_refused_with_a_message_and_queues_nothing(gpu_hub, student, job, words):
     body = {**SLOTS, "type": "batch", **job}
+    if list(job) == ["start_after"]:
+        body = {**SLOTS, **job}  # an interactive launch
     response = student.call("POST", "sessions", json=body)
     assert response.status_code == 400, response.text
     assert words in response.json()["message"]
@@ -307,3 +319,68 @@ def test_a_cross_site_page_and_a_narrow_token_neither_read_a_jobs_log_nor_submit
     assert other.status_code in (403, 404) and "secret-output" not in other.text
     assert "secret-output" in owner.own_page_call("GET", f"sessions/{job['id']}/logs").text
     assert [s["id"] for s in student.sessions()] == []  # the forged one queued nothing
+
+
+def test_a_job_deferred_a_few_seconds_waits_holding_nothing_and_starts_by_itself(gpu_hub, student):
+    start_after = (datetime.now(UTC) + timedelta(seconds=30)).replace(microsecond=0)
+    job = submit(
+        student, command="echo started on time", start_after=start_after.isoformat(), **WHOLE_GPU
+    )
+    assert (job["status"], job["position"]) == ("PENDING", None)
+    assert job["start_after"] == start_after.isoformat()
+    assert job["reason"] == f"Waits until {start_after:%H:%M} UTC, as asked"
+    # A later session asking for the same whole GPU is granted at once: the job holds nothing and
+    # is not ahead of it in line.
+    response = student.call("POST", "sessions", json={**WHOLE_GPU, "count": 1})
+    assert response.status_code == 201, response.text
+    (server,) = response.json()["servers"]
+    session = server["session"]
+    student.wait_for(lambda s: job_record(student, session["id"])["status"] == "RUNNING")
+    waiting = job_record(student, job["id"])
+    assert (waiting["status"], waiting["position"], waiting["reason"]) == (
+        "PENDING",
+        None,
+        job["reason"],
+    )
+    # The GPU is free again, and still the job waits for its time.
+    assert student.call("DELETE", f"sessions/{session['id']}").status_code in (200, 202)
+    student.wait_for(lambda s: all(r["id"] != session["id"] for r in s))
+    if datetime.now(UTC) < start_after - timedelta(seconds=3):
+        time.sleep(1.5)  # a pass or two (the release's, the reconciler's) with the GPU free
+        assert job_record(student, job["id"])["status"] == "PENDING"
+    done = ended(student, job["id"], timeout=120)
+    assert (done["end_reason"], done["exit_code"]) == ("finished", 0)
+    assert moment(done["started"]) >= start_after
+    # By itself, at its time: granted then, its container up a few seconds later.
+    assert moment(done["started"]) < start_after + timedelta(seconds=30)
+    assert "started on time" in student.call("GET", f"sessions/{job['id']}/logs").text
+
+
+def test_a_student_may_have_three_jobs_waiting_with_a_pending_quota_of_two(gpu_hub, student):
+    assert DEFAULT_USER_QUOTA["pending"] == 2
+    running = submit(student, command="sleep 600", **WHOLE_GPU)
+    student.wait_for(lambda s: job_record(student, running["id"])["status"] == "RUNNING")
+    jobs = [submit(student, command=f"echo {i}", **WHOLE_GPU) for i in range(3)]
+    waiting = [job_record(student, job["id"]) for job in jobs]
+    assert [(w["status"], w["position"]) for w in waiting] == [
+        ("PENDING", 1),
+        ("PENDING", 2),
+        ("PENDING", 3),
+    ]
+    # The pending quota still bounds the waiting sessions, beside the waiting jobs, and says so.
+    for _ in range(2):
+        response = student.call("POST", "sessions", json={**WHOLE_GPU, "count": 1})
+        assert response.status_code == 201, response.text
+    refused = student.call("POST", "sessions", json={**WHOLE_GPU, "count": 1})
+    assert refused.status_code == 403, refused.text
+    assert "2 pending sessions at a time (its `pending` limit)" in refused.json()["message"]
+    # And the jobs' own limit, named, past its 5.
+    submit(student, command="echo 3", **WHOLE_GPU)
+    submit(student, command="echo 4", **WHOLE_GPU)
+    body = {**SLOTS, **WHOLE_GPU, "type": "batch", "command": "echo 5"}
+    too_many = student.call("POST", "sessions", json=body)
+    assert too_many.status_code == 403, too_many.text
+    assert "(jobs_waiting_per_user)" in too_many.json()["message"]
+    sessions = student.sessions()
+    assert len([s for s in sessions if s["status"] == "PENDING" and s["type"] == "batch"]) == 5
+    assert len([s for s in sessions if s["status"] == "PENDING" and s["type"] != "batch"]) == 2

@@ -282,3 +282,40 @@ def test_cancel_asks_then_cancels_a_waiting_and_a_running_job(gpu_hub, page, stu
     expect(job_row(page)).to_have_count(0, timeout=60_000)
     expect(ended_job(page, "cancelled")).to_have_count(2, timeout=30_000)
     assert student.sessions() == []
+
+
+def test_a_job_from_the_dialog_may_start_not_before_a_time_and_waits_until_then(
+    gpu_hub, page, student
+):
+    open_sessions(page, gpu_hub, student.name)
+    batch_dialog(page, "command")
+    page.fill("#fgpu-launch-command", "echo at night")
+    field = page.locator("#fgpu-launch-start-after")
+    expect(field).to_have_attribute("type", "datetime-local")
+    expect(page.locator("#fgpu-launch-start-after-note")).to_contain_text("at most 7 days ahead")
+    # Two hours ahead, to the minute, as the browser's clock reads it (its own time zone).
+    local = page.evaluate(
+        """() => { const d = new Date(Date.now() + 2 * 3600 * 1000);
+                   const two = n => String(n).padStart(2, "0");
+                   return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}` +
+                          `T${two(d.getHours())}:${two(d.getMinutes())}`; }"""
+    )
+    page.fill("#fgpu-launch-start-after", local)
+    screenshot(page, "jobs-dialog-start-after")
+    page.click("#fgpu-launch-submit")
+    expect(page.locator("#fgpu-launch")).to_be_hidden(timeout=SPAWN_TIMEOUT_MS)
+
+    # The service has the browser's time with its offset, as UTC: the same moment.
+    (job,) = student.wait_for(lambda s: len(s) == 1)
+    expected = page.evaluate(f"() => new Date({local!r}).toISOString()")
+    assert datetime.fromisoformat(job["start_after"]) == datetime.fromisoformat(expected)
+    assert (job["status"], job["position"]) == ("PENDING", None)
+    utc = datetime.fromisoformat(expected)
+    assert job["reason"] == f"Waits until {utc:%H:%M} UTC, as asked" or job["reason"].endswith(
+        f"{utc:%H:%M} UTC, as asked"
+    )
+    row = job_row(page, "PENDING")
+    expect(row).to_have_count(1, timeout=30_000)
+    expect(row.locator(".fgpu-position")).to_contain_text("not before ")
+    expect(row.locator(".fgpu-reason")).to_have_text(job["reason"])
+    screenshot(page, "jobs-pending-start-after")

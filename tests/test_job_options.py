@@ -20,6 +20,7 @@ from image_catalog.job_options import (
     check_job,
     check_parameters,
     check_path,
+    check_start_after,
     check_time_limit,
     job_text,
     parse_job,
@@ -53,6 +54,7 @@ def test_an_interactive_launch_has_no_job(kind):
         ("parameters", {"lr": 0.1}),
         ("output", "out"),
         ("time_limit", "1h"),
+        ("start_after", "2026-11-28T02:00:00+00:00"),
     ],
 )
 def test_an_interactive_launch_with_a_job_field_is_refused(field, value):
@@ -318,6 +320,69 @@ def test_an_absurd_or_malformed_time_limit_is_refused(value, says):
         check_time_limit(value)
 
 
+# --- start not before ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-11-28T02:00:00+00:00",
+        "2026-11-28T02:00:00Z",
+        "2026-11-28T02:00Z",
+        " 2026-11-28T03:00:00+01:00 ",
+        "2026-11-27T21:00:00.999-05:00",  # the fraction is dropped: to the second
+        "2026-11-28 02:00:00+00:00",
+    ],
+)
+def test_a_start_after_is_one_utc_text_to_the_second_whatever_its_offset(value):
+    assert check_start_after(value) == "2026-11-28T02:00:00+00:00"
+
+
+def test_a_job_with_a_start_after_carries_it_and_one_without_has_no_key():
+    text = check_job({"type": "batch", "command": "x", "start_after": "2026-11-28T03:00+01:00"})
+    assert json.loads(text) == {
+        "command": "x",
+        "time_limit": None,
+        "start_after": "2026-11-28T02:00:00+00:00",
+    }
+    # Blank is as if absent; a job without one has the very text it had before the option.
+    for blank in (None, "", "  "):
+        text = check_job({"type": "batch", "command": "x", "start_after": blank})
+        assert text == '{"command":"x","time_limit":null}'
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        (
+            "tomorrow",
+            r"^start_after 'tomorrow' is not a time: give an ISO 8601 time with its offset",
+        ),
+        ("2026-11-31T02:00+00:00", "is not a time"),
+        ("2026-11-28T25:00Z", "is not a time"),
+        ("2026-11-28T02:00", r"^start_after '2026-11-28T02:00' has no offset: add one, e\.g\."),
+        ("2026-11-28", "has no offset"),
+        (1796004000, "^start_after must be an ISO 8601 time with its offset"),
+        (["2026-11-28T02:00Z"], "^start_after must be an ISO 8601 time"),
+        ("0001-01-01T00:00+01:00", "out of any reasonable range"),
+    ],
+)
+def test_a_bad_start_after_is_refused_with_why(value, says):
+    with pytest.raises(JobOptionError, match=says):
+        check_job({"type": "batch", "command": "x", "start_after": value})
+
+
+def test_a_bad_start_after_is_refused_by_the_launch_and_the_spawner_alike():
+    from fgpu_spawner.request import InvalidRequest
+    from queue_service.core.errors import Refusal
+
+    options = {**SLOTS, "type": "batch", "command": "x", "start_after": "2026-11-28T02:00"}
+    with pytest.raises(Refusal, match="has no offset"):
+        launch_request(options)
+    with pytest.raises(InvalidRequest, match="has no offset"):
+        parse_request(options, LIMITS, CATALOG)
+
+
 # --- the canonical text -------------------------------------------------------------------------
 
 
@@ -335,6 +400,8 @@ BATCH_LAUNCHES = [
     {"notebook": "./work/a.ipynb", "parameters": '{"lr": 0.5, "name": "ü"}', "output": "o/"},
     {"notebook": "a.ipynb", "parameters": {"b": [1, 2], "a": {"z": 1, "y": None}}},
     {"notebook": "a.ipynb", "time_limit": 3600},
+    {"command": "x", "start_after": "2026-11-28T03:00:00.250+01:00"},
+    {"notebook": "a.ipynb", "start_after": "2026-11-28T02:00Z"},
 ]
 
 

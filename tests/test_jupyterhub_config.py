@@ -194,10 +194,28 @@ def test_one_student_cannot_hold_the_hub_by_default(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     config = load_shipped_config()
     assert service_user_quota(config) == {"sessions": 3, "pending": 2, "fgpu": 4.0}
-    # In line with the quota: 3 running + 2 waiting named servers at once.
+    # In line with the quota: 3 running + 2 waiting named servers at once, and 5 waiting jobs.
     assert config.JupyterHub.named_server_limit_per_user.limit == 5
-    # 2 waiting spawns × 200 students, and 100 slots for spawns that are starting.
-    assert config.JupyterHub.concurrent_spawn_limit == 500
+    assert config.JupyterHub.named_server_limit_per_user.jobs_waiting == 5
+    # (2 + 5) waiting spawns × 200 students, and 100 slots for spawns that are starting.
+    assert config.JupyterHub.concurrent_spawn_limit == 1500
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert "--QueueService.jobs_waiting_per_user=5" in queue["command"]
+
+
+def test_a_site_sets_the_jobs_waiting_per_user_for_the_queue_and_the_hub(monkeypatch):
+    for name in ("FGPU_USER_QUOTA", "FGPU_CLASS_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("FGPU_JOBS_WAITING_PER_USER", "3")
+    config = load_shipped_config()
+    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
+    assert "--QueueService.jobs_waiting_per_user=3" in queue["command"]
+    assert config.JupyterHub.named_server_limit_per_user.limit == 3 + 2
+    assert config.JupyterHub.named_server_limit_per_user.jobs_waiting == 3
+    assert config.JupyterHub.concurrent_spawn_limit == (2 + 3) * 200 + 100
+    monkeypatch.setenv("FGPU_JOBS_WAITING_PER_USER", "-1")
+    with pytest.raises(SystemExit, match="FGPU_JOBS_WAITING_PER_USER must be a whole number"):
+        load_shipped_config()
 
 
 def test_a_site_raises_the_per_user_limits(monkeypatch):
@@ -206,8 +224,8 @@ def test_a_site_raises_the_per_user_limits(monkeypatch):
     monkeypatch.setenv("FGPU_CLASS_SIZE", "50")
     config = load_shipped_config()
     assert service_user_quota(config) == {"sessions": 6, "pending": 4, "fgpu": 8.0}
-    assert config.JupyterHub.named_server_limit_per_user.limit == 10
-    assert config.JupyterHub.concurrent_spawn_limit == 4 * 50 + 100
+    assert config.JupyterHub.named_server_limit_per_user.limit == 6 + 4
+    assert config.JupyterHub.concurrent_spawn_limit == (4 + 5) * 50 + 100
 
 
 def test_the_queue_ends_a_wait_before_the_hub_gives_up_on_the_start():

@@ -481,7 +481,7 @@ async def test_a_pending_count_quota_refuses_one_more_waiting_request(open_manag
         await manager.submit(ask(server="b"), groups=())
 
     assert refused.value.cause == "quota"
-    assert "quota allows 1 pending request" in refused.value.message
+    assert "quota allows 1 pending session" in refused.value.message
     assert len(manager.sessions(user="alice")) == 1
 
 
@@ -933,7 +933,7 @@ async def test_a_launch_refused_for_one_of_its_sessions_records_none(open_manage
     manager = open_manager(quotas=QuotaBook(user_default={"sessions": 1, "pending": 1}))
     before = await manager.submit(ask(user="bob"), groups=())
     # One granted and one waiting fill the quota; the third is one pending request too many.
-    with pytest.raises(Refused, match="quota allows 1 pending request") as refused:
+    with pytest.raises(Refused, match="quota allows 1 pending session") as refused:
         await manager.submit_many([keyed(1), keyed(2), keyed(3)], groups=())
     assert refused.value.cause == "quota"
     assert await manager.history() == [await manager.get(before["id"])]

@@ -24,8 +24,10 @@ RUNNING_PER_USER = DEFAULT_USER_QUOTA["sessions"]
 WAITING_PER_USER = DEFAULT_USER_QUOTA["pending"]
 ACTIVE_PER_USER = RUNNING_PER_USER + WAITING_PER_USER
 BURST = 100
-HUB_REFUSAL = f"the most one user may have at a time ({ACTIVE_PER_USER})"
-QUEUE_REFUSAL = f"quota allows {WAITING_PER_USER} pending requests at a time"
+HUB_REFUSAL = (
+    f"the most one user may have at a time ({ACTIVE_PER_USER}, besides batch jobs waiting)"
+)
+QUEUE_REFUSAL = f"quota allows {WAITING_PER_USER} pending sessions at a time"
 
 
 def burst(send, what: str, how_many: int = BURST) -> list[tuple[int, requests.Response]]:

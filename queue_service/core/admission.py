@@ -173,6 +173,9 @@ def _above_quota_max(request: Request, quotas: Quotas) -> str | None:
 
 
 def _too_many_pending(request: Request, quotas: Quotas, pending: Iterable[Request]) -> str | None:
+    """Why one more waiting request is refused under a `pending` quota. The caller passes the
+    waiting interactive sessions alone, and none for a batch job (queue.py): waiting jobs have
+    their own limit (jobs.py)."""
     others = [p for p in pending if p.id != request.id]
     for group, quota in _quota_scopes(request, quotas):
         if quota.max_pending is None:
@@ -184,8 +187,9 @@ def _too_many_pending(request: Request, quotas: Quotas, pending: Iterable[Reques
         if count >= quota.max_pending:
             return (
                 f"{_scope(group).capitalize()} quota allows {quota.max_pending} pending "
-                f"request{'s' if quota.max_pending != 1 else ''} at a time, and "
-                f"{count} {'are' if count != 1 else 'is'} waiting. Cancel one, or wait for it to start."
+                f"session{'s' if quota.max_pending != 1 else ''} at a time (its `pending` "
+                f"limit), and {count} {'are' if count != 1 else 'is'} waiting. Cancel one, or "
+                "wait for it to start."
             )
     return None
 

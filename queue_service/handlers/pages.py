@@ -143,7 +143,11 @@ class PageHandler(BaseHandler):
 def job_limits(rules) -> dict | None:
     if rules is None:
         return None
-    return {"time_limit": rules.time_limit, "time_limit_max": rules.time_limit_max}
+    return {
+        "time_limit": rules.time_limit,
+        "time_limit_max": rules.time_limit_max,
+        "start_after_max": rules.start_after_max,
+    }
 
 
 class SessionsPage(PageHandler):

@@ -32,11 +32,31 @@
     var children = [el("span", { className: "fgpu-status fgpu-status-" + s.status, text: s.status })];
     if (s.status === "PENDING") {
       var where = s.position ? fgpu.ordinal(s.position) + " in line" : "waiting";
+      // A job deferred to its start_after has no place in line yet: the time, in the reader's.
+      if (!s.position && s.start_after) where = "not before " + localTime(s.start_after);
       children.push(el("div", { className: "fgpu-pending-detail fgpu-position", text: where }));
       if (s.reason) children.push(el("div", { className: "fgpu-pending-detail fgpu-reason", text: s.reason }));
     }
     if (s.status === "RUNNING" && s.ends) children.push(endsLine(s.ends));
     return el("td", {}, children);
+  }
+
+  // An ISO time as the reader's clock says it: "Sat 28 Nov, 03:00".
+  function localTime(iso) {
+    var moment = new Date(iso);
+    if (isNaN(moment)) return iso;
+    return moment.toLocaleString([], { weekday: "short", day: "numeric", month: "short", hour: "2-digit", minute: "2-digit" });
+  }
+
+  // A datetime-local input's value ("2026-11-28T03:00") with the browser's offset at that
+  // moment ("2026-11-28T03:00:00+01:00"): the service takes no time without one.
+  function withOffset(local) {
+    var moment = new Date(local);
+    if (!/^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d)?$/.test(local) || isNaN(moment)) return local;
+    var minutes = -moment.getTimezoneOffset(), sign = minutes < 0 ? "-" : "+";
+    minutes = Math.abs(minutes);
+    function two(n) { return (n < 10 ? "0" : "") + n; }
+    return local + (local.length === 16 ? ":00" : "") + sign + two(Math.floor(minutes / 60)) + ":" + two(minutes % 60);
   }
 
   // When and why a running session will end by itself (api/sessions `ends`); highlighted once
@@ -212,10 +232,13 @@
     var whose = s.user === config.user ? "job " + name : s.user + "’s job " + name;
     if (s.status === "PENDING") {
       var place = s.position ? " (" + fgpu.ordinal(s.position) + " in line)" : "";
+      var deferred = !s.position && s.start_after;
       return {
         title: "Cancel " + whose + "?",
         lines: [
-          "It gives up its place in the queue" + place + " and never runs. Submitting it again later puts it at the back of the line.",
+          deferred
+            ? "It does not start " + localTime(s.start_after) + " as asked, and never runs."
+            : "It gives up its place in the queue" + place + " and never runs. Submitting it again later puts it at the back of the line.",
           "Nothing has run yet, so nothing is lost.",
         ],
         confirm: "Cancel job", keep: "Keep waiting",
@@ -720,6 +743,7 @@
       if (field("output").value.trim()) job.output = field("output").value.trim();
     }
     if (field("time-limit").value.trim()) job.time_limit = field("time-limit").value.trim();
+    if (field("start-after").value) job.start_after = withOffset(field("start-after").value);
     return job;
   }
 
@@ -747,6 +771,12 @@
     var fallback = Math.min(limits.time_limit, limits.time_limit_max);
     field("time-limit-note").textContent = "Without one: the hub’s default, " + spoken(fallback) +
       ". At most " + spoken(limits.time_limit_max) + ". A job still running at its limit is stopped.";
+    if (limits.start_after_max) {
+      var days = limits.start_after_max / 86400;
+      field("start-after-note").textContent = "Your local time, at most " +
+        (days >= 2 && days === Math.floor(days) ? days + " days" : spoken(limits.start_after_max)) +
+        " ahead. Until then the job waits, holding no resources and no place in line; at that time it joins the line like a new request.";
+    }
   }
 
   // A notebook under folders/<name>/ needs that folder mounted: its box is ticked for the student.
