@@ -366,7 +366,7 @@ def test_a_start_the_hub_refuses_after_the_answer_ends_its_record(busy_hub):
     )
     status, reason = ended_record(busy_hub, second["session"]["id"])
     assert status == "ERROR"
-    assert "the most one user may have at a time (1)" in reason, reason
+    assert "the most one user may have at a time (1, besides batch jobs waiting)" in reason, reason
     # Nothing of it stays: no server entry, no container.
     assert named_servers(busy_hub, student.name) == {first["server_name"]}
     containers = containers_with({"fgpu.user": student.name})
