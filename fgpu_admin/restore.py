@@ -240,14 +240,26 @@ def refuse_if_hub_runs(state: Path) -> None:
             continue
         try:
             cwd = os.readlink(proc / "cwd")
-            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if Path(cwd) == state and ("jupyterhub" in command or "queue_service" in command):
+        if Path(cwd) == state and runs_hub(argv):
+            command = " ".join(argv).strip()
             raise AdminError(
-                f"a hub runs from this directory (process {proc.name}: {command.strip()[:80]});"
+                f"a hub runs from this directory (process {proc.name}: {command[:80]});"
                 " stop it before restoring"
             )
+
+
+def runs_hub(argv: list[str]) -> bool:
+    """Whether a command line runs JupyterHub (its program, wherever installed) or the queue
+    service (`-m queue_service`): a word of an argument is not enough (a test run names
+    tests/test_queue_service.py, and was taken for a hub)."""
+    if "jupyterhub" in (os.path.basename(arg) for arg in argv):
+        return True
+    return any(
+        arg == "-m" and nxt == "queue_service" for arg, nxt in zip(argv, argv[1:], strict=False)
+    )
 
 
 class _EngineWanted:

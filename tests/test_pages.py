@@ -504,6 +504,38 @@ def test_finished_tab_lists_ended_sessions_with_their_reasons_and_admins_filter_
     screenshot(page, "pages-finished-admin")
 
 
+def test_a_slow_answer_to_an_older_read_never_replaces_the_filtered_list(gpu_hub, pages):
+    """The Finished tab's first read (everyone's, for an admin) answers after a filter applied
+    meanwhile: only the latest read is shown. The old read is held back by the browser, as a
+    loaded service would be slow to answer it."""
+    fay, gil = (QueueUser(gpu_hub, f"{n}-{secrets.token_hex(3)}") for n in ("fay", "gil"))
+    for user in (fay, gil):  # an ended session each: everyone's list holds both
+        response = user.call("POST", "sessions", json={**SMALL, "count": 1})
+        assert response.status_code == 201, response.text
+        user.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180)
+        assert user.call("DELETE", f"sessions/{user.sessions()[0]['id']}").status_code == 200
+        user.wait_for(lambda sessions: sessions == [])
+    page = pages()
+    log_in(page, gpu_hub, "admin")
+    open_sessions(page, gpu_hub)
+    held = []
+
+    def hold_everyones(route):
+        held.append(route)  # answered only after the filtered read has been shown
+
+    page.route(re.compile(r"/api/sessions\?finished=1&limit=\d+&offset=0$"), hold_everyones)
+    page.click("#fgpu-tab-finished")
+    page.fill("#fgpu-finished-user", fay.name)
+    page.click("#fgpu-finished-apply")
+    rows = page.locator("#fgpu-finished tbody tr")
+    expect(rows).to_have_count(1)
+    assert len(held) == 1
+    held[0].continue_()
+    page.wait_for_timeout(1000)  # the old answer arrives, and is dropped
+    expect(rows).to_have_count(1)
+    expect(page.locator(f'#fgpu-finished tbody tr[data-user="{fay.name}"]')).to_have_count(1)
+
+
 # -- issue 22: confirm before destroying, land where the work is, the details a student sees -----
 
 

@@ -23,6 +23,7 @@ from sqlalchemy import create_engine, text
 
 from fgpu_admin import archive
 from fgpu_admin.cli import main
+from fgpu_admin.restore import runs_hub
 from queue_service.store import state_dir
 from queue_service.store.db import open_database
 from queue_service.store.models import FolderRecord
@@ -258,6 +259,25 @@ def test_a_running_hub_is_not_restored_over(backed_up, capsys, hub_dbs):
     finally:
         hub.kill()
         hub.wait()
+
+
+@pytest.mark.parametrize(
+    ("argv", "is_hub"),
+    [
+        (["/srv/venv/bin/python3", "/srv/venv/bin/jupyterhub", "-f", "config.py"], True),
+        (["jupyterhub"], True),
+        (["/usr/bin/python3", "-m", "queue_service", "--QueueService.engine=docker"], True),
+        # A test run beside the hub's folder names its modules: not a hub.
+        (
+            [".venv/bin/pytest", "tests/test_queue_service.py", "tests/test_jupyterhub_config.py"],
+            False,
+        ),
+        (["vim", "jupyterhub_config.py"], False),
+        (["grep", "-r", "queue_service", "."], False),
+    ],
+)
+def test_only_a_hub_or_its_queue_service_counts_as_a_running_hub(argv, is_hub):
+    assert runs_hub(argv) is is_hub
 
 
 def test_not_an_archive(tmp_path, monkeypatch, capsys):

@@ -109,11 +109,16 @@
     table.setAttribute("data-updated", String(Date.now()));
   }
 
-  // Read now, then again every 10 s while the tab is open (sessions keep ending).
+  // Read now, then again every 10 s while the tab is open (sessions keep ending). Only the
+  // latest read is shown: the answer to the tab's first read, slow under load, came after the
+  // one to a filter applied meanwhile and showed everyone's sessions under that filter.
   function load() {
     var mine = ++round;
     clearTimeout(timer);
-    fgpu.api("GET", query()).then(render, function (e) {
+    fgpu.api("GET", query()).then(function (data) {
+      if (mine === round) render(data);
+    }, function (e) {
+      if (mine !== round) return;
       errorBox.textContent = "Could not read the finished sessions: " + e.message;
       errorBox.classList.remove("d-none");
     }).then(function () {

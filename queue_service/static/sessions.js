@@ -32,10 +32,12 @@
     var children = [el("span", { className: "fgpu-status fgpu-status-" + s.status, text: s.status })];
     if (s.status === "PENDING") {
       var where = s.position ? fgpu.ordinal(s.position) + " in line" : "waiting";
-      // A job deferred to its start_after has no place in line yet: the time, in the reader's.
-      if (!s.position && s.start_after) where = "not before " + localTime(s.start_after);
+      // A job deferred to its start_after has no place in line yet: the time, in the reader's
+      // clock (the service's reason says the same in UTC, which a student abroad would misread).
+      var deferred = !s.position && s.start_after;
+      if (deferred) where = "starts " + localTime(s.start_after) + " at the earliest, as you asked; until then it holds nothing";
       children.push(el("div", { className: "fgpu-pending-detail fgpu-position", text: where }));
-      if (s.reason) children.push(el("div", { className: "fgpu-pending-detail fgpu-reason", text: s.reason }));
+      if (s.reason && !deferred) children.push(el("div", { className: "fgpu-pending-detail fgpu-reason", text: s.reason }));
     }
     if (s.status === "RUNNING" && s.ends) children.push(endsLine(s.ends));
     return el("td", {}, children);
