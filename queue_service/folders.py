@@ -277,8 +277,7 @@ class Folders:
         the site had them, or restored from a backup) is tagged, all of it."""
         if self.projects is None:
             return
-        account = Account(self.store.owner_of(folder_id), self.store.account_of(folder_id))
-        project = self.store.project_of(account)
+        project = self.store.project_of(self.store.owner_account(folder_id))
         if self.projects.project_of(self.files.source(folder_id)) != project:
             self.projects.assign(self.files.source(folder_id), project)
 

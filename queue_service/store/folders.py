@@ -54,6 +54,7 @@ class FolderStore:
     def __init__(self, db: sessionmaker):
         self.db = db
         self._writing = threading.Lock()
+        self._projects: dict[Account, int] = {}
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -97,16 +98,21 @@ class FolderStore:
         with self.db() as db:
             return int(db.scalar(query))
 
-    def owner_of(self, folder_id: str) -> str:
+    def owner_account(self, folder_id: str) -> Account:
         with self.db() as db:
-            return db.get(FolderRecord, folder_id).owner
+            record = db.get(FolderRecord, folder_id)
+            return Account(record.owner, record.account)
 
     def account_of(self, folder_id: str) -> str:
         with self.db() as db:
             return db.get(FolderRecord, folder_id).account
 
     def project_of(self, account: Account) -> int:
-        """The kernel project id of the account's folders (project_quotas.py), given at first."""
+        """The kernel project id of the account's folders (project_quotas.py), given at first.
+        Kept in memory once read: an id never changes, and the quotas read it on every page."""
+        known = self._projects.get(account)
+        if known is not None:
+            return known
         with self._writing, self.db.begin() as db:
             owned = and_(
                 StorageProject.owner == account.name, StorageProject.account == account.key
@@ -116,6 +122,7 @@ class FolderStore:
                 project = StorageProject(owner=account.name, account=account.key)
                 db.add(project)
                 db.flush()
+            self._projects[account] = project.id
             return project.id
 
     def all_ids(self) -> list[str]:
