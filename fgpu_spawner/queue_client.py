@@ -102,6 +102,9 @@ class QueueRecord:
     image_ref: str | None = None
     #: The storage folders the session mounts, as the service resolved them when asked.
     mounts: tuple[dict, ...] = ()
+    #: What the service will present when it tells the session its planned end: for the
+    #: session's environment (FGPU_END_NOTICE_KEY), given with the first answer only.
+    end_notice_key: str = ""
 
     @classmethod
     def from_json(cls, data: dict) -> QueueRecord:
@@ -122,6 +125,7 @@ class QueueRecord:
                 gpu_order=tuple(data.get("gpu_order") or ()),
                 image_ref=data.get("image_ref"),
                 mounts=tuple(data.get("mounts") or ()),
+                end_notice_key=str(data.get("end_notice_key") or ""),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise QueueError(
@@ -166,9 +170,12 @@ class QueueClient:
         (2,000 waiting at 25 s cost the hub 80 requests a second)."""
         path = f"/grants/{seen.id}?wait={wait_seconds:g}&version={quote(seen.version)}"
         answer = await self._call("GET", path, timeout=wait_seconds + self.timeout)
-        # The long-poll does not repeat the catalog's reference: keep the one first given.
+        # The long-poll does not repeat what the first answer gave: keep it.
         return dataclasses.replace(
-            QueueRecord.from_json(answer), image_ref=seen.image_ref, mounts=seen.mounts
+            QueueRecord.from_json(answer),
+            image_ref=seen.image_ref,
+            mounts=seen.mounts,
+            end_notice_key=seen.end_notice_key,
         )
 
     async def mark_running(self, session_id: str) -> QueueRecord:

@@ -588,6 +588,9 @@ class FGPUSpawner(DockerSpawner):
     gpu_order: list[str] = []
     #: The storage folders this start mounts, as the queue service resolved them.
     folder_mounts: list[dict] = []
+    #: The key the queue service presents when it tells this session its planned end (and that
+    #: opens nothing else: queue_service/session_end_notice.py), from its first answer.
+    end_notice_key: str = ""
     session_id: str = ""
     _pending_message: str = ""
     # The giving back of an interrupted start's slice, while it runs (start() and stop()).
@@ -815,6 +818,7 @@ class FGPUSpawner(DockerSpawner):
         self.gpu_memory = record.gpu_memory
         self.gpu_order = list(record.gpu_order)
         self.folder_mounts = list(record.mounts)
+        self.end_notice_key = record.end_notice_key
         return record.grant
 
     def _use_catalog_reference(self, reference: str | None) -> None:
@@ -1145,6 +1149,14 @@ class FGPUSpawner(DockerSpawner):
         partial.write_text(text)
         partial.chmod(0o644)
         os.replace(partial, path)
+
+    def get_env(self) -> dict:
+        env = super().get_env()
+        if self.end_notice_key:
+            # The session's end notice is told with this key, never with a token of the
+            # service's (the session's own server reads whatever reaches it).
+            env["FGPU_END_NOTICE_KEY"] = self.end_notice_key
+        return env
 
     async def container_context(self) -> ContainerContext:
         return ContainerContext(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import errno
+import functools
 import json
 import os
 import signal
@@ -83,7 +84,7 @@ from .queue_pass import SchedulerSettings
 from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
 from .server_removal import ServerRemover
-from .session_end_notice import EndNotice
+from .session_end_notice import EndNotice, end_notice_key
 
 #: Largest body the server reads at all: an upload's chunk and a little more (each handler
 #: refuses more than its own cap with a message: 64 KiB, or the chunk for uploads).
@@ -1304,7 +1305,8 @@ class QueueService(Application):
             node_agent_registry=self.node_agent_registry,
             engine_backend=self.engine_backend,
             health=self.health,
-            cookie_secret=read_or_create_secret(self.cookie_secret_file),
+            cookie_secret=self.service_secret,
+            end_notice_key=self.end_notice_key,
         )
 
     async def serve(self) -> None:
@@ -1354,7 +1356,17 @@ class QueueService(Application):
         if not self.proxy_url:
             return None
         base_url = os.environ.get("JUPYTERHUB_BASE_URL", "/")
-        return EndNotice(self.proxy_url, base_url, self.hub.token, log=self.log)
+        return EndNotice(self.proxy_url, base_url, self.end_notice_key, log=self.log)
+
+    @functools.cached_property
+    def service_secret(self) -> bytes:
+        """The service's own secret (its cookies', and the sessions' end-notice keys')."""
+        return read_or_create_secret(self.cookie_secret_file)
+
+    def end_notice_key(self, session_id: str) -> str:
+        """Session `session_id`'s end-notice key (session_end_notice.py): the spawner puts it in
+        the session's environment; the key opens that session's notice and nothing else."""
+        return end_notice_key(self.service_secret, session_id)
 
     @property
     def builds_here(self) -> bool:

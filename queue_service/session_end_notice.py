@@ -2,11 +2,18 @@
 
 Every round of the automatic ends (automatic_ends.py) hands the planned end of each running session
 (its `ends` in the sessions API, or None) to `EndNotice`. A session is told through the hub's proxy,
-as any client reaches a user's server, with the service's own token (its `access:servers` scope):
-`PUT <proxy>/user/<name>/<server>/fgpu/session-end`, served inside the session by the image's
-server extension (image_catalog/recipes/jupyter-base/fgpu_session_end.py). Told when the end
-changes, and again every `resend_after` seconds (a restarted server forgets); a failure (the
-server is starting, an image without the extension) is tried again next round, never raised.
+as any client reaches a user's server: `PUT <proxy>/user/<name>/<server>/fgpu/session-end`, served
+inside the session by the image's server extension
+(image_catalog/recipes/jupyter-base/fgpu_session_end.py). Told when the end changes, and again
+every `resend_after` seconds (a restarted server forgets); a failure (the server is starting, an
+image without the extension) is tried again next round, never raised.
+
+**No credential of the service's goes with it.** The receiving end is the student's own server,
+which loads the student's own configuration from a home that persists: whatever reaches it, the
+student can read. So the notice carries only that session's own end-notice key, an HMAC of the
+session id under the service's secret (`end_notice_key`), which the spawner puts in the session's
+environment (FGPU_END_NOTICE_KEY) when it starts it, and which opens nothing but this one
+session's notice (docs/source/explanation/security.md).
 
 It works alike on one host and on a Swarm: the proxy reaches every session.
 """
@@ -14,6 +21,8 @@ It works alike on one host and on a Swarm: the proxy reaches every session.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import time
 from collections.abc import Callable
@@ -24,6 +33,16 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 CALL_TIMEOUT_S = 5.0
 RESEND_AFTER_S = 300.0
 MAX_CLIENTS = 10
+#: The header the session's server extension reads the key from (the extension, in the image,
+#: names it again: it imports nothing of the service's).
+KEY_HEADER = "X-Fgpu-End-Notice-Key"
+_KEY_PURPOSE = b"fgpu session end notice\0"
+
+
+def end_notice_key(secret: bytes, session_id: str) -> str:
+    """The key that lets the service tell session `session_id` its planned end, and does nothing
+    else. Derived (not stored), so that it survives a restart of the service with its secret."""
+    return hmac.new(secret, _KEY_PURPOSE + session_id.encode(), hashlib.sha256).hexdigest()
 
 
 def session_end_url(proxy_url: str, base_url: str, user: str, server_name: str) -> str:
@@ -39,14 +58,15 @@ class EndNotice:
         self,
         proxy_url: str,
         base_url: str,
-        token: str,
+        key_of: Callable[[str], str],
         resend_after: float = RESEND_AFTER_S,
         clock: Callable[[], float] = time.monotonic,
         log=None,
     ):
         self.proxy_url = proxy_url
         self.base_url = base_url
-        self.token = token
+        # session id → that session's end-notice key (end_notice_key under the service's secret).
+        self.key_of = key_of
         self.resend_after = resend_after
         self.clock = clock
         self.log = log
@@ -69,7 +89,7 @@ class EndNotice:
         request = HTTPRequest(
             session_end_url(self.proxy_url, self.base_url, user, server),
             method="PUT",
-            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            headers={KEY_HEADER: self.key_of(session_id), "Content-Type": "application/json"},
             body=body,
             request_timeout=CALL_TIMEOUT_S,
             follow_redirects=False,

@@ -7,6 +7,7 @@ student's server, to fill the engine's disk, or to shed their GPU limits.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 
 import pytest
@@ -138,6 +139,42 @@ def test_sessions_cannot_reach_each_other_while_host_and_hub_reach_both(hub, two
         "print(urllib.request.urlopen(os.environ['JUPYTERHUB_API_URL'], timeout=10).status)",
     )
     assert (code, output) == (0, "200"), output
+
+
+def connects(container, host: str, port: int) -> bool:
+    script = (
+        "import socket, sys\n"
+        "try:\n"
+        f"    socket.create_connection(({host!r}, {port}), timeout=3).close()\n"
+        "except OSError:\n"
+        "    sys.exit(1)\n"
+    )
+    return run(container, "python3", "-c", script)[0] == 0
+
+
+def test_a_session_reaches_the_hubs_api_and_no_other_port_of_the_hub(hub, two_sessions):
+    """Of the hub's own listeners on this host, a session reaches the hub's API alone (on the
+    session network's gateway), where every call needs a token: not the proxy's public or API
+    port, not the queue service, not PostgreSQL nor a Docker API port (the security guide's
+    table, docs/source/explanation/security.md)."""
+    _, session = two_sessions[0]
+    session.reload()
+    (network,) = session.attrs["NetworkSettings"]["Networks"].values()
+    gateway = network["Gateway"]
+    config = (hub.workdir / "test_config.py").read_text()
+    hub_port = int(re.search(r"c.JupyterHub.hub_port = (\d+)", config).group(1))
+    proxy_api = int(re.search(r'api_url = "http://127.0.0.1:(\d+)"', config).group(1))
+    assert connects(session, gateway, hub_port), "the session no longer reaches the hub's API"
+    others = {
+        "the proxy": int(hub.url.rsplit(":", 1)[1]),
+        "the proxy's API": proxy_api,
+        "the queue service": int(hub.env["FGPU_QUEUE_PORT"]),
+        "PostgreSQL": 5432,
+        "a Docker API": 2375,
+        "a Docker TLS API": 2376,
+    }
+    reached = [name for name, port in others.items() if connects(session, gateway, port)]
+    assert reached == [], f"a session reaches {reached} on {gateway}"
 
 
 def test_sessions_run_on_the_isolated_network(docker_engine, two_sessions):

@@ -15,7 +15,10 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
+from queue_service.session_end_notice import KEY_HEADER
+
 from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
+from .harness import containers_with
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -88,16 +91,25 @@ def test_a_session_without_a_gpu_says_so_and_when_the_idle_culler_would_stop_it(
 
 def only_the_owner_and_the_queue_service_reach_the_planned_end(gpu_hub, username, cookies):
     """The session's endpoint (fgpu_session_end.py) behind the hub's proxy: its owner reads it and
-    bad bodies are refused, leaving it as it was; another student's token, a request with no
+    bad bodies are refused, leaving it as it was; only the session's key writes it; another student's token, a request with no
     credentials and one with the owner's cookies but no XSRF token get nothing. (Checked on the session of the test above: one start less.)"""
     url = f"{gpu_hub.url}/user/{username}/fgpu/session-end"
     owner = {"Authorization": f"token {gpu_hub.user_token(username)}"}
     told = wait_for_end(url, owner)
     assert told["why"] == "idle" and told["text"] == "idle: no activity for 1 h", told
 
+    # The service tells it with the session's own key, and nothing else writes it: not even
+    # the owner's token (only the key, which the owner can read in the session, fools their own
+    # status bar).
+    (container,) = containers_with({"fgpu.user": username, "fgpu.server_name": ""})
+    env = dict(line.split("=", 1) for line in container.attrs["Config"]["Env"])
+    keyed = {KEY_HEADER: env["FGPU_END_NOTICE_KEY"]}
     for body in ("[1]", '{"ends": 5}', "not json", "x" * 5000):
-        refused = requests.put(url, headers=owner, data=body, timeout=10)
+        refused = requests.put(url, headers=keyed, data=body, timeout=10)
         assert refused.status_code in (400, 413), (body[:10], refused.status_code)
+    for headers in (owner, {KEY_HEADER: "0" * 64}, {**owner, KEY_HEADER: ""}):
+        refused = requests.put(url, headers=headers, data='{"ends": null}', timeout=10)
+        assert refused.status_code == 403, (list(headers), refused.status_code)
     assert requests.get(url, headers=owner, timeout=10).json()["ends"] == told
 
     other = f"other-{secrets.token_hex(3)}"

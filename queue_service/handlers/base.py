@@ -244,6 +244,11 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     def health(self) -> HealthMonitor:
         return self.settings["health"]
 
+    @property
+    def end_notice_key(self) -> Callable[[str], str]:
+        """Session id → its end-notice key (session_end_notice.py), for the spawner alone."""
+        return self.settings["end_notice_key"]
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         for name in _HTTP_METHODS:

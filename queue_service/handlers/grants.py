@@ -74,7 +74,13 @@ class GrantsHandler(SpawnerHandler):
         # The reference comes from the catalog, so a private or re-pointed image starts as listed,
         # and from its pinned digest once it has one (Swarm mode: registry_images.py).
         reference = pinned_reference(image["image"], image["digest"]) if image else None
-        self.write_json({**record, "image_ref": reference, "mounts": mounts}, 201)
+        # The session's own end-notice key goes to the spawner alone, for the session's
+        # environment: the service then tells the session its end with nothing of its own.
+        notice_key = self.end_notice_key(record["id"])
+        self.write_json(
+            {**record, "image_ref": reference, "mounts": mounts, "end_notice_key": notice_key},
+            201,
+        )
 
     def _new_request(self, data: dict) -> bool:
         """Whether this request makes a record: its key is unknown, and its server has no live
