@@ -38,7 +38,7 @@ from queue_service.engine.node_reports import NodeReports
 from queue_service.engine.swarm_backend import SwarmBackend
 
 from .browser import log_in, screenshot
-from .harness import TEST_LABEL, QueueUser, running_hub
+from .harness import TEST_LABEL, QueueUser, running_hub, wait_until
 from .job_helpers import job_ended, job_record, training_notebook
 from .swarm_lab import IMAGE, LAB_ENV, LAB_NAME, Lab, hub_container, swarm_lab, wait_for
 from .test_security_registry import probe_registry, unreachable
@@ -175,6 +175,19 @@ def test_a_session_lands_on_its_granted_node_with_its_limits_in_that_nodes_cgrou
         timeout=30,
     )
     assert reply.status_code == 200, reply.text
+    # Told its planned end through the proxy as on one host, with its own key and no token of
+    # the service's (session_end_notice.py): the key is in the session's environment.
+    env = dict(line.split("=", 1) for line in container.attrs["Config"]["Env"])
+    assert len(env["FGPU_END_NOTICE_KEY"]) == 64
+    end_url = f"{swarm_hub.url}{model['url']}fgpu/session-end"
+    owner = {"Authorization": f"token {token}"}
+    told = wait_until(
+        lambda: requests.get(end_url, headers=owner, timeout=10).json()["ends"],
+        90,
+        "the Swarm session told its planned end",
+        interval=2,
+    )
+    assert told["why"] == "idle", told
 
 
 def test_on_host_port_a_session_reaches_anothers_server_which_is_why_it_needs_the_sites_word(
