@@ -187,7 +187,13 @@ fgpu_max = float(os.environ.get("FGPU_MAX_PER_SESSION", "4"))
 # queue service draws the Sessions dialog's sliders and checks the presets with the same.
 from image_catalog.launch_options import SESSION_LIMITS  # noqa: E402
 
-session_limits = {**SESSION_LIMITS, "fgpu_max": fgpu_max}
+session_limits = {
+    **SESSION_LIMITS,
+    "fgpu_max": fgpu_max,
+    # The image of a launch that names none (the admin panel's Start button), where the user may
+    # start it; empty: the first the catalog offers them.
+    "default_image_name": os.environ.get("FGPU_DEFAULT_IMAGE", ""),
+}
 site_presets = json.loads(os.environ.get("FGPU_PRESETS") or "[]")
 # Seconds a request may wait in the queue before it ends as PENDING_TIMEOUT (the service's).
 pending_timeout = 3600

@@ -19,6 +19,7 @@ from image_catalog.launch_options import (
     check_folders,
     check_name,
     resolve_preset,
+    with_defaults,
 )
 
 KNOWN_OPTIONS = (*LAUNCH_OPTIONS, "request_key")
@@ -54,6 +55,14 @@ class RequestLimits:
     mem: Range
     fgpu: Range
     default_image: str | None = None
+
+    def defaults(self) -> dict:
+        """The defaults as launch_options.with_defaults reads them (SESSION_LIMITS' keys)."""
+        return {
+            "cpu_default": self.cpu.default,
+            "mem_default": self.mem.default,
+            "default_image_name": self.default_image or "",
+        }
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,12 @@ def parse_request(
     `presets`: the presets offered to this user, as `GET api/presets` lists them; a `preset`
     option stands for its slots, which then meet the same limits as slots given one by one.
     `server_name`: the server being started; a `name` option, when given, must be it (a
-    session's name is its server's name, which the hub's URL already carries)."""
+    session's name is its server's name, which the hub's URL already carries).
+
+    What a launch leaves out takes the user's default, one rule for the form, the hub's REST API
+    and the admin panel's Start button (which sends no options at all): no `image`, the user's
+    default image; no slots, the smallest preset the user may use now that holds no GPU, or
+    else the image's and the hub's defaults, and no GPU (launch_options.with_defaults)."""
     if not isinstance(options, dict):
         raise InvalidRequest("Options must be a JSON object.")
     unknown = sorted(set(options) - set(KNOWN_OPTIONS))
@@ -106,6 +120,7 @@ def parse_request(
         raise InvalidRequest(
             f"Unknown option(s): {', '.join(unknown)}. Known options: {', '.join(KNOWN_OPTIONS)}."
         )
+    options = with_defaults(options, catalog.visible(), presets or [], limits.defaults())
     try:
         options = resolve_preset(options, presets or [])
         _check_name(options.get("name"), server_name)
@@ -152,8 +167,7 @@ def _first(value, fallback):
 
 
 def _parse_image(value: object, catalog: Catalog):
-    """The one rule of the form, the hub's REST API and `POST api/sessions`: a launch names its
-    image; none is chosen for the user (the form preselects one, docs/source/explanation/sessions-and-queue.md, "Launch options")."""
+    """The named image, if this user may start it (none named: `with_defaults` found none)."""
     visible = catalog.visible()
     if not visible:
         raise InvalidRequest("No image is offered to you yet; ask your instructor.")

@@ -34,7 +34,7 @@ from fgpu_shared.engine_client import api_client_from_env
 from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
 from image_catalog.job_options import parse_job, start_after_of
-from image_catalog.launch_options import SESSION_LIMITS
+from image_catalog.launch_options import SESSION_LIMITS, SLOT_OPTIONS
 
 from . import form, idle
 from .container_spec import (
@@ -95,6 +95,15 @@ def unavailable(what: str, reason: str, error: QueueError) -> SpawnException:
     )
 
 
+def _reads_presets(user_options: object) -> bool:
+    """Whether parsing these options reads the user's presets: one is named, or no slot is
+    given, so the smallest may be the default (launch_options.with_defaults)."""
+    if not isinstance(user_options, dict):
+        return False
+    slots = [user_options.get(key) for key in SLOT_OPTIONS]
+    return bool(user_options.get("preset")) or all(value in (None, "") for value in slots)
+
+
 async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
     """The default `apply_user_options` hook: validate against the images this user may start,
     then remember the request. An image others may use but this user may not is a 403."""
@@ -102,7 +111,7 @@ async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> No
     name = (user_options or {}).get("image") if isinstance(user_options, dict) else None
     if isinstance(name, str) and name.strip() and name not in catalog.names():
         await spawner.refuse_image(name, catalog)
-    presets = await spawner.user_presets() if (user_options or {}).get("preset") else []
+    presets = await spawner.user_presets() if _reads_presets(user_options) else []
     try:
         request = parse_request(
             user_options, spawner.request_limits, catalog, presets, server_name=spawner.name
@@ -141,11 +150,16 @@ class FGPUSpawner(DockerSpawner):
     """Spawn single-user servers in Docker containers limited to a CPU, memory and fGPU slice."""
 
     default_image_name = Unicode(
-        "",
+        SESSION_LIMITS["default_image_name"],
         config=True,
         help="""
-        Catalog name of the image preselected on the spawn form. Empty means the first visible
-        image of the catalog. A request must still name its image (docs/source/explanation/sessions-and-queue.md, "Launch options").
+        Catalog name of the image preselected on the spawn form, and the image of a launch that
+        names none (the admin panel's Start button, or `POST /hub/api/users/NAME/server` with
+        no body) where the user may start it. Empty, or an image the user may not start: the
+        first image the catalog offers them (docs/source/explanation/sessions-and-queue.md,
+        "Launch options"). The shipped config sets it, and the queue service's
+        `session_limits["default_image_name"]` for the Sessions dialog's launches, from
+        FGPU_DEFAULT_IMAGE.
 
         Example::
 

@@ -23,6 +23,9 @@ SESSION_LIMITS = {
     "mem_default": 2 * 1024**3,
     "fgpu_max": 0.0,
     "fgpu_default": 0.0,
+    # The image of a launch that names none, where the user may start it (`with_defaults`);
+    # empty: the first image the catalog offers them.
+    "default_image_name": "",
 }
 
 #: JupyterHub 6's rule for a server name (jupyterhub.slugs.is_valid_safe_slug): a session's name is
@@ -138,6 +141,55 @@ def check_env(value: object) -> dict[str, str]:
     if size > ENV_MAX_BYTES:
         raise OptionError(f"env is {size} bytes; at most {ENV_MAX_BYTES} are allowed.")
     return dict(value)
+
+
+#: The options that size a launch: giving none of them takes the default slots.
+SLOT_OPTIONS = ("preset", "cpu", "mem", "fgpu")
+
+
+def with_defaults(options: dict, offered: list, presets: list[dict], limits: dict) -> dict:
+    """`options` with what a launch leaves out filled in: one rule for the spawn form, the hub's
+    REST API, the admin panel's Start button (which sends no options at all) and `POST
+    api/sessions`. `limits` are one session's limits and defaults (SESSION_LIMITS' keys).
+
+    - No `image`: the one the site marks (`limits["default_image_name"]`) if the user may start
+      it, else the first of `offered` (the catalog images offered to the user, in the catalog's
+      order, as CatalogImage). With none offered, nothing is filled in, and the image's own
+      check refuses the launch.
+    - No slots (none of SLOT_OPTIONS): the smallest of `presets` (as `GET api/presets` lists
+      them) that the user may use now, holds no GPU and meets the image's bounds, by cores then
+      memory; without one, the image's own defaults, then the hub's. Never a GPU unasked."""
+    filled = dict(options)
+    if _blank(filled.get("image")) and offered:
+        marked = limits.get("default_image_name") or ""
+        filled["image"] = next((i for i in offered if i.name == marked), offered[0]).name
+    if all(_blank(filled.get(key)) for key in SLOT_OPTIONS):
+        image = next((i for i in offered if i.name == filled.get("image")), None)
+        filled.update(default_slots(presets, image, limits))
+    return filled
+
+
+def default_slots(presets: list[dict], image, limits: dict) -> dict:
+    """`with_defaults`' slots: the smallest usable preset without a GPU that fits `image` (a
+    CatalogImage, or None), or else the image's default cores and memory, then the hub's."""
+    fitting = [
+        preset
+        for preset in presets
+        if preset.get("available")
+        and not preset.get("fgpu")
+        and (image is None or not image.resources.shortfall(preset["cpu"], preset["mem"], 0))
+    ]
+    if fitting:
+        smallest = min(fitting, key=lambda preset: (preset["cpu"], preset["mem"]))
+        return {"cpu": smallest["cpu"], "mem": smallest["mem"], "fgpu": 0}
+    own = image.resources.default if image is not None else None
+    cpu = own.cpu if own is not None and own.cpu is not None else limits["cpu_default"]
+    mem = own.mem if own is not None and own.mem is not None else limits["mem_default"]
+    return {"cpu": cpu, "mem": int(mem), "fgpu": 0}
+
+
+def _blank(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def resolve_preset(options: dict, presets: list[dict]) -> dict:

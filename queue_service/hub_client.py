@@ -14,6 +14,8 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from fgpu_shared import group_properties
+
 CACHE_SECONDS = 10
 #: Calls to the hub in flight at once. A launch of 20 sends 20 starts together, and each may take
 #: the hub's slow-spawn timeout (10 s) to answer; tornado's shared client allows 10 at a time,
@@ -101,7 +103,10 @@ class HubClient:
         }
 
     async def group(self, name: str) -> dict:
-        return await self._cached(f"/groups/{quote(name)}")
+        """The hub's group model, its properties as the admin panel means them
+        (fgpu_shared/group_properties.py)."""
+        model = await self._cached(f"/groups/{quote(name)}")
+        return {**model, "properties": group_properties.decoded(model.get("properties"))}
 
     async def start_server(self, user: str, server_name: str, options: dict) -> int:
         path = f"/users/{quote(user)}/servers/{quote(server_name)}"

@@ -36,11 +36,13 @@ from image_catalog.launch_options import (
     check_folders,
     check_name,
     resolve_preset,
+    with_defaults,
 )
 from queue_service.core import end_reasons
 from queue_service.core.errors import Refusal
 from queue_service.core.status import FINAL, Status
 from queue_service.store.accounts import Account
+from queue_service.store.images import entry_of
 
 from .hub_client import HubError
 
@@ -59,6 +61,16 @@ def server_names(count: int, name: str | None = None, prefix: str = "s") -> list
     if name is None:
         return [f"{prefix}-{secrets.token_hex(3)}" for _ in range(count)]
     return [name] if count == 1 else [f"{name}-{i}" for i in range(1, count + 1)]
+
+
+def with_launch_defaults(
+    options: dict, offered: list[dict], presets: list[dict], limits: dict
+) -> dict:
+    """`options` with what the launch leaves out filled in as the spawner fills it
+    (launch_options.with_defaults): `offered` are the store's views of the images the user may
+    start, in the catalog's order (hidden ones are not offered); `limits`, one session's."""
+    images = [entry_of(view) for view in offered if not view.get("hidden")]
+    return with_defaults(options, images, presets, limits)
 
 
 def with_preset(options: dict, presets: list[dict]) -> dict:

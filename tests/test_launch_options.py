@@ -7,6 +7,7 @@ import re
 import pytest
 from jupyterhub.slugs import is_valid_safe_slug
 
+from image_catalog.catalog import parse_catalog
 from image_catalog.launch_options import (
     ENV_MAX_BYTES,
     ENV_MAX_COUNT,
@@ -16,6 +17,7 @@ from image_catalog.launch_options import (
     check_folders,
     check_name,
     resolve_preset,
+    with_defaults,
 )
 
 NAMES = ["a", "mnist", "run-2", "x9", "a" * 30, "a" * 31, "Big", "-a", "a-", "a--b", "9a",
@@ -122,3 +124,52 @@ def test_folders_are_a_list_or_a_forms_comma_text_kept_once_each_in_order():
 def test_bad_folders_are_refused_with_why(value, says):
     with pytest.raises(OptionError, match=re.escape(says)):
         check_folders(value)
+
+
+# -- what a launch leaves out (with_defaults) ---------------------------------------------------
+
+OFFERED = parse_catalog(
+    {
+        "images": [
+            {"name": "py", "image": "fgpu/py:1"},
+            {"name": "tf", "image": "fgpu/tf:1", "resources": {"min": {"mem": "2G"}}},
+        ]
+    }
+).images
+LIMITS = {"cpu_default": 1.0, "mem_default": 2 * 2**30}
+CANDIDATES = [
+    {"name": "tiny", "cpu": 0.5, "mem": 512 * 2**20, "fgpu": 0, "available": True},
+    {"name": "gpu", "cpu": 0.5, "mem": 2**30, "fgpu": 1, "available": True},
+    {"name": "big", "cpu": 2, "mem": 4 * 2**30, "fgpu": 0, "available": True},
+]
+
+
+def test_nothing_given_takes_the_first_offered_image_and_the_smallest_preset_without_a_gpu():
+    assert with_defaults({}, list(OFFERED), CANDIDATES, LIMITS) == {
+        "image": "py", "cpu": 0.5, "mem": 512 * 2**20, "fgpu": 0,
+    }  # fmt: skip
+
+
+def test_the_marked_image_is_taken_where_offered_and_its_minimum_picks_the_preset():
+    marked = {**LIMITS, "default_image_name": "tf"}
+    assert with_defaults({}, list(OFFERED), CANDIDATES, marked)["cpu"] == 2
+    gone = {**LIMITS, "default_image_name": "gone"}
+    assert with_defaults({}, list(OFFERED), CANDIDATES, gone)["image"] == "py"
+
+
+def test_what_is_given_is_kept_and_slots_given_take_no_preset():
+    given = {"image": "tf", "mem": "3G"}
+    assert with_defaults(given, list(OFFERED), CANDIDATES, LIMITS) == given
+    assert with_defaults({"preset": "big"}, list(OFFERED), CANDIDATES, LIMITS) == {
+        "preset": "big", "image": "py",
+    }  # fmt: skip
+
+
+def test_with_no_usable_preset_the_images_defaults_then_the_hubs_and_no_gpu():
+    own = parse_catalog(
+        {"images": [{"name": "x", "image": "fgpu/x:1", "resources": {"default": {"mem": "3G"}}}]}
+    ).images
+    assert with_defaults({}, list(own), [CANDIDATES[1]], LIMITS) == {
+        "image": "x", "cpu": 1.0, "mem": 3 * 2**30, "fgpu": 0,
+    }  # fmt: skip
+    assert with_defaults({}, [], [], LIMITS) == {"cpu": 1.0, "mem": 2 * 2**30, "fgpu": 0}

@@ -91,7 +91,6 @@ def test_a_named_launch_with_a_preset_and_env_runs_with_them(preset_hub, preset_
 @pytest.mark.parametrize(
     "body, status, fragment",
     [
-        ({"cpu": 0.5, "mem": "256M"}, 400, "names its image"),
         ({**IMAGE, "preset": "nope"}, 400, "Unknown preset 'nope'"),
         ({**IMAGE, "preset": "all GPUs"}, 400, "not available to you: Needs 8 fGPU"),
         ({**IMAGE, "preset": "CPU small", "cpu": 1}, 400, "leave out cpu"),
@@ -114,7 +113,6 @@ def test_a_bad_launch_option_is_refused_and_leaves_nothing(preset_hub, preset_st
 @pytest.mark.parametrize(
     "body, fragment",
     [
-        ({"cpu": 0.5, "mem": "256M"}, "names its image"),
         ({**IMAGE, "preset": "all GPUs"}, "not available to you"),
         ({**IMAGE, "name": "other"}, "differs from server 'mine'"),
         ({**IMAGE, "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "set by the hub"),
@@ -143,6 +141,44 @@ def test_the_hubs_own_start_takes_a_preset_and_env(preset_hub, preset_student):
     assert (session["server_name"], session["cpu"], session["mem"]) == ("lab", 0.5, 256 * 1024**2)
     (container,) = containers_with({"fgpu.user": preset_student.name})
     assert "SEED=7" in container.attrs["Config"]["Env"]
+
+
+def test_a_start_with_no_options_as_the_admin_panel_sends_gets_the_defaults(
+    preset_hub, preset_student
+):
+    """The admin panel's Start button and `POST /hub/api/users/NAME/server` with no body: the
+    user's default image (the first the catalog offers them), the smallest preset they may use
+    that holds no GPU ("CPU small"), and no GPU."""
+    preset_hub.create_user(preset_student.name)
+    response = preset_hub.request("POST", f"users/{preset_student.name}/server")
+    assert response.status_code in (201, 202), response.text
+    preset_hub.wait_ready(preset_student.name, timeout=180)
+    (session,) = preset_student.sessions()
+    assert (session["image"], session["cpu"], session["mem"], session["fgpu"]) == (
+        "python-3.11",
+        0.5,
+        256 * 1024**2,
+        0,
+    )
+    assert session["grant"]["gpus"] == {}
+
+
+def test_a_launch_from_the_sessions_api_that_names_nothing_gets_the_same_defaults(
+    preset_hub, preset_student
+):
+    """The same rule on the service's `POST api/sessions` (one rule: launch_options.with_defaults)."""
+    response = preset_student.call("POST", "sessions", json={"name": "quick"})
+    assert response.status_code == 201, response.text
+    (session,) = preset_student.wait_for(
+        lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=180
+    )
+    assert (session["server_name"], session["image"], session["cpu"], session["mem"]) == (
+        "quick",
+        "python-3.11",
+        0.5,
+        256 * 1024**2,
+    )
+    assert session["fgpu"] == 0
 
 
 # -- the Sessions page's dialog, in Chromium --------------------------------------------------

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from fgpu_spawner.request import InvalidRequest, Range, RequestLimits, parse_request
-from image_catalog.catalog import parse_catalog
+from image_catalog.catalog import Catalog, parse_catalog
 
 GIB = 1024**3
 
@@ -40,13 +40,57 @@ def test_form_strings_and_rest_numbers_mean_the_same():
 
 
 @pytest.mark.parametrize("image", [None, "", "  "])
-def test_a_launch_names_its_image_even_where_a_default_is_configured(image):
-    """One rule for the form, the hub's REST API and POST api/sessions (docs/source/explanation/sessions-and-queue.md, "Launch
-    options"); the configured default is only the form's preselection."""
-    limits = RequestLimits(LIMITS.cpu, LIMITS.mem, LIMITS.fgpu, default_image="sk")
+def test_a_launch_that_names_no_image_gets_the_marked_default_where_the_user_may_start_it(image):
+    """One rule for the form, the hub's REST API and the admin panel's Start button, which sends
+    no options at all (docs/source/explanation/sessions-and-queue.md, "Launch options")."""
     options = {} if image is None else {"image": image}
-    with pytest.raises(InvalidRequest, match="A launch names its image .*: one of base, sk"):
-        parse_request(options, limits, CATALOG)
+    marked = RequestLimits(LIMITS.cpu, LIMITS.mem, LIMITS.fgpu, default_image="sk")
+    assert parse_request(options, marked, CATALOG).image_name == "sk"
+    # No mark, or one the user may not start (hidden, or gone): the first image offered.
+    for default in (None, "secret", "gone"):
+        limits = RequestLimits(LIMITS.cpu, LIMITS.mem, LIMITS.fgpu, default_image=default)
+        assert parse_request(options, limits, CATALOG).image_name == "base"
+
+
+def test_with_no_image_offered_a_launch_is_refused_with_what_to_do():
+    nothing = Catalog(())
+    with pytest.raises(InvalidRequest, match="No image is offered to you yet; ask your instructor"):
+        parse_request({}, LIMITS, nothing)
+
+
+DEFAULT_CANDIDATES = [
+    {"name": "big", "cpu": 2, "mem": 4 * GIB, "fgpu": 0, "available": True},
+    {"name": "gpu", "cpu": 0.5, "mem": GIB, "fgpu": 1, "available": True},
+    {"name": "over quota", "cpu": 0.5, "mem": 512 * 1024**2, "fgpu": 0, "available": False},
+    {"name": "small", "cpu": 1, "mem": GIB, "fgpu": 0, "available": True},
+]
+
+
+def test_a_launch_that_gives_no_slots_gets_the_smallest_usable_preset_without_a_gpu():
+    request = parse_request({}, GPU_LIMITS, CATALOG, DEFAULT_CANDIDATES)
+    assert (request.image_name, request.cpu, request.mem, request.fgpu) == ("base", 1, GIB, 0)
+    # With slots given, no preset is taken: the rest come from the image and the hub.
+    request = parse_request(
+        {"image": "base", "mem": "512M"}, GPU_LIMITS, CATALOG, DEFAULT_CANDIDATES
+    )
+    assert (request.cpu, request.mem, request.fgpu) == (1.0, 512 * 1024**2, 0.0)
+
+
+def test_without_a_usable_preset_a_launch_of_no_slots_gets_the_defaults_and_no_gpu():
+    gpu_default = parse_catalog(
+        {"images": [{"name": "g", "image": "fgpu/g:1", "resources": {"default": {"fgpu": 1}}}]}
+    )
+    only_gpu = [p for p in DEFAULT_CANDIDATES if p["fgpu"] or not p["available"]]
+    request = parse_request({}, GPU_LIMITS, gpu_default, only_gpu)
+    assert (request.cpu, request.mem, request.fgpu) == (1.0, 2 * GIB, 0.0)
+
+
+def test_the_default_preset_meets_the_images_minimum():
+    hungry = parse_catalog(
+        {"images": [{"name": "h", "image": "fgpu/h:1", "resources": {"min": {"mem": "2G"}}}]}
+    )
+    request = parse_request({}, GPU_LIMITS, hungry, DEFAULT_CANDIDATES)
+    assert (request.cpu, request.mem) == (2, 4 * GIB)
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,19 @@ class SessionsHandler(BaseHandler):
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_LAUNCH:
             raise web.HTTPError(400, f"count must be a whole number from 1 to {MAX_LAUNCH}.")
         await self.refresh_quotas(person)
-        data = launches.with_preset(data, offered_presets(self, person))
+        presets = offered_presets(self, person)
+        data = launches.with_launch_defaults(
+            data,
+            self.images.visible_to(
+                person["name"],
+                tuple(person.get("groups", [])),
+                bool(person.get("admin")),
+                created=person.get("created"),
+            ),
+            presets,
+            self.session_limits,
+        )
+        data = launches.with_preset(data, presets)
         name, extras = launches.launch_extras(data, count)
         request = launches.launch_request(data)
         self.images.admit_options(person, request)

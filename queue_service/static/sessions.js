@@ -566,6 +566,9 @@
       select.replaceChildren.apply(select, list.map(function (i) {
         return el("option", { value: i.name, text: i.display_name || i.name });
       }));
+      // The image a launch that names none gets (contract 3), where it is offered.
+      var marked = config.sessionLimits.default_image_name;
+      if (list.some(function (i) { return i.name === marked; })) select.value = marked;
       describeImage();
     });
   }

@@ -1,0 +1,155 @@
+"""JupyterHub's own admin panel (/hub/admin), walked in Debian's Chromium as a hub admin: every
+button a site's admin presses works on this hub, with the fGPU spawner behind it.
+
+The panel starts a server with no options at all (`POST /hub/api/users/NAME/servers/`), which
+takes the user's defaults (contract 3); it edits a group's properties as text, which the queue
+service reads as the objects they spell (fgpu_shared/group_properties.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
+from .harness import QueueUser, containers_with, wait_until
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
+
+
+def admin_panel(page: Page, hub) -> Page:
+    log_in(page, hub, "admin")
+    page.goto(f"{hub.url}/hub/admin")
+    expect(page.get_by_test_id("user-row-admin")).to_be_visible()
+    return page
+
+
+def row_of(page: Page, user: str, server: str = ""):
+    return page.get_by_test_id(f"user-row-{user}{'-' + server if server else ''}")
+
+
+def start_from(row) -> None:
+    row.get_by_role("button", name="Start Server").click()
+    expect(row.get_by_role("button", name="Stop Server")).to_be_visible(timeout=SPAWN_TIMEOUT_MS)
+
+
+def stop_from(row) -> None:
+    row.get_by_role("button", name="Stop Server").click()
+    expect(row.get_by_role("button", name="Start Server")).to_be_visible(timeout=60_000)
+
+
+def test_users_are_added_started_opened_stopped_and_deleted_from_the_panel(hub, page):
+    prefix = f"panel-{secrets.token_hex(2)}"
+    ann, bob = f"{prefix}-ann", f"{prefix}-bob"
+    admin_panel(page, hub)
+    page.get_by_role("button", name="Add Users").click()
+    page.locator("textarea").fill(f"{ann}\n{bob}")
+    page.get_by_role("button", name="Add Users").click()
+    expect(row_of(page, ann)).to_be_visible()
+    expect(row_of(page, bob)).to_be_visible()
+
+    # Start Server sends no options: the user's default image, no GPU.
+    start_from(row_of(page, ann))
+    (session,) = QueueUser(hub, ann).sessions()
+    assert (session["status"], session["image"], session["fgpu"]) == ("RUNNING", "python-3.11", 0)
+    screenshot(page, "admin-panel-started")
+
+    # Access Server: the admin lands in the student's JupyterLab, after JupyterHub's own consent.
+    row_of(page, ann).get_by_role("button", name="Access Server").click()
+    page.get_by_role("button", name="Authorize").click()
+    page.wait_for_url(re.compile(rf"/user/{ann}/(lab|tree)"), timeout=SPAWN_TIMEOUT_MS)
+    page.goto(f"{hub.url}/hub/admin")
+
+    stop_from(row_of(page, ann))
+    assert containers_with({"fgpu.user": ann}) == []
+
+    # Start All and Stop All act on the users the page shows (the search narrows it).
+    page.get_by_placeholder("Search Users").fill(prefix)
+    expect(row_of(page, "admin")).to_be_hidden()
+    page.get_by_test_id("start-all").click()
+    for user in (ann, bob):
+        expect(row_of(page, user).get_by_role("button", name="Stop Server")).to_be_visible(
+            timeout=SPAWN_TIMEOUT_MS
+        )
+    page.get_by_test_id("stop-all").click()
+    for user in (ann, bob):
+        expect(row_of(page, user).get_by_role("button", name="Start Server")).to_be_visible(
+            timeout=60_000
+        )
+    wait_until(
+        lambda: not containers_with({"fgpu.user": ann}) and not containers_with({"fgpu.user": bob}),
+        60,
+        "both containers gone after Stop All",
+    )
+
+    # Edit User → Delete User.
+    row_of(page, bob).get_by_role("button", name="Edit User").click()
+    page.get_by_role("button", name="Delete user").click()
+    expect(row_of(page, bob)).to_be_hidden()
+    assert hub.request("GET", f"users/{bob}").status_code == 404
+
+
+def test_a_named_server_is_started_stopped_and_deleted_from_its_row(hub, page):
+    user = f"panel-{secrets.token_hex(2)}"
+    hub.create_user(user)
+    # A named server the user made once and stopped: the panel lists it in a row of its own.
+    assert hub.start_server(user, {}, server="proj").status_code in (201, 202)
+    hub.wait_ready(user, "proj")
+    hub.stop_server(user, "proj")
+    admin_panel(page, hub)
+    row = row_of(page, user, "proj")
+    start_from(row)
+    (container,) = containers_with({"fgpu.user": user})
+    assert container.labels["fgpu.server_name"] == "proj"
+    stop_from(row)
+    row.get_by_role("button", name="Delete Server").click()
+    expect(row).to_be_hidden()
+    assert "proj" not in hub.request("GET", f"users/{user}").json()["servers"]
+
+
+def test_a_group_made_in_the_panel_with_a_quota_typed_as_text_limits_its_members(hub, page):
+    group, user = f"course-{secrets.token_hex(2)}", f"panel-{secrets.token_hex(2)}"
+    hub.create_user(user)
+    admin_panel(page, hub)
+    page.get_by_role("button", name="Manage Groups").click()
+    page.get_by_role("button", name="New Group").click()
+    page.get_by_test_id("group-input").fill(group)
+    page.get_by_test_id("submit").click()
+    page.get_by_role("link", name=group).click()
+    page.get_by_test_id("username-input").fill(user)
+    page.get_by_test_id("validate-user").click()
+    key, value = page.locator(".properties-table input").all()[:2]
+    key.fill("fgpu_quota")
+    value.fill(json.dumps({"sessions": 1}))
+    page.get_by_test_id("add-item").click()  # the panel keeps a row once it is added
+    page.get_by_test_id("submit").click()
+    wait_until(
+        lambda: hub.request("GET", f"groups/{group}").json().get("properties"),
+        30,
+        "the group's properties saved",
+    )
+    screenshot(page, "admin-panel-group")
+
+    # The quota, typed as text, holds: one session for the group's members; a second waits.
+    student = QueueUser(hub, user)
+    first = student.call("POST", "sessions", json={"name": "one"})
+    assert first.status_code == 201, first.text
+    student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=120)
+    second = student.call("POST", "sessions", json={"name": "two"})
+    assert second.status_code == 201, second.text
+    (waiting,) = [s for s in student.sessions() if s["server_name"] == "two"]
+    assert waiting["status"] == "PENDING", waiting
+    assert f"group '{group}' has 1 of 1 sessions" in waiting["reason"], waiting["reason"]
+    hub.stop_servers({(user, "one"), (user, "two")})
+
+    # Delete Group.
+    page.goto(f"{hub.url}/hub/admin#/groups")
+    page.get_by_role("link", name=group).click()
+    page.get_by_test_id("delete-group").click()
+    wait_until(
+        lambda: hub.request("GET", f"groups/{group}").status_code == 404, 30, "the group deleted"
+    )
