@@ -20,6 +20,7 @@ from image_catalog.launch_options import (
     check_name,
     resolve_preset,
 )
+from image_catalog.unicode_text import surrogate_at, surrogate_message
 
 KNOWN_OPTIONS = (*LAUNCH_OPTIONS, "request_key")
 _REQUEST_KEY_RE = re.compile(r"[0-9a-f]{32}")
@@ -101,6 +102,9 @@ def parse_request(
     session's name is its server's name, which the hub's URL already carries)."""
     if not isinstance(options, dict):
         raise InvalidRequest("Options must be a JSON object.")
+    bad = surrogate_at(options)
+    if bad is not None:  # the container's env and command line could not hold it
+        raise InvalidRequest(surrogate_message(bad))
     unknown = sorted(set(options) - set(KNOWN_OPTIONS))
     if unknown:
         raise InvalidRequest(

@@ -33,6 +33,7 @@ from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
 
 from image_catalog.job_options import parse_job
+from image_catalog.unicode_text import surrogate_at, surrogate_message
 from queue_service.core.errors import Refusal
 from queue_service.core.scopes import ADMIN_SCOPE, is_filtered_form
 from queue_service.store.accounts import Account, account_key
@@ -410,6 +411,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(400, "The request body is not valid JSON.") from None
         if not isinstance(data, dict):
             raise web.HTTPError(400, "The request body must be a JSON object.")
+        bad = surrogate_at(data)
+        if bad is not None:  # refused here, once: no file name, row or command can hold it
+            raise web.HTTPError(400, surrogate_message(bad))
         return data
 
     def write_json(self, data, status: int = 200) -> None:
