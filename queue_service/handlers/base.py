@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -406,7 +407,10 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         identity = self.identity()
         if identity.get("kind") != "user":
             raise web.HTTPError(403, "Only users have sessions.")
-        model = await self.from_hub(self.hub.user(identity["name"]))
+        # Cached per token, never per name alone: the hub reuses a deleted token's id.
+        token = self.hub_auth.get_token(self) or ""
+        key = hashlib.sha256(token.encode()).hexdigest()
+        model = await self.from_hub(self.hub.user_of_token(identity["name"], key))
         return {**model, "admin": self.is_admin()}
 
     async def own_session(self, session_id: str) -> dict:
