@@ -148,7 +148,10 @@ class HubClient:
         if hit and time.monotonic() - hit[0] < CACHE_SECONDS:
             return hit[1]
         _, model = await self._call("GET", path)
-        self._cache[key] = (time.monotonic(), model)
+        now = time.monotonic()
+        if len(self._cache) > MAX_TOKENS_KEPT:  # one entry per token: drop the stale ones
+            self._cache = {k: hit for k, hit in self._cache.items() if now - hit[0] < CACHE_SECONDS}
+        self._cache[key] = (now, model)
         return model
 
     async def _call(
