@@ -106,7 +106,10 @@ def pick_home_account(
 def home_folder_name(user: str, account: str = "") -> str:
     """The name of a user's (with `account`, that account's) folder under a shared home root:
     escaped as home volumes are, so that no user name can climb out of the root, and no name is
-    another name's account folder. ValueError for a name that cannot name a folder."""
-    if volume_safe(user) in {".", ".."}:
-        raise ValueError(f"User name {user!r} cannot name a home folder")
-    return home_volume_name("{username}", user, account)
+    another name's account folder. A leading '.' is escaped too (`.x` is `_2Ex`, `..` is
+    `_2E.`): no user's home is a hidden folder of the root, nor the root or its parent. Names
+    not starting with '.' keep the folder they always had."""
+    name = home_volume_name("{username}", user, account)
+    if name.startswith("."):
+        name = escape(".", safe=set(), escape_char="_") + name[1:]
+    return name

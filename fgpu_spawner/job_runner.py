@@ -17,13 +17,17 @@ jupyter_server and nbconvert) for a notebook.
   service refuses one at submission where it can see the home (queue_service/job_files.py), so
   this is what a job meets where it could not (a link on the way, a home on another node).
 - **For the hub**: it starts a server and waits until its URL answers, so a small HTTP server
-  answers there (nothing but a line saying this is a batch job), and the job starts once the hub
-  has looked (its spawn is then all but over); and it
+  answers there (nothing but a line saying this is a batch job), and the job starts once the
+  spawner says the spawn is over: a GET of `{prefix}api` carrying the server's own API token,
+  which the spawner sends after the hub's last look (fgpu_spawner/spawner.py, `release_job`).
+  Looks without it never start the job: the hub's and the spawner's checks carry no token, and
+  anyone who reaches the port could send as many; and it
   reports activity as a notebook server does while the job runs, so the idle culler leaves a
   working job alone.
 """
 
 import contextlib
+import hmac
 import json
 import os
 import signal
@@ -38,16 +42,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
 ACTIVITY_EVERY = 60.0
-#: The longest the job waits for the hub's last look at its server (see _hub_has_looked).
+#: The longest the job waits for the spawner's word that the spawn is over (_spawn_is_over):
+#: past it the job starts anyway (a hub restarting as it spawned the job never sends it).
 HUB_LOOK_WAIT = 60.0
 _UTC = timezone.utc  # noqa: UP017 (datetime.UTC is Python 3.11's)
 LOG_DIR = "jobs"
 _child = None
-#: Set once the hub has checked the server's URL, the last step of its spawn (the spawner checks
-#: it first, then the hub: `{prefix}api` both): a job that ended before would end a spawn still
-#: under way, which the hub reports as a failed start.
-_hub_has_looked = threading.Event()
-_api_checks = [0]  # a count, in a list: the handler threads add to it
+#: Set once the spawner says the spawn is over (the hub has checked the server's URL, the last
+#: step of its spawn): a job that ended before would end a spawn still under way, which the hub
+#: reports as a failed start.
+_spawn_is_over = threading.Event()
 
 
 def main() -> None:
@@ -59,7 +63,7 @@ def main() -> None:
     threading.Thread(target=_report_activity, daemon=True).start()
     stamp = datetime.now(_UTC).strftime("%Y%m%d-%H%M%S")
     server = os.environ.get("JUPYTERHUB_SERVER_NAME") or "job"
-    _hub_has_looked.wait(HUB_LOOK_WAIT)
+    _spawn_is_over.wait(HUB_LOOK_WAIT)
     os.makedirs(os.path.join(home, LOG_DIR), exist_ok=True)
     log_path = os.path.join(home, LOG_DIR, f"{server}-{stamp}.log")
     with open(log_path, "a", encoding="utf-8") as log:
@@ -174,8 +178,7 @@ class _Readiness(BaseHTTPRequestHandler):
         looked = False
         if self.path.split("?")[0].rstrip("/").endswith("/api"):
             body, kind = b'{"version": "fgpu-batch-job"}', "application/json"
-            _api_checks[0] += 1
-            looked = _api_checks[0] >= 2
+            looked = _from_spawner(self.headers.get("Authorization") or "")
         else:
             body, kind = (
                 b"This is a batch job: its log is on the hub's Sessions page.\n",
@@ -189,10 +192,17 @@ class _Readiness(BaseHTTPRequestHandler):
         self.wfile.flush()
         if looked:
             # Only once the answer is out: a job that ends at once would cut it otherwise.
-            _hub_has_looked.set()
+            _spawn_is_over.set()
 
     def log_message(self, *args) -> None:
         pass  # the job's log is the job's
+
+
+def _from_spawner(authorization: str) -> bool:
+    """Whether a request carries the server's own API token, which only the hub, its spawner
+    and this job hold."""
+    token = os.environ.get("JUPYTERHUB_API_TOKEN") or ""
+    return bool(token) and hmac.compare_digest(authorization.encode(), f"token {token}".encode())
 
 
 def _report_activity() -> None:

@@ -21,6 +21,7 @@ from image_catalog.launch_options import (
     resolve_preset,
     with_defaults,
 )
+from image_catalog.unicode_text import surrogate_at, surrogate_message
 
 KNOWN_OPTIONS = (*LAUNCH_OPTIONS, "request_key")
 _REQUEST_KEY_RE = re.compile(r"[0-9a-f]{32}")
@@ -115,6 +116,9 @@ def parse_request(
     else the image's and the hub's defaults, and no GPU (launch_options.with_defaults)."""
     if not isinstance(options, dict):
         raise InvalidRequest("Options must be a JSON object.")
+    bad = surrogate_at(options)
+    if bad is not None:  # the container's env and command line could not hold it
+        raise InvalidRequest(surrogate_message(bad))
     unknown = sorted(set(options) - set(KNOWN_OPTIONS))
     if unknown:
         raise InvalidRequest(

@@ -76,6 +76,8 @@ def ordinal(n: int) -> str:
 
 
 _LOG_TAIL_LINES = 5
+#: How long past `http_timeout` a batch job's release waits for the hub's spawn to be over.
+JOB_RELEASE_GRACE = 30
 
 
 def spawn_error(message: str, reason: str, status_code: int = 400) -> SpawnException:
@@ -925,6 +927,8 @@ class FGPUSpawner(DockerSpawner):
             await self.wait_until_ready(ip, port)
             await self._confirm_running()
             self.start_idle_clock()
+            if self.resource_request.batch:
+                self._releasing_job = asyncio.ensure_future(self.release_job(ip, port))
         except asyncio.CancelledError:
             # The hub interrupts a start (a stop while it waits) and stops the server one second
             # later only if the start has ended by then; otherwise it answers 500 and, once the
@@ -1291,6 +1295,26 @@ class FGPUSpawner(DockerSpawner):
                 return
             await asyncio.sleep(self.ready_poll_interval)
         # Past the deadline the hub's own http_timeout handling reports the failure.
+
+    async def release_job(self, ip: str, port: int) -> None:
+        """Let a batch job start once the hub's spawn is over (its last look at the server is
+        then done): a GET of `{prefix}api` with the server's own token (job_runner.py). The
+        hub's and this spawner's checks carry no token, so a look by anyone else who reaches
+        the port never starts the job."""
+        url = f"http://{ip}:{port}{self.server.base_url}api"
+        headers = {"Authorization": f"token {self.api_token}"}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.http_timeout + JOB_RELEASE_GRACE
+        while self.pending == "spawn" and loop.time() < deadline:
+            await asyncio.sleep(self.ready_poll_interval)
+        if not self.ready:
+            return  # stopped or failed meanwhile; the job starts on its own after its wait
+        try:
+            await AsyncHTTPClient().fetch(url, headers=headers, request_timeout=10)
+        except (HTTPClientError, OSError) as e:
+            self.log.warning(
+                "Could not tell %s's job to start (%s); it starts on its own", self._log_name, e
+            )
 
     async def exit_code(self) -> int | None:
         """None while the session's container runs; its exit code once it has stopped."""

@@ -17,6 +17,10 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from fgpu_shared import group_properties
 
 CACHE_SECONDS = 10
+#: How long a token's account is remembered: past HubAuth's own cache of tokens (300 s), after
+#: which a deleted user's token is asked about again and refused by the hub itself.
+TOKEN_SECONDS = 3600
+MAX_TOKENS_KEPT = 10_000
 #: Calls to the hub in flight at once. A launch of 20 sends 20 starts together, and each may take
 #: the hub's slow-spawn timeout (10 s) to answer; tornado's shared client allows 10 at a time,
 #: which held the rest of a launch back for as long.
@@ -39,10 +43,29 @@ class HubClient:
         self.api_url = (api_url or os.environ["JUPYTERHUB_API_URL"]).rstrip("/")
         self.token = token or os.environ["JUPYTERHUB_API_TOKEN"]
         self._cache: dict[str, tuple[float, dict]] = {}
+        #: token id -> (when first seen, the `created` of the account it was first seen with)
+        self._token_accounts: dict[str, tuple[float, str | None]] = {}
         self._client: AsyncHTTPClient | None = None
 
     async def user(self, name: str) -> dict:
         return await self._cached(f"/users/{quote(name)}")
+
+    async def user_of_token(self, name: str, token_id: str) -> dict:
+        """The user a token (`token_id`: a digest of it) belongs to, cached per token: a user deleted and
+        created again within the cache's time has new tokens, so never the old account's model.
+        A token keeps the account it was first seen with (HubAuth may still accept a deleted
+        user's token for minutes): once its name is another account's, it is refused (403)."""
+        path = f"/users/{quote(name)}"
+        model = await self._cached(path, key=f"{path}#{token_id}")
+        now = time.monotonic()
+        if len(self._token_accounts) > MAX_TOKENS_KEPT:
+            self._token_accounts = {
+                t: seen for t, seen in self._token_accounts.items() if now - seen[0] < TOKEN_SECONDS
+            }
+        first = self._token_accounts.setdefault(token_id, (now, model.get("created")))[1]
+        if first != model.get("created"):
+            raise HubError(f"The hub has no user {name!r} any more.", 403)
+        return model
 
     async def user_now(self, name: str) -> dict:
         """The user as the hub has it this moment (servers and their pending state included)."""
@@ -124,12 +147,16 @@ class HubClient:
             self._client = AsyncHTTPClient(force_instance=True, max_clients=MAX_CONCURRENT_CALLS)
         return self._client
 
-    async def _cached(self, path: str) -> dict:
-        hit = self._cache.get(path)
+    async def _cached(self, path: str, key: str = "") -> dict:
+        key = key or path
+        hit = self._cache.get(key)
         if hit and time.monotonic() - hit[0] < CACHE_SECONDS:
             return hit[1]
         _, model = await self._call("GET", path)
-        self._cache[path] = (time.monotonic(), model)
+        now = time.monotonic()
+        if len(self._cache) > MAX_TOKENS_KEPT:  # one entry per token: drop the stale ones
+            self._cache = {k: hit for k, hit in self._cache.items() if now - hit[0] < CACHE_SECONDS}
+        self._cache[key] = (now, model)
         return model
 
     async def _call(

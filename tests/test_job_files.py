@@ -141,3 +141,17 @@ def test_a_notebook_in_a_mounted_storage_folder_is_looked_for_there(tmp_path, on
     automount = [{"name": ".cache", "path": ".cache", "source": str(source)}]
     assert refusal(on_one_host, user, ".cache/course/lab.ipynb", automount) is None
     assert "storage folder .cache" in refusal(on_one_host, user, ".cache/x.ipynb", automount)
+
+
+def test_a_leading_dot_user_name_is_never_a_hidden_folder_of_the_shared_root(tmp_path):
+    """`.snapshot`, say, is the storage's own folder, not the home of a user named so."""
+    root = tmp_path / "homes"
+    (root / ".snapshot").mkdir(parents=True)
+    (root / ".snapshot" / "a.ipynb").write_text("{}")
+    (tmp_path / "a.ipynb").write_text("{}")  # beside the root: never a user's home either
+    swarm = JobFiles(HomeSettings(volume=TEMPLATE, root=str(root), volumes_here=False), None)
+    assert "not in your home folder" in refusal(swarm, ".snapshot", "a.ipynb")
+    assert "not in your home folder" in refusal(swarm, "..", "a.ipynb")
+    (root / "_2Esnapshot").mkdir()
+    (root / "_2Esnapshot" / "a.ipynb").write_text("{}")  # the escaped name is the user's own
+    assert refusal(swarm, ".snapshot", "a.ipynb") is None

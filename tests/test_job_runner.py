@@ -32,6 +32,8 @@ from fgpu_spawner.job_runner_source import job_command, job_runner_text
 
 SERVER = "job-0a1b2c"
 PREFIX = f"/user/alice/{SERVER}/"
+#: The server's own API token, as the hub gives it to the job's container.
+TOKEN = "the-servers-own-token"
 
 
 def free_port() -> int:
@@ -40,8 +42,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get(url: str) -> tuple[int, str, str]:
-    with urllib.request.urlopen(url, timeout=30) as response:
+def get(url: str, token: str | None = None) -> tuple[int, str, str]:
+    headers = {"Authorization": f"token {token}"} if token else {}
+    with urllib.request.urlopen(
+        urllib.request.Request(url, headers=headers), timeout=30
+    ) as response:
         return response.status, response.headers["Content-Type"], response.read().decode()
 
 
@@ -50,6 +55,7 @@ class Runner:
 
     def __init__(self, home: Path, job: dict, **env):
         self.home = home
+        self.token = env.get("JUPYTERHUB_API_TOKEN", TOKEN)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}{PREFIX}"
         self.process = subprocess.Popen(
@@ -60,6 +66,7 @@ class Runner:
                 "FGPU_JOB": json.dumps(job),
                 "JUPYTERHUB_SERVICE_URL": self.base,
                 "JUPYTERHUB_SERVER_NAME": SERVER,
+                "JUPYTERHUB_API_TOKEN": TOKEN,
                 **env,
             },
             cwd="/",
@@ -79,9 +86,10 @@ class Runner:
                 time.sleep(0.05)
 
     def looked_at(self) -> None:
-        """The spawner's check of `{prefix}api`, then the hub's: the job may start."""
-        for _ in range(2):
-            status, kind, body = get(self.base + "api")
+        """The spawner's check of `{prefix}api`, then the hub's, then the spawner's word that
+        the spawn is over (the server's own token): the job may start."""
+        for token in (None, None, self.token):
+            status, kind, body = get(self.base + "api", token)
             assert (status, kind, json.loads(body)) == (
                 200,
                 "application/json",
@@ -177,17 +185,21 @@ def test_a_command_that_succeeds_exits_0_and_a_second_job_gets_its_own_log(run):
     assert len(second.logs()) == 2
 
 
-def test_the_spawners_check_alone_does_not_start_the_job(run):
-    """Other paths than `{prefix}api` (a browser at the server's URL) do not count as a look."""
+def test_looks_without_the_servers_token_never_start_the_job(run):
+    """The hub's and the spawner's checks, and anyone else who reaches the port (any number of
+    looks, a wrong token) never start the job: only the server's own token does."""
     runner = run({"command": "echo ran"})
     runner.wait_ready()
-    get(runner.base + "api")  # the spawner's
     for _ in range(3):
+        get(runner.base + "api")
+        get(runner.base + "api?token=x")
+        get(runner.base + "api", "not-the-token")
         get(runner.base)
-        get(runner.base + "lab")
+        get(runner.base + "lab", TOKEN)  # the token, but not at `{prefix}api`
     time.sleep(0.5)
     assert not (runner.home / "jobs").exists()
-    get(runner.base + "api?token=x")  # the hub's: a query string is still the API
+    assert runner.process.poll() is None
+    get(runner.base + "api/", TOKEN)  # the spawner's word that the spawn is over
     assert runner.finish()[0] == 0
 
 
@@ -381,21 +393,22 @@ def test_the_executed_copy_goes_next_to_the_notebook_or_into_output(path, output
     assert job_runner._output_path(path, output, "20261127-020304") == expected
 
 
-def test_the_readiness_answers_only_get_and_counts_only_api_paths(tmp_path):
+def test_the_readiness_answers_only_get_and_counts_only_api_paths(tmp_path, monkeypatch):
     """The handler in process: `{prefix}api` (with or without a slash or a query) is the hub's
-    look; anything else is the plain page."""
-    job_runner._api_checks[0] = 0
-    job_runner._hub_has_looked.clear()
+    look, and with the server's token the spawner's release; anything else is the plain page."""
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
+    job_runner._spawn_is_over.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), job_runner._Readiness)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}{PREFIX}"
     try:
         assert get(base + "api/")[1] == "application/json"
-        assert get(base + "apis")[1] == "text/plain"
-        assert not job_runner._hub_has_looked.is_set()
+        assert get(base + "apis", TOKEN)[1] == "text/plain"
         assert get(base + "api?x=1")[1] == "application/json"
+        assert not job_runner._spawn_is_over.is_set()
+        assert get(base + "api?x=1", TOKEN)[1] == "application/json"
         # Set just after the answer is written: a moment after the client has it.
-        assert job_runner._hub_has_looked.wait(10)
+        assert job_runner._spawn_is_over.wait(10)
         request = urllib.request.Request(base + "api", data=b"{}", method="POST")
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=5)
@@ -403,8 +416,7 @@ def test_the_readiness_answers_only_get_and_counts_only_api_paths(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
-        job_runner._api_checks[0] = 0
-        job_runner._hub_has_looked.clear()
+        job_runner._spawn_is_over.clear()
 
 
 def test_a_job_that_ends_at_once_still_answers_the_hubs_look_in_full(run):

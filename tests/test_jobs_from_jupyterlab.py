@@ -9,6 +9,7 @@ nothing. Screenshots go to test-output/browser/jobs-from-jupyterlab-*.
 from __future__ import annotations
 
 import re
+import secrets
 from urllib.parse import quote
 
 import pytest
@@ -16,6 +17,7 @@ import requests
 from playwright.sync_api import Page, expect
 
 from .browser import SESSIONS_PAGE, SPAWN_TIMEOUT_MS, log_in, screenshot
+from .harness import QueueUser
 from .job_helpers import job_ended, training_notebook
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
@@ -195,3 +197,28 @@ def test_a_job_argument_that_is_not_a_notebook_in_the_home_opens_nothing(
     expect(page.locator("#fgpu-launch-title")).to_have_text("Start a session")
     expect(page.locator("#fgpu-launch-notebook")).to_have_value("")
     assert SESSIONS_PAGE in page.url
+
+
+def test_a_link_to_a_notebook_in_a_folder_shared_with_you_says_whose_it_is(gpu_hub, page, student):
+    """Anyone may share a folder with anyone: a link to a notebook in it never ticks that folder
+    for the student, and the note names its owner."""
+    owner = QueueUser(gpu_hub, f"sharer-{secrets.token_hex(3)}")
+    made = owner.call("POST", "folders", json={"name": "handout"})
+    assert made.status_code == 201, made.text
+    shared = owner.call(
+        "POST",
+        f"folders/{made.json()['id']}/shares",
+        json={"user": student.name, "permission": "ro"},
+    )
+    assert shared.status_code == 201, shared.text
+    log_in(page, gpu_hub, student.name)
+    open_with(page, gpu_hub, f"job={quote('folders/handout/x.ipynb')}")
+    expect(page.locator("#fgpu-launch")).to_be_visible()
+    expect(page.locator("#fgpu-launch-notebook")).to_have_value("folders/handout/x.ipynb")
+    note = page.locator("#fgpu-launch-from")
+    expect(note).to_contain_text(f"This notebook is {owner.name}\u2019s, in their folder")
+    expect(note).to_contain_text(f"tick it only if you trust {owner.name}.")
+    box = page.locator('#fgpu-launch-folder-list [data-folder="handout"] input')
+    expect(box).to_be_attached()
+    expect(box).not_to_be_checked()
+    screenshot(page, "jobs-from-jupyterlab-shared-folder")

@@ -239,7 +239,7 @@ def service_address(hub) -> tuple[str, int]:
     return "127.0.0.1", int(hub.env["FGPU_QUEUE_PORT"])
 
 
-def test_a_huge_body_is_refused_before_authentication(hub):
+def test_a_huge_body_is_refused_before_authentication(hub, username):
     host, port = service_address(hub)
     megabyte = b"x" * (1 << 20)
     path = "/services/queue/api/sessions"
@@ -252,12 +252,13 @@ def test_a_huge_body_is_refused_before_authentication(hub):
     )
     assert status == 413, answer
     assert b"larger than" in answer
-    # Chunked, with no length to look at: counted as it comes.
+    # Chunked, with no length to look at: counted as it comes (a caller the hub does not know
+    # is refused before any of it, test_security_upload_auth.py).
     piece = b"x" * (100 << 10)
     chunks = (b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(40))
-    status, answer = raw_post(
-        host, port, path, "Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n", chunks
-    )
+    token = QueueUser(hub, username).http.headers["Authorization"]
+    head = f"Authorization: {token}\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n"
+    status, answer = raw_post(host, port, path, head, chunks)
     assert status == 413, answer
 
 

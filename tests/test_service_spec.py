@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 import docker
 import pytest
 
+from fgpu_shared.homes import volume_safe
 from fgpu_spawner.container_spec import ContainerContext, build_container_spec
 from fgpu_spawner.gpu_sharing import HAMI_LIBRARY_IN_CONTAINER, GpuPaths, hami_region_first_prefix
 from fgpu_spawner.grant import Grant
@@ -164,10 +165,21 @@ def test_a_user_name_cannot_climb_out_of_the_shared_root(user):
     assert os.path.dirname(os.path.normpath(source)) == "/srv/homes"
 
 
-@pytest.mark.parametrize("user", ["..", "."])
-def test_a_user_name_that_is_a_path_step_is_refused(user):
-    with pytest.raises(ValueError, match="cannot name a home folder"):
-        build_service_spec(REQUEST, GRANT, context(user=user), SWARM)
+@pytest.mark.parametrize(
+    ("user", "folder"),
+    [("..", "_2E."), (".", "_2E"), (".x", "_2Ex"), (".ipython", "_2Eipython"), ("_2Ex", "_5F2Ex")],
+)
+def test_a_leading_dot_user_name_is_never_a_hidden_or_parent_folder(user, folder):
+    _, _, container = spec_parts(ctx=context(user=user))
+    source = container["Mounts"][0]["Source"]
+    assert source == f"/srv/homes/{folder}"
+    assert os.path.dirname(os.path.normpath(source)) == "/srv/homes"
+
+
+@pytest.mark.parametrize("user", ["alice", "student-1.a", "a.", "a_b"])
+def test_other_user_names_keep_the_home_folder_they_had(user):
+    _, _, container = spec_parts(ctx=context(user=user))
+    assert container["Mounts"][0]["Source"] == "/srv/homes/" + volume_safe(user)
 
 
 def test_without_a_shared_root_the_context_mounts_stand():

@@ -1,11 +1,15 @@
 """The one door every request of the service goes through: `BaseHandler`.
 
 In the order a request meets them:
-1. **Body cap.** A body larger than `MAX_BODY_BYTES` is refused with 413 before anything else, the
-   caller's identity included: the body is streamed in and counted, never buffered whole, so a
-   flood of huge anonymous bodies costs the service nothing. Everything below runs once the
-   (small) body is in, before the handler's method (`admit`).
-2. **Authentication**, on the event loop (HubOAuth: the hub's cookie, or a token). A cookie alone
+1. **Body cap.** A body larger than the handler's cap (`MAX_BODY_BYTES`; an upload's chunk is
+   larger) is refused with 413 before anything else, the caller's identity included: the body is
+   streamed in and counted, never buffered whole. Everything below runs before the handler's
+   method (`admit`).
+2. **Authentication**, on the event loop (HubOAuth: the hub's cookie, or a token), from the
+   headers, before any body is read: a caller the hub does not know never gets a body larger than
+   `MAX_BODY_BYTES` (or one of unknown length) read, but a 401/403 at once. A small body of such
+   a caller is read first and refused after (answering before it would reset the proxy's
+   kept-alive connection), at most `MAX_ANONYMOUS_BODIES` at once. A cookie alone
    never changes anything: a cookie-authenticated request that needs JupyterHub's XSRF check
    (every state change, and scripted reads) must carry the `_xsrf` token, as the hub's own pages
    do, or it is refused with 403. Token-authenticated calls need no XSRF token: a token cannot be
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -33,6 +38,7 @@ from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
 
 from image_catalog.job_options import parse_job
+from image_catalog.unicode_text import surrogate_at, surrogate_message
 from queue_service.core.errors import Refusal
 from queue_service.core.scopes import ADMIN_SCOPE, is_filtered_form
 from queue_service.store.accounts import Account, account_key
@@ -62,6 +68,10 @@ if TYPE_CHECKING:  # the service's parts, as QueueService.init_app puts them in 
 
 #: Largest request body any handler takes. The biggest real one, a catalog entry, is a few KiB.
 MAX_BODY_BYTES = 64 * 1024
+
+#: Small bodies of callers the hub did not recognise, read at once; more are refused unread.
+MAX_ANONYMOUS_BODIES = 64
+_anonymous_bodies = 0
 
 #: The one table from a refusal's cause to its HTTP status.
 STATUS_OF_CAUSE = {
@@ -257,15 +267,53 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
                 setattr(cls, name, _admitted(method))
 
     async def prepare(self):
-        # Only the size is checked before the body: anything else refused this early would leave
-        # the body unread, and the engine would reset the proxy's kept-alive connection to us.
         self._chunks: list[bytes] = []
         self._received = 0
+        self._refused_after_body: web.HTTPError | None = None
+        self._authenticated = self._counted_anonymous = False
         self._refuse_large_body()
+        if self.request.method in _BODY_METHODS and self._has_body():
+            await self._authenticate_before_body()
+
+    async def _authenticate_before_body(self) -> None:
+        """Who sends a body, known from the headers. A refusal answered now leaves the body
+        unread, and the engine then resets the proxy's kept-alive connection to us: so a small
+        body is read first (a few at once), a large one or one of unknown length never."""
+        global _anonymous_bodies
+        try:
+            await self._authenticate()
+            refusal = None if self._hub_auth_user_cache else _anonymous()
+        except web.HTTPError as e:
+            refusal = e
+        self._authenticated = True
+        if refusal is None:
+            return
+        if not self._small_body() or _anonymous_bodies >= MAX_ANONYMOUS_BODIES:
+            raise refusal
+        _anonymous_bodies += 1
+        self._counted_anonymous = True
+        self._refused_after_body = refusal
+
+    def on_finish(self) -> None:
+        self._forget_anonymous_body()
+
+    def on_connection_close(self) -> None:
+        self._forget_anonymous_body()
+        super().on_connection_close()
+
+    def _forget_anonymous_body(self) -> None:
+        global _anonymous_bodies
+        if getattr(self, "_counted_anonymous", False):
+            self._counted_anonymous = False
+            _anonymous_bodies -= 1
 
     async def admit(self) -> None:
         """Everything checked once the body is in (each handler method runs after it)."""
-        await self._authenticate()
+        self._forget_anonymous_body()
+        if self._refused_after_body is not None:
+            raise self._refused_after_body
+        if not self._authenticated:
+            await self._authenticate()
         self._refuse_non_json_body()
 
     def data_received(self, chunk: bytes) -> None:
@@ -286,10 +334,19 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         if int(length) > self.max_body_bytes:
             raise _too_large(self.max_body_bytes)
 
+    def _has_body(self) -> bool:
+        headers = self.request.headers
+        return headers.get("Content-Length", "0") != "0" or "Transfer-Encoding" in headers
+
+    def _small_body(self) -> bool:
+        """A body of a known length no larger than any handler's usual cap."""
+        headers = self.request.headers
+        length = headers.get("Content-Length", "0")
+        return "Transfer-Encoding" not in headers and int(length) <= MAX_BODY_BYTES
+
     def _refuse_non_json_body(self) -> None:
         headers = self.request.headers
-        has_body = headers.get("Content-Length", "0") != "0" or "Transfer-Encoding" in headers
-        if self.request.method in _BODY_METHODS and has_body:
+        if self.request.method in _BODY_METHODS and self._has_body():
             kind = headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
             if kind not in self.body_types():
                 wanted = " or ".join(_BODY_TYPE_NAMES[t] for t in self.body_types())
@@ -355,7 +412,10 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
         identity = self.identity()
         if identity.get("kind") != "user":
             raise web.HTTPError(403, "Only users have sessions.")
-        model = await self.from_hub(self.hub.user(identity["name"]))
+        # Cached per token, never per name alone: the hub reuses a deleted token's id.
+        token = self.hub_auth.get_token(self) or ""
+        key = hashlib.sha256(token.encode()).hexdigest()
+        model = await self.from_hub(self.hub.user_of_token(identity["name"], key))
         return {**model, "admin": self.is_admin()}
 
     async def own_session(self, session_id: str) -> dict:
@@ -415,6 +475,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             raise web.HTTPError(400, "The request body is not valid JSON.") from None
         if not isinstance(data, dict):
             raise web.HTTPError(400, "The request body must be a JSON object.")
+        bad = surrogate_at(data)
+        if bad is not None:  # refused here, once: no file name, row or command can hold it
+            raise web.HTTPError(400, surrogate_message(bad))
         return data
 
     def write_json(self, data, status: int = 200) -> None:
@@ -444,6 +507,10 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def write_error_page(self, status_code: int, message: str) -> None:
         raise NotImplementedError  # pages (handlers/pages.py) draw the hub's error page
+
+
+def _anonymous() -> web.HTTPError:
+    return web.HTTPError(401, "Log in to the hub first.")
 
 
 def _too_large(limit: int) -> web.HTTPError:

@@ -40,6 +40,8 @@ from .base import BaseHandler
 CHUNK_BYTES = 8 * 1024 * 1024
 _READ_BYTES = 1024 * 1024
 _ID = r"([0-9a-f]{32})"
+#: The account of a share with a user the hub does not have: no account's key (those are times).
+NO_ACCOUNT = "none"
 
 
 def routes(prefix: str) -> list:
@@ -146,14 +148,18 @@ class SharesHandler(FolderAPIHandler):
     async def post(self, folder_id):
         reader, body = await self.reader(), self.body()
         await self.run(self.folders.store.get, folder_id, reader)  # 404 before any hub lookup
-        target = await self.target(body)
+        target = await self.target(body, reader.admin)
         share, new = await self.run(
             self.folders.share, reader, folder_id, target, body.get("permission")
         )
         self.write_json(share, 201 if new else 200)
 
-    async def target(self, body: dict) -> dict:
-        """{"user", "account"} or {"group"}: one of them, and one the hub has."""
+    async def target(self, body: dict, admin: bool) -> dict:
+        """{"user", "account"} or {"group"}: one of them. Only an admin learns that the hub has
+        no such user or group (a 400): anyone else gets the same answer as for one it has, so
+        the share endpoint never tells a student who exists. Such a share opens nothing: a user
+        share names an account (`NO_ACCOUNT`, none), a group share counts once an admin makes
+        that group (docs/source/howto/storage-folders.md)."""
         user, group = body.get("user"), body.get("group")
         if (user is None) == (group is None):
             raise web.HTTPError(400, 'Share with one "user" or one "group".')
@@ -162,14 +168,17 @@ class SharesHandler(FolderAPIHandler):
         if user is not None:
             created = await self.from_hub(self.hub.account_created(user))
             if created is None:
-                raise web.HTTPError(400, f"The hub has no user {user!r}.")
+                if admin:
+                    raise web.HTTPError(400, f"The hub has no user {user!r}.")
+                return {"user": user, "account": NO_ACCOUNT}
             return {"user": user, "account": Account.of({"name": user, "created": created}).key}
         try:
             await self.from_hub(self.hub.group(group))
         except web.HTTPError as e:
             if e.status_code != 404:  # the hub failed or is away: its answer, not "no group"
                 raise
-            raise web.HTTPError(400, f"The hub has no group {group!r}.") from None
+            if admin:
+                raise web.HTTPError(400, f"The hub has no group {group!r}.") from None
         return {"group": group}
 
 

@@ -644,7 +644,9 @@
       if (detail) label.appendChild(el("span", { className: "fgpu-folder-detail", text: " (" + detail + ")" }));
       var box = { className: "form-check-input", type: "checkbox", name: "folders", id: id, value: f.id };
       if (ticked.indexOf(f.id) >= 0) box.checked = "checked";
-      return el("div", { className: "form-check", "data-folder": f.name }, [el("input", box), label]);
+      var holderAttrs = { className: "form-check", "data-folder": f.name };
+      if (f.own) holderAttrs["data-own"] = "";
+      return el("div", holderAttrs, [el("input", box), label]);
     }));
     var note = list === null ? "Your storage folders cannot be listed now" + (why ? " (" + why + ")" : "") + "; the session can start without them."
       : offered.length ? "Each folder you tick appears in the session at ~/folders/<name>."
@@ -784,14 +786,29 @@
     }
   }
 
-  // A notebook under folders/<name>/ needs that folder mounted: its box is ticked for the student.
-  function tickNotebookFolder() {
+  // A notebook under folders/<name>/ needs that folder mounted: its box is ticked for the student,
+  // when the folder is their own. Anyone may share a folder with anyone, and a link may name a
+  // notebook in it: someone else's folder is never ticked for them (fromNote says whose it is).
+  function notebookFolderName() {
     var named = /^(?:\.\/)?folders\/([^/]+)\//.exec(field("notebook").value.trim());
-    if (!named) return;
-    Array.from(form.querySelectorAll("[data-folder]")).forEach(function (holder) {
+    return named && named[1];
+  }
+
+  function tickNotebookFolder() {
+    var name = notebookFolderName();
+    if (!name) return;
+    Array.from(form.querySelectorAll("[data-folder][data-own]")).forEach(function (holder) {
       var box = holder.querySelector("input[name=folders]");
-      if (holder.getAttribute("data-folder") === named[1] && box && !box.checked) box.checked = true;
+      if (holder.getAttribute("data-folder") === name && box && !box.checked) box.checked = true;
     });
+  }
+
+  // The owner of the shared folder a notebook path names, when the user has no folder of that name.
+  function notebookFolderOwner() {
+    var name = notebookFolderName();
+    var same = folders.filter(function (f) { return f.name === name; });
+    if (!name || !same.length || same.some(function (f) { return f.own; })) return null;
+    return { name: name, owner: same[0].owner };
   }
 
   // ---- recent launches: the last five bodies sent, in this browser's localStorage, per user.
@@ -1018,6 +1035,12 @@
     note.replaceChildren("From JupyterLab: run ", el("code", { text: job.notebook }),
       where ? " with the image and resources of your " + where + "." : ".",
       " Check " + (where ? "them" : "the image and resources") + " and the time limit below, then press Submit job.");
+    var shared = notebookFolderOwner();
+    if (shared) {
+      note.append(" This notebook is ", el("strong", { text: shared.owner + "\u2019s" }),
+        ", in their folder \u201c" + shared.name + "\u201d shared with you: it would run as you, with your home and folders. " +
+        "Its folder is not ticked; tick it only if you trust " + shared.owner + ".");
+    }
     note.classList.remove("d-none");
   }
 

@@ -225,13 +225,17 @@ class FolderStore:
             db.delete(share)
 
     def give(self, folder_id: str, account: Account) -> dict:
-        """Hand a folder to another account (admins); a share the new owner held ends."""
+        """Hand a folder to another account (admins); a share the new owner held ends. An
+        automount folder (`.ipython`) arrives without its leading dots (`ipython`): what runs
+        at the start of every session of the new owner is only what they made or renamed so
+        themselves."""
         with self._writing, self.db.begin() as db:
             record = db.get(FolderRecord, folder_id)
             if record is None or record.deleted is not None:
                 raise Refusal("No such folder.", "not_found")
-            self._refuse_taken(db, account, record.name)
-            record.owner, record.account = account.name, account.key
+            name = record.name.lstrip(".") if is_automount(record.name) else record.name
+            self._refuse_taken(db, account, name)
+            record.owner, record.account, record.name = account.name, account.key, name
             db.execute(
                 delete(FolderShare).where(
                     FolderShare.folder_id == folder_id,
