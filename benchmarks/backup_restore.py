@@ -1,5 +1,5 @@
 """`fgpu-hub backup` and `fgpu-hub restore`: time and size for a hub with 1,000 finished sessions
-and 100 users (issue 14's figure).
+and 100 users.
 
 The state is written straight into the databases through their own models (JupyterHub's ORM, the
 queue service's records; tests/hub_state.py), on SQLite files in a state directory, or with

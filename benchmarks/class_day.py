@@ -1,4 +1,4 @@
-"""Issue 26: a class day, training inside open notebooks (today) against batch jobs.
+"""A class day, training inside open notebooks (today) against batch jobs.
 
 A discrete-event simulation on a simulated clock (nothing sleeps): a class of `--students` on
 `--gpus` GPUs, over `--hours`. Every decision of who runs next and where is the project's own
@@ -23,7 +23,7 @@ Figures per mode: fGPU-hours allocated and doing work (training, plus the short 
 interactive work in a GPU session), their ratio (the useful share), the wait from "the student
 wants to start a training run" to its start (median, p95; a run still waiting at the end counts
 with its wait so far, a lower bound), runs finished per hour, and the peak number of GPU requests
-waiting. Baseline: today, in the same process. Goal (issue 26): useful share ×2 or more and p95
+waiting. Baseline: today, in the same process. Goal: useful share ×2 or more and p95
 wait ×0.5 or less with batch jobs, at equal capacity.
 """
 
@@ -696,7 +696,7 @@ def main() -> None:
     if args.quick:
         args.students, args.gpus, args.hours = 40, 4, 4.0
     print(
-        f"Class day (issue 26): {args.students} students, {args.gpus} GPUs in nodes of "
+        f"Class day: {args.students} students, {args.gpus} GPUs in nodes of "
         f"{GPUS_PER_NODE}, units_per_gpu={UNITS_PER_GPU} (a run or GPU session asks "
         f"{GPU_SLICE.fgpu:g} fGPU = {GPU_SLICE.fgpu / UNITS_PER_GPU:g} GPU), {args.hours:g} h, "
         f"seed {args.seed}; {POLICY}/{PLACEMENT}, max_skips {args.max_skips}"

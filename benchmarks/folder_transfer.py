@@ -1,4 +1,4 @@
-"""Storage folders (issue 25): a file's upload and download through the API, and a big folder's
+"""Storage folders: a file's upload and download through the API, and a big folder's
 listing.
 
 A real hub (the shipped config) with the real queue service behind its proxy. One user uploads a

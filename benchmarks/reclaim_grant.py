@@ -1,5 +1,5 @@
 """Reclaim → grant: how soon an idle GPU session reclaimed for the queue gives its slice to the
-request waiting for it (issue 13's figure).
+request waiting for it.
 
 A real hub (the shipped config, one simulated GPU of 1 fGPU) with the real queue service. The
 holder's group has the GPU-aware idle policy `{"fgpu_timeout": "3s", "cpu_percent": 50, "reclaim":

@@ -1,10 +1,10 @@
-"""A session saved as a private image on the node it runs on, through that node's agent (issue 12:
-"a session saved as a private image on node A must start on node B").
+"""A session saved as a private image on the node it runs on, through that node's agent, so that
+a session saved on node A starts on node B.
 
 In Swarm mode the service cannot reach a session's container (it runs on another node's engine),
 so the commit is a job for the node's agent (`node_reports.NodeReports.run_job`): the agent
 commits the container as `private_images.commit_session` does on the local engine (the source
-image's command, user and folder; the owner and source-session labels; paused for the copy), and
+image's command, user and folder; the owner and source-session labels; not paused: the session keeps running), and
 pushes the image to the site's registry, from which any node pulls it.
 
 `commit_job` is pure; `commit_on_node` waits for the agent's result.

@@ -95,7 +95,7 @@ def private_entry(user: str, tag: str, reference: str, source: dict | None) -> C
     resources, owned by `user`, offered to nobody else."""
     source = source or {}
     # The owner's name prefixes the catalog name once: a tag that already starts with it
-    # ("stud1-pkgs" by stud1) is not made "stud1-stud1-pkgs" (issue 22, item 7).
+    # ("stud1-pkgs" by stud1) is not made "stud1-stud1-pkgs".
     prefix = f"{user_component(user)}-"
     named = tag.lower().startswith(prefix.lower())
     name = (tag if named else prefix + tag).lower()

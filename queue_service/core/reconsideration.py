@@ -1,6 +1,6 @@
 """Which pending requests a pass must consider again after a change: those joined to it through a
 resource group or a quota they are checked against; the others would meet what they met in the
-last pass (issue 12: a release reaches the next grant at once with thousands waiting
+last pass (a release reaches the next grant at once with thousands waiting
 elsewhere). Pure."""
 
 from __future__ import annotations

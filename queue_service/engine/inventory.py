@@ -242,7 +242,7 @@ def swarm_nodes(
       - `fgpu.gpus`: real GPUs by UUID, comma-separated ("GPU-1f2e...,GPU-9a8b..."), with
         `fgpu.gpu_memory` (memory per GPU, bytes or a size like "40GiB"; required, every fGPU
         slice is sized from it) and optionally `fgpu.gpu_name` (default "NVIDIA GPU"). An admin
-        sets these today; the node agent (issue 12) is to read NVML on each node and report the
+        sets these today; the node agent (node_agent/agent.py) reads NVML on each node and report the
         real GPUs instead;
       - `fgpu.role=manager`: a node that runs the Swarm, not sessions (the lab's manager).
 

@@ -1,4 +1,4 @@
-"""`api/nodes`: the node agents' reports (issue 12, "Every node counts").
+"""`api/nodes`: the node agents' reports.
 
 - `POST api/nodes/{hostname}/report`: a node agent's report (`node_reports.parse_report`); the
   answer carries the jobs waiting for that node (`{"jobs": [...]}`), signed with the node's key.
