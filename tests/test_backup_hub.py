@@ -123,10 +123,11 @@ def test_a_hub_comes_back_from_its_backup(tmp_path, docker_engine, request):
         assert (chapter.stat().st_uid, chapter.stat().st_gid) == (1000, 100)  # the session user
 
         relaunch(hub)  # the same command, in the same directory
+        # The waiting one has its place again once the restarted service has counted the engine.
         after = student.wait_for(
             lambda s: (
-                {(r["id"], r["status"]) for r in s}
-                == {(running["id"], "RUNNING"), (pending["id"], "PENDING")}
+                {(r["id"], r["status"], r["position"]) for r in s}
+                == {(running["id"], "RUNNING", None), (pending["id"], "PENDING", 1)}
             ),
             timeout=60,
         )
