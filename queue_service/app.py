@@ -17,6 +17,7 @@ import errno
 import json
 import os
 import signal
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -42,6 +43,7 @@ from queue_service.engine.backend import EngineBackend
 from queue_service.engine.client import Engine
 from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
 from queue_service.engine.docker_backend import DockerBackend
+from queue_service.engine.folder_write_stops import stop_folder_writes
 from queue_service.engine.frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from queue_service.engine.node_agent_deploy import (
     TOKEN_FILE,
@@ -1152,6 +1154,7 @@ class QueueService(Application):
             grace=self.folder_grace_days * 24 * 3600,
             storage_limits=self.quotas.storage_limits,
             members=self.quotas.members_of,
+            groups_of=self.quotas.groups_of,
             projects=self.kernel_project_quotas(root),
         )
         # Where a batch job's notebook is looked for: the storage folders, and the homes.
@@ -1389,11 +1392,34 @@ class QueueService(Application):
         while True:
             try:
                 await asyncio.to_thread(self.folders.measure_all)
+                await asyncio.to_thread(self.stop_folder_writes_past_quota)
                 await asyncio.to_thread(self.folders.purge)
                 self.folders.forget_session_mounts(r.id for r in self.manager.active_records())
             except Exception:
                 self.log.exception("Measuring the storage folders failed; trying again later")
             await asyncio.sleep(self.folder_measure_interval)
+
+    def stop_folder_writes_past_quota(self) -> None:
+        """Blocking: stop writes in the running sessions to folders now past their owner's
+        quota (engine/folder_write_stops.py; on a Swarm, at their next start only)."""
+        users = {r.id: r.user for r in self.manager.active_records()}
+        for session_id, folder_id in self.folders.stop_writes_past_quota(users, self._stop_writes):
+            self.log.info("Writes to folder %s stopped in session %s", folder_id, session_id)
+
+    def _stop_writes(self, session_id: str, source: str) -> bool:
+        if not self.engine_backend.sessions_here:
+            self.log.info(
+                "Session %s writes a folder past its owner's quota; on a Swarm it is mounted "
+                "read-only at its next start",
+                session_id,
+            )
+            return False
+        try:
+            return bool(stop_folder_writes(self.docker.connect(), session_id, source))
+        except (subprocess.CalledProcessError, OSError) as e:
+            words = getattr(e, "stderr", "") or e
+            self.log.warning("Could not stop writes of session %s: %s", session_id, words)
+            return False
 
     async def watch_engine_images(self) -> None:
         while True:

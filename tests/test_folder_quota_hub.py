@@ -1,0 +1,88 @@
+"""A folder's owner's storage quota, held against every writer on a real hub and dockerd: a
+read-write sharer's running session that fills the owner's folder past the owner's quota has
+its writes stopped by the next measure round (its bind remounted read-only in the container,
+engine/folder_write_stops.py), is told why on its session record, and the files API refuses
+the sharer's upload with a 507 naming whose quota it is. The hub measures every 2 s."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from .harness import QueueUser, containers_with, running_hub, wait_until
+
+pytestmark = [pytest.mark.hub, pytest.mark.docker]
+
+SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
+OCTETS = {"Content-Type": "application/octet-stream"}
+FAST_MEASURE = """
+for service in c.JupyterHub.services:
+    if service["name"] == "queue":
+        service["command"].append("--QueueService.folder_measure_interval=2")
+"""
+
+
+@pytest.fixture(scope="module")
+def measuring_hub(tmp_path_factory, docker_engine):
+    with running_hub(tmp_path_factory.mktemp("measuring-hub"), extra_config=FAST_MEASURE) as hub:
+        yield hub
+
+
+def run_in(container, command: str):
+    return container.exec_run(["sh", "-c", command], user="1000")
+
+
+def the_mount(user: QueueUser, path: str) -> dict:
+    (record,) = [s for s in user.sessions() if s["status"] == "RUNNING"]
+    (mount,) = [m for m in record["mounts"] if m["path"] == path]
+    return mount
+
+
+def test_a_sharers_running_session_stops_writing_once_the_owners_quota_is_passed(
+    measuring_hub,
+):
+    hub = measuring_hub
+    owner_name, sharer_name = f"own-{secrets.token_hex(3)}", f"mate-{secrets.token_hex(3)}"
+    hub.create_user(owner_name)
+    hub.create_user(sharer_name)
+    hub.join_group(owner_name, {"fgpu_quota": {"storage": "64K"}})
+    owner, sharer = QueueUser(hub, owner_name), QueueUser(hub, sharer_name)
+    made = owner.call("POST", "folders", json={"name": "team"})
+    assert made.status_code == 201, made.text
+    folder = made.json()
+    shared = owner.call(
+        "POST", f"folders/{folder['id']}/shares", json={"user": sharer_name, "permission": "rw"}
+    )
+    assert shared.status_code == 201, shared.text
+    started = hub.start_server(sharer_name, {**SESSION, "folders": [folder["id"]]})
+    assert started.status_code in (201, 202), started.text
+    try:
+        hub.wait_ready(sharer_name)
+        (container,) = containers_with({"fgpu.user": sharer_name})
+        assert the_mount(sharer, "folders/team")["read_only"] is False
+        # The sharer (no quota of their own) fills the owner's folder past the owner's 64 KiB.
+        big = run_in(container, "head -c 200000 /dev/zero > ~/folders/team/big && echo ok")
+        assert big.exit_code == 0, big.output
+        # The next rounds measure it and stop the session's writes; the record says why.
+        mount = wait_until(
+            lambda: (m := the_mount(sharer, "folders/team"))["read_only"] and m,
+            timeout=120,
+            what="the measure round stops the session's writes",
+            interval=1,
+        )
+        assert mount["note"].startswith("Writes stopped: The folders of group ")
+        assert "storage quota of 64 KiB" in mount["note"]
+        more = run_in(container, "echo more > ~/folders/team/more")
+        assert more.exit_code != 0 and b"Read-only file system" in more.output, more.output
+        with open(f"/proc/{container.attrs['State']['Pid']}/mounts") as mounts:
+            (line,) = [x for x in mounts if "/home/jovyan/folders/team" in x]
+        assert line.split()[3].startswith("ro,"), line
+        # Through the files API, the sharer's upload is refused the same way: a 507.
+        put = sharer.call(
+            "PUT", f"folders/{folder['id']}/files/more.bin", data=b"x", headers=OCTETS
+        )
+        assert put.status_code == 507, put.text
+        assert "storage quota of 64 KiB" in put.json()["message"]
+    finally:
+        hub.stop_server(sharer_name)
