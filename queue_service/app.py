@@ -1171,7 +1171,7 @@ class QueueService(Application):
         if not self.project_quotas:
             self.log.info("Storage quotas are measured (QueueService.project_quotas is off).")
             return None
-        os.makedirs(root, exist_ok=True)
+        os.makedirs(root, mode=0o700, exist_ok=True)  # closed, as folder_files.py says
         projects = ProjectQuotas(root)
         if projects.reason is not None:
             # Said at the service's default level: a site that counts on a hard limit must see it.

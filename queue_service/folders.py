@@ -299,6 +299,7 @@ class Folders:
             # A missing directory is the admin's to see (the list shows its last measure).
             with contextlib.suppress(Refusal, FileNotFoundError):
                 self._keep_tagged(folder_id)
+                self.files.close(folder_id)  # made open before folders were closed
                 self.measure(folder_id)
         return len(ids)
 

@@ -6,7 +6,10 @@ the sharer's upload with a 507 naming whose quota it is. The hub measures every 
 
 from __future__ import annotations
 
+import os
 import secrets
+import stat
+import subprocess
 
 import pytest
 
@@ -86,3 +89,60 @@ def test_a_sharers_running_session_stops_writing_once_the_owners_quota_is_passed
         assert "storage quota of 64 KiB" in put.json()["message"]
     finally:
         hub.stop_server(sharer_name)
+
+
+def as_other_host_user(command: str) -> subprocess.CompletedProcess:
+    """`command` run by a shell on the host as uid 4242, a host account that is not the
+    sessions' 1000 (through a shell: setpriv's own exec of a path it was given is not what an
+    ordinary user's exec is)."""
+    setpriv = ["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", "sh", "-c"]
+    return subprocess.run([*setpriv, command], capture_output=True, text=True, timeout=30)
+
+
+def test_a_folder_is_closed_to_other_host_users_and_a_setuid_file_left_in_it_runs_for_none(
+    measuring_hub,
+):
+    hub = measuring_hub
+    name = f"priv-{secrets.token_hex(3)}"
+    hub.create_user(name)
+    user = QueueUser(hub, name)
+    made = user.call("POST", "folders", json={"name": "private"})
+    assert made.status_code == 201, made.text
+    folder = made.json()
+    put = user.call("PUT", f"folders/{folder['id']}/files/notes.txt", data=b"x", headers=OCTETS)
+    assert put.status_code == 201, put.text
+    root = hub.workdir / "fgpu-folders"
+    directory = root / folder["id"]
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(directory / "notes.txt").st_mode) == 0o600
+    started = hub.start_server(name, {**SESSION, "folders": [folder["id"]]})
+    assert started.status_code in (201, 202), started.text
+    try:
+        hub.wait_ready(name)
+        (container,) = containers_with({"fgpu.user": name})
+        left = run_in(
+            container, "cp /usr/bin/id ~/folders/private/id && chmod 4755 ~/folders/private/id"
+        )
+        assert left.exit_code == 0, left.output
+    finally:
+        hub.stop_server(name)
+    assert os.stat(directory / "id").st_mode & stat.S_ISUID  # the session left it setuid
+    # pytest's own directories are closed (0700): open the way to the folders root, as a
+    # site's /srv is, so that only the folders' own modes keep the other user out.
+    for ancestor in [hub.workdir, *hub.workdir.parents]:
+        os.chmod(ancestor, os.stat(ancestor).st_mode | 0o001)
+    for command in (f"ls {directory}", f"cat {directory}/notes.txt", f"{directory}/id -u"):
+        tried = as_other_host_user(command)
+        assert tried.returncode != 0 and "Permission denied" in tried.stderr, (command, tried)
+    # A folder made open before (0755) is closed by the next measure round.
+    os.chmod(directory, 0o755)
+    os.chmod(root, 0o755)
+    wait_until(
+        lambda: (
+            stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+            and stat.S_IMODE(os.stat(root).st_mode) == 0o700
+        ),
+        timeout=60,
+        what="the measure round closes an open folder",
+    )
