@@ -66,6 +66,7 @@ from queue_service.store.folder_files import FolderFiles
 from queue_service.store.folders import FolderStore
 from queue_service.store.history import History
 from queue_service.store.images import ImageStore
+from queue_service.store.mount_flags import missing_flags
 from queue_service.store.project_quotas import ProjectQuotas
 from queue_service.store.state_dir import queue_db_url, with_driver
 from queue_service.store.usage import UsageBook
@@ -1157,6 +1158,7 @@ class QueueService(Application):
             groups_of=self.quotas.groups_of,
             projects=self.kernel_project_quotas(root),
         )
+        self.say_mount_flags(root)
         # Where a batch job's notebook is looked for: the storage folders, and the homes.
         homes = HomeSettings(
             volume=self.home_volume,
@@ -1164,6 +1166,27 @@ class QueueService(Application):
             volumes_here=self.engine_backend.sessions_here,
         )
         self.job_files = JobFiles(homes, inspect_volume_with(self.docker))
+
+    def say_mount_flags(self, root: str) -> None:
+        """Warn when the folders root's mount lacks nosuid,nodev: the sessions' binds of
+        folders take that mount's flags (store/mount_flags.py)."""
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        point, missing = missing_flags(root)
+        if missing:
+            self.log.warning(
+                "The folders root %s is on the mount %s without %s: a setuid file or device a "
+                "session leaves in a folder keeps its power there. Mount the root with them, "
+                "e.g. `mount --bind %s %s && mount -o remount,bind,nosuid,nodev %s` (in "
+                "/etc/fstab: `%s %s none bind,nosuid,nodev`).",
+                root,
+                point,
+                ",".join(missing),
+                root,
+                root,
+                root,
+                root,
+                root,
+            )
 
     def kernel_project_quotas(self, root: str) -> ProjectQuotas | None:
         """The kernel's project quotas on the folders root, if it has them and the site wants

@@ -28,8 +28,32 @@ for service in c.JupyterHub.services:
 
 @pytest.fixture(scope="module")
 def measuring_hub(tmp_path_factory, docker_engine):
-    with running_hub(tmp_path_factory.mktemp("measuring-hub"), extra_config=FAST_MEASURE) as hub:
-        yield hub
+    """A hub measuring every 2 s, its folders root on a mount with nosuid,nodev, as the guide
+    tells a site to make it (this fixture's own bind mount, removed after the hub)."""
+    workdir = tmp_path_factory.mktemp("measuring-hub")
+    root = workdir / "fgpu-folders"
+    root.mkdir(mode=0o700)
+    subprocess.run(["mount", "--bind", root, root], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,nosuid,nodev", root], check=True)
+        env = {"FGPU_FOLDERS_ROOT": str(root)}
+        with running_hub(workdir, env=env, extra_config=FAST_MEASURE) as hub:
+            yield hub
+    finally:
+        subprocess.run(["umount", "-l", root], check=True)
+
+
+def mount_options(container, target: str) -> set[str]:
+    """The options of the mount at `target` in the container, as its kernel shows them."""
+    with open(f"/proc/{container.attrs['State']['Pid']}/mounts") as mounts:
+        (line,) = [x for x in mounts if x.split()[1] == target]
+    return set(line.split()[3].split(","))
+
+
+def test_the_service_warns_when_the_folders_root_lacks_nosuid_nodev(hub, measuring_hub):
+    warning = "without nosuid,nodev: a setuid file or device a session leaves"
+    assert warning in hub.log_text()  # the shared hub's root: a plain directory in /tmp
+    assert warning not in measuring_hub.log_text()
 
 
 def run_in(container, command: str):
@@ -64,6 +88,8 @@ def test_a_sharers_running_session_stops_writing_once_the_owners_quota_is_passed
         hub.wait_ready(sharer_name)
         (container,) = containers_with({"fgpu.user": sharer_name})
         assert the_mount(sharer, "folders/team")["read_only"] is False
+        target = "/home/jovyan/folders/team"
+        assert {"rw", "nosuid", "nodev"} <= mount_options(container, target)
         # The sharer (no quota of their own) fills the owner's folder past the owner's 64 KiB.
         big = run_in(container, "head -c 200000 /dev/zero > ~/folders/team/big && echo ok")
         assert big.exit_code == 0, big.output
@@ -78,9 +104,7 @@ def test_a_sharers_running_session_stops_writing_once_the_owners_quota_is_passed
         assert "storage quota of 64 KiB" in mount["note"]
         more = run_in(container, "echo more > ~/folders/team/more")
         assert more.exit_code != 0 and b"Read-only file system" in more.output, more.output
-        with open(f"/proc/{container.attrs['State']['Pid']}/mounts") as mounts:
-            (line,) = [x for x in mounts if "/home/jovyan/folders/team" in x]
-        assert line.split()[3].startswith("ro,"), line
+        assert {"ro", "nosuid", "nodev"} <= mount_options(container, target)
         # Through the files API, the sharer's upload is refused the same way: a 507.
         put = sharer.call(
             "PUT", f"folders/{folder['id']}/files/more.bin", data=b"x", headers=OCTETS

@@ -5,8 +5,8 @@ Docker cannot change a running container's mounts, and a folder's directory cann
 read-only for one session's uid on the host (every session writes as the same uid 1000; a
 `chmod a-w` of the folder's top directory would only stop new top-level entries). So the
 service turns the session's bind mount itself read-only, in the container's own mount
-namespace: `nsenter -t <container pid> -m mount -o remount,bind,ro <target>`. A write from
-inside then fails with EROFS ("Read-only file system"), whatever the session does to file
+namespace: `nsenter -t <container pid> -m mount -o remount,bind,ro,nosuid,nodev <target>`. A
+write from inside then fails with EROFS ("Read-only file system"), whatever the session does to file
 modes, and the session cannot undo it: it runs unprivileged, without CAP_SYS_ADMIN.
 
 - **Who can.** It needs root in the host's namespaces (the service runs as root) and the
@@ -25,6 +25,9 @@ import subprocess
 
 from queue_service.engine.session_containers import running_session_containers
 
+#: A bind remount sets the mount's flags anew: nosuid and nodev are said again, or they would go.
+REMOUNT = "remount,bind,ro,nosuid,nodev"
+
 
 def stop_folder_writes(client, session_id: str, source: str) -> list[str]:
     """Make every read-write bind of the host directory `source` in the session's live
@@ -42,7 +45,7 @@ def stop_folder_writes(client, session_id: str, source: str) -> list[str]:
     ]
     for target in targets:
         subprocess.run(
-            ["nsenter", "-t", str(pid), "-m", "mount", "-o", "remount,bind,ro", target],
+            ["nsenter", "-t", str(pid), "-m", "mount", "-o", REMOUNT, target],
             check=True,
             capture_output=True,
             text=True,
