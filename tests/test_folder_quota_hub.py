@@ -111,8 +111,28 @@ def test_a_sharers_running_session_stops_writing_once_the_owners_quota_is_passed
         )
         assert put.status_code == 507, put.text
         assert "storage quota of 64 KiB" in put.json()["message"]
+        # Started again while the owner is past the quota: read-only from the start.
+        container = restarted(hub, sharer_name, folder)
+        assert "ro" in mount_options(container, target)
+        assert the_mount(sharer, "folders/team")["note"].startswith("The folders of group ")
+        # The owner makes room; the next start mounts it read-write again.
+        removed = owner.call("DELETE", f"folders/{folder['id']}/files/big")
+        assert removed.status_code == 204, removed.text
+        container = restarted(hub, sharer_name, folder)
+        assert "rw" in mount_options(container, target)
+        assert run_in(container, "echo back > ~/folders/team/back").exit_code == 0
     finally:
         hub.stop_server(sharer_name)
+
+
+def restarted(hub, name: str, folder: dict):
+    """The user's session stopped and started again with the folder; its container."""
+    hub.stop_server(name)
+    started = hub.start_server(name, {**SESSION, "folders": [folder["id"]]})
+    assert started.status_code in (201, 202), started.text
+    hub.wait_ready(name)
+    (container,) = containers_with({"fgpu.user": name})
+    return container
 
 
 def as_other_host_user(command: str) -> subprocess.CompletedProcess:
