@@ -1415,11 +1415,14 @@ class QueueService(Application):
         while True:
             try:
                 await asyncio.to_thread(self.folders.measure_all)
-                await asyncio.to_thread(self.stop_folder_writes_past_quota)
                 await asyncio.to_thread(self.folders.purge)
                 self.folders.forget_session_mounts(r.id for r in self.manager.active_records())
             except Exception:
                 self.log.exception("Measuring the storage folders failed; trying again later")
+            try:
+                await asyncio.to_thread(self.stop_folder_writes_past_quota)
+            except Exception:
+                self.log.exception("Stopping writes past storage quotas failed; trying again later")
             await asyncio.sleep(self.folder_measure_interval)
 
     def stop_folder_writes_past_quota(self) -> None:
