@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import signal
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -43,6 +44,7 @@ from queue_service.engine.backend import EngineBackend
 from queue_service.engine.client import Engine
 from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
 from queue_service.engine.docker_backend import DockerBackend
+from queue_service.engine.folder_write_stops import stop_folder_writes
 from queue_service.engine.frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from queue_service.engine.node_agent_deploy import (
     TOKEN_FILE,
@@ -65,6 +67,7 @@ from queue_service.store.folder_files import FolderFiles
 from queue_service.store.folders import FolderStore
 from queue_service.store.history import History
 from queue_service.store.images import ImageStore
+from queue_service.store.mount_flags import missing_flags
 from queue_service.store.project_quotas import ProjectQuotas
 from queue_service.store.state_dir import queue_db_url, with_driver
 from queue_service.store.usage import UsageBook
@@ -1153,8 +1156,10 @@ class QueueService(Application):
             grace=self.folder_grace_days * 24 * 3600,
             storage_limits=self.quotas.storage_limits,
             members=self.quotas.members_of,
+            groups_of=self.quotas.groups_of,
             projects=self.kernel_project_quotas(root),
         )
+        self.say_mount_flags(root)
         # Where a batch job's notebook is looked for: the storage folders, and the homes.
         homes = HomeSettings(
             volume=self.home_volume,
@@ -1163,13 +1168,34 @@ class QueueService(Application):
         )
         self.job_files = JobFiles(homes, inspect_volume_with(self.docker))
 
+    def say_mount_flags(self, root: str) -> None:
+        """Warn when the folders root's mount lacks nosuid,nodev: the sessions' binds of
+        folders take that mount's flags (store/mount_flags.py)."""
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        point, missing = missing_flags(root)
+        if missing:
+            self.log.warning(
+                "The folders root %s is on the mount %s without %s: a setuid file or device a "
+                "session leaves in a folder keeps its power there. Mount the root with them, "
+                "e.g. `mount --bind %s %s && mount -o remount,bind,nosuid,nodev %s` (in "
+                "/etc/fstab: `%s %s none bind,nosuid,nodev`).",
+                root,
+                point,
+                ",".join(missing),
+                root,
+                root,
+                root,
+                root,
+                root,
+            )
+
     def kernel_project_quotas(self, root: str) -> ProjectQuotas | None:
         """The kernel's project quotas on the folders root, if it has them and the site wants
         them; the log says which way the storage quotas are held."""
         if not self.project_quotas:
             self.log.info("Storage quotas are measured (QueueService.project_quotas is off).")
             return None
-        os.makedirs(root, exist_ok=True)
+        os.makedirs(root, mode=0o700, exist_ok=True)  # closed, as folder_files.py says
         projects = ProjectQuotas(root)
         if projects.reason is not None:
             # Said at the service's default level: a site that counts on a hard limit must see it.
@@ -1405,7 +1431,33 @@ class QueueService(Application):
                 self.folders.forget_session_mounts(r.id for r in self.manager.active_records())
             except Exception:
                 self.log.exception("Measuring the storage folders failed; trying again later")
+            try:
+                await asyncio.to_thread(self.stop_folder_writes_past_quota)
+            except Exception:
+                self.log.exception("Stopping writes past storage quotas failed; trying again later")
             await asyncio.sleep(self.folder_measure_interval)
+
+    def stop_folder_writes_past_quota(self) -> None:
+        """Blocking: stop writes in the running sessions to folders now past their owner's
+        quota (engine/folder_write_stops.py; on a Swarm, at their next start only)."""
+        users = {r.id: r.user for r in self.manager.active_records()}
+        for session_id, folder_id in self.folders.stop_writes_past_quota(users, self._stop_writes):
+            self.log.info("Writes to folder %s stopped in session %s", folder_id, session_id)
+
+    def _stop_writes(self, session_id: str, source: str) -> bool:
+        if not self.engine_backend.sessions_here:
+            self.log.info(
+                "Session %s writes a folder past its owner's quota; on a Swarm it is mounted "
+                "read-only at its next start",
+                session_id,
+            )
+            return False
+        try:
+            return bool(stop_folder_writes(self.docker.connect(), session_id, source))
+        except (subprocess.CalledProcessError, OSError) as e:
+            words = getattr(e, "stderr", "") or e
+            self.log.warning("Could not stop writes of session %s: %s", session_id, words)
+            return False
 
     async def watch_engine_images(self) -> None:
         while True:

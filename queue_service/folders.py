@@ -44,13 +44,15 @@ class Folders:
         storage_limits: Callable[[frozenset[str]], list[tuple[str | None, int]]] = lambda g: [],
         members: Callable[[str], tuple[str, ...]] = lambda group: (),
         projects: ProjectQuotas | None = None,
+        groups_of: Callable[[str], tuple[str, ...]] = lambda user: (),
     ):
         """`storage_limits(groups)`: the storage quotas over a user of these groups, (None,
         bytes) for the user's own and (group, bytes) for a group's over its members' folders
         (quotas.py); `members(group)`: the group's members; `projects`: the kernel's project
-        quotas, where the folders root has them (None: the quotas are measured only)."""
+        quotas, where the folders root has them (None: the quotas are measured only);
+        `groups_of(user)`: a user's hub groups as last seen (an owner's, for a sharer's write)."""
         self.store, self.files, self.grace = store, files, grace
-        self.storage_limits, self.members = storage_limits, members
+        self.storage_limits, self.members, self.groups_of = storage_limits, members, groups_of
         self.projects = projects
         self._session_mounts: dict[str, list[dict]] = {}
 
@@ -95,19 +97,27 @@ class Folders:
             project = NO_PROJECT if account is None else self.store.project_of(account)
             self.projects.assign(self.files.source(folder_id), project)
 
-    def over_quota(self, reader: Reader, adding: int = 0) -> str | None:
+    def over_quota(
+        self, reader: Reader, adding: int = 0, asker: Reader | None = None
+    ) -> str | None:
         """Why `adding` more bytes in the reader's own folders would pass a storage quota (or
-        why they are past one already, with `adding` 0); None while there is room."""
+        why they are past one already, with `adding` 0); None while there is room. Told to
+        `asker` (the reader by default): another writer is told whose quota it is."""
+        own = asker is None or asker.account == reader.account
         for quota in self.quotas(reader):
             used, limit, group = quota["used_bytes"], quota["limit_bytes"], quota["group"]
             if used + adding > limit or (adding == 0 and quota["full"]):
-                whose = (
-                    "Your folders hold" if group is None else f"The folders of group {group} hold"
-                )
-                scope = "your" if group is None else "its"
+                if group is not None:
+                    whose, scope = f"The folders of group {group} hold", "its"
+                elif own:
+                    whose, scope = "Your folders hold", "your"
+                else:
+                    name = reader.account.name
+                    whose, scope = f"The folders of {name} (this folder's owner) hold", "their"
+                fix = "remove files to make room" if own else "files must be removed first"
                 return (
                     f"{whose} {format_size(used)} of {scope} storage quota of "
-                    f"{format_size(limit)}; remove files to make room."
+                    f"{format_size(limit)}; {fix}."
                 )
         return None
 
@@ -115,6 +125,11 @@ class Folders:
         reason = self.over_quota(reader, adding)
         if reason:
             raise Refusal(reason, "quota")
+
+    def owner_past_quota(self, folder: dict, reader: Reader) -> str | None:
+        """Why nobody may write the folder now: its owner's folders are past a storage quota
+        (told to `reader`, who may be a sharer); None while there is room."""
+        return self.over_quota(self._owner_of(folder, reader), 0, asker=reader)
 
     # -- folders ------------------------------------------------------------------------------
 
@@ -168,8 +183,17 @@ class Folders:
         visible = self.store.visible(reader)  # read once: the grant path runs this per spawn
         chosen = pick_named(visible, keys)
         automount = [f for f in visible if f["own"] and f["automount"]]
-        # Past a storage quota, one's own folders are mounted read-only until there is room.
-        past_quota = self.over_quota(reader)
+        # A folder whose owner is past a storage quota is mounted read-only for every writer,
+        # sharers included: the owner's quota bounds what anyone puts in it.
+        past: dict[str, str | None] = {}
+
+        def owner_past(folder: dict) -> str | None:
+            if folder["permission"] != "rw":
+                return None
+            if folder["owner"] not in past:
+                past[folder["owner"]] = self.owner_past_quota(folder, reader)
+            return past[folder["owner"]]
+
         mounts = {}
         for folder in [*chosen, *automount]:
             path = folder["name"] if folder["automount"] else f"{MOUNT_DIR}/{folder['name']}"
@@ -185,8 +209,8 @@ class Folders:
                 "owner": folder["owner"],
                 "source": self.files.source(folder["id"]),
                 "path": path,
-                "read_only": folder["permission"] != "rw" or bool(past_quota and folder["own"]),
-                "note": past_quota if past_quota and folder["own"] else None,
+                "read_only": folder["permission"] != "rw" or bool(owner_past(folder)),
+                "note": owner_past(folder),
             }
         return list(mounts.values())
 
@@ -234,7 +258,9 @@ class Folders:
     def write(self, reader: Reader, folder_id: str, path: str, data: bytes, offset: int) -> int:
         folder, parts = self._reach(reader, folder_id, path, "rw")
         # Counted against the owner's quotas; a writer of a shared folder fills the owner's.
-        self._refuse_past_quota(self._owner_of(folder, reader), len(data))
+        reason = self.over_quota(self._owner_of(folder, reader), len(data), asker=reader)
+        if reason:
+            raise Refusal(reason, "full")
         size = self.files.write(folder_id, parts, data, offset)
         self.measure(folder_id)
         return size
@@ -259,8 +285,12 @@ class Folders:
     def _owner_of(self, folder: dict, reader: Reader) -> Reader:
         if folder["own"]:
             return reader
-        # The owner's own quota counts; their groups' are known only when they ask themselves.
-        return Reader(Account(folder["owner"], self.store.account_of(folder["id"])))
+        return self._owner_reader(Account(folder["owner"], self.store.account_of(folder["id"])))
+
+    def _owner_reader(self, account: Account) -> Reader:
+        # The owner's groups as the service last saw them (their own last request): their
+        # groups' quotas bound the folder for every writer too.
+        return Reader(account, frozenset(self.groups_of(account.name)))
 
     def measure_all(self) -> int:
         """Measure every folder (sessions write them directly); how many were measured."""
@@ -269,8 +299,34 @@ class Folders:
             # A missing directory is the admin's to see (the list shows its last measure).
             with contextlib.suppress(Refusal, FileNotFoundError):
                 self._keep_tagged(folder_id)
+                self.files.close(folder_id)  # made open before folders were closed
                 self.measure(folder_id)
         return len(ids)
+
+    def stop_writes_past_quota(
+        self, users: dict[str, str], stop: Callable[[str, str], bool]
+    ) -> list[tuple[str, str]]:
+        """For each active session (`users`: session id to its user) that mounts read-write a
+        folder whose owner is now past a storage quota: `stop(session_id, source)` its writes
+        (folder_write_stops.py; False where it cannot), and record the mount read-only with
+        the reason, which the session's page shows. The (session, folder) pairs stopped."""
+        stopped = []
+        for session_id, mounts in self.session_mounts(list(users)).items():
+            changed = False
+            for mount in mounts:
+                if mount["read_only"]:
+                    continue
+                owner = self._owner_reader(self.store.owner_account(mount["id"]))
+                user = users[session_id]
+                asker = owner if owner.account.name == user else Reader(Account(user, ""))
+                reason = self.over_quota(owner, 0, asker=asker)
+                if reason and stop(session_id, self.files.source(mount["id"])):
+                    mount.update(read_only=True, note=f"Writes stopped: {reason}")
+                    stopped.append((session_id, mount["id"]))
+                    changed = True
+            if changed:
+                self.note_session_mounts(session_id, mounts)
+        return stopped
 
     def _keep_tagged(self, folder_id: str) -> None:
         """Under project quotas, a folder not counted under its owner's project (made before

@@ -200,7 +200,7 @@ def test_a_storage_quota_refuses_what_would_pass_it_and_mounts_own_folders_read_
     )
     data = folders.create(reader(ANN), "data")
     folders.write(reader(ANN), data["id"], "a", b"x" * 40_000, 0)
-    says = refused("quota", folders.write, reader(ANN), data["id"], "b", b"x" * 40_000, 0)
+    says = refused("full", folders.write, reader(ANN), data["id"], "b", b"x" * 40_000, 0)
     assert "of your storage quota of 64 KiB" in says
     assert os.listdir(folders.files.source(data["id"])) == ["a"]  # nothing half-written
     # Past the quota (a session wrote on its own): no new folder, own folders read-only.
@@ -212,5 +212,34 @@ def test_a_storage_quota_refuses_what_would_pass_it_and_mounts_own_folders_read_
     assert mount["read_only"] and "storage quota" in mount["note"]
     # A group's quota counts all of its members' folders.
     bobs = folders.create(reader(BOB, "ml"), "b")
-    says = refused("quota", folders.write, reader(BOB, "ml"), bobs["id"], "x", b"x" * 20_000, 0)
+    says = refused("full", folders.write, reader(BOB, "ml"), bobs["id"], "x", b"x" * 20_000, 0)
     assert says.startswith("The folders of group ml hold ") and "of its storage quota" in says
+
+
+def test_a_folder_past_its_owners_quota_is_read_only_for_every_writer_sharers_included(
+    db_url, tmp_path
+):
+    """The owner's quota bounds the folder, whoever writes: a read-write sharer with no quota
+    of their own mounts it read-only and is refused a write, told whose quota it is."""
+    # Ann (no group) has a 64 KiB quota; Bob (group "free") has none.
+    limits = {frozenset(): [(None, 64 * 1024)], frozenset({"free"}): []}
+    folders = Folders(
+        FolderStore(open_database(db_url)),
+        FolderFiles(tmp_path / "folders"),
+        storage_limits=lambda groups: limits[groups],
+    )
+    bob = reader(BOB, "free")
+    shared = folders.create(reader(ANN), "shared")
+    folders.share(reader(ANN), shared["id"], {"user": "bob", "account": BOB.key}, "rw")
+    (mount,) = folders.mounts(bob, [shared["id"]])
+    assert not mount["read_only"]  # room left: Bob writes
+    # A session of Bob's writes past Ann's quota on its own; the round measures it.
+    with open(os.path.join(folders.files.source(shared["id"]), "big"), "wb") as f:
+        f.write(b"x" * 80_000)
+    folders.measure_all()
+    (mount,) = folders.mounts(bob, [shared["id"]])
+    assert mount["read_only"], mount
+    assert mount["note"].startswith("The folders of ann (this folder's owner) hold ")
+    says = refused("full", folders.write, bob, shared["id"], "more", b"x", 0)
+    assert "of their storage quota of 64 KiB; files must be removed first." in says
+    assert sorted(os.listdir(folders.files.source(shared["id"]))) == ["big"]

@@ -368,14 +368,14 @@ def test_the_spawner_reads_one_users_folders_and_no_other_service_does(hub, cour
     assert other.get(url, params={"user": student.name}, timeout=60).status_code == 403
 
 
-def test_an_upload_past_a_groups_storage_quota_is_a_403_that_writes_nothing(hub, username):
+def test_an_upload_past_a_groups_storage_quota_is_a_507_that_writes_nothing(hub, username):
     hub.create_user(username)
     group = hub.join_group(username, {"fgpu_quota": {"storage": "16K"}})
     owner = QueueUser(hub, username)
     folder = made(owner, "data")
     url = f"folders/{folder['id']}/files/big.bin"
     answer = owner.call("PUT", url, data=b"x" * 20_000, headers=OCTETS)
-    assert answer.status_code == 403, answer.text
+    assert answer.status_code == 507, answer.text  # Insufficient Storage
     assert f"group {group} hold 0 B of its storage quota of 16 KiB" in answer.json()["message"]
     assert os.listdir(on_disk(hub, folder)) == []
     small = owner.call("PUT", url, data=b"x" * 1000, headers=OCTETS)

@@ -15,12 +15,21 @@ from typing import Literal
 #: - `capacity`: it can never fit on any node it may use;
 #: - `forbidden`: the caller may not do this;
 #: - `quota`: a quota refuses it (now, or ever);
+#: - `full`: a storage quota leaves no room for what would be written (HTTP's 507);
 #: - `not_found`: what it names does not exist (or is not the caller's to see);
 #: - `conflict`: the state it needs is not there (a session not running, a name taken);
 #: - `engine`: the Docker engine failed to do its part;
 #: - `unavailable`: a part the service needs (the engine) is away; try again later.
 Cause = Literal[
-    "invalid", "capacity", "forbidden", "quota", "not_found", "conflict", "engine", "unavailable"
+    "invalid",
+    "capacity",
+    "forbidden",
+    "quota",
+    "full",
+    "not_found",
+    "conflict",
+    "engine",
+    "unavailable",
 ]
 
 

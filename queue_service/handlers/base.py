@@ -79,6 +79,7 @@ STATUS_OF_CAUSE = {
     "capacity": 400,
     "forbidden": 403,
     "quota": 403,
+    "full": 507,
     "not_found": 404,
     "conflict": 409,
     "engine": 502,

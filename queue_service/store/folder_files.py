@@ -13,7 +13,10 @@ others. The service runs as root, so it must never act on such a thing for a cal
 - removal and measurement walk by descriptor (`shutil.rmtree`'s and `os.fwalk`'s fd-based forms),
   so a link swapped in meanwhile is removed or skipped, never entered.
 
-What the service creates belongs to the session user (`owner`), so sessions can change it.
+What the service creates belongs to the session user (`owner`), so sessions can change it, and
+is closed to every other host user as homes are: the folders root and each folder's directory are
+0700 (what the service makes inside, 0700 and 0600), so no other host account can read a
+folder, or run a setuid file a session left in one. `close` fixes folders made before.
 """
 
 from __future__ import annotations
@@ -60,10 +63,21 @@ class FolderFiles:
         return str(self.root / folder_id)
 
     def make(self, folder_id: str) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self.root / folder_id
-        path.mkdir(mode=0o775)
+        path.mkdir(mode=0o700)
         self._give(os.open(path, _DIR_FLAGS))
+
+    def close(self, folder_id: str) -> None:
+        """Close the folders root and a folder's directory to other host users (0700), as
+        `make` makes them now; what a session made inside keeps its modes (the closed
+        directory already keeps everyone else out)."""
+        for fd in (os.open(self.root, _DIR_FLAGS), self._open_folder(folder_id)):
+            try:
+                if os.fstat(fd).st_mode & 0o077:
+                    os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
 
     def unmake(self, folder_id: str) -> None:
         """Remove a folder's directory made a moment ago, while it is still empty."""
@@ -214,7 +228,7 @@ class FolderFiles:
             raise Refusal("Name a file to upload to, inside the folder.", "invalid")
         with self._parent(folder_id, parts) as parent:
             if offset == 0:
-                fd = _open(parts[-1], _WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, parent, 0o664)
+                fd = _open(parts[-1], _WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, parent, 0o600)
             else:
                 fd = _open(parts[-1], _WRITE_FLAGS, parent)
         try:
@@ -239,7 +253,7 @@ class FolderFiles:
             raise Refusal("The folder itself exists already.", "conflict")
         with self._parent(folder_id, parts) as parent:
             try:
-                os.mkdir(parts[-1], 0o775, dir_fd=parent)
+                os.mkdir(parts[-1], 0o700, dir_fd=parent)
             except FileExistsError:
                 raise Refusal(f"{'/'.join(parts)} exists already.", "conflict") from None
             self._give(_open(parts[-1], _DIR_FLAGS, parent))
