@@ -609,6 +609,8 @@ class FGPUSpawner(DockerSpawner):
     _pending_message: str = ""
     # The giving back of an interrupted start's slice, while it runs (start() and stop()).
     _abandoning: asyncio.Future | None = None
+    # The task of the latest start(): a stop lets an interrupted one end first.
+    _start_task: asyncio.Task | None = None
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -912,7 +914,28 @@ class FGPUSpawner(DockerSpawner):
         except Exception:
             self.log.exception("Giving back the slice of an interrupted start failed")
 
+    @property
+    def pending(self):
+        """The hub's own, except that a spawn the hub has asked to cancel is no longer pending.
+
+        The hub stops a spawn waiting in the queue by cancelling it and, one second later,
+        stopping the server, which it refuses (a 500) if the spawn is still pending then; the
+        server, which never ran, stayed listed as running. A storm of stops holds the hub's loop
+        past that second. The spawn's end is certain once asked for, so the stop goes ahead at
+        once, and stop() lets the start end first."""
+        if self._spawn_pending and _being_cancelled(self._spawn_future):
+            return None
+        return super().pending
+
+    async def _interrupted_start_ended(self) -> None:
+        """Wait until a start the hub interrupted has ended and given back its slice."""
+        task = self._start_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            await asyncio.wait([task])
+        await self._abandoned()
+
     async def start(self):
+        self._start_task = asyncio.current_task()
         await self._abandoned()
         if self.resource_request is None:
             await apply_resource_options(self, self.user_options or {})
@@ -981,7 +1004,12 @@ class FGPUSpawner(DockerSpawner):
         really gone. If the engine refuses, the grant is kept (its slice stays counted) and the
         error raised; the hub forgets the server all the same, and the service's reconciler
         stops the container of a session the hub no longer lists, and releases it then."""
-        await self._abandoned()
+        await self._interrupted_start_ended()
+        if not self.object_id and not self.session_id:
+            # Nothing to stop: an interrupted start removed its container and gave its slice
+            # back itself.
+            self.clear_state()
+            return
         # Read first: DockerSpawner.stop clears the state (and with it the session id); the
         # hub's last activity is read before the stop, the culler's test on it (idle.py).
         session_id, container_id = self.session_id, self.object_id
@@ -1312,6 +1340,11 @@ class FGPUSpawner(DockerSpawner):
         if tail:
             message += f" Last output: {tail}"
         return spawn_error(message, reason="container_exited", status_code=500)
+
+
+def _being_cancelled(future: asyncio.Future | None) -> bool:
+    """Whether `future` (a task) has been asked to cancel and has not ended yet."""
+    return isinstance(future, asyncio.Task) and not future.done() and future.cancelling() > 0
 
 
 async def _answers(url: str) -> bool:
