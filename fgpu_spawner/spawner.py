@@ -44,7 +44,7 @@ from .container_spec import (
     mount_options_of,
     writable_layer_support,
 )
-from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
+from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir, session_lock_dir
 from .grant import Grant
 from .hami_lock import make_lock_file
 from .job_runner_source import job_command
@@ -323,10 +323,12 @@ class FGPUSpawner(DockerSpawner):
         GpuPaths.hami_lock_dir,
         config=True,
         help="""
-        Host folder for HAMi-core's locks, shared by every `hami` session on the host (HAMi's
-        device plugin uses the same one). It must be a folder of the hub's user that nobody else
-        may write to: a symbolic link, or a folder or `lock` file someone else made, is refused
-        (fgpu_spawner/hami_lock.py).
+        HAMi-core's lock folder inside a `hami` session (HAMi-core's own is `/tmp/vgpulock`).
+        Each session's is a host folder of its own, `vgpulock` in its cache folder (see
+        `hami_cache_base`), made by the hub: one shared by every session let one session hold
+        the lock and stall every other session's GPU start-up. A symbolic link, or a folder or
+        `lock` file someone else made, is refused (fgpu_spawner/hami_lock.py). `scripts/gpu-node`
+        makes a host folder at this path for other HAMi users on the node.
 
         Example::
 
@@ -1243,7 +1245,7 @@ class FGPUSpawner(DockerSpawner):
     def prepare_hami_host_paths(self, session_id: str) -> None:
         """HAMi-core's host folders for a `hami` session, made before the engine would make them
         root's own: the session user (`run_as`, no capabilities) must create its shared-region
-        file in its cache folder, and open the host-wide lock file read-write. The cache folder
+        file in its cache folder, and open its own lock file read-write. The cache folder
         becomes the session user's (the hub runs as root), or, where the hub may not give it
         away, writable by all under a base folder that only the hub writes."""
         cache = Path(session_cache_dir(self.gpu_paths, session_id))
@@ -1254,7 +1256,8 @@ class FGPUSpawner(DockerSpawner):
             cache.chmod(0o700)
         else:
             cache.chmod(0o777)
-        make_lock_file(self.hami_lock_dir)  # never through a link planted in /tmp
+        # The hub's own folder in it (never through a planted link): the session's lock.
+        make_lock_file(session_lock_dir(self.gpu_paths, session_id))
 
     async def get_command(self) -> list[str]:
         """A batch job runs job_runner.py in the image's Python; a session, the image's server."""
