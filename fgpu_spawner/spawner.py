@@ -930,9 +930,13 @@ class FGPUSpawner(DockerSpawner):
         return super().pending
 
     async def _interrupted_start_ended(self) -> None:
-        """Wait until a start the hub interrupted has ended and given back its slice."""
+        """Wait until a start the hub interrupted has ended and given back its slice (never
+        for a start nobody interrupted: it may wait in the queue for hours)."""
         task = self._start_task
-        if task is not None and not task.done() and task is not asyncio.current_task():
+        interrupted = task is not None and (
+            _being_cancelled(task) or _being_cancelled(self._spawn_future)
+        )
+        if interrupted and task is not asyncio.current_task():
             await asyncio.wait([task])
         await self._abandoned()
 
