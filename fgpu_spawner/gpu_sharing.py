@@ -14,7 +14,9 @@ Modes:
   at least 1. Whole GPUs get limits too (all their memory, 100%, which HAMi-core does not throttle):
   one rule for every device keeps the env predictable. Each session gets its own shared-region
   cache file (`CUDA_DEVICE_MEMORY_SHARED_CACHE`) in a host directory of its own, so two sessions
-  never share one accounting region, plus the host-wide `/tmp/vgpulock` HAMi-core locks in.
+  never share one accounting region, and its own lock folder (HAMi-core locks
+  `/tmp/vgpulock/lock` in the container): a host-wide one, writable by every session, let one
+  session hold the lock and stall every other session's GPU start-up on the host.
   HAMi-core takes the limits from the environment of whichever process first opens the region
   and keeps them there: later processes read the region's limits, not their own environment
   (multiprocess_memory_limit.c, `try_create_shrreg`). So the session's command starts with
@@ -240,7 +242,7 @@ def _hami(grant: Grant, slices: list[_Slice], paths: GpuPaths, labels: dict) -> 
             "bind": HAMI_CACHE_DIR_IN_CONTAINER,
             "mode": "rw",
         },
-        paths.hami_lock_dir: {"bind": paths.hami_lock_dir, "mode": "rw"},
+        session_lock_dir(paths, grant.session_id): {"bind": paths.hami_lock_dir, "mode": "rw"},
     }
     mounts = [
         _read_only_file(paths.hami_library_path, HAMI_LIBRARY_IN_CONTAINER),
@@ -281,6 +283,12 @@ def session_cache_dir(paths: GpuPaths, session_id: str) -> str:
     if not _SAFE_SESSION_ID.match(session_id) or session_id in {".", ".."}:
         raise ValueError(f"Session id {session_id!r} cannot name a cache directory")
     return f"{paths.hami_cache_base.rstrip('/')}/{session_id}"
+
+
+def session_lock_dir(paths: GpuPaths, session_id: str) -> str:
+    """The host folder of one session's HAMi-core lock, in its cache folder: no session can hold
+    another's lock."""
+    return f"{session_cache_dir(paths, session_id)}/vgpulock"
 
 
 def _mps(slices: list[_Slice], paths: GpuPaths, labels: dict) -> GpuSettings:

@@ -206,12 +206,14 @@ def home_folder(swarm: SwarmContext, user: str, account: str = "") -> str:
 
 
 def _gpu_binds_as_mounts(binds: dict) -> list[Mount]:
-    """The GPU mode's binds; HAMi-core's per-session cache becomes a tmpfs of the task's own,
-    since Swarm refuses a bind whose folder the node lacks and no one could make it there
-    first. The cache is only shared by the session's own processes, and ends with them."""
-    mounts = _binds_as_mounts({k: v for k, v in binds.items() if v["bind"] != HAMI_CACHE_DIR})
-    if any(v["bind"] == HAMI_CACHE_DIR for v in binds.values()):
-        mounts.append(Mount(target=HAMI_CACHE_DIR, source=None, type="tmpfs"))
+    """The GPU mode's binds; HAMi-core's per-session folders (its cache folder and the lock
+    folder in it) become tmpfs mounts of the task's own, since Swarm refuses a bind whose folder
+    the node lacks and no one could make it there first. They are only shared by the session's
+    own processes, and end with them."""
+    caches = [source for source, v in binds.items() if v["bind"] == HAMI_CACHE_DIR]
+    own = {s for s in binds if any(s == c or s.startswith(f"{c}/") for c in caches)}
+    mounts = _binds_as_mounts({k: v for k, v in binds.items() if k not in own})
+    mounts += [Mount(target=binds[s]["bind"], source=None, type="tmpfs") for s in sorted(own)]
     return mounts
 
 

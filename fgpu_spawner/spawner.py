@@ -44,7 +44,7 @@ from .container_spec import (
     mount_options_of,
     writable_layer_support,
 )
-from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir
+from .gpu_sharing import GpuPaths, hami_preload_text, session_cache_dir, session_lock_dir
 from .grant import Grant
 from .hami_lock import make_lock_file
 from .job_runner_source import job_command
@@ -325,10 +325,12 @@ class FGPUSpawner(DockerSpawner):
         GpuPaths.hami_lock_dir,
         config=True,
         help="""
-        Host folder for HAMi-core's locks, shared by every `hami` session on the host (HAMi's
-        device plugin uses the same one). It must be a folder of the hub's user that nobody else
-        may write to: a symbolic link, or a folder or `lock` file someone else made, is refused
-        (fgpu_spawner/hami_lock.py).
+        HAMi-core's lock folder inside a `hami` session (HAMi-core's own is `/tmp/vgpulock`).
+        Each session's is a host folder of its own, `vgpulock` in its cache folder (see
+        `hami_cache_base`), made by the hub: one shared by every session let one session hold
+        the lock and stall every other session's GPU start-up. A symbolic link, or a folder or
+        `lock` file someone else made, is refused (fgpu_spawner/hami_lock.py). `scripts/gpu-node`
+        makes a host folder at this path for other HAMi users on the node.
 
         Example::
 
@@ -611,6 +613,8 @@ class FGPUSpawner(DockerSpawner):
     _pending_message: str = ""
     # The giving back of an interrupted start's slice, while it runs (start() and stop()).
     _abandoning: asyncio.Future | None = None
+    # The task of the latest start(): a stop lets an interrupted one end first.
+    _start_task: asyncio.Task | None = None
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -914,7 +918,32 @@ class FGPUSpawner(DockerSpawner):
         except Exception:
             self.log.exception("Giving back the slice of an interrupted start failed")
 
+    @property
+    def pending(self):
+        """The hub's own, except that a spawn the hub has asked to cancel is no longer pending.
+
+        The hub stops a spawn waiting in the queue by cancelling it and, one second later,
+        stopping the server, which it refuses (a 500) if the spawn is still pending then; the
+        server, which never ran, stayed listed as running. A storm of stops holds the hub's loop
+        past that second. The spawn's end is certain once asked for, so the stop goes ahead at
+        once, and stop() lets the start end first."""
+        if self._spawn_pending and _being_cancelled(self._spawn_future):
+            return None
+        return super().pending
+
+    async def _interrupted_start_ended(self) -> None:
+        """Wait until a start the hub interrupted has ended and given back its slice (never
+        for a start nobody interrupted: it may wait in the queue for hours)."""
+        task = self._start_task
+        interrupted = task is not None and (
+            _being_cancelled(task) or _being_cancelled(self._spawn_future)
+        )
+        if interrupted and task is not asyncio.current_task():
+            await asyncio.wait([task])
+        await self._abandoned()
+
     async def start(self):
+        self._start_task = asyncio.current_task()
         await self._abandoned()
         if self.resource_request is None:
             await apply_resource_options(self, self.user_options or {})
@@ -985,7 +1014,12 @@ class FGPUSpawner(DockerSpawner):
         really gone. If the engine refuses, the grant is kept (its slice stays counted) and the
         error raised; the hub forgets the server all the same, and the service's reconciler
         stops the container of a session the hub no longer lists, and releases it then."""
-        await self._abandoned()
+        await self._interrupted_start_ended()
+        if not self.object_id and not self.session_id:
+            # Nothing to stop: an interrupted start removed its container and gave its slice
+            # back itself.
+            self.clear_state()
+            return
         # Read first: DockerSpawner.stop clears the state (and with it the session id); the
         # hub's last activity is read before the stop, the culler's test on it (idle.py).
         session_id, container_id = self.session_id, self.object_id
@@ -1219,7 +1253,7 @@ class FGPUSpawner(DockerSpawner):
     def prepare_hami_host_paths(self, session_id: str) -> None:
         """HAMi-core's host folders for a `hami` session, made before the engine would make them
         root's own: the session user (`run_as`, no capabilities) must create its shared-region
-        file in its cache folder, and open the host-wide lock file read-write. The cache folder
+        file in its cache folder, and open its own lock file read-write. The cache folder
         becomes the session user's (the hub runs as root), or, where the hub may not give it
         away, writable by all under a base folder that only the hub writes."""
         cache = Path(session_cache_dir(self.gpu_paths, session_id))
@@ -1230,7 +1264,8 @@ class FGPUSpawner(DockerSpawner):
             cache.chmod(0o700)
         else:
             cache.chmod(0o777)
-        make_lock_file(self.hami_lock_dir)  # never through a link planted in /tmp
+        # The hub's own folder in it (never through a planted link): the session's lock.
+        make_lock_file(session_lock_dir(self.gpu_paths, session_id))
 
     async def get_command(self) -> list[str]:
         """A batch job runs job_runner.py in the image's Python; a session, the image's server."""
@@ -1336,6 +1371,11 @@ class FGPUSpawner(DockerSpawner):
         if tail:
             message += f" Last output: {tail}"
         return spawn_error(message, reason="container_exited", status_code=500)
+
+
+def _being_cancelled(future: asyncio.Future | None) -> bool:
+    """Whether `future` (a task) has been asked to cancel and has not ended yet."""
+    return isinstance(future, asyncio.Task) and not future.done() and future.cancelling() > 0
 
 
 async def _answers(url: str) -> bool:

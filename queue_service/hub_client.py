@@ -94,6 +94,13 @@ class HubClient:
         thousands of spawns waiting in the queue, a listing of these stays short."""
         return await self._servers_in("ready", page)
 
+    async def ready_server_starts(self, page: int = 200) -> dict[tuple[str, str], str | None]:
+        """When (ISO text) each ready server was started, by (user, server name)."""
+        return {
+            key: server.get("started")
+            async for key, server in self._servers_of_users_in("ready", page)
+        }
+
     async def _servers_in(self, state: str, page: int) -> set[tuple[str, str]]:
         return {key async for key, _ in self._servers_of_users_in(state, page)}
 

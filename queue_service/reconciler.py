@@ -33,6 +33,9 @@ Nothing runs unaccounted:
   whose `docker stop` or remove failed: the spawner then keeps the grant) is stopped here, and its
   grant given back once the container is gone. An adopted session the hub does not know ends so.
 
+Nothing is listed without a session: a server the hub lists as running with no live record and
+no container behind it (a ghost, ghost_servers.py) is stopped through the hub after a grace.
+
 This runs on a bounded timer, off the grant path: releases through the spawner stay event-driven.
 """
 
@@ -55,6 +58,7 @@ from queue_service.engine.session_containers import (
 )
 from queue_service.store.models import as_utc
 
+from .ghost_servers import stop_ghosts
 from .hub_client import HubError, server_pending
 
 #: Errors that mean the engine does not answer (down, restarting, or its socket gone).
@@ -77,6 +81,7 @@ class Reconciler:
         respawn_grace: float = 120.0,
         deployment_id: str = "",
         unlisted_grace: float = 10.0,
+        ghost_grace: float = 60.0,
         prepare=None,
         sessions=None,
         watch=None,
@@ -96,6 +101,8 @@ class Reconciler:
         # Empty: containers are not told apart by hub (tests of one hub; nothing is adopted).
         self.deployment_id = deployment_id
         self.unlisted_grace = unlisted_grace
+        # How long the hub may list a server with nothing behind it (ghost_servers.py).
+        self.ghost_grace = ghost_grace
         # Awaited before each pass's engine reads (the service reads its node there, once).
         self.prepare = prepare
         # What runs: containers on one engine, or services on a Swarm (session_services.py).
@@ -143,6 +150,8 @@ class Reconciler:
         await self._release_lost(active, running)
         await self._stop_ungranted(running)
         await self._stop_unlisted(active, running)
+        if self.hub is not None:
+            await stop_ghosts(self.hub, self.manager, running, self.ghost_grace, self._say)
 
     async def _adopt_orphans(self, running: dict) -> None:
         """Record the sessions of this hub's containers that the DB does not know, or knows as

@@ -19,7 +19,9 @@ QUARTER = Grant("sess-2", "node1", {"GPU-a": 0.25})
 
 HAMI_BINDS_SESS_2 = {
     "/var/lib/fgpu-hub/vgpu/sess-2": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
-    "/tmp/vgpulock": {"bind": "/tmp/vgpulock", "mode": "rw"},
+    # The session's own lock folder, never the host's /tmp/vgpulock: no session can hold the
+    # lock another session's GPU start-up waits for.
+    "/var/lib/fgpu-hub/vgpu/sess-2/vgpulock": {"bind": "/tmp/vgpulock", "mode": "rw"},
 }
 # Read-only bind mounts, which the engine refuses when the host file is missing (fail closed).
 HAMI_MOUNTS = [
@@ -61,7 +63,7 @@ def test_hami_one_and_a_half_gpus():
         device_requests=request_for("GPU-a", "GPU-b"),
         binds={
             "/var/lib/fgpu-hub/vgpu/sess-1": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
-            "/tmp/vgpulock": {"bind": "/tmp/vgpulock", "mode": "rw"},
+            "/var/lib/fgpu-hub/vgpu/sess-1/vgpulock": {"bind": "/tmp/vgpulock", "mode": "rw"},
         },
         labels={"fgpu.gpu_sharing": "hami"},
         mounts=HAMI_MOUNTS,
@@ -130,7 +132,7 @@ def test_hami_uses_the_configured_host_paths():
     settings = build_gpu_settings(QUARTER, MEMORY, "hami", paths=paths)
     assert settings.binds == {
         "/srv/vgpu/sess-2": {"bind": "/usr/local/vgpu/cache", "mode": "rw"},
-        "/run/vgpulock": {"bind": "/run/vgpulock", "mode": "rw"},
+        "/srv/vgpu/sess-2/vgpulock": {"bind": "/run/vgpulock", "mode": "rw"},
     }
     assert {m["Source"]: m["Target"] for m in settings.mounts} == {
         "/opt/hami/libvgpu.so": "/usr/local/vgpu/libvgpu.so",

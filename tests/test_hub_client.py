@@ -23,6 +23,7 @@ USERS = [
 ]
 
 ACTIVITY = "2026-11-24T06:00:00.000000Z"
+STARTED = "2026-11-24T05:00:00.000000Z"
 
 
 class Users(web.RequestHandler):
@@ -34,7 +35,12 @@ class Users(web.RequestHandler):
         offset, limit = int(self.get_argument("offset")), int(self.get_argument("limit"))
         page = USERS[offset : offset + limit]
         items = [
-            {"name": name, "servers": {server: {"ready": ready, "last_activity": ACTIVITY}}}
+            {
+                "name": name,
+                "servers": {
+                    server: {"ready": ready, "last_activity": ACTIVITY, "started": STARTED}
+                },
+            }
             for name, server, ready in page
             if state == "active" or ready
         ]
@@ -73,3 +79,10 @@ async def test_the_activity_of_ready_servers_alone_is_read(hub_api):
     paged past, never counted."""
     client = HubClient(hub_api, "secret")
     assert await client.server_activity(page=2) == {("dan", "s-2"): ACTIVITY}
+
+
+async def test_the_start_times_of_ready_servers_alone_are_read(hub_api):
+    """The reconciler's look for ghosts (servers with nothing behind them) reads when each ready
+    server started; the waiting spawns are paged past."""
+    client = HubClient(hub_api, "secret")
+    assert await client.ready_server_starts(page=2) == {("dan", "s-2"): STARTED}

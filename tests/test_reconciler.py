@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import secrets
 import time
+from datetime import UTC, datetime
 
 import docker
 import pytest
@@ -298,9 +299,21 @@ class HubListing:
 
     def __init__(self, servers: set, starting: set = frozenset(), stopping: set = frozenset()):
         self.servers, self.starting, self.stopping = servers, starting, stopping
+        # When each ready server was started (ISO text); an hour ago unless set.
+        self.started: dict = {}
+        self.stopped: list = []
 
     async def ready_servers(self) -> set:
         return self.servers
+
+    async def ready_server_starts(self) -> dict:
+        an_hour_ago = datetime.fromtimestamp(time.time() - 3600, UTC).isoformat()
+        return {key: self.started.get(key, an_hour_ago) for key in self.servers}
+
+    async def stop_server(self, user: str, server_name: str) -> int:
+        self.stopped.append((user, server_name))
+        self.servers = self.servers - {(user, server_name)}
+        return 204
 
     async def user_now(self, name: str) -> dict:
         known = {(user, server): {} for user, server in self.servers | self.starting}
@@ -328,6 +341,32 @@ async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_release
     )
     assert ended["end_reason"] == "hub_stopped"
     assert containers_with({SESSION_LABEL: session["id"]}) == []
+
+
+async def test_a_server_the_hub_lists_with_nothing_behind_it_is_stopped_after_the_grace(
+    manager, docker_engine, run_id
+):
+    """A ghost: listed ready, no live record, no container (a stop the hub refused half-way).
+    A server with a session, one with a waiting record, one with only a container, and one the
+    hub has just started are left alone."""
+    session, _ = await running_session(manager, docker_engine, run_id)
+    request = {"user": "carol", "server_name": "w", "image": "python-3.11", "cpu": 0.5}
+    waiting = await manager.submit({**request, "mem": GIB, "fgpu": 2}, groups=())
+    assert waiting["status"] == Status.PENDING
+    docker_engine.containers.run(
+        IMAGE,
+        ["sleep", "300"],
+        detach=True,
+        labels={SESSION_LABEL: "no-record", "fgpu.user": "dave", TEST_LABEL: run_id},
+    )
+    ghost, fresh = ("alice", "ghost"), ("bob", "new")
+    hub = HubListing({("alice", "s1"), ("carol", "w"), ("dave", ""), ghost, fresh})
+    hub.started[fresh] = datetime.now(UTC).isoformat()
+    reconciler = Reconciler(manager, docker_engine, hub=hub, ghost_grace=60)
+    await reconciler.reconcile()
+    assert hub.stopped == [ghost]
+    assert (await manager.get(session["id"]))["status"] == Status.RUNNING
+    assert (await manager.get(waiting["id"]))["status"] == Status.PENDING
 
 
 async def test_a_running_session_whose_server_the_hub_still_checks_is_left_alone(

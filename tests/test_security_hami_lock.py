@@ -7,15 +7,20 @@ must stay as it was, and the creation must refuse with a message that names the 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from traitlets.config import Config
 
 from fgpu_spawner import FGPUSpawner
-from fgpu_spawner.gpu_sharing import GpuPaths
+from fgpu_spawner.gpu_sharing import GpuPaths, build_gpu_settings
+from fgpu_spawner.grant import Grant
 from fgpu_spawner.hami_lock import UnsafeLockPath, make_lock_file
 
+from .harness import TEST_LABEL, remove_containers, wait_until
 from .test_gpu_node_script import node_root, run, stand_in_driver  # noqa: F401
 
 SECRET = b"root's own file\n"
@@ -35,19 +40,19 @@ def assert_untouched(path: Path) -> None:
     assert oct(path.stat().st_mode & 0o777) == "0o644"
 
 
-def spawner_with_lock_dir(lock_dir: Path, tmp_path: Path) -> FGPUSpawner:
+def spawner_with_cache_base(tmp_path: Path) -> FGPUSpawner:
     config = Config()
-    config.FGPUSpawner.hami_lock_dir = str(lock_dir)
     config.FGPUSpawner.hami_cache_base = str(tmp_path / "vgpu")
     return FGPUSpawner(config=config)
 
 
 def planted_lock_link(tmp_path, target):
-    """A lock folder of ours whose `lock` is a link someone planted; a spawner that uses it."""
-    lock_dir = tmp_path / "vgpulock"
-    lock_dir.mkdir(mode=0o755)
+    """A session's lock folder whose `lock` is a link someone planted (left by an earlier
+    session of that id, say); a spawner that uses it for session `sess-1`."""
+    lock_dir = tmp_path / "vgpu" / "sess-1" / "vgpulock"
+    lock_dir.mkdir(mode=0o755, parents=True)
     (lock_dir / "lock").symlink_to(target)
-    return lock_dir, spawner_with_lock_dir(lock_dir, tmp_path)
+    return lock_dir, spawner_with_cache_base(tmp_path)
 
 
 def test_the_spawner_refuses_a_planted_lock_link_and_leaves_its_target_alone(tmp_path, target):
@@ -63,7 +68,7 @@ def test_the_spawner_never_creates_the_missing_target_of_a_planted_link(tmp_path
     missing = tmp_path / "absent-ld.so.preload"
     _, spawner = planted_lock_link(tmp_path, missing)
     with pytest.raises(UnsafeLockPath, match="symbolic link"):
-        spawner.prepare_hami_host_paths("sess-2")
+        spawner.prepare_hami_host_paths("sess-1")
     assert not os.path.lexists(missing)
 
 
@@ -143,3 +148,53 @@ def test_gpu_node_refuses_a_lock_folder_someone_else_made(
     assert result.returncode == 1, result.stderr
     assert "belongs to uid 1000, not root" in result.stderr
     assert not (lock_dir / "lock").exists()
+
+
+HOLD_LOCK = (
+    "import fcntl, time; f = open('/tmp/vgpulock/lock', 'a'); fcntl.lockf(f, fcntl.LOCK_EX); "
+    "print('held', flush=True); time.sleep(120)"
+)
+TRY_LOCK = (
+    "import fcntl; f = open('/tmp/vgpulock/lock', 'a'); "
+    "fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')"
+)
+
+
+@pytest.mark.docker
+def test_a_session_holding_its_hami_lock_never_holds_another_sessions(docker_engine):
+    """HAMi-core takes `/tmp/vgpulock/lock` (lockf) while a process starts on the GPU. Bound from
+    one host folder into every session, it let one session hold it and stall the others' GPU
+    start-up; each session now has its own, in its cache folder. Two sessions with the
+    spawner's binds, in real containers: the first holds its lock, the second takes its own."""
+    base = Path(tempfile.mkdtemp(prefix="fgpu-hami-lock-"))
+    base.chmod(0o755)  # pytest's own temporary folders are root's alone
+    spawner = spawner_with_cache_base(base)
+    run_id = secrets.token_hex(4)
+    try:
+        binds = {}
+        for session in ("sess-a", "sess-b"):
+            spawner.prepare_hami_host_paths(session)
+            grant = Grant(session, "node-a", {"GPU-a": 0.5})
+            binds[session] = build_gpu_settings(
+                grant, {"GPU-a": 2**33}, "hami", spawner.gpu_paths
+            ).binds
+        assert binds["sess-a"] != binds["sess-b"]
+
+        def session(name, code, **options):
+            return docker_engine.containers.run(
+                "fgpu/jupyter-base:py3.11",
+                ["python3", "-c", code],
+                user="1000:100",
+                cap_drop=["ALL"],
+                network_mode="none",
+                volumes=binds[name],
+                labels={TEST_LABEL: run_id},
+                **options,
+            )
+
+        holder = session("sess-a", HOLD_LOCK, detach=True)
+        wait_until(lambda: b"held" in holder.logs(), 60, "the first session holds its lock")
+        assert session("sess-b", TRY_LOCK, remove=True).decode().strip() == "free"
+    finally:
+        remove_containers({TEST_LABEL: run_id})
+        shutil.rmtree(base)

@@ -244,12 +244,13 @@ def test_a_stopped_hami_session_leaves_no_cache_folder(tmp_path):
     config.FGPUSpawner.hami_cache_base = str(tmp_path)
     spawner = FGPUSpawner(config=config)
     grant = Grant("sess-10", "node-a", {"GPU-a": 0.5})
-    (cache,) = [
+    # The cache folder, and the session's lock folder in it.
+    cache, lock = sorted(
         path
         for path in build_gpu_settings(grant, {"GPU-a": 2**34}, "hami", spawner.gpu_paths).binds
         if path.startswith(str(tmp_path))
-    ]
-    os.makedirs(cache)
+    )
+    os.makedirs(lock)
     (tmp_path / "sess-10" / "cudevshr.cache").write_bytes(b"usage")
     spawner.remove_hami_cache("sess-10")
     assert not os.path.exists(cache)
@@ -296,13 +297,12 @@ def test_a_hami_session_user_can_write_its_cache_and_the_lock_file():
     try:
         config = Config()
         config.FGPUSpawner.hami_cache_base = str(base / "vgpu")
-        config.FGPUSpawner.hami_lock_dir = str(base / "vgpulock")
         spawner = FGPUSpawner(config=config)
         spawner.prepare_hami_host_paths("sess-11")
         cache = base / "vgpu" / "sess-11"
         assert (cache.stat().st_uid, cache.stat().st_gid) == (1000, 100)
         assert oct(cache.stat().st_mode & 0o777) == "0o700"
-        assert oct((base / "vgpulock" / "lock").stat().st_mode & 0o777) == "0o666"
+        assert oct((cache / "vgpulock" / "lock").stat().st_mode & 0o777) == "0o666"
         spawner.prepare_hami_host_paths("sess-11")  # again: no error, nothing changes
         grant = Grant("sess-11", "node-a", {"GPU-a": 0.5})
         binds = build_gpu_settings(grant, {"GPU-a": 2**33}, "hami", spawner.gpu_paths).binds
@@ -317,7 +317,7 @@ def test_a_hami_session_user_can_write_its_cache_and_the_lock_file():
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             network_mode="none",
-            volumes={**binds, str(base / "vgpulock"): {"bind": "/tmp/vgpulock", "mode": "rw"}},
+            volumes=binds,
             remove=True,
         )
         assert output.decode().strip() == "1000"

@@ -55,6 +55,14 @@ def deployment_of(container) -> str | None:
     return (container.attrs.get("Labels") or {}).get(DEPLOYMENT_LABEL)
 
 
+def server_of(container) -> tuple[str, str] | None:
+    """(user, server name) of the hub server the container was started for, from its labels."""
+    labels = container.attrs.get("Labels") or {}
+    if "fgpu.user" not in labels:
+        return None
+    return labels["fgpu.user"], labels.get("fgpu.server_name", "")
+
+
 @dataclass(frozen=True)
 class LabelledSession:
     """What a session container says about itself: enough to account for it without the DB."""
