@@ -88,7 +88,8 @@ def test_removal_takes_links_and_never_what_they_point_at(tmp_path):
     outside.mkdir()
     (outside / "keep.txt").write_text("x")
     tree = tmp_path / "tree"
-    make_deep(str(tmp_path / "tree"), depth=40)
+    tree.mkdir()
+    make_deep(str(tree), depth=40)
     deep = tree / "/".join(["d"] * 40)
     (deep / "link").symlink_to(outside)
     (deep / "link_file").symlink_to(outside / "keep.txt")
