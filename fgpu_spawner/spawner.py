@@ -931,6 +931,18 @@ class FGPUSpawner(DockerSpawner):
             return None
         return super().pending
 
+    async def poll_and_notify(self):
+        """The hub's poll; a server the hub lists as running whose spawn never reached the hub's
+        watch (no poll callback: an interrupted spawn the hub kept) and that does not run is
+        forgotten by the hub here. Otherwise a stop through the hub's API (the queue service's
+        reconciler's, or the student's) answers 204 and leaves it listed."""
+        watched = bool(self._callbacks)
+        status = await super().poll_and_notify()
+        if status is not None and not watched and self.server is not None and not self.pending:
+            self.log.warning("Forgetting %s: listed as running, but it never ran", self._log_name)
+            await self.user.stop(self.name)
+        return status
+
     async def _interrupted_start_ended(self) -> None:
         """Wait until a start the hub interrupted has ended and given back its slice (never
         for a start nobody interrupted: it may wait in the queue for hours)."""

@@ -652,6 +652,21 @@ class QueueService(Application):
             c.QueueService.respawn_grace = 300
         """,
     )
+    ghost_grace = Float(
+        60.0,
+        config=True,
+        help="""
+        Seconds the hub must list a server as running, with no session of this service and no
+        container behind it, before the reconciler stops that server through the hub's API, so
+        that its student can start it again. A server the hub is still spawning or stopping is
+        never touched; keep this above the time a start takes from the hub's record to the
+        queue's.
+
+        Example::
+
+            c.QueueService.ghost_grace = 120
+        """,
+    )
     stats_interval = Float(
         5.0,
         config=True,
@@ -1233,6 +1248,7 @@ class QueueService(Application):
             start_grace=self.start_grace,
             hub=self.hub,
             respawn_grace=self.respawn_grace,
+            ghost_grace=self.ghost_grace,
             deployment_id=self.deployment_id,
             # Until the node is read and the containers counted, no slice is granted and a
             # spawn is refused at once with 503: the engine's state is unknown.
