@@ -10,9 +10,8 @@ others. The service runs as root, so it must never act on such a thing for a cal
   `O_NOFOLLOW` (`openat`): a link anywhere on the way is refused, not followed;
 - a file is read or written only through a descriptor that `fstat` shows is a regular file
   (a FIFO or device is refused, and `O_NONBLOCK` keeps a FIFO from stalling the open);
-- removal, measurement and archiving walk by descriptor without recursion (tree_walk.py), so a
-  link swapped in meanwhile is removed or skipped, never entered, and a tree thousands of levels
-  deep is walked like any other.
+- removal and measurement walk by descriptor (`shutil.rmtree`'s and `os.fwalk`'s fd-based forms),
+  so a link swapped in meanwhile is removed or skipped, never entered.
 
 What the service creates belongs to the session user (`owner`), so sessions can change it, and
 is closed to every other host user as homes are: the folders root and each folder's directory are
@@ -25,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import tarfile
 import time
@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from queue_service.core.errors import Refusal
-
-from . import tree_walk
 
 #: The session user of the images (jovyan): what the service makes in a folder is theirs.
 SESSION_UID, SESSION_GID = 1000, 100
@@ -104,18 +102,11 @@ class FolderFiles:
         if not trash.is_dir():
             return []
         removed = []
-        trash_fd = os.open(trash, _DIR_FLAGS)
-        try:
-            for entry in os.scandir(trash_fd):
-                stamp = entry.name.rpartition(".")[2]
-                if stamp.isdigit() and int(stamp) < older_than:
-                    if entry.is_dir(follow_symlinks=False):
-                        tree_walk.remove_tree(trash_fd, entry.name)
-                    else:
-                        os.unlink(entry.name, dir_fd=trash_fd)
-                    removed.append(entry.name)
-        finally:
-            os.close(trash_fd)
+        for entry in os.scandir(trash):
+            stamp = entry.name.rpartition(".")[2]
+            if stamp.isdigit() and int(stamp) < older_than:
+                shutil.rmtree(entry.path)
+                removed.append(entry.name)
         return removed
 
     # -- reading ---------------------------------------------------------------------------
@@ -184,9 +175,21 @@ class FolderFiles:
 
     def measure(self, folder_id: str) -> Measure:
         """Bytes, files and the newest change in the folder, walking without following links."""
+        total = files = 0
         with self._directory(folder_id, ()) as fd:
-            found = tree_walk.totals(fd)
-        return Measure(found.bytes, found.files, found.modified)
+            newest = os.fstat(fd).st_mtime
+            # fwalk lists a link to a directory with the directories (it does not enter it).
+            for _, dirs, names, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+                newest = max(newest, os.fstat(dir_fd).st_mtime)
+                for name in dirs + names:
+                    with contextlib.suppress(FileNotFoundError):
+                        info = os.lstat(name, dir_fd=dir_fd)
+                        if stat.S_ISDIR(info.st_mode):
+                            continue
+                        total += info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
+                        files += 1
+                        newest = max(newest, info.st_mtime)
+        return Measure(total, files, newest)
 
     def archive(self, folder_id: str, tar: tarfile.TarFile) -> list[str]:
         """Add the folder to `tar` as `<folder id>/...`: its directories and regular files with
@@ -195,10 +198,10 @@ class FolderFiles:
         restore). Links, FIFOs and devices are left out: their paths, for the admin."""
         left_out = []
         with self._directory(folder_id, ()) as fd:
-            for names_from_top, dir_fd, _, names in tree_walk.walk(fd):
-                prefix = "/".join((folder_id, *names_from_top))
+            for top, dirs, names, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+                prefix = folder_id if top == "." else f"{folder_id}/{top[2:]}"
                 tar.addfile(_tar_info(prefix, os.fstat(dir_fd)))
-                for name in names:
+                for name in names + [d for d in dirs if _is_link(name=d, dir_fd=dir_fd)]:
                     if not self._archive_file(f"{prefix}/{name}", name, dir_fd, tar):
                         left_out.append(f"{prefix}/{name}")
         return left_out
@@ -271,7 +274,7 @@ class FolderFiles:
         with self._parent(folder_id, parts) as parent:
             info = _lstat(parts[-1], parent)
             if stat.S_ISDIR(info.st_mode):
-                tree_walk.remove_tree(parent, parts[-1])
+                shutil.rmtree(parts[-1], dir_fd=parent)
             else:
                 os.unlink(parts[-1], dir_fd=parent)
 
@@ -351,6 +354,12 @@ def _kind(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "file"
     return "link" if stat.S_ISLNK(mode) else "other"
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    with contextlib.suppress(FileNotFoundError):
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    return False
 
 
 def _tar_info(member: str, info: os.stat_result) -> tarfile.TarInfo:

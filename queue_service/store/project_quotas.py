@@ -34,8 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import tree_walk
-
 #: struct fsxattr (linux/fs.h): xflags, extsize, nextents, projid, cowextsize, pad[8].
 FSXATTR = struct.Struct("IIIII8s")
 FS_IOC_FSGETXATTR = 0x801C581F  # _IOR('X', 31, struct fsxattr)
@@ -153,14 +151,13 @@ class ProjectQuotas:
 
     def assign(self, directory: str | Path, project: int) -> None:
         """Give a folder's directory, and everything already in it, `project`: what sessions
-        write there from now on counts under that project's limit. Walked by descriptor without
-        recursion, never following a link a session planted (tree_walk.py)."""
+        write there from now on counts under that project's limit. Walked by descriptor, never
+        following a link a session planted (as folder_files.py)."""
         top = os.open(directory, _DIR_FLAGS)
         try:
             set_project_fd(top, project)
-            for _, dir_fd, _, others in tree_walk.walk(top):
-                set_project_fd(dir_fd, project)
-                for name in others:
+            for _, dirs, files, dir_fd in os.fwalk(dir_fd=top, follow_symlinks=False):
+                for name in (*dirs, *files):
                     self._set_project_at(name, dir_fd, project)
         finally:
             os.close(top)
