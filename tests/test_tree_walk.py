@@ -11,23 +11,16 @@ import pytest
 from queue_service.store.folder_files import TRASH, FolderFiles, archive_directory, tree_size
 from queue_service.store.tree_walk import Enter, Leave, TreeChanged, walk
 
+from .deep_trees import deep_tree, empty_out
+
 ID = "d" * 32
 DEPTH = 2000
 
 
-def deep_tree(top: str, depth: int = DEPTH) -> None:
-    """`depth` nested directories `a`, each with a 10-byte file and a link out: made by
-    descriptor, since the path is longer than the kernel takes in one piece."""
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
-    for _ in range(depth):
-        with open(os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "wb") as file:
-            file.write(b"0123456789")
-        os.symlink("/etc", "out", dir_fd=fd)
-        os.mkdir("a", dir_fd=fd)
-        inner = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.close(fd)
-        fd = inner
-    os.close(fd)
+@pytest.fixture(autouse=True)
+def _no_deep_tree_left(tmp_path):
+    yield
+    empty_out(tmp_path)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import stat
 import tarfile
@@ -30,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from queue_service.core.errors import Refusal
-from queue_service.store.tree_walk import Enter, is_dir, remove_tree, walk
+from queue_service.store.tree_walk import Enter, TreeChanged, is_dir, remove_tree, walk
 
+log = logging.getLogger(__name__)
 #: The session user of the images (jovyan): what the service makes in a folder is theirs.
 SESSION_UID, SESSION_GID = 1000, 100
 TRASH = ".trash"
@@ -84,7 +86,9 @@ class FolderFiles:
         return name
 
     def purge_trash(self, older_than: float) -> list[str]:
-        """Remove what was trashed before `older_than` (a time.time()); the names removed."""
+        """Remove what was trashed before `older_than` (a time.time()); the names removed. One
+        that cannot be removed (a tree moved while it was removed) is logged and left for the
+        next purge; the others are removed all the same."""
         trash = self.root / TRASH
         if not trash.is_dir():
             return []
@@ -93,9 +97,14 @@ class FolderFiles:
         try:
             for name in os.listdir(fd):
                 stamp = name.rpartition(".")[2]
-                if stamp.isdigit() and int(stamp) < older_than:
+                if not (stamp.isdigit() and int(stamp) < older_than):
+                    continue
+                try:
                     remove_tree(fd, name)
-                    removed.append(name)
+                except OSError as e:
+                    log.warning("Could not purge %s: %s", name, e)
+                    continue
+                removed.append(name)
         finally:
             os.close(fd)
         return removed
@@ -247,7 +256,7 @@ class FolderFiles:
         with self._parent(folder_id, parts) as parent:
             info = _lstat(parts[-1], parent)
             if stat.S_ISDIR(info.st_mode):
-                remove_tree(parent, parts[-1])
+                _remove_directory(parent, parts)
             else:
                 os.unlink(parts[-1], dir_fd=parent)
 
@@ -284,6 +293,22 @@ class FolderFiles:
     def _chown(self, fd: int) -> None:
         if os.geteuid() == 0:  # a service not run as root makes files its own user's
             os.fchown(fd, *self.owner)
+
+
+def _remove_directory(parent: int, parts: tuple[str, ...]) -> None:
+    try:
+        remove_tree(parent, parts[-1])
+    except TreeChanged:
+        raise Refusal(
+            f"{'/'.join(parts)} changed while it was removed (moved inside it); try again.",
+            "conflict",
+        ) from None
+    except OSError as e:
+        if e.errno != errno.ENOTEMPTY:
+            raise
+        raise Refusal(
+            f"{'/'.join(parts)} was written to while it was removed; try again.", "conflict"
+        ) from None
 
 
 def _open(name: str, flags: int, dir_fd: int, mode: int = 0o777) -> int:

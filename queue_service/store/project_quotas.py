@@ -111,7 +111,9 @@ def project_of_fd(fd: int) -> int:
 
 def set_project_fd(fd: int, project: int) -> None:
     raw = fcntl.ioctl(fd, FS_IOC_FSGETXATTR, bytes(FSXATTR.size))
-    fcntl.ioctl(fd, FS_IOC_FSSETXATTR, with_project(raw, project))
+    wanted = with_project(raw, project)
+    if wanted != raw:  # the measure round re-tags every file: only those that differ are written
+        fcntl.ioctl(fd, FS_IOC_FSSETXATTR, wanted)
 
 
 def limit_command(mount_point: str, project: int, limit_bytes: int | None) -> list[str]:
