@@ -31,6 +31,7 @@ from pathlib import Path
 
 from queue_service.store import state_dir
 from queue_service.store.db_upgrade import libpq_dsn
+from queue_service.store.folder_files import archive_directory, tree_size
 
 from . import archive, signing
 from .archive import ArchiveError, Digest
@@ -622,22 +623,23 @@ def _home_folders(writer, staging, root: Path, include: bool) -> Iterator[dict]:
         entry = {
             "name": str(folder),
             "kind": "folder",
-            "size": _folder_size(folder),
+            "size": tree_size(folder),
             "member": None,
             "save_command": f"tar czf {folder.name}-home.tar.gz -C {root} {folder.name}",
         }
         if include:
             entry["member"] = f"homes/{folder.name}.tar"
             spool = staging / "home.tar"
-            with tarfile.open(spool, "w") as tar:
-                tar.add(folder, arcname=folder.name)
+            with tarfile.open(spool, "w", format=tarfile.PAX_FORMAT) as tar:
+                _note_left_out(archive_directory(folder, tar), f"the home of {folder.name}")
             writer.add_file(entry["member"], spool)
             spool.unlink()
         yield entry
 
 
-def _folder_size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+def _note_left_out(left_out: list[str], label: str) -> None:
+    for path in left_out:
+        print(f"note: left out {path} ({label}): not a file or folder", file=sys.stderr)
 
 
 def _folders(writer, staging: Path, rows, args) -> Iterator[dict]:
@@ -661,12 +663,7 @@ def _folders(writer, staging: Path, rows, args) -> Iterator[dict]:
             entry["member"] = f"folders/{folder_id}.tar"
             spool = staging / "folder.tar"
             with tarfile.open(spool, "w", format=tarfile.PAX_FORMAT) as tar:
-                left_out = files.archive(folder_id, tar)
-            for path in left_out:
-                print(
-                    f"note: left out {path} ({entry['label']}): not a file or folder",
-                    file=sys.stderr,
-                )
+                _note_left_out(files.archive(folder_id, tar), entry["label"])
             writer.add_file(entry["member"], spool)
             spool.unlink()
         yield entry

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from queue_service.store.project_quotas import NO_PROJECT, ProjectQuotas
 #: Where a chosen folder appears in a session, under its home folder: `~/folders/<name>`.
 #: Automount folders appear at `~/<name>` (`~/.local`, `~/.cache`).
 MOUNT_DIR = "folders"
+log = logging.getLogger(__name__)
 #: How long a removed folder's files are kept before they are purged (seconds).
 DEFAULT_GRACE = 7 * 24 * 3600
 
@@ -55,6 +57,9 @@ class Folders:
         self.storage_limits, self.members, self.groups_of = storage_limits, members, groups_of
         self.projects = projects
         self._session_mounts: dict[str, list[dict]] = {}
+        #: Why the last measure round could not measure a folder (its id: the reason), for the
+        #: admins' view of everyone's folders.
+        self.problems: dict[str, str] = {}
 
     # -- storage quotas ---------------------------------------------------------------------
 
@@ -134,7 +139,11 @@ class Folders:
     # -- folders ------------------------------------------------------------------------------
 
     def visible(self, reader: Reader, everyone: bool) -> list[dict]:
-        return self.store.visible(reader, everyone=everyone and reader.admin)
+        folders = self.store.visible(reader, everyone=everyone and reader.admin)
+        if everyone and reader.admin:
+            for folder in folders:
+                folder["problem"] = self.problems.get(folder["id"])
+        return folders
 
     def create(self, reader: Reader, name) -> dict:
         name = folder_name(name)
@@ -162,7 +171,8 @@ class Folders:
         return folder
 
     def purge(self, now: float | None = None) -> list[str]:
-        """Purge what was removed longer than the grace period ago."""
+        """Purge what was removed longer than the grace period ago (what cannot be is logged
+        and tried again next time)."""
         return self.files.purge_trash((now if now is not None else time.time()) - self.grace)
 
     def share(self, reader: Reader, folder_id: str, target: dict, access) -> tuple[dict, bool]:
@@ -262,25 +272,25 @@ class Folders:
         if reason:
             raise Refusal(reason, "full")
         size = self.files.write(folder_id, parts, data, offset)
-        self.measure(folder_id)
+        self._measure_after_change(folder_id)
         return size
 
     def make_directory(self, reader: Reader, folder_id: str, path: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         self.files.make_directory(folder_id, parts)
-        self.measure(folder_id)
+        self._measure_after_change(folder_id)
 
     def rename_path(self, reader: Reader, folder_id: str, path: str, to: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         if not isinstance(to, str):
             raise Refusal('Say the new path as text: {"to": "..."}.', "invalid")
         self.files.rename(folder_id, parts, path_parts(to))
-        self.measure(folder_id)
+        self._measure_after_change(folder_id)
 
     def remove_path(self, reader: Reader, folder_id: str, path: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         self.files.remove(folder_id, parts)
-        self.measure(folder_id)
+        self._measure_after_change(folder_id)
 
     def _owner_of(self, folder: dict, reader: Reader) -> Reader:
         if folder["own"]:
@@ -296,11 +306,17 @@ class Folders:
         """Measure every folder (sessions write them directly); how many were measured."""
         ids = self.store.all_ids()
         for folder_id in ids:
-            # A missing directory is the admin's to see (the list shows its last measure).
-            with contextlib.suppress(Refusal, FileNotFoundError):
+            # One folder that cannot be measured (its directory missing, a tree moved while it
+            # was walked, a disk error) never stops the round for the others: the admins see it.
+            try:
                 self._keep_tagged(folder_id)
                 self.files.close(folder_id)  # made open before folders were closed
                 self.measure(folder_id)
+            except Exception as e:
+                self.problems[folder_id] = _problem(e)
+                log.warning("Could not measure storage folder %s: %s", folder_id, e)
+            else:
+                self.problems.pop(folder_id, None)
         return len(ids)
 
     def stop_writes_past_quota(
@@ -329,13 +345,21 @@ class Folders:
         return stopped
 
     def _keep_tagged(self, folder_id: str) -> None:
-        """Under project quotas, a folder not counted under its owner's project (made before
-        the site had them, or restored from a backup) is tagged, all of it."""
+        """Under project quotas, every file and directory of a folder is counted under its
+        owner's project, each round: the files belong to the session user, who may set a file's
+        project id (to 0, or to another user's) to slip the quota; the round sets it back."""
         if self.projects is None:
             return
         project = self.store.project_of(self.store.owner_account(folder_id))
-        if self.projects.project_of(self.files.source(folder_id)) != project:
-            self.projects.assign(self.files.source(folder_id), project)
+        self.projects.assign(self.files.source(folder_id), project)
+
+    def _measure_after_change(self, folder_id: str) -> None:
+        """Measure a folder the request just changed: the change is made, so a measure that
+        fails (a session moving a tree meanwhile) is the round's to redo, not the request's."""
+        try:
+            self.measure(folder_id)
+        except OSError as e:
+            log.warning("Could not measure storage folder %s after a change: %s", folder_id, e)
 
     def measure(self, folder_id: str) -> None:
         found = self.files.measure(folder_id)
@@ -350,6 +374,13 @@ class Folders:
         if needs == "rw" and may != "rw":
             raise Refusal(f"{folder['name']} is shared with you read-only.", "forbidden")
         return folder, parts
+
+
+def _problem(error: Exception) -> str:
+    """What an admin reads about a folder the round could not measure."""
+    if isinstance(error, Refusal):
+        return str(error)
+    return f"Not measured: {error.__class__.__name__}: {error}"
 
 
 def _shown(mount: dict) -> dict:

@@ -31,6 +31,7 @@ from queue_service.store.project_quotas import (
     mount_of,
     parse_mountinfo,
     project_of_fd,
+    set_project_fd,
     support_reason,
     with_project,
 )
@@ -221,3 +222,25 @@ def test_a_folder_made_before_the_site_had_project_quotas_is_tagged_by_the_measu
     assert folders.measure_all() >= 1
     ann = folders.store.project_of(ANN)
     assert [project_at(source), project_at(source / "old")] == [ann, ann]
+
+
+def test_a_file_its_owner_re_tags_is_tagged_back_by_the_measure_round_at_any_depth(on_xfs):
+    """The session user owns the files, so a student may set one's project id (to 0, or to
+    another user's) to slip the quota: each round sets every file and directory back."""
+    folders, _ = on_xfs
+    made = folders.create(Reader(ANN), "data")
+    source = Path(folders.files.source(made["id"]))
+    deep = source / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (deep / "big").write_bytes(b"x" * 4096)
+    bob = folders.store.project_of(BOB)
+    for path, project in ((deep / "big", NO_PROJECT), (source / "a" / "b", bob)):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            set_project_fd(fd, project)  # as the file's owner can, with FS_IOC_FSSETXATTR
+        finally:
+            os.close(fd)
+    assert project_at(deep / "big") == NO_PROJECT
+    folders.measure_all()
+    ann = folders.store.project_of(ANN)
+    assert [project_at(source / "a" / "b"), project_at(deep / "big")] == [ann, ann]

@@ -20,6 +20,10 @@ MAX_NAME = 64
 #: Linux's NAME_MAX (bytes of one component) and a cap on a whole path's bytes.
 MAX_COMPONENT_BYTES = 255
 MAX_PATH_BYTES = 4096
+#: Levels of a path the files API reaches or makes: deep enough for any project's tree, and far
+#: from where walking a tree gets costly (a session can still make deeper ones on disk, which
+#: the service walks without recursion: store/tree_walk.py).
+MAX_PATH_DEPTH = 64
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]([A-Za-z0-9._ -]*[A-Za-z0-9._-])?")
 PERMISSIONS = ("ro", "rw")
 
@@ -63,6 +67,11 @@ def path_parts(path: str) -> tuple[str, ...]:
     if len(path.encode()) > MAX_PATH_BYTES:
         raise Refusal(f"A path has at most {MAX_PATH_BYTES} bytes.", "invalid")
     parts = tuple(path.rstrip("/").split("/")) if path.strip("/") else ()
+    if len(parts) > MAX_PATH_DEPTH:
+        raise Refusal(
+            f"A path has at most {MAX_PATH_DEPTH} levels of folders; this one has {len(parts)}.",
+            "invalid",
+        )
     for part in parts:
         if part in ("", ".", ".."):
             raise Refusal(f"{path!r} is not a path inside the folder ('{part}').", "invalid")

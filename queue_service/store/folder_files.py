@@ -10,7 +10,8 @@ others. The service runs as root, so it must never act on such a thing for a cal
   `O_NOFOLLOW` (`openat`): a link anywhere on the way is refused, not followed;
 - a file is read or written only through a descriptor that `fstat` shows is a regular file
   (a FIFO or device is refused, and `O_NONBLOCK` keeps a FIFO from stalling the open);
-- removal and measurement walk by descriptor (`shutil.rmtree`'s and `os.fwalk`'s fd-based forms),
+- removal, measurement and archiving walk by descriptor (`tree_walk.py`: without recursion and
+  with a bounded number of open descriptors, so a tree of any depth a session made is walked),
   so a link swapped in meanwhile is removed or skipped, never entered.
 
 What the service creates belongs to the session user (`owner`), so sessions can change it, and
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
-import shutil
 import stat
 import tarfile
 import time
@@ -33,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from queue_service.core.errors import Refusal
+from queue_service.store.tree_walk import Enter, TreeChanged, is_dir, remove_tree, walk
 
+log = logging.getLogger(__name__)
 #: The session user of the images (jovyan): what the service makes in a folder is theirs.
 SESSION_UID, SESSION_GID = 1000, 100
 TRASH = ".trash"
@@ -97,16 +100,27 @@ class FolderFiles:
         return name
 
     def purge_trash(self, older_than: float) -> list[str]:
-        """Remove what was trashed before `older_than` (a time.time()); the names removed."""
+        """Remove what was trashed before `older_than` (a time.time()); the names removed. One
+        that cannot be removed (a tree moved while it was removed) is logged and left for the
+        next purge; the others are removed all the same."""
         trash = self.root / TRASH
         if not trash.is_dir():
             return []
         removed = []
-        for entry in os.scandir(trash):
-            stamp = entry.name.rpartition(".")[2]
-            if stamp.isdigit() and int(stamp) < older_than:
-                shutil.rmtree(entry.path)
-                removed.append(entry.name)
+        fd = os.open(trash, _DIR_FLAGS)
+        try:
+            for name in os.listdir(fd):
+                stamp = name.rpartition(".")[2]
+                if not (stamp.isdigit() and int(stamp) < older_than):
+                    continue
+                try:
+                    remove_tree(fd, name)
+                except OSError as e:
+                    log.warning("Could not purge %s: %s", name, e)
+                    continue
+                removed.append(name)
+        finally:
+            os.close(fd)
         return removed
 
     # -- reading ---------------------------------------------------------------------------
@@ -178,12 +192,13 @@ class FolderFiles:
         total = files = 0
         with self._directory(folder_id, ()) as fd:
             newest = os.fstat(fd).st_mtime
-            # fwalk lists a link to a directory with the directories (it does not enter it).
-            for _, dirs, names, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-                newest = max(newest, os.fstat(dir_fd).st_mtime)
-                for name in dirs + names:
+            for step in walk(fd):
+                if not isinstance(step, Enter):
+                    continue
+                newest = max(newest, os.fstat(step.fd).st_mtime)
+                for name in step.names:
                     with contextlib.suppress(FileNotFoundError):
-                        info = os.lstat(name, dir_fd=dir_fd)
+                        info = os.lstat(name, dir_fd=step.fd)
                         if stat.S_ISDIR(info.st_mode):
                             continue
                         total += info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
@@ -196,28 +211,9 @@ class FolderFiles:
         their owners, modes and times, each opened link-free (a backup runs as root, and a link
         a session planted must not bring `/etc` into the archive, and so into the folder at the
         restore). Links, FIFOs and devices are left out: their paths, for the admin."""
-        left_out = []
         with self._directory(folder_id, ()) as fd:
-            for top, dirs, names, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
-                prefix = folder_id if top == "." else f"{folder_id}/{top[2:]}"
-                tar.addfile(_tar_info(prefix, os.fstat(dir_fd)))
-                for name in names + [d for d in dirs if _is_link(name=d, dir_fd=dir_fd)]:
-                    if not self._archive_file(f"{prefix}/{name}", name, dir_fd, tar):
-                        left_out.append(f"{prefix}/{name}")
+            left_out = archive_tree(fd, folder_id, tar)
         return left_out
-
-    @staticmethod
-    def _archive_file(member: str, name: str, dir_fd: int, tar: tarfile.TarFile) -> bool:
-        try:
-            fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-        except OSError:  # a link (ELOOP), or gone meanwhile
-            return False
-        with os.fdopen(fd, "rb") as file:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                return False
-            tar.addfile(_tar_info(member, info), _Exactly(file, info.st_size))
-        return True
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -274,7 +270,7 @@ class FolderFiles:
         with self._parent(folder_id, parts) as parent:
             info = _lstat(parts[-1], parent)
             if stat.S_ISDIR(info.st_mode):
-                shutil.rmtree(parts[-1], dir_fd=parent)
+                _remove_directory(parent, parts)
             else:
                 os.unlink(parts[-1], dir_fd=parent)
 
@@ -311,6 +307,22 @@ class FolderFiles:
     def _chown(self, fd: int) -> None:
         if os.geteuid() == 0:  # a service not run as root makes files its own user's
             os.fchown(fd, *self.owner)
+
+
+def _remove_directory(parent: int, parts: tuple[str, ...]) -> None:
+    try:
+        remove_tree(parent, parts[-1])
+    except TreeChanged:
+        raise Refusal(
+            f"{'/'.join(parts)} changed while it was removed (moved inside it); try again.",
+            "conflict",
+        ) from None
+    except OSError as e:
+        if e.errno != errno.ENOTEMPTY:
+            raise
+        raise Refusal(
+            f"{'/'.join(parts)} was written to while it was removed; try again.", "conflict"
+        ) from None
 
 
 def _open(name: str, flags: int, dir_fd: int, mode: int = 0o777) -> int:
@@ -356,10 +368,60 @@ def _kind(mode: int) -> str:
     return "link" if stat.S_ISLNK(mode) else "other"
 
 
-def _is_link(name: str, dir_fd: int) -> bool:
-    with contextlib.suppress(FileNotFoundError):
-        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
-    return False
+def archive_directory(path: str | Path, tar: tarfile.TarFile) -> list[str]:
+    """Add the directory at `path` to `tar` under its own name (as `archive_tree`)."""
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        return archive_tree(fd, Path(path).name, tar)
+    finally:
+        os.close(fd)
+
+
+def tree_size(path: str | Path) -> int:
+    """The bytes of the regular files under the directory at `path`, links not followed."""
+    fd = os.open(path, _DIR_FLAGS)
+    total = 0
+    try:
+        for step in walk(fd):
+            if isinstance(step, Enter):
+                for name in step.names:
+                    with contextlib.suppress(FileNotFoundError):
+                        info = os.lstat(name, dir_fd=step.fd)
+                        total += info.st_size if stat.S_ISREG(info.st_mode) else 0
+    finally:
+        os.close(fd)
+    return total
+
+
+def archive_tree(fd: int, prefix: str, tar: tarfile.TarFile) -> list[str]:
+    """Add the directory open at `fd` to `tar` as `prefix/...`: its directories and regular
+    files with their owners, modes and times, each opened link-free. Links, FIFOs and devices
+    are left out: their paths, for the admin."""
+    left_out = []
+    for step in walk(fd):
+        if not isinstance(step, Enter):
+            continue
+        top = "/".join([prefix, *step.path])
+        tar.addfile(_tar_info(top, os.fstat(step.fd)))
+        for name in step.names:
+            if is_dir(name, step.fd):
+                continue
+            if not _archive_file(f"{top}/{name}", name, step.fd, tar):
+                left_out.append(f"{top}/{name}")
+    return left_out
+
+
+def _archive_file(member: str, name: str, dir_fd: int, tar: tarfile.TarFile) -> bool:
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:  # a link (ELOOP), or gone meanwhile
+        return False
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        tar.addfile(_tar_info(member, info), _Exactly(file, info.st_size))
+    return True
 
 
 def _tar_info(member: str, info: os.stat_result) -> tarfile.TarInfo:

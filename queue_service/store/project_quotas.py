@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from queue_service.store.tree_walk import Enter, is_dir, walk
+
 #: struct fsxattr (linux/fs.h): xflags, extsize, nextents, projid, cowextsize, pad[8].
 FSXATTR = struct.Struct("IIIII8s")
 FS_IOC_FSGETXATTR = 0x801C581F  # _IOR('X', 31, struct fsxattr)
@@ -109,7 +111,9 @@ def project_of_fd(fd: int) -> int:
 
 def set_project_fd(fd: int, project: int) -> None:
     raw = fcntl.ioctl(fd, FS_IOC_FSGETXATTR, bytes(FSXATTR.size))
-    fcntl.ioctl(fd, FS_IOC_FSSETXATTR, with_project(raw, project))
+    wanted = with_project(raw, project)
+    if wanted != raw:  # the measure round re-tags every file: only those that differ are written
+        fcntl.ioctl(fd, FS_IOC_FSSETXATTR, wanted)
 
 
 def limit_command(mount_point: str, project: int, limit_bytes: int | None) -> list[str]:
@@ -152,13 +156,15 @@ class ProjectQuotas:
     def assign(self, directory: str | Path, project: int) -> None:
         """Give a folder's directory, and everything already in it, `project`: what sessions
         write there from now on counts under that project's limit. Walked by descriptor, never
-        following a link a session planted (as folder_files.py)."""
+        following a link a session planted, however deep (tree_walk.py)."""
         top = os.open(directory, _DIR_FLAGS)
         try:
-            set_project_fd(top, project)
-            for _, dirs, files, dir_fd in os.fwalk(dir_fd=top, follow_symlinks=False):
-                for name in (*dirs, *files):
-                    self._set_project_at(name, dir_fd, project)
+            for step in walk(top):
+                if isinstance(step, Enter):
+                    set_project_fd(step.fd, project)
+                    for name in step.names:
+                        if not is_dir(name, step.fd):  # a directory is tagged on its own visit
+                            self._set_project_at(name, step.fd, project)
         finally:
             os.close(top)
 
