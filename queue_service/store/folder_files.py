@@ -18,6 +18,7 @@ What the service creates belongs to the session user (`owner`), so sessions can 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import os
@@ -97,22 +98,21 @@ class FolderFiles:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def listing(self, folder_id: str, parts: tuple[str, ...]) -> list[dict]:
-        """A directory's entries: name, kind, size and modification time; links are shown as
-        links, never followed."""
+    def listing(
+        self, folder_id: str, parts: tuple[str, ...], after: str = "", limit: int = 1000
+    ) -> tuple[list[dict], str | None]:
+        """One page of a directory's entries, by name: the first `limit` after the name `after`
+        (name, kind, size and modification time; links shown as links, never followed), and
+        the name to ask the next page after (None on the last). Only the names of a large
+        directory are held, once; only the page's entries are looked at."""
         with self._directory(folder_id, parts) as fd:
-            entries = []
-            for entry in os.scandir(fd):
-                info = entry.stat(follow_symlinks=False)
-                entries.append(
-                    {
-                        "name": entry.name,
-                        "type": _kind(info.st_mode),
-                        "size": info.st_size if stat.S_ISREG(info.st_mode) else None,
-                        "modified": info.st_mtime,
-                    }
-                )
-        return sorted(entries, key=lambda e: (e["type"] != "directory", e["name"]))
+            with os.scandir(fd) as scan:
+                names = sorted(entry.name for entry in scan)
+            start = bisect.bisect_right(names, after) if after else 0
+            page = names[start : start + limit]
+            more = start + limit < len(names)
+            entries = [entry for name in page if (entry := _entry(name, fd)) is not None]
+        return entries, (page[-1] if more and page else None)
 
     def is_directory(self, folder_id: str, parts: tuple[str, ...]) -> bool:
         with self._parent(folder_id, parts) as parent:
@@ -332,6 +332,20 @@ def _exists(name: str, dir_fd: int) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _entry(name: str, dir_fd: int) -> dict | None:
+    """A listing's entry for `name`; None when it went away since the directory was read."""
+    try:
+        info = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    return {
+        "name": name,
+        "type": _kind(info.st_mode),
+        "size": info.st_size if stat.S_ISREG(info.st_mode) else None,
+        "modified": info.st_mtime,
+    }
 
 
 def _kind(mode: int) -> str:
