@@ -221,7 +221,7 @@ class Folders:
     def listing(
         self, reader: Reader, folder_id: str, path: str, after: str = "", limit: int = 1000
     ) -> dict | None:
-        """One page of the directory at `path`, by name, as {folder, path, entries, next} (`next`:
+        """One page of the directory at `path`, subdirectories first, by name, as {folder, path, entries, next} (`next`:
         the name to ask the following page after, None on the last); None when `path` is a file."""
         folder, parts = self._reach(reader, folder_id, path, "ro")
         if not self.files.is_directory(folder_id, parts):

@@ -1,5 +1,5 @@
 """A large directory of a storage folder is listed a page at a time (`GET
-api/folders/{id}/files/{dir}?limit=&after=`) on the real hub and service: by name, `next` naming
+api/folders/{id}/files/{dir}?limit=&after=`) on the real hub and service: directories first, each kind by name, `next` naming
 where the following page starts, every entry exactly once, and a limit past the maximum refused
 with the maximum named."""
 
@@ -27,6 +27,7 @@ def test_a_large_directory_is_listed_a_page_at_a_time(hub, username):
     for number in range(ENTRIES):
         open(os.path.join(big, f"f{number:05}.txt"), "w").close()
     os.mkdir(os.path.join(big, "a-directory"))
+    os.mkdir(os.path.join(big, "zz-directory"))
     url = f"folders/{folder['id']}/files/big"
 
     seen, after, pages = [], "", 0
@@ -42,8 +43,12 @@ def test_a_large_directory_is_listed_a_page_at_a_time(hub, username):
         assert page["next"] == page["entries"][-1]["name"]
         after = page["next"]
     assert pages == 3
-    assert seen == sorted(seen) == ["a-directory"] + [f"f{n:05}.txt" for n in range(ENTRIES)]
+    # Directories first, then files, each by name; every entry exactly once.
+    files = [f"f{n:05}.txt" for n in range(ENTRIES)]
+    assert seen == ["a-directory", "zz-directory", *files]
 
+    across = user.call("GET", url + "?limit=2&after=a-directory").json()
+    assert [e["name"] for e in across["entries"]] == ["zz-directory", "f00000.txt"]
     small = user.call("GET", url + "?limit=2&after=f00007.txt").json()
     assert [e["name"] for e in small["entries"]] == ["f00008.txt", "f00009.txt"]
     assert small["next"] == "f00009.txt"

@@ -10,7 +10,7 @@ shares and their files.
   `DELETE api/folders/{id}` (kept in the trash for the grace period);
 - `POST api/folders/{id}/shares {user | group, permission: "ro" | "rw"}` (201, or 200 when it
   changes an existing share's permission); `DELETE api/folders/{id}/shares/{share_id}`;
-- `GET api/folders/{id}/files/{path}`: a directory's listing as JSON, a page at a time by name
+- `GET api/folders/{id}/files/{path}`: a directory's listing as JSON, a page at a time (subdirectories first, by name)
   (`?limit=` entries, `?after=` a name; `next` names the following page's `after`), or a file's
   bytes (always as a download: a file a user put there never runs as a page of this site);
 - `PUT api/folders/{id}/files/{path}?offset=N`: upload one chunk of at most `CHUNK_BYTES`, sent as

@@ -367,7 +367,7 @@
     });
   }
 
-  // A large directory comes a page at a time (by name); each further page is added under the last.
+  // A large directory comes a page at a time (subdirectories first, by name); each further page is added under the last.
   function showMore() {
     var shown = current, button = $("more");
     button.disabled = true;

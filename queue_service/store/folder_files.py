@@ -101,16 +101,20 @@ class FolderFiles:
     def listing(
         self, folder_id: str, parts: tuple[str, ...], after: str = "", limit: int = 1000
     ) -> tuple[list[dict], str | None]:
-        """One page of a directory's entries, by name: the first `limit` after the name `after`
-        (name, kind, size and modification time; links shown as links, never followed), and
-        the name to ask the next page after (None on the last). Only the names of a large
-        directory are held, once; only the page's entries are looked at."""
+        """One page of a directory's entries, directories first, each kind by name: the first
+        `limit` after the entry named `after` (name, kind, size and modification time; links
+        shown as links, never followed), and the name to ask the next page after (None on the
+        last). Only the names of a large directory are held, once (their kinds come with the
+        names); only the page's entries are looked at. A directory named `after` that went away
+        meanwhile is taken for a file of that name."""
         with self._directory(folder_id, parts) as fd:
             with os.scandir(fd) as scan:
-                names = sorted(entry.name for entry in scan)
-            start = bisect.bisect_right(names, after) if after else 0
-            page = names[start : start + limit]
-            more = start + limit < len(names)
+                keys = sorted(
+                    (not entry.is_dir(follow_symlinks=False), entry.name) for entry in scan
+                )
+            start = _start_after(keys, after) if after else 0
+            page = [name for _, name in keys[start : start + limit]]
+            more = start + limit < len(keys)
             entries = [entry for name in page if (entry := _entry(name, fd)) is not None]
         return entries, (page[-1] if more and page else None)
 
@@ -332,6 +336,13 @@ def _exists(name: str, dir_fd: int) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _start_after(keys: list[tuple[bool, str]], after: str) -> int:
+    """Where the page after the entry named `after` starts among the sorted (is file, name)."""
+    here = bisect.bisect_left(keys, (False, after))
+    is_directory = here < len(keys) and keys[here] == (False, after)
+    return bisect.bisect_right(keys, (not is_directory, after))
 
 
 def _entry(name: str, dir_fd: int) -> dict | None:
