@@ -252,13 +252,21 @@ class Folders:
 
     # -- files --------------------------------------------------------------------------------
 
-    def listing(self, reader: Reader, folder_id: str, path: str) -> dict | None:
-        """The directory at `path` as {folder, path, entries}; None when `path` is a file."""
+    def listing(
+        self, reader: Reader, folder_id: str, path: str, after: str = "", limit: int = 1000
+    ) -> dict | None:
+        """One page of the directory at `path`, subdirectories first, by name, as {folder, path, entries, next} (`next`:
+        the name to ask the following page after, None on the last); None when `path` is a file."""
         folder, parts = self._reach(reader, folder_id, path, "ro")
         if not self.files.is_directory(folder_id, parts):
             return None
-        entries = self.files.listing(folder_id, parts)
-        return {"folder": folder["id"], "path": "/".join(parts), "entries": entries}
+        entries, following = self.files.listing(folder_id, parts, after, limit)
+        return {
+            "folder": folder["id"],
+            "path": "/".join(parts),
+            "entries": entries,
+            "next": following,
+        }
 
     def open_file(self, reader: Reader, folder_id: str, path: str) -> tuple[int, int]:
         """(descriptor, size) of the file at `path`, open for reading; the caller closes it."""

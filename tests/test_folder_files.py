@@ -47,10 +47,10 @@ def test_a_listing_shows_kinds_and_sizes_and_links_as_links(files):
     files.make_directory(ID, ("sub",))
     files.write(ID, ("sub", "a.txt"), b"hello", 0)
     os.symlink("/etc", os.path.join(folder(files), "planted"))
-    entries = {e["name"]: e for e in files.listing(ID, ())}
+    entries = {e["name"]: e for e in files.listing(ID, ())[0]}
     assert entries["sub"]["type"] == "directory"
     assert entries["planted"]["type"] == "link"
-    assert files.listing(ID, ("sub",))[0] | {"modified": 0} == {
+    assert files.listing(ID, ("sub",))[0][0] | {"modified": 0} == {
         "name": "a.txt",
         "type": "file",
         "size": 5,
@@ -119,7 +119,7 @@ def test_rename_moves_inside_the_folder_and_never_over_something(files):
         files.rename(ID, ("a",), ("b",))
     files.make_directory(ID, ("d",))
     files.rename(ID, ("a",), ("d", "a2"))
-    assert [e["name"] for e in files.listing(ID, ("d",))] == ["a2"]
+    assert [e["name"] for e in files.listing(ID, ("d",))[0]] == ["a2"]
 
 
 def test_a_trashed_folder_is_kept_until_the_purge_after_its_grace(files):

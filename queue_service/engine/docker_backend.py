@@ -83,7 +83,11 @@ class DockerBackend(EngineBackend):
 
     def job_log(self, session_id: str, lines: int) -> str | None:
         container = job_containers.job_container(self.client, session_id)
-        return None if container is None else job_containers.log_tail(self.client, container, lines)
+        return (
+            None
+            if container is None
+            else job_containers.running_tail(self.client, container, lines)
+        )
 
     def follow_job_log(self, session_id: str, tail: int) -> LogStream | None:
         container = job_containers.job_container(self.client, session_id)

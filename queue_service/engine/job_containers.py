@@ -10,10 +10,11 @@ Blocking calls (docker-py): the callers run them in a thread.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import docker.errors
 
+from . import log_reads
 from .session_containers import DEPLOYMENT_LABEL, SESSION_LABEL
 
 KIND_LABEL = "fgpu.kind"
@@ -61,6 +62,18 @@ def remove(container) -> None:
     """Remove an exited job's container (and its anonymous volumes; the home is a named one)."""
     with contextlib.suppress(docker.errors.NotFound):  # removed already: the hub's stop was first
         container.remove(v=True, force=True)
+
+
+def running_tail(client, container, lines: int) -> str:
+    """A running job's last `lines` lines, read within log_reads.READ_MAX bytes."""
+
+    def read(window: int) -> Iterable[bytes]:
+        return client.api.logs(container.id, stream=True, follow=False, tail=window)
+
+    try:
+        return log_reads.bounded_tail(read, lines)
+    except docker.errors.NotFound:
+        return ""
 
 
 def follow_log(client, container, tail: int = TAIL_LINES) -> Iterator[bytes]:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import docker.errors
 from docker.types.daemon import CancellableStream
 
+from . import log_reads
 from .job_containers import BATCH, KIND_LABEL, TAIL_BYTES, TAIL_LINES, cut_tail
 from .session_containers import DEPLOYMENT_LABEL, SESSION_LABEL
 
@@ -95,6 +96,20 @@ def log_tail(client, service_id: str, lines: int = TAIL_LINES) -> str:
     except docker.errors.NotFound:
         return ""
     return cut_tail(raw.decode(errors="replace"), TAIL_BYTES)
+
+
+def running_tail(client, service_id: str, lines: int) -> str:
+    """A running job's last `lines` lines, read within log_reads.READ_MAX bytes."""
+
+    def read(window: int) -> Iterable[bytes]:
+        return client.api.service_logs(
+            service_id, stdout=True, stderr=True, tail=window, is_tty=False
+        )
+
+    try:
+        return log_reads.bounded_tail(read, lines)
+    except docker.errors.NotFound:
+        return ""
 
 
 def follow_log(client, service_id: str, tail: int = TAIL_LINES) -> CancellableStream:

@@ -123,7 +123,11 @@ class SwarmBackend(EngineBackend):
 
     def job_log(self, session_id: str, lines: int) -> str | None:
         service = job_services.job_service(self.client, session_id)
-        return None if service is None else job_services.log_tail(self.client, service["ID"], lines)
+        return (
+            None
+            if service is None
+            else job_services.running_tail(self.client, service["ID"], lines)
+        )
 
     def follow_job_log(self, session_id: str, tail: int) -> LogStream | None:
         service = job_services.job_service(self.client, session_id)

@@ -10,8 +10,9 @@ shares and their files.
   `DELETE api/folders/{id}` (kept in the trash for the grace period);
 - `POST api/folders/{id}/shares {user | group, permission: "ro" | "rw"}` (201, or 200 when it
   changes an existing share's permission); `DELETE api/folders/{id}/shares/{share_id}`;
-- `GET api/folders/{id}/files/{path}`: a directory's listing as JSON, or a file's bytes (always as
-  a download: a file a user put there never runs as a page of this site);
+- `GET api/folders/{id}/files/{path}`: a directory's listing as JSON, a page at a time (subdirectories first, by name)
+  (`?limit=` entries, `?after=` a name; `next` names the following page's `after`), or a file's
+  bytes (always as a download: a file a user put there never runs as a page of this site);
 - `PUT api/folders/{id}/files/{path}?offset=N`: upload one chunk of at most `CHUNK_BYTES`, sent as
   `application/octet-stream`; offset 0 starts the file, each next chunk starts where it ends;
 - `POST api/folders/{id}/files/{path} {"type": "directory"}`: make a directory;
@@ -39,6 +40,9 @@ from .base import BaseHandler
 #: The largest chunk of an upload; the Storage page sends files in chunks of this size.
 CHUNK_BYTES = 8 * 1024 * 1024
 _READ_BYTES = 1024 * 1024
+#: Entries in one page of a directory's listing, by default and at most (`?limit=`).
+LISTING_DEFAULT = 1000
+LISTING_MAX = 5000
 _ID = r"([0-9a-f]{32})"
 #: The account of a share with a user the hub does not have: no account's key (those are times).
 NO_ACCOUNT = "none"
@@ -192,7 +196,7 @@ class ShareHandler(FolderAPIHandler):
 
 
 class FilesHandler(FolderAPIHandler):
-    query_arguments = {"offset": "whole"}
+    query_arguments = {"offset": "whole", "limit": "whole", "after": "text"}
     max_body_bytes = CHUNK_BYTES
 
     def body_types(self) -> tuple[str, ...]:
@@ -203,7 +207,11 @@ class FilesHandler(FolderAPIHandler):
     @web.authenticated
     async def get(self, folder_id, path):
         reader = await self.reader()
-        listing = await self.run(self.folders.listing, reader, folder_id, path)
+        limit = query_args.whole(
+            self.get_argument("limit", ""), "limit", LISTING_DEFAULT, 1, LISTING_MAX
+        )
+        after = self.get_argument("after", "")
+        listing = await self.run(self.folders.listing, reader, folder_id, path, after, limit)
         if listing is not None:
             self.write_json(listing)
             return

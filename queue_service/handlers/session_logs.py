@@ -29,7 +29,10 @@ from queue_service.engine.job_services import chunks_of
 from .base import BaseHandler
 
 TAIL_DEFAULT = 200
-TAIL_MAX = 10_000
+#: Lines one request may ask for; the answer is also cut to log_reads.READ_MAX bytes.
+TAIL_MAX = 5_000
+#: Chunks a followed log holds for a slow reader before it stops reading the engine's stream.
+FOLLOW_BUFFERED = 16
 #: On a Swarm, how often a followed log looks whether its job has ended, and how long it still
 #: passes output on after (the manager's stream brings the node's last lines a moment later).
 ENDED_EVERY = 1.0
@@ -40,6 +43,9 @@ FOLLOWS_MAX = 32
 FOLLOWS_PER_USER = 4
 _follow_threads = ThreadPoolExecutor(FOLLOWS_MAX, thread_name_prefix="fgpu-log-follow")
 _follows: Counter = Counter()
+#: Reads of a running job's log (up to a few times READ_MAX each) in a pool of their own, so
+#: that slow ones never hold up spawns, job ends and folders in the shared one.
+_read_threads = ThreadPoolExecutor(4, thread_name_prefix="fgpu-log-read")
 
 
 class SessionLogsHandler(BaseHandler):
@@ -66,7 +72,9 @@ class SessionLogsHandler(BaseHandler):
         elif follow:
             await self._follow_held(record["user"], session_id, tail)
         else:
-            self.finish(await asyncio.to_thread(backend.job_log, session_id, tail) or "")
+            loop = asyncio.get_running_loop()
+            text = await loop.run_in_executor(_read_threads, backend.job_log, session_id, tail)
+            self.finish(text or "")
 
     async def _follow_held(self, user: str, session_id: str, tail: int) -> None:
         """Follow within the caps (429 past them), counted while the answer goes on."""
@@ -97,15 +105,20 @@ class SessionLogsHandler(BaseHandler):
 
     async def _follow(self, stream, session_id: str, ends_by_itself: bool) -> None:
         """Pass the job's output on as it comes, until it exits or the reader leaves."""
-        chunks: asyncio.Queue = asyncio.Queue()
+        # A bounded queue: the reading thread waits while the reader is slow, so a long log is
+        # never held in memory, only a few chunks of it.
+        chunks: asyncio.Queue = asyncio.Queue(FOLLOW_BUFFERED)
         loop = asyncio.get_running_loop()
+
+        def put(chunk: bytes | None) -> None:
+            asyncio.run_coroutine_threadsafe(chunks.put(chunk), loop).result()
 
         def pump() -> None:
             try:
                 for chunk in chunks_of(stream):
-                    loop.call_soon_threadsafe(chunks.put_nowait, chunk)
+                    put(chunk)
             finally:
-                loop.call_soon_threadsafe(chunks.put_nowait, None)
+                put(None)
 
         reading = loop.run_in_executor(_follow_threads, pump)
         ending = (
@@ -113,10 +126,12 @@ class SessionLogsHandler(BaseHandler):
             if ends_by_itself
             else asyncio.ensure_future(self._close_at_end(stream, session_id))
         )
+        ended = False
         try:
             while (chunk := await chunks.get()) is not None:
                 self.write(chunk)
                 await self.flush()
+            ended = True
         except StreamClosedError:
             pass  # the reader left
         finally:
@@ -124,7 +139,10 @@ class SessionLogsHandler(BaseHandler):
                 ending.cancel()
             with contextlib.suppress(Exception):
                 stream.close()
-            await asyncio.wait({reading}, timeout=5)
+            if not ended:  # a pump waiting on a full queue takes its last chunks, then ends
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(_drain(chunks), 5)
+            await asyncio.wait({reading}, timeout=1)
         with contextlib.suppress(StreamClosedError):
             self.finish()
 
@@ -140,6 +158,11 @@ class SessionLogsHandler(BaseHandler):
                 break
         await asyncio.sleep(LAST_LINES_WAIT)
         await asyncio.to_thread(stream.close)
+
+
+async def _drain(chunks: asyncio.Queue) -> None:
+    while await chunks.get() is not None:
+        pass
 
 
 def routes(prefix: str) -> list:

@@ -359,13 +359,27 @@
 
   function openFolder(folder, path) {
     return fgpu.api("GET", filesPath(folder, path)).then(function (listing) {
-      current = { folder: folder, path: listing.path, entries: listing.entries };
+      current = { folder: folder, path: listing.path, entries: listing.entries, next: listing.next };
       show("error", "");
       renderBrowser();
     }, function (error) {
       show("error", error.message);
     });
   }
+
+  // A large directory comes a page at a time (subdirectories first, by name); each further page is added under the last.
+  function showMore() {
+    var shown = current, button = $("more");
+    button.disabled = true;
+    var url = filesPath(shown.folder, shown.path) + "?after=" + encodeURIComponent(shown.next);
+    fgpu.api("GET", url).then(function (listing) {
+      if (current !== shown) return; // another directory was opened meanwhile
+      shown.entries = shown.entries.concat(listing.entries);
+      shown.next = listing.next;
+      renderBrowser();
+    }, failed).then(function () { button.disabled = false; });
+  }
+  $("more").addEventListener("click", showMore);
 
   function refreshCurrentFolder() {
     var fresh = folders.filter(function (f) { return f.id === current.folder.id; })[0];
@@ -393,6 +407,8 @@
     var body = $("entries").querySelector("tbody");
     body.replaceChildren.apply(body, entries);
     $("entries").classList.toggle("d-none", !entries.length);
+    $("more-row").classList.toggle("d-none", !current.next);
+    $("more-note").textContent = current.next ? plural(entries.length, "entry", "entries") + " shown; more follow." : "";
     show("entries-empty", entries.length ? "" : current.path ? "This subfolder is empty." :
       canWrite ? "This folder is empty. Upload files here, or save them to it from a session." :
         "This folder is empty for now.");

@@ -22,6 +22,7 @@ folder, or run a setuid file a session left in one. `close` fixes folders made b
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import logging
@@ -125,22 +126,25 @@ class FolderFiles:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def listing(self, folder_id: str, parts: tuple[str, ...]) -> list[dict]:
-        """A directory's entries: name, kind, size and modification time; links are shown as
-        links, never followed."""
+    def listing(
+        self, folder_id: str, parts: tuple[str, ...], after: str = "", limit: int = 1000
+    ) -> tuple[list[dict], str | None]:
+        """One page of a directory's entries, directories first, each kind by name: the first
+        `limit` after the entry named `after` (name, kind, size and modification time; links
+        shown as links, never followed), and the name to ask the next page after (None on the
+        last). Only the names of a large directory are held, once (their kinds come with the
+        names); only the page's entries are looked at. A directory named `after` that went away
+        meanwhile is taken for a file of that name."""
         with self._directory(folder_id, parts) as fd:
-            entries = []
-            for entry in os.scandir(fd):
-                info = entry.stat(follow_symlinks=False)
-                entries.append(
-                    {
-                        "name": entry.name,
-                        "type": _kind(info.st_mode),
-                        "size": info.st_size if stat.S_ISREG(info.st_mode) else None,
-                        "modified": info.st_mtime,
-                    }
+            with os.scandir(fd) as scan:
+                keys = sorted(
+                    (not entry.is_dir(follow_symlinks=False), entry.name) for entry in scan
                 )
-        return sorted(entries, key=lambda e: (e["type"] != "directory", e["name"]))
+            start = _start_after(keys, after) if after else 0
+            page = [name for _, name in keys[start : start + limit]]
+            more = start + limit < len(keys)
+            entries = [entry for name in page if (entry := _entry(name, fd)) is not None]
+        return entries, (page[-1] if more and page else None)
 
     def is_directory(self, folder_id: str, parts: tuple[str, ...]) -> bool:
         with self._parent(folder_id, parts) as parent:
@@ -358,6 +362,27 @@ def _exists(name: str, dir_fd: int) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def _start_after(keys: list[tuple[bool, str]], after: str) -> int:
+    """Where the page after the entry named `after` starts among the sorted (is file, name)."""
+    here = bisect.bisect_left(keys, (False, after))
+    is_directory = here < len(keys) and keys[here] == (False, after)
+    return bisect.bisect_right(keys, (not is_directory, after))
+
+
+def _entry(name: str, dir_fd: int) -> dict | None:
+    """A listing's entry for `name`; None when it went away since the directory was read."""
+    try:
+        info = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    return {
+        "name": name,
+        "type": _kind(info.st_mode),
+        "size": info.st_size if stat.S_ISREG(info.st_mode) else None,
+        "modified": info.st_mtime,
+    }
 
 
 def _kind(mode: int) -> str:

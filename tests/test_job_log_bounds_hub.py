@@ -1,0 +1,45 @@
+"""What one request for a running batch job's log may read, on the real hub, service and engine:
+`tail` past its maximum is refused with the limit named, and a log of long lines is answered
+with the most of its last lines that fit in the answer's bytes, after a note saying it was cut,
+not read whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from queue_service.engine.log_reads import READ_MAX
+from queue_service.handlers.session_logs import TAIL_MAX
+
+from .harness import wait_until
+from .test_batch_jobs_hub import submit
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+#: 2,500 lines of 4,000 bytes (10 MB): more than one answer holds, fewer lines than TAIL_MAX.
+LONG_LOG = (
+    "line=$(printf '%4000s' | tr ' ' x); i=0; "
+    'while [ $i -lt 2500 ]; do echo "$i $line"; i=$((i+1)); done; echo written; sleep 600'
+)
+
+
+def test_a_running_jobs_log_is_read_within_its_line_and_byte_limits(gpu_hub, jobs_student):
+    job = submit(jobs_student, command=LONG_LOG)
+    logs = f"sessions/{job['id']}/logs"
+    wait_until(lambda: "written" in jobs_student.call("GET", f"{logs}?tail=1").text, 120, "the log")
+    too_many = jobs_student.call("GET", f"{logs}?tail={TAIL_MAX + 1}")
+    assert too_many.status_code == 400
+    assert str(TAIL_MAX) in too_many.json()["message"]
+
+    answer = jobs_student.call("GET", f"{logs}?tail={TAIL_MAX}")
+    assert answer.status_code == 200
+    assert len(answer.content) <= READ_MAX + 200
+    note, _, rest = answer.text.partition("\n")
+    assert note.startswith("[fgpu: only the last") and "~/jobs" in note
+    lines = rest.splitlines()
+    assert lines[-1] == "written"
+    shown = int(note.split()[4])
+    assert len(lines) == shown and lines[0].startswith(f"{2500 - shown + 1} ")
+    # Within its limits the whole tail comes, with no note.
+    few = jobs_student.call("GET", f"{logs}?tail=3").text.splitlines()
+    assert few[0].startswith("2498 ") and few[-1] == "written"
+    assert jobs_student.call("DELETE", f"sessions/{job['id']}").status_code in (200, 202)
