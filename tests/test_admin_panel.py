@@ -54,8 +54,11 @@ def test_users_are_added_started_opened_stopped_and_deleted_from_the_panel(hub, 
 
     # Start Server sends no options: the user's default image, no GPU.
     start_from(row_of(page, ann))
-    (session,) = QueueUser(hub, ann).sessions()
-    assert (session["status"], session["image"], session["fgpu"]) == ("RUNNING", "python-3.11", 0)
+    # The record says RUNNING a moment after the hub shows the server ready.
+    (session,) = QueueUser(hub, ann).wait_for(
+        lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=60
+    )
+    assert (session["image"], session["fgpu"]) == ("python-3.11", 0)
     screenshot(page, "admin-panel-started")
 
     # Access Server: the admin lands in the student's JupyterLab, after JupyterHub's own consent.
