@@ -39,7 +39,7 @@ def start_from(row) -> None:
 
 def stop_from(row) -> None:
     row.get_by_role("button", name="Stop Server").click()
-    expect(row.get_by_role("button", name="Start Server")).to_be_visible(timeout=60_000)
+    expect(row.get_by_role("button", name="Start Server")).to_be_visible(timeout=SPAWN_TIMEOUT_MS)
 
 
 def test_users_are_added_started_opened_stopped_and_deleted_from_the_panel(hub, page):
@@ -63,7 +63,7 @@ def test_users_are_added_started_opened_stopped_and_deleted_from_the_panel(hub, 
 
     # Access Server: the admin lands in the student's JupyterLab, after JupyterHub's own consent.
     row_of(page, ann).get_by_role("button", name="Access Server").click()
-    page.get_by_role("button", name="Authorize").click()
+    page.get_by_role("button", name="Authorize").click(timeout=SPAWN_TIMEOUT_MS)
     page.wait_for_url(re.compile(rf"/user/{ann}/(lab|tree)"), timeout=SPAWN_TIMEOUT_MS)
     page.goto(f"{hub.url}/hub/admin")
 
@@ -81,11 +81,11 @@ def test_users_are_added_started_opened_stopped_and_deleted_from_the_panel(hub, 
     page.get_by_test_id("stop-all").click()
     for user in (ann, bob):
         expect(row_of(page, user).get_by_role("button", name="Start Server")).to_be_visible(
-            timeout=60_000
+            timeout=SPAWN_TIMEOUT_MS
         )
     wait_until(
         lambda: not containers_with({"fgpu.user": ann}) and not containers_with({"fgpu.user": bob}),
-        60,
+        150,
         "both containers gone after Stop All",
     )
 
