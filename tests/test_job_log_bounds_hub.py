@@ -1,7 +1,8 @@
 """What one request for a running batch job's log may read, on the real hub, service and engine:
 `tail` past its maximum is refused with the limit named, and a log of long lines is answered
 with the most of its last lines that fit in the answer's bytes, after a note saying it was cut,
-not read whole."""
+not read whole; a followed long log passes through the service's bounded relay whole and in
+order."""
 
 from __future__ import annotations
 
@@ -43,3 +44,21 @@ def test_a_running_jobs_log_is_read_within_its_line_and_byte_limits(gpu_hub, job
     few = jobs_student.call("GET", f"{logs}?tail=3").text.splitlines()
     assert few[0].startswith("2498 ") and few[-1] == "written"
     assert jobs_student.call("DELETE", f"sessions/{job['id']}").status_code in (200, 202)
+
+
+def test_a_followed_long_log_comes_whole_and_in_order_through_the_bounded_relay(
+    gpu_hub, jobs_student
+):
+    command = LONG_LOG.replace("sleep 600", "exit 0")
+    job = submit(jobs_student, command="sleep 3; " + command)
+    jobs_student.wait_for(
+        lambda s: any(r["id"] == job["id"] and r["status"] == "RUNNING" for r in s)
+    )
+    follow = jobs_student.call(
+        "GET", f"sessions/{job['id']}/logs?follow=1&tail={TAIL_MAX}", stream=True
+    )
+    assert follow.status_code == 200
+    lines = b"".join(follow.iter_content(chunk_size=64 * 1024)).decode().splitlines()
+    numbered = [line.split()[0] for line in lines if line.endswith("x" * 10)]
+    assert numbered == [str(n) for n in range(2500)]
+    assert "written" in lines
