@@ -34,7 +34,7 @@ from fgpu_shared.engine_client import api_client_from_env
 from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
 from image_catalog.job_options import parse_job, start_after_of
-from image_catalog.launch_options import SESSION_LIMITS, SLOT_OPTIONS
+from image_catalog.launch_options import SESSION_LIMITS, gives_no_slots
 
 from . import form, idle
 from .container_spec import (
@@ -102,8 +102,7 @@ def _reads_presets(user_options: object) -> bool:
     given, so the smallest may be the default (launch_options.with_defaults)."""
     if not isinstance(user_options, dict):
         return False
-    slots = [user_options.get(key) for key in SLOT_OPTIONS]
-    return bool(user_options.get("preset")) or all(value in (None, "") for value in slots)
+    return bool(user_options.get("preset")) or gives_no_slots(user_options)
 
 
 async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:

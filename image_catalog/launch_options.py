@@ -163,10 +163,20 @@ def with_defaults(options: dict, offered: list, presets: list[dict], limits: dic
     if _blank(filled.get("image")) and offered:
         marked = limits.get("default_image_name") or ""
         filled["image"] = next((i for i in offered if i.name == marked), offered[0]).name
-    if all(_blank(filled.get(key)) for key in SLOT_OPTIONS):
+    if gives_no_slots(filled):
         image = next((i for i in offered if i.name == filled.get("image")), None)
         filled.update(default_slots(presets, image, limits))
     return filled
+
+
+def gives_no_slots(options: dict) -> bool:
+    """Whether a launch leaves every one of SLOT_OPTIONS out (the presets then decide)."""
+    return all(_blank(options.get(key)) for key in SLOT_OPTIONS)
+
+
+def leaves_out_defaults(options: dict) -> bool:
+    """Whether `with_defaults` has anything to fill in: no image, or no slots."""
+    return _blank(options.get("image")) or gives_no_slots(options)
 
 
 def default_slots(presets: list[dict], image, limits: dict) -> dict:

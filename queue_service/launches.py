@@ -25,6 +25,7 @@ import contextlib
 import logging
 import secrets
 import uuid
+from collections.abc import Callable
 
 from fgpu_shared.units import parse_amount, parse_positive_size
 from image_catalog.job_options import JobOptionError, check_job, parse_job
@@ -35,6 +36,7 @@ from image_catalog.launch_options import (
     check_env,
     check_folders,
     check_name,
+    leaves_out_defaults,
     resolve_preset,
     with_defaults,
 )
@@ -64,12 +66,15 @@ def server_names(count: int, name: str | None = None, prefix: str = "s") -> list
 
 
 def with_launch_defaults(
-    options: dict, offered: list[dict], presets: list[dict], limits: dict
+    options: dict, offered: Callable[[], list[dict]], presets: list[dict], limits: dict
 ) -> dict:
     """`options` with what the launch leaves out filled in as the spawner fills it
-    (launch_options.with_defaults): `offered` are the store's views of the images the user may
-    start, in the catalog's order (hidden ones are not offered); `limits`, one session's."""
-    images = [entry_of(view) for view in offered if not view.get("hidden")]
+    (launch_options.with_defaults). `offered()` reads the store's views of the images the user
+    may start, in the catalog's order (hidden ones are not offered), only when something is left
+    out: the Sessions dialog names every option; `limits`, one session's."""
+    if not leaves_out_defaults(options):
+        return options
+    images = [entry_of(view) for view in offered() if not view.get("hidden")]
     return with_defaults(options, images, presets, limits)
 
 

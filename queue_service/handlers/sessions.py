@@ -90,7 +90,7 @@ class SessionsHandler(BaseHandler):
         presets = offered_presets(self, person)
         data = launches.with_launch_defaults(
             data,
-            self.images.visible_to(
+            lambda: self.images.visible_to(
                 person["name"],
                 tuple(person.get("groups", [])),
                 bool(person.get("admin")),
