@@ -46,13 +46,11 @@ def servers_behind(records: Iterable, containers: Iterable) -> set[tuple[str, st
     return keys | {key for key in map(server_of, containers) if key is not None}
 
 
-async def stop_ghosts(hub, manager, containers: dict, grace: float, say: Callable) -> None:
-    """Stop, through the hub, each of its servers that has nothing behind it."""
-    try:
-        started = await hub.ready_server_starts()
-    except (HubError, OSError) as e:
-        say("cannot list the hub's servers (%s); looking for ghosts later", e)
-        return
+async def stop_ghosts(
+    hub, manager, containers: dict, started: dict, grace: float, say: Callable
+) -> None:
+    """Stop, through the hub, each of its ready servers (`started`: HubClient.ready_server_starts)
+    that has nothing behind it."""
     found = ghosts(
         started, servers_behind(manager.active_records(), containers.values()), grace, time.time()
     )

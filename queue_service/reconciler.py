@@ -149,9 +149,18 @@ class Reconciler:
             self.manager.engine_problem = None
         await self._release_lost(active, running)
         await self._stop_ungranted(running)
-        await self._stop_unlisted(active, running)
-        if self.hub is not None:
-            await stop_ghosts(self.hub, self.manager, running, self.ghost_grace, self._say)
+        if self.hub is None:
+            return
+        try:
+            # Only the ready ones: the active ones include every spawn waiting in the queue, and
+            # listing thousands of them every round held the hub's loop for seconds. Read once
+            # a round, for both checks below.
+            started = await self.hub.ready_server_starts()
+        except (HubError, OSError) as e:
+            self._say("cannot list the hub's servers (%s); checking again later", e)
+            return
+        await self._stop_unlisted(active, running, set(started))
+        await stop_ghosts(self.hub, self.manager, running, started, self.ghost_grace, self._say)
 
     async def _adopt_orphans(self, running: dict) -> None:
         """Record the sessions of this hub's containers that the DB does not know, or knows as
@@ -167,10 +176,9 @@ class Reconciler:
             adopted = await self.manager.adopt(sessions, ADOPTED_REASON)
             self._say("sessions with no record, adopted from their labels: %s", adopted)
 
-    async def _stop_unlisted(self, active, running: dict) -> None:
-        """Stop the containers of RUNNING sessions that the hub has stopped or never knew."""
-        if self.hub is None:
-            return
+    async def _stop_unlisted(self, active, running: dict, listed: set) -> None:
+        """Stop the containers of RUNNING sessions that the hub has stopped or never knew
+        (`listed`: the servers the hub has ready)."""
         now = time.time()
         candidates = [
             r
@@ -180,15 +188,6 @@ class Reconciler:
             and r.started is not None
             and now - as_utc(r.started).timestamp() > self.unlisted_grace
         ]
-        if not candidates:
-            return
-        try:
-            # Only the ready ones: the active ones include every spawn waiting in the queue, and
-            # listing thousands of them every round held the hub's loop for seconds.
-            listed = await self.hub.ready_servers()
-        except (HubError, OSError) as e:
-            self._say("cannot list the hub's servers (%s); checking again later", e)
-            return
         for record in candidates:
             if (record.user, record.server_name) in listed:
                 continue
