@@ -44,7 +44,6 @@ from queue_service.engine.backend import EngineBackend
 from queue_service.engine.client import Engine
 from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
 from queue_service.engine.docker_backend import DockerBackend
-from queue_service.engine.folder_write_stops import stop_folder_writes
 from queue_service.engine.frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from queue_service.engine.node_agent_deploy import (
     TOKEN_FILE,
@@ -1461,15 +1460,8 @@ class QueueService(Application):
             self.log.info("Writes to folder %s stopped in session %s", folder_id, session_id)
 
     def _stop_writes(self, session_id: str, source: str) -> bool:
-        if not self.engine_backend.sessions_here:
-            self.log.info(
-                "Session %s writes a folder past its owner's quota; on a Swarm it is mounted "
-                "read-only at its next start",
-                session_id,
-            )
-            return False
         try:
-            return bool(stop_folder_writes(self.docker.connect(), session_id, source))
+            return self.engine_backend.stop_folder_writes(session_id, source)
         except (subprocess.CalledProcessError, OSError) as e:
             words = getattr(e, "stderr", "") or e
             self.log.warning("Could not stop writes of session %s: %s", session_id, words)

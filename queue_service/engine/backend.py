@@ -113,6 +113,13 @@ class EngineBackend(ABC):
         when nothing of it runs. On one engine the stream ends when the job exits; a Swarm's
         goes on until it is closed (follow_ends_by_itself)."""
 
+    def stop_folder_writes(self, session_id: str, source: str) -> bool:
+        """Blocking: make the session's read-write binds of the host directory `source`
+        read-only now (folder_write_stops.py); False where this engine cannot reach the
+        session's mounts (a Swarm's are on other nodes: the folder is mounted read-only at the
+        session's next start). Raises CalledProcessError or OSError when the kernel refuses."""
+        return False
+
     def exited_jobs(self, deployment_id: str) -> list[str]:
         """Blocking: the batch jobs that have exited by themselves, for an engine whose events
         do not say so (a Swarm's); one engine's `die` events do (job_ends.py)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from . import inventory, job_containers
+from . import folder_write_stops, inventory, job_containers
 from .backend import EngineBackend, JobExit, LogStream, NodeReading
 from .session_containers import DockerSessionLister
 from .stats import StatsSampler
@@ -75,6 +75,9 @@ class DockerBackend(EngineBackend):
         if code is None:
             return None, ""
         return code, job_containers.log_tail(self.client, container)
+
+    def stop_folder_writes(self, session_id: str, source: str) -> bool:
+        return bool(folder_write_stops.stop_folder_writes(self.client, session_id, source))
 
     def remove_job(self, session_id: str) -> None:
         container = job_containers.job_container(self.client, session_id)
