@@ -126,10 +126,12 @@ class Folders:
                 )
         return None
 
-    def _refuse_past_quota(self, reader: Reader, adding: int) -> None:
-        reason = self.over_quota(reader, adding)
+    def _refuse_past_quota(
+        self, reader: Reader, adding: int, asker: Reader | None = None, cause: str = "quota"
+    ) -> None:
+        reason = self.over_quota(reader, adding, asker)
         if reason:
-            raise Refusal(reason, "quota")
+            raise Refusal(reason, cause)
 
     def owner_past_quota(self, folder: dict, reader: Reader) -> str | None:
         """Why nobody may write the folder now: its owner's folders are past a storage quota
@@ -276,9 +278,7 @@ class Folders:
     def write(self, reader: Reader, folder_id: str, path: str, data: bytes, offset: int) -> int:
         folder, parts = self._reach(reader, folder_id, path, "rw")
         # Counted against the owner's quotas; a writer of a shared folder fills the owner's.
-        reason = self.over_quota(self._owner_of(folder, reader), len(data), asker=reader)
-        if reason:
-            raise Refusal(reason, "full")
+        self._refuse_past_quota(self._owner_of(folder, reader), len(data), reader, "full")
         size = self.files.write(folder_id, parts, data, offset)
         self._measure_after_change(folder_id)
         return size
