@@ -16,7 +16,7 @@ from image_catalog.catalog import DEFAULT_CATALOG_PATH
 
 # The browser fixtures serve every module that drives Chromium.
 from .browser import browser, page, pages  # noqa: F401
-from .harness import ROOT, QueueUser, docker_client, running_hub
+from .harness import ROOT, QueueUser, docker_client, queue_option, running_hub
 
 # A hub's two databases on SQLite and PostgreSQL, for the backup and restore tests.
 from .hub_state import hub_dbs, private_image  # noqa: F401
@@ -99,20 +99,12 @@ c.JupyterHub.load_roles.append({{"name": "metrics", "services": ["prometheus"],
 """
 # A spawn lost with a hub restart is issued again 15 s after none is seen waiting (the default's
 # 120 s leaves room for a release delayed by a storm of stops, which no test makes there).
-FAST_RESPAWN = """
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.respawn_grace=15")
-"""
+FAST_RESPAWN = queue_option("respawn_grace", 15)
 
 
 # A frozen session container is thawed after 30 s, not a minute (test_frozen_containers: long
 # enough for another spawn to start meanwhile).
-FAST_THAW = """
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.thaw_frozen_after=30")
-"""
+FAST_THAW = queue_option("thaw_frozen_after", 30)
 
 
 @pytest.fixture(scope="session")

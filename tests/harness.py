@@ -249,6 +249,18 @@ def _config_text(port: int, token: str, run_id: str, spawner_token: str, extra_c
     ) + textwrap.dedent(extra_config)
 
 
+def queue_option(trait: str, value) -> str:
+    """Hub config that starts the queue service with `--QueueService.<trait>=<value>` (the service
+    takes its settings on its command line, jupyterhub_config.py's `services` entry)."""
+    return textwrap.dedent(
+        f"""
+        for service in c.JupyterHub.services:
+            if service["name"] == "queue":
+                service["command"].append("--QueueService.{trait}={value}")
+        """
+    )
+
+
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
     """`predicate()`'s first true value, polled every `interval` seconds; a failure naming
     `what` after `timeout` seconds."""

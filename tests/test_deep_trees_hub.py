@@ -14,18 +14,14 @@ import pytest
 from queue_service.core.folder_names import MAX_PATH_DEPTH
 
 from .deep_trees import deep_tree, empty_out
-from .harness import QueueUser, running_hub, wait_until
+from .harness import QueueUser, queue_option, running_hub, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 DEPTH = 2000
 OCTETS = {"Content-Type": "application/octet-stream"}
 # The measure round every second: a test waits for the next one, not for 15 minutes.
-FAST_MEASURE = """
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.folder_measure_interval=1")
-"""
+FAST_MEASURE = queue_option("folder_measure_interval", 1)
 
 
 @pytest.fixture(scope="module")

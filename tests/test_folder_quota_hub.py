@@ -13,17 +13,13 @@ import subprocess
 
 import pytest
 
-from .harness import QueueUser, containers_with, running_hub, wait_until
+from .harness import QueueUser, containers_with, queue_option, running_hub, wait_until
 
 pytestmark = [pytest.mark.hub, pytest.mark.docker]
 
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
 OCTETS = {"Content-Type": "application/octet-stream"}
-FAST_MEASURE = """
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.folder_measure_interval=2")
-"""
+FAST_MEASURE = queue_option("folder_measure_interval", 2)
 
 
 @pytest.fixture(scope="module")
