@@ -146,10 +146,11 @@ class Hub:
             answers = list(pool.map(lambda t: self._ask_to_stop(t, request_timeout), targets))
         for response in answers:
             assert response.status_code in (202, 204), response.text
-        deadline = time.monotonic() + timeout
-        for user, server in targets:
-            while self.server_model(user, server) is not None and time.monotonic() < deadline:
-                time.sleep(0.2)
+        wait_until(
+            lambda: all(self.server_model(user, server) is None for user, server in targets),
+            timeout,
+            f"the hub to let go of {targets}",
+        )
 
     def _ask_to_stop(self, target: tuple[str, str], timeout: float) -> requests.Response:
         user, server = target
