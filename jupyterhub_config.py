@@ -66,6 +66,7 @@ import sys
 
 import docker
 
+from fgpu_shared import site_config
 from fgpu_spawner.network import SESSION_NETWORK, ensure_session_network
 from queue_service.store.state_dir import (
     DEFAULT_FOLDERS_ROOT,
@@ -260,6 +261,22 @@ DOCKER_ENV = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 # The build tool's own settings (image_catalog/build.py), for the builds behind the hub.
 BUILD_ENV = ("FGPU_CACHE_DIR", "FGPU_WHEEL_DIR", "FGPU_DEBIAN_MIRROR", "PIP_CERT")
 build_images = os.environ.get("FGPU_BUILD_IMAGES", "1") != "0"
+# The queue service's settings are `c.QueueService` lines like any other (a site's file may set
+# more, or change these); the hub hands them to the service as it starts it, with the settings
+# both sides share from the spawner's lines (units_per_gpu, deployment_id, the session limits,
+# idle_timeout...: fgpu_shared/site_config.py).
+c.QueueService.simulated_gpus = simulated_gpus
+c.QueueService.catalog_path = catalog_path
+c.QueueService.user_quota = user_quota
+c.QueueService.presets = site_presets
+c.QueueService.engine = engine
+c.QueueService.pending_timeout = pending_timeout
+c.QueueService.jobs_waiting_per_user = jobs_waiting_per_user
+# Sessions are told their planned end through the proxy (the status bar's time left).
+c.QueueService.proxy_url = c.JupyterHub.bind_url.replace("//0.0.0.0:", "//127.0.0.1:")
+c.QueueService.lifetime_warning = end_warning
+# The heavy framework images are built behind the hub (queue_service/image_builds.py).
+c.QueueService.build_in_background = build_images
 c.JupyterHub.services = [
     {
         "name": "queue",
@@ -267,28 +284,7 @@ c.JupyterHub.services = [
         "url": queue_url,
         "oauth_no_confirm": True,
         "cwd": os.getcwd(),
-        "command": [
-            sys.executable,
-            "-m",
-            "queue_service",
-            f"--QueueService.units_per_gpu={units_per_gpu}",
-            f"--QueueService.simulated_gpus={simulated_gpus}",
-            f"--QueueService.catalog_path={catalog_path}",
-            # A Python literal: traitlets reads a Dict from the command line with literal_eval.
-            f"--QueueService.user_quota={user_quota!r}",
-            f"--QueueService.session_limits={session_limits!r}",
-            f"--QueueService.presets={site_presets!r}",
-            f"--QueueService.deployment_id={fgpu_deployment_id}",
-            f"--QueueService.engine={engine}",
-            f"--QueueService.pending_timeout={pending_timeout}",
-            f"--QueueService.jobs_waiting_per_user={jobs_waiting_per_user}",
-            f"--QueueService.idle_timeout={idle_timeout}",
-            # Sessions are told their planned end through the proxy (the status bar's time left).
-            f"--QueueService.proxy_url={c.JupyterHub.bind_url.replace('//0.0.0.0:', '//127.0.0.1:')}",
-            f"--QueueService.lifetime_warning={end_warning}",
-            # The heavy framework images are built behind the hub (queue_service/image_builds.py).
-            f"--QueueService.build_in_background={build_images}",
-        ],
+        "command": [sys.executable, "-m", "queue_service"],
         # The hub passes services only a few variables: the service must reach the same engine
         # as the spawner (DOCKER_HOST...), or it would count and stop containers of another.
         # Its database URL goes there too, not on its command line, where `ps` would show a
@@ -296,6 +292,8 @@ c.JupyterHub.services = [
         "environment": {
             **{key: os.environ[key] for key in (*DOCKER_ENV, *BUILD_ENV) if key in os.environ},
             QUEUE_DB_ENV: queue_db_url(),
+            # Filled in with the c.QueueService settings as the hub starts the service.
+            site_config.ENV: site_config.FROM_HUB,
         },
         # The service sees these scopes on the login of users who hold them: instructors curate
         # the catalog; admin:servers (hub admins) is the service's admin power.
@@ -305,10 +303,10 @@ c.JupyterHub.services = [
     {"name": "fgpu-node-agent", "api_token": node_agent_service_token},
 ]
 # A managed service that dies is started again within seconds, not at JupyterHub's next poll of it
-# up to 30 s later (fgpu_spawner/service_restart.py).
-from fgpu_spawner import service_restart  # noqa: E402
+# up to 30 s later, and the queue service gets its settings (fgpu_spawner/managed_services.py).
+from fgpu_spawner import managed_services  # noqa: E402
 
-service_restart.install()
+managed_services.install()
 # In Swarm mode the queue service deploys the node agent on every node (a service per node); the
 # agents report to this URL, the service as a node reaches it: by default the service's own
 # address on the nodes' network (above); a site may name its proxy instead, e.g.
@@ -319,34 +317,23 @@ node_agent_url = os.environ.get("FGPU_NODE_AGENT_URL") or (
     f"{queue_url}/services/queue/" if engine == "swarm" and not hub_container else ""
 )
 if node_agent_url:
-    (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
-    queue_service["command"].append(f"--QueueService.node_agent_url={node_agent_url}")
+    c.QueueService.node_agent_url = node_agent_url
     if os.environ.get("FGPU_SWARM_REGISTRY"):  # the nodes pull the agent's image from there
-        agent_image = f"{os.environ['FGPU_SWARM_REGISTRY']}/fgpu/jupyter-base:py3.11"
-        queue_service["command"].append(f"--QueueService.node_agent_image={agent_image}")
-        registry = f"--QueueService.node_agent_registry={os.environ['FGPU_SWARM_REGISTRY']}"
-        queue_service["command"].append(registry)
-        # Its credentials and CA: the service lists the registry's images with them, and hands
-        # the credentials to the nodes with the agent's service.
-        for option, variable in [
-            ("registry_auth_file", "FGPU_SWARM_REGISTRY_AUTH_FILE"),
-            ("registry_ca", "FGPU_SWARM_REGISTRY_CA"),
-        ]:
-            if os.environ.get(variable):
-                queue_service["command"].append(f"--QueueService.{option}={os.environ[variable]}")
+        c.QueueService.node_agent_image = (
+            f"{os.environ['FGPU_SWARM_REGISTRY']}/fgpu/jupyter-base:py3.11"
+        )
+        c.QueueService.node_agent_registry = os.environ["FGPU_SWARM_REGISTRY"]
+        # Its CA: the service lists the registry's images with it (and with the credentials,
+        # c.FGPUSwarmSpawner.registry_auth_file, which it hands to the nodes with the agent).
+        if os.environ.get("FGPU_SWARM_REGISTRY_CA"):
+            c.QueueService.registry_ca = os.environ["FGPU_SWARM_REGISTRY_CA"]
     if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
-        socket_path = os.environ["FGPU_NODE_AGENT_SOCKET"]
-        queue_service["command"].append(f"--QueueService.node_agent_docker_socket={socket_path}")
+        c.QueueService.node_agent_docker_socket = os.environ["FGPU_NODE_AGENT_SOCKET"]
 if folders_root != DEFAULT_FOLDERS_ROOT:
-    (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
-    queue_service["command"].append(f"--QueueService.folders_root={folders_root}")
+    c.QueueService.folders_root = folders_root
 # The homes as the spawner makes them, where the service looks for a batch job's notebook before
-# queueing it: the shared home root in Swarm mode. On one host, the home volumes: the service's
-# name template is the spawner's default, and a site that changes FGPUSpawner.home_volume sets
-# QueueService.home_volume alike.
-if engine == "swarm" and c.FGPUSwarmSpawner.home_root:
-    (queue_service,) = [s for s in c.JupyterHub.services if s["name"] == "queue"]
-    queue_service["command"].append(f"--QueueService.home_root={c.FGPUSwarmSpawner.home_root}")
+# queueing it: the shared home root in Swarm mode (c.FGPUSwarmSpawner.home_root), the home
+# volumes on one host (c.FGPUSpawner.home_volume); the service takes the spawner's.
 # The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a
 # shell's `cmd &` (scripts/up in the background) passes SIGINT on ignored, and the culler, which
 # sets no handler of its own, would hold every shutdown up for those 10 s. So it gets Python's

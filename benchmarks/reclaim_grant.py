@@ -33,9 +33,7 @@ POLICY = {"fgpu_timeout": "3s", "cpu_percent": 50, "reclaim": "when_waiting"}
 WARNING_LEAD = 2
 EXTRA_CONFIG = """
 c.Spawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": "0"}
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.ends_interval=0.5")
+c.QueueService.ends_interval = 0.5
 """
 
 

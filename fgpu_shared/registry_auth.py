@@ -19,10 +19,11 @@ file; `log_in` logs a docker-py client in.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import stat
 from pathlib import Path
+
+from fgpu_shared.json_text import json_object
 
 FIELDS = ("username", "password", "serveraddress")
 
@@ -33,12 +34,7 @@ class RegistryAuthError(ValueError):
 
 def parse_registry_auth(text: str, source: str = "the registry credentials") -> dict[str, str]:
     """The credentials in a file's text: a JSON object with a non-empty string for each field."""
-    try:
-        found = json.loads(text)
-    except ValueError as e:
-        raise RegistryAuthError(f"{source} is not JSON: {e}") from None
-    if not isinstance(found, dict):
-        raise RegistryAuthError(f"{source} holds no JSON object with {', '.join(FIELDS)}")
+    found = json_object(text, source, RegistryAuthError, f"with {', '.join(FIELDS)}")
     missing = [f for f in FIELDS if not isinstance(found.get(f), str) or not found[f]]
     if missing:
         raise RegistryAuthError(f"{source} lacks {', '.join(missing)} (a JSON string each)")

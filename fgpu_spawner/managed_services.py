@@ -1,6 +1,12 @@
-"""The hub's managed services (the queue service, the idle culler) started again within seconds
-of dying, not up to half a minute later.
+"""How the hub starts its managed services (the queue service, the idle culler): again within
+seconds of dying, and the queue service with the site's settings for it.
 
+The site's settings: a service whose environment asks for them (`site_config.ENV` set to
+`site_config.FROM_HUB` in its `services` entry) gets, in that variable, the part of the hub's
+merged config it reads (`c.QueueService.…` and the settings it shares with the spawner:
+fgpu_shared/site_config.py), as the hub starts it, once every config file has been read.
+
+Restarts:
 JupyterHub starts a managed service again once its poll of the process finds it gone, and polls
 its services as it polls single-user servers: every 30 s (`Spawner.poll_interval`), with no
 setting for the services' own spawner class. The queue service holds every grant and every
@@ -18,13 +24,15 @@ import time
 from jupyterhub.services import service as hub_services
 from traitlets import Integer
 
+from fgpu_shared import site_config
+
 POLL_SECONDS = 2
 MIN_UPTIME = 30.0
 
 
-class QuickRestartServiceSpawner(hub_services._ServiceSpawner):
+class ManagedServiceSpawner(hub_services._ServiceSpawner):
     """JupyterHub's spawner of managed services, polled every `POLL_SECONDS` once it has run for
-    `MIN_UPTIME` seconds."""
+    `MIN_UPTIME` seconds, which hands a service that asks for them the site's settings."""
 
     poll_interval = Integer(POLL_SECONDS)
     started_at = 0.0
@@ -32,6 +40,17 @@ class QuickRestartServiceSpawner(hub_services._ServiceSpawner):
     def start(self):
         self.started_at = time.monotonic()
         return super().start()
+
+    def get_env(self):
+        env = super().get_env()
+        if env.get(site_config.ENV) == site_config.FROM_HUB:
+            try:
+                env[site_config.ENV] = site_config.service_config_text(self.user.service.app.config)
+            except site_config.SiteConfigError as e:
+                # Before the service starts: the hub stops, with the line to change named.
+                self.log.critical("Refusing to start: %s", e)
+                raise SystemExit(1) from None
+        return env
 
     async def poll_and_notify(self):
         # The periodic poll alone: the hub's stop of the service still polls it directly.
@@ -41,6 +60,6 @@ class QuickRestartServiceSpawner(hub_services._ServiceSpawner):
 
 
 def install() -> None:
-    """Have the hub start its managed services with `QuickRestartServiceSpawner` (JupyterHub's
+    """Have the hub start its managed services with `ManagedServiceSpawner` (JupyterHub's
     `Service.start` looks its spawner class up in its module at each start)."""
-    hub_services._ServiceSpawner = QuickRestartServiceSpawner
+    hub_services._ServiceSpawner = ManagedServiceSpawner

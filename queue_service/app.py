@@ -1,8 +1,10 @@
 """`python -m queue_service`: the hub-managed `queue` service (docs/source/explanation/contracts.md, contract 4).
 
 JupyterHub starts it with JUPYTERHUB_SERVICE_URL, _PREFIX, _API_URL and _API_TOKEN in its
-environment; everything else is configured with `--QueueService.<trait>=<value>` on its command line
-(the shipped jupyterhub_config.py builds that from the FGPU_* environment variables).
+environment. Everything else is configured as `c.QueueService.<trait> = <value>` in the hub's
+jupyterhub_config.py, which the hub hands over in FGPU_SITE_CONFIG as it starts the service
+(fgpu_shared/site_config.py; loaded in `initialize`), and `--QueueService.<trait>=<value>` on its
+command line wins over it.
 
 `QueueService.build` makes the service in named steps (`init_db`, `init_engine`, `init_queue`...;
 docs/source/explanation/architecture.md, "Start-up"); what differs between one engine and a Swarm
@@ -28,10 +30,23 @@ from urllib.parse import urlparse
 from jupyterhub.traitlets import ByteSpecification
 from sqlalchemy.exc import OperationalError
 from tornado import web
-from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, default, validate
+from traitlets import (
+    Bool,
+    CaselessStrEnum,
+    Dict,
+    Float,
+    Integer,
+    List,
+    TraitError,
+    Unicode,
+    default,
+    validate,
+)
 from traitlets.config import Application
 
+from fgpu_shared import site_config
 from fgpu_shared.registry_auth import RegistryAuthError, log_in, read_registry_auth
+from fgpu_shared.units import parse_amount, parse_size
 from image_catalog import load_catalog
 from image_catalog.build import heavy_names
 from image_catalog.launch_options import SESSION_LIMITS
@@ -119,6 +134,14 @@ def scheduler_node(node: inventory.NodeInfo) -> resource_model.Node:
     )
 
 
+def _session_limit(key: str, value):
+    if key == "default_image_name":
+        return str(value or "")
+    if key.startswith("mem_"):
+        return parse_size(value)
+    return parse_amount(value, zero_ok=True)
+
+
 def read_or_create_secret(path: str) -> bytes:
     """The secret in `path`, made (32 random bytes, readable by the service's user alone) if
     the file does not exist; a file others may read is refused rather than trusted."""
@@ -192,11 +215,12 @@ class QueueService(Application):
         1,
         config=True,
         help="""
-        fGPU units in one physical GPU.
+        fGPU units in one physical GPU. The hub hands the service the spawner's
+        `FGPUSpawner.units_per_gpu`: set it there, once, for both.
 
         Example::
 
-            c.QueueService.units_per_gpu = 4
+            c.FGPUSpawner.units_per_gpu = 4
         """,
     )
     simulated_gpus = Unicode(
@@ -427,14 +451,15 @@ class QueueService(Application):
         config=True,
         help=f"""
         What one session may ask for and gets by default: the Sessions page's sliders and the
-        presets' checks use them. Keep them equal to the spawner's (FGPUSpawner.cpu_min,
-        cpu_max, cpu_default, mem_min, mem_max, mem_default, fgpu_max, fgpu_default), which
-        judges every start; the shipped jupyterhub_config.py sets both from one dict. Keys and
-        defaults: {SESSION_LIMITS} (mem in bytes).
+        presets' checks use them. The hub hands the service the spawner's own settings of the
+        same names (`FGPUSpawner.cpu_min`, `cpu_max`, `cpu_default`, `mem_min`, `mem_max`,
+        `mem_default`, `fgpu_max`, `fgpu_default`, `default_image_name`), which judge every
+        start: set them there, once, for both. Keys and defaults: {SESSION_LIMITS} (mem in
+        bytes).
 
         Example::
 
-            c.QueueService.session_limits = {{**SESSION_LIMITS, "fgpu_max": 2}}
+            c.FGPUSpawner.fgpu_max = 2
         """,
     )
     spawner_service = Unicode(
@@ -482,30 +507,31 @@ class QueueService(Application):
         "fgpu-home-{username}",
         config=True,
         help="""
-        The name of each user's home volume, as the spawner names it (`FGPUSpawner.home_volume`;
-        set both alike). On one host the service finds a batch job's notebook in that volume
+        The name of each user's home volume, as the spawner names it: the hub hands the service
+        the spawner's `FGPUSpawner.home_volume`; set it there, once, for both. On one host the service finds a batch job's notebook in that volume
         (its directory on this host, from the engine) and refuses a job whose notebook is not
         there, before it is queued. `{username}` is the user name, escaped for Docker. Empty: no
         persistent homes, and notebooks outside storage folders are not looked for.
 
         Example::
 
-            c.QueueService.home_volume = "cs101-home-{username}"
+            c.FGPUSpawner.home_volume = "cs101-home-{username}"
         """,
     )
     home_root = Unicode(
         "",
         config=True,
         help="""
-        Swarm mode: the shared home root, as the spawner has it (`FGPUSwarmSpawner.home_root`,
-        from FGPU_SWARM_HOME_ROOT), mounted at this path on the hub's host. The service finds a
+        Swarm mode: the shared home root, mounted at this path on the hub's host. The hub hands
+        the service the spawner's `FGPUSwarmSpawner.home_root` (the shipped config's
+        FGPU_SWARM_HOME_ROOT): set it there, once, for both. The service finds a
         batch job's notebook in the account's folder there, and refuses a job whose notebook is
         not there, before it is queued. Empty (a Swarm whose homes are the nodes' volumes): the
         service cannot see homes, and a missing notebook is found when the job runs.
 
         Example::
 
-            c.QueueService.home_root = "/mnt/nfs/fgpu-homes"
+            c.FGPUSwarmSpawner.home_root = "/mnt/nfs/fgpu-homes"
         """,
     )
     folder_grace_days = Float(
@@ -745,11 +771,12 @@ class QueueService(Application):
         Id of this hub's deployment: only session containers labelled with it (`fgpu.deployment`)
         are adopted or stopped, so hubs sharing an engine never touch each other's sessions.
         Default: read from `fgpu_deployment_id` in the working directory (the hub's state
-        directory), made there on first start; the spawner gets the same from the config.
+        directory), made there on first start. The hub hands the service the spawner's
+        `FGPUSpawner.deployment_id`: set it there, once, for both.
 
         Example::
 
-            c.QueueService.deployment_id = "cs101-hub"
+            c.FGPUSpawner.deployment_id = "cs101-hub"
         """,
     )
     agent_service = Unicode(
@@ -843,11 +870,13 @@ class QueueService(Application):
         File with the credentials of `node_agent_registry` (JSON: `username`, `password`,
         `serveraddress`; not readable by every user): the service lists the registry's images
         with them, and its client logs in with them before it deploys the node agent, so that
-        the nodes can pull the agent's image. Empty: the registry is asked without a login.
+        the nodes can pull the agent's image. Empty: the registry is asked without a login. In
+        Swarm mode the hub hands the service the spawner's `FGPUSwarmSpawner.registry_auth_file`
+        (the nodes pull session images with the same): set it there, once, for both.
 
         Example::
 
-            c.QueueService.registry_auth_file = "/etc/fgpu-hub/registry-auth.json"
+            c.FGPUSwarmSpawner.registry_auth_file = "/etc/fgpu-hub/registry-auth.json"
         """,
     )
     registry_ca = Unicode(
@@ -918,13 +947,14 @@ class QueueService(Application):
         0.0,
         config=True,
         help="""
-        The idle culler's timeout in seconds (the shipped config passes FGPU_IDLE_TIMEOUT): the
+        The idle culler's timeout in seconds (the shipped config sets FGPU_IDLE_TIMEOUT's): the
         Sessions page and the session itself are told when an unused session will be stopped.
-        0: no culler runs, no idle end is predicted.
+        0: no culler runs, no idle end is predicted. The hub hands the service the spawner's
+        `FGPUSpawner.idle_timeout`: set it there, once, for both (and the culler's own).
 
         Example::
 
-            c.QueueService.idle_timeout = 3600
+            c.FGPUSpawner.idle_timeout = 7200
         """,
     )
     lifetime_warning = Float(
@@ -972,6 +1002,38 @@ class QueueService(Application):
             c.QueueService.service_prefix = "/services/gpu-queue/"
         """,
     )
+
+    def initialize(self, argv=None):
+        """The site's settings first, as the hub hands them over (`c.QueueService.…` in its
+        jupyterhub_config.py: fgpu_shared/site_config.py), then the command line, which wins."""
+        handed = os.environ.get(site_config.ENV)
+        if handed:
+            try:
+                self.update_config(site_config.service_config(handed))
+            except (site_config.SiteConfigError, TraitError) as e:
+                raise SystemExit(f"The site's settings for the queue service: {e}") from None
+        super().initialize(argv)
+
+    def settings_in_effect(self) -> dict:
+        """Every setting as this service holds it, as JSON (a database password hidden)."""
+        names = sorted(QueueService.class_own_traits(config=True))
+        values = {name: getattr(self, name) for name in names}
+        values["db_url"] = safe_url(values["db_url"])
+        return json.loads(json.dumps(values, default=str))
+
+    @validate("session_limits")
+    def _known_session_limits(self, proposal) -> dict:
+        """The limits' keys checked and their values read (a spawner's "32G", say), so that a
+        typo stops the service with the key named; the keys not set keep their defaults."""
+        limits = {}
+        for key, value in proposal.value.items():
+            if key not in SESSION_LIMITS:
+                raise TraitError(f"session_limits has no {key!r}: keys are {list(SESSION_LIMITS)}")
+            try:
+                limits[key] = _session_limit(key, value)
+            except ValueError as e:
+                raise TraitError(f"session_limits[{key!r}]: {e}") from None
+        return {**SESSION_LIMITS, **limits}
 
     @default("db_url")
     def _db_url_default(self) -> str:
@@ -1336,7 +1398,7 @@ class QueueService(Application):
             spawner_service=self.spawner_service,
             # A typo in the site's presets stops the service here, with the preset named.
             site_presets=parse_presets(self.presets, "QueueService.presets"),
-            session_limits={**SESSION_LIMITS, **self.session_limits},
+            session_limits=self.session_limits,
             job_rules=self.jobs,
             job_files=self.job_files,
             agent_service=self.agent_service,
@@ -1348,6 +1410,7 @@ class QueueService(Application):
             health=self.health,
             cookie_secret=self.service_secret,
             end_notice_key=self.end_notice_key,
+            settings_in_effect=self.settings_in_effect(),
         )
 
     async def serve(self) -> None:

@@ -250,16 +250,21 @@ def _config_text(port: int, token: str, run_id: str, spawner_token: str, extra_c
     ) + textwrap.dedent(extra_config)
 
 
+def refused_start(workdir: Path, extra_config: str = "", env: dict | None = None) -> str:
+    """The end of the log of a hub that must not start with this config: it exits at its
+    start, and the log says why."""
+    try:
+        with running_hub(workdir, extra_config, env=env):
+            pass
+    except RuntimeError as e:
+        assert "the hub exited" in str(e), e
+        return str(e)
+    raise AssertionError("the hub started")
+
+
 def queue_option(trait: str, value) -> str:
-    """Hub config that starts the queue service with `--QueueService.<trait>=<value>` (the service
-    takes its settings on its command line, jupyterhub_config.py's `services` entry)."""
-    return textwrap.dedent(
-        f"""
-        for service in c.JupyterHub.services:
-            if service["name"] == "queue":
-                service["command"].append("--QueueService.{trait}={value}")
-        """
-    )
+    """Hub config that sets the queue service's `trait` to `value`, as a site does."""
+    return f"\nc.QueueService.{trait} = {value!r}\n"
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):

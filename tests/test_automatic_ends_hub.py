@@ -52,9 +52,7 @@ def hub_with_idle_timeout(workdir, idle_timeout: int):
     # then what the hub and the spawner stamp, as for an image without JupyterHub's extension.
     extra = """
 c.Spawner.environment = {"JUPYTERHUB_ACTIVITY_INTERVAL": "0"}
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.ends_interval=1")
+c.QueueService.ends_interval = 1
 """
     with running_hub(workdir, env=env, extra_config=extra) as hub:
         yield hub

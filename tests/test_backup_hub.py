@@ -30,9 +30,7 @@ OCTETS = {"Content-Type": "application/octet-stream"}
 # The spawn of the waiting request dies with the hub; the service issues it again once it has
 # seen no spawn waiting on it for this long (the default 120 s is for storms of stops).
 EXTRA = """
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.respawn_grace=5")
+c.QueueService.respawn_grace = 5
 """
 
 

@@ -19,9 +19,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 SIMULATED_GPU = {"FGPU_SIMULATED_GPUS": "1x8GiB", "FGPU_UNITS_PER_GPU": "2"}
 HOUR_OF_GRACE = """
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.respawn_grace=3600")
+c.QueueService.respawn_grace = 3600
 """
 
 

@@ -1,6 +1,6 @@
 """The shipped jupyterhub_config.py (docs/source/explanation/contracts.md, contract 2), loaded as JupyterHub loads it."""
 
-import ast
+import json
 import re
 import resource
 import time
@@ -10,10 +10,11 @@ from jupyterhub.auth import PAMAuthenticator
 from jupyterhub.services import service as hub_services
 from traitlets.config.loader import PyFileConfigLoader
 
-from fgpu_spawner import FGPUSpawner, service_restart
+from fgpu_shared import site_config
+from fgpu_spawner import FGPUSpawner, managed_services
 from fgpu_spawner.demo_login import DemoAuthenticator
+from fgpu_spawner.managed_services import ManagedServiceSpawner
 from fgpu_spawner.network import ICC_OPTION
-from fgpu_spawner.service_restart import QuickRestartServiceSpawner
 from queue_service.core.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles
 from queue_service.quotas import QuotaError
 
@@ -40,6 +41,11 @@ def guide_site_recipe() -> str:
     return recipe
 
 
+def handed(config) -> dict:
+    """The queue service's settings as the hub hands them to it (fgpu_shared/site_config.py)."""
+    return json.loads(site_config.service_config_text(config))["QueueService"]
+
+
 def load_site_config(tmp_path, text: str):
     """A site file in its own folder that loads the shipped config, as JupyterHub loads it."""
     (tmp_path / "site_config.py").write_text(text)
@@ -50,8 +56,7 @@ def test_the_spawner_and_the_service_share_the_deployment_id_kept_in_the_state_d
     config = load_shipped_config()
     kept = (state_dir / "fgpu_deployment_id").read_text().strip()
     assert kept and config.FGPUSpawner.deployment_id == kept
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    assert f"--QueueService.deployment_id={kept}" in queue["command"]
+    assert handed(config)["deployment_id"] == kept
     # Read again at the next start, not made anew.
     assert load_shipped_config().FGPUSpawner.deployment_id == kept
 
@@ -59,13 +64,13 @@ def test_the_spawner_and_the_service_share_the_deployment_id_kept_in_the_state_d
 async def test_the_hubs_services_are_polled_every_few_seconds_once_they_have_run_a_while(
     monkeypatch,
 ):
-    """A killed queue service is started again within seconds (fgpu_spawner/service_restart.py);
+    """A killed queue service is started again within seconds (fgpu_spawner/managed_services.py);
     one that dies at its start is not tried again sooner than JupyterHub's half minute."""
     monkeypatch.setattr(hub_services, "_ServiceSpawner", hub_services._ServiceSpawner)
     load_shipped_config()
-    assert hub_services._ServiceSpawner is QuickRestartServiceSpawner
-    spawner = QuickRestartServiceSpawner()
-    assert spawner.poll_interval == service_restart.POLL_SECONDS <= 5
+    assert hub_services._ServiceSpawner is ManagedServiceSpawner
+    spawner = ManagedServiceSpawner()
+    assert spawner.poll_interval == managed_services.POLL_SECONDS <= 5
     polls = []
 
     async def poll():
@@ -75,7 +80,7 @@ async def test_the_hubs_services_are_polled_every_few_seconds_once_they_have_run
     monkeypatch.setattr(spawner, "poll", poll)
     spawner.started_at = time.monotonic()
     assert await spawner.poll_and_notify() is None and polls == []
-    spawner.started_at -= service_restart.MIN_UPTIME
+    spawner.started_at -= managed_services.MIN_UPTIME
     assert await spawner.poll_and_notify() == 1 and len(polls) == 1
 
 
@@ -177,16 +182,23 @@ def test_the_guide_site_recipe_lets_in_only_its_own_users(tmp_path):
     assert pam.allowed_users and "admin" not in pam.allowed_users
 
 
+def test_the_guide_site_recipes_service_lines_and_spawner_limits_reach_the_service(tmp_path):
+    service = handed(load_site_config(tmp_path, guide_site_recipe()))
+    assert (service["policy"], service["job_time_limit"]) == ("drf", 7200)
+    assert (service["session_limits"]["cpu_max"], service["session_limits"]["mem_max"]) == (
+        8,
+        "32G",
+    )
+
+
 def test_an_explicit_setting_lets_the_demo_login_on_the_network(monkeypatch):
     monkeypatch.setenv("FGPU_DEMO_LOGIN_ON_NETWORK", "1")
     assert DemoAuthenticator(config=load_shipped_config()).allow_non_loopback is True
 
 
 def service_user_quota(config) -> dict:
-    """The per-user quota the shipped config hands the queue service on its command line."""
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    (flag,) = [arg for arg in queue["command"] if arg.startswith("--QueueService.user_quota=")]
-    return ast.literal_eval(flag.split("=", 1)[1])
+    """The per-user quota the shipped config sets for the queue service."""
+    return handed(config)["user_quota"]
 
 
 def test_one_student_cannot_hold_the_hub_by_default(monkeypatch):
@@ -199,8 +211,7 @@ def test_one_student_cannot_hold_the_hub_by_default(monkeypatch):
     assert config.JupyterHub.named_server_limit_per_user.jobs_waiting == 5
     # (2 + 5) waiting spawns × 200 students, and 100 slots for spawns that are starting.
     assert config.JupyterHub.concurrent_spawn_limit == 1500
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    assert "--QueueService.jobs_waiting_per_user=5" in queue["command"]
+    assert handed(config)["jobs_waiting_per_user"] == 5
 
 
 def test_a_site_sets_the_jobs_waiting_per_user_for_the_queue_and_the_hub(monkeypatch):
@@ -208,8 +219,7 @@ def test_a_site_sets_the_jobs_waiting_per_user_for_the_queue_and_the_hub(monkeyp
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("FGPU_JOBS_WAITING_PER_USER", "3")
     config = load_shipped_config()
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    assert "--QueueService.jobs_waiting_per_user=3" in queue["command"]
+    assert handed(config)["jobs_waiting_per_user"] == 3
     assert config.JupyterHub.named_server_limit_per_user.limit == 3 + 2
     assert config.JupyterHub.named_server_limit_per_user.jobs_waiting == 3
     assert config.JupyterHub.concurrent_spawn_limit == (2 + 3) * 200 + 100
@@ -233,9 +243,7 @@ def test_the_queue_ends_a_wait_before_the_hub_gives_up_on_the_start():
     so a request that waits too long ends as the queue's PENDING_TIMEOUT (a reason the student
     sees), never as the hub's bare timeout; both come from one number in the config."""
     config = load_shipped_config()
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    (flag,) = [a for a in queue["command"] if a.startswith("--QueueService.pending_timeout=")]
-    pending_timeout = float(flag.split("=", 1)[1])
+    pending_timeout = handed(config)["pending_timeout"]
     assert pending_timeout > 0
     assert config.Spawner.start_timeout >= pending_timeout + config.Spawner.http_timeout
 
@@ -302,13 +310,13 @@ def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
     assert config.FGPUSwarmSpawner.home_root == "/srv/homes"
     assert config.FGPUSwarmSpawner.endpoint == "host_port"
     assert config.FGPUSwarmSpawner.allow_reachable_sessions is True
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    assert "--QueueService.engine=swarm" in queue["command"]
+    service = handed(config)
+    assert service["engine"] == "swarm"
     # The service looks for a batch job's notebook in the same shared homes.
-    assert "--QueueService.home_root=/srv/homes" in queue["command"]
+    assert service["home_root"] == "/srv/homes"
     # The queue service lists the registry's images with its credentials, over TLS with its CA.
-    assert "--QueueService.registry_auth_file=/lab/registry/nodes-auth.json" in queue["command"]
-    assert "--QueueService.registry_ca=/lab/tls/ca.pem" in queue["command"]
+    assert service["registry_auth_file"] == "/lab/registry/nodes-auth.json"
+    assert service["registry_ca"] == "/lab/tls/ca.pem"
     # No local session bridge is made on the manager: its engine runs no sessions.
     assert "network_name" not in config.FGPUSpawner
 
@@ -335,19 +343,16 @@ def test_a_hub_in_a_container_on_the_overlay_listens_there_and_sessions_reach_it
     (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
     assert queue["url"] == "http://127.0.0.1:10101"
     # No node agent can reach the service's loopback: none unless FGPU_NODE_AGENT_URL names one.
-    assert not [arg for arg in queue["command"] if "node_agent" in arg]
+    assert not [name for name in handed(config) if "node_agent" in name]
     monkeypatch.setenv("FGPU_NODE_AGENT_URL", "https://hub.example.org/services/queue/")
-    (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
-    assert (
-        "--QueueService.node_agent_url=https://hub.example.org/services/queue/" in queue["command"]
-    )
+    service = handed(load_shipped_config())
+    assert service["node_agent_url"] == "https://hub.example.org/services/queue/"
 
 
 def test_single_host_stays_the_default_and_a_bad_engine_is_refused(monkeypatch):
     config = load_shipped_config()
     assert config.JupyterHub.spawner_class == "fgpu"
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    assert "--QueueService.engine=docker" in queue["command"]
+    assert handed(config)["engine"] == "docker"
     monkeypatch.setenv("FGPU_ENGINE", "kubernetes")
     with pytest.raises(SystemExit, match="FGPU_ENGINE must be docker or swarm, not 'kubernetes'"):
         load_shipped_config()
@@ -362,8 +367,7 @@ def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_th
     kept = (state_dir / "fgpu_node_agent_token").read_text().strip()
     assert agents["api_token"] == kept
     assert oct((state_dir / "fgpu_node_agent_token").stat().st_mode & 0o777) == "0o600"
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    assert not [arg for arg in queue["command"] if arg.startswith("--QueueService.node_agent")]
+    assert not [name for name in handed(config) if name.startswith("node_agent")]
     (agents,) = [
         s for s in load_shipped_config().JupyterHub.services if s["name"] == agents["name"]
     ]
@@ -371,15 +375,10 @@ def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_th
 
     monkeypatch.setenv("FGPU_NODE_AGENT_URL", "http://10.213.0.1:8000/services/queue/")
     monkeypatch.setenv("FGPU_SWARM_REGISTRY", "10.213.0.1:5000")
-    (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
-    assert (
-        "--QueueService.node_agent_url=http://10.213.0.1:8000/services/queue/" in queue["command"]
-    )
-    assert (
-        "--QueueService.node_agent_image=10.213.0.1:5000/fgpu/jupyter-base:py3.11"
-        in queue["command"]
-    )
-    assert "--QueueService.node_agent_registry=10.213.0.1:5000" in queue["command"]
+    service = handed(load_shipped_config())
+    assert service["node_agent_url"] == "http://10.213.0.1:8000/services/queue/"
+    assert service["node_agent_image"] == "10.213.0.1:5000/fgpu/jupyter-base:py3.11"
+    assert service["node_agent_registry"] == "10.213.0.1:5000"
 
 
 def culler_of(config) -> dict | None:
@@ -406,9 +405,8 @@ def test_the_idle_culler_runs_as_a_hub_service_with_the_site_timeout(monkeypatch
         "read:servers",
         "delete:servers",
     }
-    (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
-    assert "--QueueService.idle_timeout=3600" in queue["command"]
-    assert "--QueueService.lifetime_warning=600.0" in queue["command"]
+    assert handed(config)["idle_timeout"] == 3600
+    assert handed(config)["lifetime_warning"] == 600.0
 
     monkeypatch.setenv("FGPU_IDLE_TIMEOUT", "900")
     monkeypatch.setenv("FGPU_IDLE_CULL_EVERY", "30")
@@ -435,17 +433,15 @@ def test_a_bad_idle_setting_stops_the_hub_with_a_message(monkeypatch, name, valu
 def test_storage_folders_live_on_the_shared_storage_in_swarm_mode_else_by_default(
     monkeypatch, state_dir
 ):
-    def folders_args():
-        (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
-        return [a for a in queue["command"] if a.startswith("--QueueService.folders_root")]
+    def folders_root():
+        return handed(load_shipped_config()).get("folders_root")
 
-    # The service's own default (relative: its state directory); no path on the command line.
-    assert folders_args() == []
+    # The service's own default (relative: its state directory); no path set.
+    assert folders_root() is None
     monkeypatch.setenv("FGPU_FOLDERS_ROOT", "/data/folders")
-    assert folders_args() == ["--QueueService.folders_root=/data/folders"]
+    assert folders_root() == "/data/folders"
     monkeypatch.delenv("FGPU_FOLDERS_ROOT")
     monkeypatch.setenv("FGPU_SWARM_HOME_ROOT", "/srv/homes")
-    assert folders_args() == ["--QueueService.folders_root=/srv/homes/.folders"]
+    assert folders_root() == "/srv/homes/.folders"
     # Homes on one host are volumes: no home root for the service then.
-    (queue,) = [s for s in load_shipped_config().JupyterHub.services if s["name"] == "queue"]
-    assert not [a for a in queue["command"] if a.startswith("--QueueService.home_root")]
+    assert "home_root" not in handed(load_shipped_config())

@@ -57,16 +57,14 @@ def hub_config(lab: dict) -> str:
 import os
 for service in c.JupyterHub.services:
     if service["name"] == "queue":
-        service["environment"] = {engine!r}
-        service["command"] += [
-            f"--QueueService.node_agent_url=http://{GATEWAY}:{{os.environ['FGPU_HUB_PORT']}}/services/queue/",
-            "--QueueService.node_agent_image={image}",
-            "--QueueService.node_agent_interval={INTERVAL}",
-            "--QueueService.node_agent_registry={lab["FGPU_SWARM_REGISTRY"]}",
-            "--QueueService.registry_auth_file={lab["FGPU_SWARM_REGISTRY_AUTH_FILE"]}",
-            "--QueueService.registry_ca={lab["FGPU_SWARM_REGISTRY_CA"]}",
-            "--QueueService.node_agent_docker_socket={LAB_SOCKET}",
-        ]
+        service["environment"].update({engine!r})
+c.QueueService.node_agent_url = f"http://{GATEWAY}:{{os.environ['FGPU_HUB_PORT']}}/services/queue/"
+c.QueueService.node_agent_image = "{image}"
+c.QueueService.node_agent_interval = {INTERVAL}
+c.QueueService.node_agent_registry = "{lab["FGPU_SWARM_REGISTRY"]}"
+c.QueueService.registry_auth_file = "{lab["FGPU_SWARM_REGISTRY_AUTH_FILE"]}"
+c.QueueService.registry_ca = "{lab["FGPU_SWARM_REGISTRY_CA"]}"
+c.QueueService.node_agent_docker_socket = "{LAB_SOCKET}"
 """
 
 

@@ -16,7 +16,7 @@ import time
 import pytest
 import requests
 
-from .harness import TEST_LABEL, QueueUser, containers_with, running_hub
+from .harness import TEST_LABEL, QueueUser, containers_with, refused_start, running_hub
 from .test_jupyterhub_config import guide_site_recipe
 from .test_storage import run_in, start_session
 
@@ -70,12 +70,7 @@ def test_on_127_0_0_1_any_name_logs_in_and_admin_is_an_admin(hub):
 
 @pytest.mark.hub
 def test_the_demo_login_refuses_to_start_on_a_network_address(tmp_path):
-    with (
-        pytest.raises(RuntimeError, match="the hub exited") as refused,
-        running_hub(tmp_path / "refused", env={"FGPU_HUB_IP": "0.0.0.0"}),
-    ):
-        pass
-    message = str(refused.value)
+    message = refused_start(tmp_path / "refused", env={"FGPU_HUB_IP": "0.0.0.0"})
     assert "Refusing to start: the demo login" in message
     assert "http://0.0.0.0:" in message and "FGPU_DEMO_LOGIN_ON_NETWORK=1" in message
     assert "Traceback" not in message

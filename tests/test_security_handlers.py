@@ -21,7 +21,7 @@ import time
 import pytest
 import requests
 
-from .harness import QueueUser, containers_with, logged_in, running_hub
+from .harness import QueueUser, containers_with, logged_in, refused_start, running_hub
 from .test_image_api import Person
 from .test_queue_service import kill_queue_service
 
@@ -194,12 +194,7 @@ c.JupyterHub.load_roles.append(
 
 
 def test_a_role_with_a_filtered_catalog_scope_stops_the_hub_at_start(tmp_path):
-    with (
-        pytest.raises(RuntimeError, match="the hub exited") as refused,
-        running_hub(tmp_path / "refused", extra_config=FILTERED_CATALOG_ROLE),
-    ):
-        pass
-    message = str(refused.value)
+    message = refused_start(tmp_path / "refused", FILTERED_CATALOG_ROLE)
     assert "Refusing to start: role 'course-a-instructors' grants" in message
     assert "'custom:images:manage!group=course-a'" in message
     assert "does not limit catalog rights to a group" in message

@@ -29,9 +29,7 @@ BALLAST = "1G"
 RECONCILE_INTERVAL = 1.0
 
 FAST_RECONCILER = f"""
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.reconcile_interval={RECONCILE_INTERVAL}")
+c.QueueService.reconcile_interval = {RECONCILE_INTERVAL}
 """
 
 

@@ -29,9 +29,7 @@ from .harness import wait_until as until
 pytestmark = pytest.mark.docker
 OPTIONS = {"image": "python-3.11", "cpu": 0.5, "mem": "512M"}
 FAST_RECONCILER = """
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"].append("--QueueService.reconcile_interval={interval}")
+c.QueueService.reconcile_interval = {interval}
 """
 
 

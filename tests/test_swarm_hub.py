@@ -46,14 +46,10 @@ from .test_security_registry import probe_registry, unreachable
 GPU_SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
 NODE_DOWN_GRACE = 6
 EXTRA_CONFIG = f"""
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"] += [
-            "--QueueService.node_down_grace={NODE_DOWN_GRACE}",
-            "--QueueService.reconcile_interval=1",
-            # The registry is asked which images sessions can run every second.
-            "--QueueService.engine_images_interval=1",
-        ]
+c.QueueService.node_down_grace = {NODE_DOWN_GRACE}
+c.QueueService.reconcile_interval = 1
+# The registry is asked which images sessions can run every second.
+c.QueueService.engine_images_interval = 1
 """
 
 

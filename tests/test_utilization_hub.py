@@ -27,12 +27,8 @@ RESOURCES = ("cpu", "mem", "fgpu")
 # longer than this module runs.
 INTERVAL = 2.0
 FAST_SAMPLES = f"""
-for service in c.JupyterHub.services:
-    if service["name"] == "queue":
-        service["command"] += [
-            "--QueueService.utilization_interval={INTERVAL}",
-            "--QueueService.stats_interval=1",
-        ]
+c.QueueService.utilization_interval = {INTERVAL}
+c.QueueService.stats_interval = 1
 """
 
 

@@ -30,7 +30,9 @@ autodoc_typehints = "none"
 
 html_theme = "pydata_sphinx_theme"
 html_title = "fGPU hub"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+# Long code in table cells (test paths, scopes) wraps, so that tables fit a desktop's width.
+html_css_files = ["fgpu.css"]
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,

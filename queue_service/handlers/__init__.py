@@ -12,6 +12,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `usage`: `api/usage`, the daily usage figures (JSON or CSV);
 - `utilization`: `api/utilization`, the cluster's capacity, allocation and use over time (admins);
 - `health`: `api/health`, the service's health (a status for anyone, the checks for admins);
+- `settings`: `api/settings`, the settings the running service holds (admins);
 - `nodes`: the node agents' `api/nodes/{hostname}/report`, and `api/nodes` for admins;
 - `pages`: the HTML pages and their static files (and the 404 for anything else).
 
@@ -34,6 +35,7 @@ from . import (
     resources,
     session_logs,
     sessions,
+    settings,
     usage,
     utilization,
 )
@@ -54,6 +56,7 @@ def routes(prefix: str) -> list:
         *usage.routes(prefix),
         *utilization.routes(prefix),
         *health.routes(prefix),
+        *settings.routes(prefix),
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         *pages.routes(prefix),
     ]
