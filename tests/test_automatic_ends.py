@@ -387,7 +387,7 @@ async def test_one_waiting_request_reclaims_one_idle_session_the_longest_idle(op
     assert (why[0]["why"], why[1]["why"], why[1]["kept_idle"]) == (RECLAIMED, None, True)
 
 
-# --- batch jobs (issue 26): their time limit alone ------------------------------------------------
+# --- batch jobs: their time limit alone ------------------------------------------------
 
 
 async def running_job(manager, time_limit=None, user="alice"):

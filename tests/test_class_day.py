@@ -1,4 +1,4 @@
-"""benchmarks/class_day.py (issue 26): the class-day simulation on the scheduler core. No Docker,
+"""benchmarks/class_day.py: the class-day simulation on the scheduler core. No Docker,
 no hub: a small class (the benchmark's --quick case) on a simulated clock."""
 
 from __future__ import annotations

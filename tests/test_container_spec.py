@@ -260,7 +260,7 @@ def test_mount_options_come_from_the_mount_that_holds_the_path():
     assert mount_options_of("/anything", "") is None
 
 
-# --- a session's own environment variables (issue 22) ----------------------------------------
+# --- a session's own environment variables ----------------------------------------
 
 
 def test_a_sessions_own_env_is_set_but_never_replaces_the_hubs():
@@ -286,7 +286,7 @@ def test_every_variable_the_builder_sets_is_one_a_session_may_not_set(mode):
     assert sorted(name for name in env if not reserved(name)) == []
 
 
-# --- batch jobs (issue 26) -------------------------------------------------------------------------
+# --- batch jobs -------------------------------------------------------------------------
 
 
 def test_a_batch_job_is_labelled_batch_and_gets_its_job_in_env():

@@ -1,4 +1,4 @@
-"""Issue 13, history, against the real hub, service and containers: ended sessions with their end
+"""History, against the real hub, service and containers: ended sessions with their end
 codes in `GET sessions?finished=1`, and their named servers removed from the hub."""
 
 from __future__ import annotations

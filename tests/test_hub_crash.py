@@ -1,4 +1,4 @@
-"""After the whole hub is SIGKILLed mid-queue, the line moves at once (issue 23, item 9), on a
+"""After the whole hub is SIGKILLed mid-queue, the line moves at once, on a
 real hub and engine: the waiting request's spawn died with the hub, and the next service issues
 it again in its first round rather than after `respawn_grace`, so a release starts it by itself.
 The grace is set far beyond the test here (an hour), so only the new rule can start it; the

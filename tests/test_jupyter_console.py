@@ -1,7 +1,7 @@
 """JupyterLab and Notebook 7 in a real session, in Debian's Chromium: what their pages log.
 
 A page that throws on load, or warns that settings failed to load, hides the messages a student
-or an admin needs when something is really wrong (issue 22, item 7). JupyterLab must log nothing;
+or an admin needs when something is really wrong. JupyterLab must log nothing;
 Notebook's pages only what its own front end logs on any install (listed below, with why), so that
 anything new (an extension's plugin throwing, a settings schema failing) fails here.
 """
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 EVERY_PAGE = [re.compile(r"^\[\.WebGL-\w+\]GL Driver Message ")]
 # Notebook 7.6.5's own front end (the JupyterLab 4.6.6 plugins it bundles) logs these on a clean
 # install, with overrides.json removed and with every extension of ours disabled alike: they are
-# races in upstream code, not this image's settings or extensions (issue 22, item 7).
+# races in upstream code, not this image's settings or extensions.
 NOTEBOOK_PAGES = EVERY_PAGE + [
     # jupyter/notebook#7862: the shortcuts plugin's pluginChanged handler reads its own settings
     # (registry.plugins[shortcuts.id].schema) when docmanager-extension:plugin's settings arrive

@@ -1,4 +1,4 @@
-"""Issue 22's details, checked without a hub: one way to show sizes (fgpu.js's `size` in Debian's
+"""The pages' details, checked without a hub: one way to show sizes (fgpu.js's `size` in Debian's
 Chromium beside fgpu_shared.units.format_size), the demo login's note under its password field,
 and where a login lands (fgpu_spawner/landing.py). The pages themselves: tests/test_pages.py."""
 

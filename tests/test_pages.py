@@ -454,7 +454,7 @@ def test_launch_dialog_warns_before_a_request_that_can_never_start(gpu_hub, page
     )
 
 
-# -- the Finished tab (issue 13, history) ---------------------------------------------------------
+# -- the Finished tab (history) ------------------------------------------------------------------
 
 
 def test_finished_tab_lists_ended_sessions_with_their_reasons_and_admins_filter_it(gpu_hub, pages):
@@ -536,7 +536,7 @@ def test_a_slow_answer_to_an_older_read_never_replaces_the_filtered_list(gpu_hub
     expect(page.locator(f'#fgpu-finished tbody tr[data-user="{fay.name}"]')).to_have_count(1)
 
 
-# -- issue 22: confirm before destroying, land where the work is, the details a student sees -----
+# -- confirm before destroying, land where the work is, the details a student sees -----
 
 
 def test_stop_asks_first_and_nothing_stops_until_confirmed(gpu_hub, pages):
@@ -643,7 +643,7 @@ def test_a_login_lands_on_the_sessions_page_and_a_followed_link_still_wins(gpu_h
     assert "services/queue" not in other.url
 
 
-# -- issue 22, item 6: at a quota, the pages say which one -----------------------------------
+# -- at a quota, the pages say which one -----------------------------------
 
 
 def fgpu_text(value: float) -> str:

@@ -1,4 +1,4 @@
-"""Presets, names and env against a real hub (issue 22, item 5): `GET api/presets`, `POST
+"""Presets, names and env against a real hub: `GET api/presets`, `POST
 api/sessions` and the hub's own `POST /hub/api/users/{name}/servers/{server}` taking the same
 options, each bad value answered with a 4xx and a message and nothing left behind."""
 

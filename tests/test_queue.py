@@ -769,7 +769,7 @@ async def test_a_fresh_grant_is_not_reclaimed_in_a_timezone_east_of_utc(
     assert status == Status.SCHEDULED
 
 
-# -- issue 11 item 7: nothing leaks, nothing starts by itself ----------------------------------
+# -- nothing leaks, nothing starts by itself ----------------------------------
 
 
 async def test_a_repeated_submit_with_the_same_key_returns_the_same_record(manager):
@@ -913,7 +913,7 @@ async def test_a_pass_wakes_only_the_waiters_whose_record_changed(open_manager):
     assert ended["status"] == Status.TERMINATED  # an ended record is still read (from memory)
 
 
-# -- issue 11 item 10: a launch records its sessions first -------------------------------------
+# -- a launch records its sessions first -------------------------------------
 
 
 def keyed(n: int, **asked) -> dict:
@@ -1000,7 +1000,7 @@ async def test_a_new_inventory_waits_for_the_pass_in_progress(manager):
     assert manager.nodes == []
 
 
-# -- issue 12: a pass considers again only the requests a change concerns ----------------------
+# -- a pass considers again only the requests a change concerns ----------------------
 
 GROUPS_OF_NODES = {
     "a": [("a1", 2), ("a2", 1)],
@@ -1177,7 +1177,7 @@ async def test_a_record_changed_outside_is_read_again_before_a_pass_changes_it(m
     assert gpu_use(manager.sessions()) == {GPU: 0.5}
 
 
-# --- batch jobs (issue 26) -------------------------------------------------------------------------
+# --- batch jobs -------------------------------------------------------------------------
 
 
 def job_of(command: str = "python train.py") -> str:

@@ -184,7 +184,7 @@ async def test_a_session_that_starts_while_the_engine_lists_is_not_taken_for_los
     assert len(containers_with({SESSION_LABEL: session["id"]})) == 1
 
 
-# -- issue 11 item 7: nothing leaks, nothing starts by itself ----------------------------------
+# -- nothing leaks, nothing starts by itself ----------------------------------
 
 DEPLOYMENT = "this-hub"
 

@@ -1,4 +1,4 @@
-"""Which requests a pass considers again (issue 12: a release reaches the next grant at once
+"""Which requests a pass considers again (a release reaches the next grant at once
 with thousands waiting elsewhere)."""
 
 from __future__ import annotations

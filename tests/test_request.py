@@ -155,7 +155,7 @@ def test_non_object_options_are_refused():
         parse_request(["cpu"], LIMITS, CATALOG)
 
 
-# -- issue 11, item 10: a launch's start names the queue record made for it ---------------------
+# -- a launch's start names the queue record made for it ---------------------
 
 
 def test_a_request_key_names_the_queue_record_of_the_start():
@@ -175,7 +175,7 @@ def test_a_malformed_request_key_is_refused(key):
         parse_request({"image": "base", "request_key": key}, LIMITS, CATALOG)
 
 
-# -- issue 22, item 5: presets, names and environment variables -------------------------------
+# -- presets, names and environment variables -------------------------------
 
 PRESETS = [
     {"name": "CPU small", "cpu": 1, "mem": GIB, "fgpu": 0, "available": True, "reason": ""},
@@ -220,7 +220,7 @@ def test_env_is_checked_and_kept_in_order():
         parse_request({"image": "sk", "env": {"CUDA_VISIBLE_DEVICES": "0"}}, LIMITS, CATALOG)
 
 
-# --- batch jobs (issue 26) -------------------------------------------------------------------------
+# --- batch jobs -------------------------------------------------------------------------
 
 
 def test_a_batch_launch_carries_its_jobs_canonical_text():

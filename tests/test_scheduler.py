@@ -181,7 +181,7 @@ def test_a_spanning_request_waiting_says_how_many_gpus_it_needs():
 
 
 def test_a_request_of_one_whole_gpu_says_so_in_the_singular():
-    # 1 fGPU at 1 unit per GPU is one whole GPU: not "spans 1 GPUs" (issue 22, item 7).
+    # 1 fGPU at 1 unit per GPU is one whole GPU: not "spans 1 GPUs".
     nodes = [node("a", gpus=1)]
     result = schedule(nodes, [held("x", "a", {"a-gpu0": 0.5}, 0.5)], [req("r", fgpu=1)])
     assert result.waiting["r"].reason == "waiting for 1 fGPU, which needs a whole GPU; none is free"

@@ -1,4 +1,4 @@
-"""A user deleted and created again under the same name is a new account (issue 23, item 7), on a
+"""A user deleted and created again under the same name is a new account, on a
 real hub: the old account's finished sessions, usage figures and budget use are not the new
 account's, while admins still read them by name. (Homes and private images: test_security_auth.)
 """

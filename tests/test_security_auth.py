@@ -1,4 +1,4 @@
-"""Logins a site can trust (issue 11, item 9), against a real hub.
+"""Logins a site can trust, against a real hub.
 
 - The demo login is for 127.0.0.1: on any other address the hub refuses to start and says why,
   unless the admin says so explicitly; on 127.0.0.1 any name gets in and `admin` is an admin.

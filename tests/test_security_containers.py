@@ -1,4 +1,4 @@
-"""Issue 11, item 6: a session container is hardened. Checked inside real sessions of a real hub.
+"""A session container is hardened. Checked inside real sessions of a real hub.
 
 Threat model: a student with a terminal in their session tries to become root, to reach another
 student's server, to fill the engine's disk, or to shed their GPU limits.

@@ -1,4 +1,4 @@
-"""The demo login only behind the loopback public address (issue 23, item 6), on a real hub.
+"""The demo login only behind the loopback public address, on a real hub.
 
 The hub's own port (`hub_ip:hub_port`: the session network's gateway on one host) serves
 `/hub/login` and the token API as well, and every session reaches it. A container on the session

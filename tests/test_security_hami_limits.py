@@ -1,4 +1,4 @@
-"""Issue 23, section 4: HAMi-core's limits come from the process environment.
+"""HAMi-core's limits come from the process environment.
 
 Threat model: a student in a `hami` session wants more of the GPU than the grant: by launching
 with HAMi-core's variables, by making their first CUDA process create the session's usage region

@@ -1,4 +1,4 @@
-"""HAMi-core's lock file under `/tmp` (issue 23, item 4): the spawner and `scripts/gpu-node` make
+"""HAMi-core's lock file under `/tmp`: the spawner and `scripts/gpu-node` make
 `LOCK_DIR/lock` mode 0666, and must never do it through a link another local user planted there
 (`/tmp/vgpulock/lock -> /etc/ld.so.preload` would give everyone a writable preload file, then
 root). The planted links here point at temporary files, never at a real system file: the target

@@ -1,9 +1,9 @@
 """The service's one door (handlers/base.py), tried as an attacker would: cross-site requests, narrow
 tokens, filtered scopes, huge bodies and wrong content types, against the real hub and service.
 
-Issue 11, items 1 (cross-site requests), 4 (admin powers follow the token's scopes), 8 (bounded work
-per request, the cookie secret), 10 (a launch answers at once, and its request keys cannot be
-turned against another's record) and 11 (one handler layer).
+Cross-site requests, admin powers that follow the token's scopes, bounded work per request, the
+cookie secret, a launch that answers at once and whose request keys cannot be turned against
+another's record, and one handler layer.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Swarm home folders on shared storage are their owner's only (issue 23, section 5): every
+"""Swarm home folders on shared storage are their owner's only: every
 session runs as the same uid:gid (`run_as`), so a group or other bit would let any account of
 that gid on a node or storage client read every student's home."""
 

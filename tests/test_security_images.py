@@ -1,4 +1,4 @@
-"""Issue 11, private images (items 2 and 5), against a real hub, service and dockerd.
+"""Private images, against a real hub, service and dockerd.
 
 - Saving a session as an image must not end it, nor pause it: the commit copies the container
   while it runs (a paused commit once froze a session for good), and no reconciler pass meanwhile

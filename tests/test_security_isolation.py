@@ -1,5 +1,5 @@
 """Sessions cannot reach one another in the shipped Swarm configuration, whatever is left at its
-default (issue 23, section 5). A host-mode port is published on every address of its node, and
+default. A host-mode port is published on every address of its node, and
 an overlay has no `icc` switch: only an overlay per session, joined by the hub's container, keeps
 sessions apart; anything else starts only when the site says it accepts it. The lab test that
 one session cannot reach another's server in that default is

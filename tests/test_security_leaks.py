@@ -1,4 +1,4 @@
-"""Issue 11, item 7: nothing leaks, nothing starts by itself. Against real hubs and the real engine.
+"""Nothing leaks, nothing starts by itself. Against real hubs and the real engine.
 
 - the queue service ends with its hub, even when the hub is killed, and the next one takes over;
 - the service starts while the engine is down, refuses spawns at once with a 503 that says why,

@@ -1,4 +1,4 @@
-"""Issue 11, item 3: one student cannot hold the hub.
+"""One student cannot hold the hub.
 
 Against the real hub with the shipped limits (the `hub` fixture loads jupyterhub_config.py): per
 user at most 3 sessions running and 2 waiting in the queue, at most 5 named servers running or

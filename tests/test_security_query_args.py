@@ -1,5 +1,5 @@
 """Every query parameter of every endpoint, fuzzed against the real hub and service: a bad or
-extreme value is a 4xx with a message, never a 500 (issue 23, item 8).
+extreme value is a 4xx with a message, never a 500.
 
 The endpoints and their parameters come from the service's own route table
 (`queue_service.handlers.routes`, each handler's `query_arguments`), so a new endpoint or parameter

@@ -1,4 +1,4 @@
-"""Issue 23 §1: the registry the nodes pull from, on the run's Swarm lab (tests/swarm_lab.py).
+"""The registry the nodes pull from, on the run's Swarm lab (tests/swarm_lab.py).
 
 The lab's registry is kept as a site keeps its own (scripts/swarm-lab;
 docs/source/howto/adding-nodes.md, "The registry"): every pull and push wants the one user's

@@ -1,4 +1,4 @@
-"""The hub's own spawn form follows the launch dialog's rules (issue 22, item 5), in Debian's
+"""The hub's own spawn form follows the launch dialog's rules, in Debian's
 Chromium against a real hub of one simulated GPU holding 2 fGPU: its fGPU slider stops at what
 the cluster can ever grant (not the site's 4 per session), its presets launch sessions of the
 preset's slots, and asking more than is free now says that the session will wait, and for what."""

@@ -416,7 +416,7 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(
 ):
     """An admin adds an image that the manager holds (and checks) but the registry does not: no
     node could pull it, so students are not offered it; once it is pushed, they are. Its tag then
-    moved behind the hub's back (issue 23: a student's push of a backdoored image), the next
+    moved behind the hub's back (a student's push of a backdoored image), the next
     session still runs the image whose digest was recorded."""
     manager, registry = swarm_hub.lab.manager(), swarm_hub.lab.env["FGPU_SWARM_REGISTRY"]
     name, reference = f"unpushed-{secrets.token_hex(3)}", f"fgpu/unpushed:{secrets.token_hex(3)}"

@@ -1,5 +1,5 @@
-"""Every configurable trait's help ends with an example a site can copy, as KubeSpawner's do
-(issue 24): an `Example::` literal block that sets `c.<Class>.<trait>`, valid Python, with a
+"""Every configurable trait's help ends with an example a site can copy, as KubeSpawner's do:
+an `Example::` literal block that sets `c.<Class>.<trait>`, valid Python, with a
 value other than the default. The reference page (docs/source/reference/configuration.md)
 renders these helps as reStructuredText."""
 
