@@ -21,7 +21,7 @@ from fgpu_admin.cli import main
 from queue_service.store import state_dir
 from queue_service.store.db import alembic_config
 
-from .harness import VENV_BIN
+from .harness import VENV_BIN, wait_until
 from .hub_state import file_modes, fill_home_volume, make_hub_state
 
 pytestmark = [pytest.mark.docker]
@@ -138,6 +138,9 @@ def test_a_backup_while_the_hub_writes_is_consistent(tmp_path, monkeypatch, caps
     writer = threading.Thread(target=write)
     writer.start()
     try:
+        # The backup starts once the writer is writing (on a loaded machine the thread may not
+        # have run yet), so that it always copies while another connection goes on writing.
+        wait_until(lambda: written, 30, "the writer's first row")
         code, out, _ = backup(capsys)
     finally:
         stop.set()
