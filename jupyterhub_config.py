@@ -331,9 +331,6 @@ if node_agent_url:
         c.QueueService.node_agent_docker_socket = os.environ["FGPU_NODE_AGENT_SOCKET"]
 if folders_root != DEFAULT_FOLDERS_ROOT:
     c.QueueService.folders_root = folders_root
-# The homes as the spawner makes them, where the service looks for a batch job's notebook before
-# queueing it: the shared home root in Swarm mode (c.FGPUSwarmSpawner.home_root), the home
-# volumes on one host (c.FGPUSpawner.home_volume); the service takes the spawner's.
 # The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a
 # shell's `cmd &` (scripts/up in the background) passes SIGINT on ignored, and the culler, which
 # sets no handler of its own, would hold every shutdown up for those 10 s. So it gets Python's

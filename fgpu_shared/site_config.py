@@ -54,23 +54,11 @@ def service_config_text(config: Config) -> str:
     shared settings and the session limits taken from the spawner's sections."""
     own = {name: _plain(f"c.{SERVICE}.{name}", value) for name, value in config[SERVICE].items()}
     limits = dict(own.get("session_limits") or {})
-    for name, sections in [*SHARED.items(), *((n, SPAWNER_SECTIONS) for n in LIMITS)]:
-        spawner = _spawner_value(config, name, sections)
-        if spawner is None:
-            continue
-        target = limits if name in LIMITS else own
-        section, value = spawner
-        if name in target and target[name] != value:
-            where = (
-                f"c.{SERVICE}.session_limits[{name!r}]"
-                if target is limits
-                else f"c.{SERVICE}.{name}"
-            )
-            raise SiteConfigError(
-                f"{where} = {target[name]!r} and c.{section}.{name} = {value!r} differ: set it"
-                f" once, as c.{section}.{name} (the spawner and the queue service read it)"
-            )
-        target[name] = value
+    for name, sections in SHARED.items():
+        _take_spawners(config, name, sections, own, f"c.{SERVICE}.{name}")
+    for name in LIMITS:
+        where = f"c.{SERVICE}.session_limits[{name!r}]"
+        _take_spawners(config, name, SPAWNER_SECTIONS, limits, where)
     if limits:
         own["session_limits"] = limits
     return json.dumps({SERVICE: own})
@@ -81,13 +69,20 @@ def service_config(text: str) -> Config:
     return Config(json_object(text, ENV, SiteConfigError))
 
 
-def _spawner_value(config: Config, name: str, sections) -> tuple[str, object] | None:
-    found = None
-    for section in sections:
-        if section in config and name in config[section]:
-            value = config[section][name]
-            found = (section, _plain(f"c.{section}.{name}", value))
-    return found
+def _take_spawners(config: Config, name: str, sections, target: dict, where: str) -> None:
+    """Put the spawner's `name` (the last of `sections` that sets it) in `target`, where the
+    service's own value, `where`, may only be the same."""
+    found = [s for s in sections if s in config and name in config[s]]
+    if not found:
+        return
+    section = found[-1]
+    value = _plain(f"c.{section}.{name}", config[section][name])
+    if name in target and target[name] != value:
+        raise SiteConfigError(
+            f"{where} = {target[name]!r} and c.{section}.{name} = {value!r} differ: set it"
+            f" once, as c.{section}.{name} (the spawner and the queue service read it)"
+        )
+    target[name] = value
 
 
 def _plain(where: str, value):

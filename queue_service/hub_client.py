@@ -89,13 +89,10 @@ class HubClient:
         """(user, server name) of every server the hub runs, starts or stops this moment."""
         return await self._servers_in("active", page)
 
-    async def ready_servers(self, page: int = 200) -> set[tuple[str, str]]:
-        """(user, server name) of every server that is up and running this moment: with
-        thousands of spawns waiting in the queue, a listing of these stays short."""
-        return await self._servers_in("ready", page)
-
     async def ready_server_starts(self, page: int = 200) -> dict[tuple[str, str], str | None]:
-        """When (ISO text) each ready server was started, by (user, server name)."""
+        """When (ISO text) each server that is up and running this moment was started, by (user,
+        server name): with thousands of spawns waiting in the queue, a listing of these stays
+        short."""
         return {
             key: server.get("started")
             async for key, server in self._servers_of_users_in("ready", page)

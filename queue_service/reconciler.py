@@ -159,7 +159,7 @@ class Reconciler:
         except (HubError, OSError) as e:
             self._say("cannot list the hub's servers (%s); checking again later", e)
             return
-        await self._stop_unlisted(active, running, set(started))
+        await self._stop_unlisted(active, running, started)
         await stop_ghosts(self.hub, self.manager, running, started, self.ghost_grace, self._say)
 
     async def _adopt_orphans(self, running: dict) -> None:
@@ -176,9 +176,9 @@ class Reconciler:
             adopted = await self.manager.adopt(sessions, ADOPTED_REASON)
             self._say("sessions with no record, adopted from their labels: %s", adopted)
 
-    async def _stop_unlisted(self, active, running: dict, listed: set) -> None:
+    async def _stop_unlisted(self, active, running: dict, listed) -> None:
         """Stop the containers of RUNNING sessions that the hub has stopped or never knew
-        (`listed`: the servers the hub has ready)."""
+        (`listed`: the servers the hub has ready, by (user, server name))."""
         now = time.time()
         candidates = [
             r

@@ -295,16 +295,13 @@ async def test_an_engine_that_does_not_answer_stops_grants_until_it_does(
 
 class HubListing:
     """Stands in for the hub's REST API: which servers the hub has ready
-    (HubClient.ready_servers), and which others it still starts or stops (in `user_now`)."""
+    (HubClient.ready_server_starts), and which others it still starts or stops (in `user_now`)."""
 
     def __init__(self, servers: set, starting: set = frozenset(), stopping: set = frozenset()):
         self.servers, self.starting, self.stopping = servers, starting, stopping
         # When each ready server was started (ISO text); an hour ago unless set.
         self.started: dict = {}
         self.stopped: list = []
-
-    async def ready_servers(self) -> set:
-        return self.servers
 
     async def ready_server_starts(self) -> dict:
         an_hour_ago = datetime.fromtimestamp(time.time() - 3600, UTC).isoformat()
