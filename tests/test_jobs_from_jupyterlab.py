@@ -123,6 +123,11 @@ def test_a_notebook_job_created_from_the_jupyterlab_file_browser_runs_in_the_que
     page.click('.lm-MenuBar-itemLabel:text-is("File")')
     expect(in_file_menu).to_have_class(re.compile(r"lm-mod-disabled"))
     page.keyboard.press("Escape")
+    # The executed copy sorts just before train.ipynb: once the listing shows it, the rows stay
+    # put, and the double click cannot land on the copy's row as it moves in.
+    copy_name = copy.inner_text().rsplit("/", 1)[-1]
+    listed = page.locator(".jp-DirListing-item", has_text=copy_name)
+    expect(listed).to_be_visible(timeout=60_000)
     item.dblclick()
     expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=60_000)
     page.click('.lm-MenuBar-itemLabel:text-is("File")')
