@@ -265,11 +265,11 @@ build_images = os.environ.get("FGPU_BUILD_IMAGES", "1") != "0"
 # more, or change these); the hub hands them to the service as it starts it, with the settings
 # both sides share from the spawner's lines (units_per_gpu, deployment_id, the session limits,
 # idle_timeout...: fgpu_shared/site_config.py).
-c.QueueService.simulated_gpus = simulated_gpus
+c.DockerEngine.simulated_gpus = simulated_gpus
 c.QueueService.catalog_path = catalog_path
 c.QueueService.user_quota = user_quota
 c.QueueService.presets = site_presets
-c.QueueService.engine = engine
+c.QueueService.engine_class = engine
 c.QueueService.pending_timeout = pending_timeout
 c.QueueService.jobs_waiting_per_user = jobs_waiting_per_user
 # Sessions are told their planned end through the proxy (the status bar's time left).
@@ -317,18 +317,18 @@ node_agent_url = os.environ.get("FGPU_NODE_AGENT_URL") or (
     f"{queue_url}/services/queue/" if engine == "swarm" and not hub_container else ""
 )
 if node_agent_url:
-    c.QueueService.node_agent_url = node_agent_url
+    c.SwarmEngine.node_agent_url = node_agent_url
     if os.environ.get("FGPU_SWARM_REGISTRY"):  # the nodes pull the agent's image from there
-        c.QueueService.node_agent_image = (
+        c.SwarmEngine.node_agent_image = (
             f"{os.environ['FGPU_SWARM_REGISTRY']}/fgpu/jupyter-base:py3.11"
         )
-        c.QueueService.node_agent_registry = os.environ["FGPU_SWARM_REGISTRY"]
+        c.SwarmEngine.node_agent_registry = os.environ["FGPU_SWARM_REGISTRY"]
         # Its CA: the service lists the registry's images with it (and with the credentials,
         # c.FGPUSwarmSpawner.registry_auth_file, which it hands to the nodes with the agent).
         if os.environ.get("FGPU_SWARM_REGISTRY_CA"):
-            c.QueueService.registry_ca = os.environ["FGPU_SWARM_REGISTRY_CA"]
+            c.SwarmEngine.registry_ca = os.environ["FGPU_SWARM_REGISTRY_CA"]
     if os.environ.get("FGPU_NODE_AGENT_SOCKET"):  # each node's engine socket (a Swarm template)
-        c.QueueService.node_agent_docker_socket = os.environ["FGPU_NODE_AGENT_SOCKET"]
+        c.SwarmEngine.node_agent_docker_socket = os.environ["FGPU_NODE_AGENT_SOCKET"]
 if folders_root != DEFAULT_FOLDERS_ROOT:
     c.QueueService.folders_root = folders_root
 # The hub stops its services with SIGINT, and with SIGTERM only 10 s later; a hub started by a

@@ -4,7 +4,9 @@ A site writes its whole configuration as `c.` lines in `jupyterhub_config.py` (t
 page, contract 2), the queue service's (`c.QueueService.…`) included. The service is a process
 of its own that reads no config file: running the hub's files again would repeat what they do
 (the session network, tokens, database checks). So the hub, as it starts the service, hands it
-the part of its merged config the service reads, as JSON in the environment variable `ENV`
+the part of its merged config the service reads (its own section and its engine backend's:
+`c.DockerEngine.…`, `c.SwarmEngine.…`, any section whose name ends in `Engine`, and
+`c.EngineBackend.…`), as JSON in the environment variable `ENV`
 (`service_config_text`; its `services` entry asks for it with `FROM_HUB`:
 fgpu_spawner/managed_services.py), and the service loads it before its command line, which still wins
 (`service_config`).
@@ -30,6 +32,10 @@ ENV = "FGPU_SITE_CONFIG"
 #: The value of `ENV` in a `services` entry that asks the hub for the settings.
 FROM_HUB = "from-the-hub"
 SERVICE = "QueueService"
+#: The sections of the engine backends (queue_service/engine/backend.py): a backend's class name
+#: ends in this, and their common base is `EngineBackend`.
+ENGINE_SUFFIX = "Engine"
+ENGINE_BASE = "EngineBackend"
 #: Settings of the service whose one source is a spawner section, with the sections that set
 #: them, the more specific last (a Swarm hub's FGPUSwarmSpawner inherits c.FGPUSpawner's).
 SHARED = {
@@ -61,7 +67,16 @@ def service_config_text(config: Config) -> str:
         _take_spawners(config, name, SPAWNER_SECTIONS, limits, where)
     if limits:
         own["session_limits"] = limits
-    return json.dumps({SERVICE: own})
+    return json.dumps({SERVICE: own, **_engine_sections(config)})
+
+
+def _engine_sections(config: Config) -> dict:
+    """The engine backends' sections of `config`, as JSON holds them."""
+    return {
+        section: {name: _plain(f"c.{section}.{name}", value) for name, value in values.items()}
+        for section, values in config.items()
+        if section.endswith(ENGINE_SUFFIX) or section == ENGINE_BASE
+    }
 
 
 def service_config(text: str) -> Config:

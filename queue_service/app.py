@@ -27,7 +27,6 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
-from jupyterhub.traitlets import ByteSpecification
 from sqlalchemy.exc import OperationalError
 from tornado import web
 from traitlets import (
@@ -45,34 +44,27 @@ from traitlets import (
 from traitlets.config import Application
 
 from fgpu_shared import site_config
-from fgpu_shared.registry_auth import RegistryAuthError, log_in, read_registry_auth
+from fgpu_shared.registry_auth import RegistryAuthError, read_registry_auth
 from fgpu_shared.units import parse_amount, parse_size
 from image_catalog import load_catalog
 from image_catalog.build import heavy_names
 from image_catalog.launch_options import SESSION_LIMITS
 from queue_service import handlers
 from queue_service.core import resource_model
-from queue_service.core.errors import Refusal
 from queue_service.core.presets import parse_presets
 from queue_service.engine import inventory
-from queue_service.engine.backend import EngineBackend
+from queue_service.engine.backend import (
+    ENTRY_POINTS,
+    SHIPPED,
+    EngineBackend,
+    EngineClass,
+    ServiceHooks,
+)
 from queue_service.engine.client import Engine
 from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
-from queue_service.engine.docker_backend import DockerBackend
-from queue_service.engine.frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
-from queue_service.engine.node_agent_deploy import (
-    TOKEN_FILE,
-    AgentSettings,
-    deploy_node_agents,
-    node_agent_token,
-    pinned_image,
-    rotate_node_key,
-)
 from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
 from queue_service.engine.node_identity import NodeIdentity
 from queue_service.engine.node_reports import NodeReports
-from queue_service.engine.stats import StatsSampler
-from queue_service.engine.swarm_backend import SwarmBackend
 from queue_service.folders import Folders
 from queue_service.store.db import open_database
 from queue_service.store.db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
@@ -93,7 +85,7 @@ from .health import HealthMonitor, containers_check, node_daemons_check, select_
 from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
 from .job_ends import JobEnds
-from .job_files import HomeSettings, JobFiles, inspect_volume_with
+from .job_files import HomeSettings, JobFiles
 from .jobs import JOBS_WAITING_PER_USER, JobRules
 from .launches import Launcher
 from .queue import QueueManager
@@ -132,6 +124,11 @@ def scheduler_node(node: inventory.NodeInfo) -> resource_model.Node:
         node.mem,
         tuple(resource_model.Gpu(gpu.uuid, gpu.memory_bytes, gpu.sm_count) for gpu in gpus),
     )
+
+
+def settings_of(configurable, names) -> dict:
+    """The settings `names` as `configurable` holds them, as JSON (a class as its name)."""
+    return json.loads(json.dumps({n: getattr(configurable, n) for n in sorted(names)}, default=str))
 
 
 def _session_limit(key: str, value):
@@ -223,77 +220,23 @@ class QueueService(Application):
             c.FGPUSpawner.units_per_gpu = 4
         """,
     )
-    simulated_gpus = Unicode(
-        "",
+    engine_class = EngineClass(
+        SHIPPED["docker"],
+        klass=EngineBackend,
+        entry_point_group=ENTRY_POINTS,
         config=True,
         help="""
-        Simulated GPUs for hosts without any, e.g. "2x8GiB". Empty reads the real ones (NVML).
+        Where sessions run, as the engine backend that handles them: `docker`, the one engine
+        DOCKER_HOST names (single host; `c.DockerEngine.…` configures it); `swarm`, the Docker
+        Swarm whose manager DOCKER_HOST names (`c.SwarmEngine.…`). In Swarm mode the nodes, their
+        resource groups and GPUs come from the Swarm's node labels, read again every reconciler
+        round, so a node that joins, drains or goes down changes what the queue places. Another
+        backend is a class (or its import name, or the name of an entry point of the
+        `fgpu_hub.engines` group): docs/source/reference/engines.md.
 
         Example::
 
-            c.QueueService.simulated_gpus = "4x16GiB"
-        """,
-    )
-    engine = CaselessStrEnum(
-        ["docker", "swarm"],
-        default_value="docker",
-        config=True,
-        help="""
-        Where sessions run: `docker`, the one engine DOCKER_HOST names (single host); `swarm`, the
-        Docker Swarm whose manager DOCKER_HOST names. In Swarm mode the nodes, their resource
-        groups and GPUs come from the Swarm's node labels (`inventory.swarm_nodes`), read again
-        every reconciler round, so a node that joins, drains or goes down changes what the queue
-        places; sessions are services (`session_services.py`).
-
-        Example::
-
-            c.QueueService.engine = "swarm"
-        """,
-    )
-    node_down_grace = Float(
-        30.0,
-        config=True,
-        help="""
-        Swarm mode: seconds a node may be down before its sessions end as lost and their slices
-        are given back. A node that is back sooner (a reboot of the engine, a network blip) keeps
-        its sessions. Waiting requests go to the other nodes at once either way.
-
-        Example::
-
-            c.QueueService.node_down_grace = 120
-        """,
-    )
-    resource_group = Unicode(
-        "default",
-        config=True,
-        help="""
-        Resource group of this node.
-
-        Example::
-
-            c.QueueService.resource_group = "gpu-a100"
-        """,
-    )
-    reserve_cpu = Float(
-        0.0,
-        config=True,
-        help="""
-        CPU cores of the node kept back from sessions.
-
-        Example::
-
-            c.QueueService.reserve_cpu = 2
-        """,
-    )
-    reserve_mem = ByteSpecification(
-        "512M",
-        config=True,
-        help="""
-        Memory of the node kept back from sessions (bytes or 1G...).
-
-        Example::
-
-            c.QueueService.reserve_mem = "4G"
+            c.QueueService.engine_class = "swarm"
         """,
     )
     policy = CaselessStrEnum(
@@ -611,19 +554,6 @@ class QueueService(Application):
             c.QueueService.reconcile_interval = 10
         """,
     )
-    thaw_frozen_after = Float(
-        THAW_AFTER_SECONDS,
-        config=True,
-        help="""
-        Seconds a session container may stay frozen (paused by hand, or a cgroup freezer left
-        frozen) before the service thaws it; each thaw is logged and reported by `api/health`.
-        Single-host mode only: in Swarm mode the containers are on other machines.
-
-        Example::
-
-            c.QueueService.thaw_frozen_after = 300
-        """,
-    )
     remove_ended_servers = Bool(
         True,
         config=True,
@@ -690,18 +620,6 @@ class QueueService(Application):
         Example::
 
             c.QueueService.ghost_grace = 120
-        """,
-    )
-    stats_interval = Float(
-        5.0,
-        config=True,
-        help="""
-        Seconds between two rounds of live stats (one `docker stats` call per running session,
-        and NVML on GPU hosts). Pages and /metrics read the last round and never reach the engine.
-
-        Example::
-
-            c.QueueService.stats_interval = 15
         """,
     )
     utilization_interval = Float(
@@ -802,67 +720,6 @@ class QueueService(Application):
             c.QueueService.node_report_stale = 60
         """,
     )
-    node_agent_url = Unicode(
-        "",
-        config=True,
-        help="""
-        Where node agents reach this service, as seen from a Swarm node: the hub's public URL of
-        the service, e.g. http://10.213.0.1:8000/services/queue/. Set, the service deploys the node
-        agent on the Swarm its engine manages (a global service) at start, and again whenever the
-        agent's code or token changed; empty (single-host mode), no agent is deployed.
-
-        Example::
-
-            c.QueueService.node_agent_url = "https://hub.example.org/services/queue/"
-        """,
-    )
-    node_agent_image = Unicode(
-        "fgpu/jupyter-base:py3.11",
-        config=True,
-        help="""
-        Image that runs the node agent (any with python3; every node must be able to pull it).
-
-        Example::
-
-            c.QueueService.node_agent_image = "registry.example.org:5000/fgpu/jupyter-base:py3.11"
-        """,
-    )
-    node_agent_interval = Float(
-        5.0,
-        config=True,
-        help="""
-        Seconds between two reports of a node agent.
-
-        Example::
-
-            c.QueueService.node_agent_interval = 10
-        """,
-    )
-    node_agent_docker_socket = Unicode(
-        "/var/run/docker.sock",
-        config=True,
-        help="""
-        The engine socket of each node, as the node sees it, bound into its agent. Swarm fills
-        templates in it: in the Swarm lab, where /var/run/docker.sock is the machine's own engine,
-        /var/lib/fgpu-swarm-lab/LAB/nodes/{{.Node.Hostname}}/docker.sock is each node's.
-
-        Example::
-
-            c.QueueService.node_agent_docker_socket = "/run/docker.sock"
-        """,
-    )
-    node_agent_registry = Unicode(
-        "",
-        config=True,
-        help="""
-        The site's registry (host:port) to which node agents push sessions saved as private
-        images, so that any node can start them; empty, nothing is committed through an agent.
-
-        Example::
-
-            c.QueueService.node_agent_registry = "registry.example.org:5000"
-        """,
-    )
     registry_auth_file = Unicode(
         "",
         config=True,
@@ -879,30 +736,6 @@ class QueueService(Application):
             c.FGPUSwarmSpawner.registry_auth_file = "/etc/fgpu-hub/registry-auth.json"
         """,
     )
-    registry_ca = Unicode(
-        "",
-        config=True,
-        help="""
-        CA certificate (PEM) that `node_agent_registry`'s TLS certificate is checked against, for a
-        registry whose certificate no public CA signed (the lab's). Empty: the system's CAs.
-
-        Example::
-
-            c.QueueService.registry_ca = "/etc/fgpu-hub/registry-ca.pem"
-        """,
-    )
-    node_agent_deploy_interval = Float(
-        60.0,
-        config=True,
-        help="""
-        Seconds between two checks that every Swarm node runs its agent, with its own key: a node
-        that joined gets its agent within this time, one that left loses its agent and key.
-
-        Example::
-
-            c.QueueService.node_agent_deploy_interval = 300
-        """,
-    )
     node_credentials_file = Unicode(
         CREDENTIALS_FILE,
         config=True,
@@ -914,19 +747,6 @@ class QueueService(Application):
         Example::
 
             c.QueueService.node_credentials_file = "/var/lib/fgpu-hub/fgpu_node_credentials.json"
-        """,
-    )
-    node_agent_token_file = Unicode(
-        TOKEN_FILE,
-        config=True,
-        help="""
-        File holding the node agents' hub API token (the shipped config declares the
-        `fgpu-node-agent` service with it), made (mode 0600) when missing; relative paths are in
-        the state directory. The service hands it to the agents as a Swarm secret.
-
-        Example::
-
-            c.QueueService.node_agent_token_file = "/var/lib/fgpu-hub/fgpu_node_agent_token"
         """,
     )
     proxy_url = Unicode(
@@ -1016,10 +836,17 @@ class QueueService(Application):
 
     def settings_in_effect(self) -> dict:
         """Every setting as this service holds it, as JSON (a database password hidden)."""
-        names = sorted(QueueService.class_own_traits(config=True))
-        values = {name: getattr(self, name) for name in names}
+        values = settings_of(self, QueueService.class_own_traits(config=True))
         values["db_url"] = safe_url(values["db_url"])
-        return json.loads(json.dumps(values, default=str))
+        return values
+
+    def engine_settings_in_effect(self) -> dict:
+        """The engine backend's class and every setting as it holds them, as JSON."""
+        backend = self.engine_backend
+        return {
+            "class": type(backend).__name__,
+            "settings": settings_of(backend, backend.trait_names(config=True)),
+        }
 
     @validate("session_limits")
     def _known_session_limits(self, proposal) -> dict:
@@ -1121,56 +948,30 @@ class QueueService(Application):
             raise SystemExit(1) from None
 
     def init_engine(self) -> None:
-        """The engine's client, what reads the sessions' usage (stats, node reports), and the
-        backend of the `engine` mode, chosen here once."""
+        """The engine's client and the backend of `engine_class`, made here once: what differs
+        where sessions run is asked of it (engine/backend.py)."""
         # Connected on first use: the service starts, and answers, while the engine is down.
         self.docker = Engine(timeout=30)
         self.container_calls = ContainerCalls(log=self.log)
         self.container_locks = ContainerLocks()
-        self.stats = StatsSampler(
-            self.docker,
-            # A closure: the manager, made later, needs the usage this samples (init_queue).
-            lambda: self.manager.running_ids(),
-            interval=self.stats_interval,
-            read_gpus=not self.simulated_gpus,
-            log=self.log,
-            calls=self.container_calls,
-        )
         self.node_reports = NodeReports(stale_after=self.node_report_stale)
         self.node_credentials = NodeCredentials(self.node_credentials_file)
-        self._agents_lock = asyncio.Lock()
-        self.engine_backend = self.make_engine_backend()
-        # The service reads the freezer of the sessions' containers only where they run here.
-        self.freeze = (
-            FreezeWatch(
-                self.container_calls, self.docker, thaw_after=self.thaw_frozen_after, log=self.log
-            )
-            if self.engine_backend.sessions_here
-            else None
+        hooks = ServiceHooks(
+            # Closures: the manager and the catalog are made later (init_queue, init_images).
+            running_ids=lambda: self.manager.running_ids(),
+            registry_auth=self.registry_auth,
+            image_digests=lambda: {
+                v["image"]: v["digest"] for v in self.images.all() if v["digest"]
+            },
+            deployment_id=self.deployment_id,
+            container_calls=self.container_calls,
+            container_locks=self.container_locks,
+            node_reports=self.node_reports,
+            node_credentials=self.node_credentials,
+            agent_service=self.agent_service,
         )
-
-    def make_engine_backend(self) -> EngineBackend:
-        """The one place the `engine` mode is read: everything else asks the backend."""
-        if self.engine == "swarm":
-            return SwarmBackend(
-                self.docker,
-                self.node_reports,
-                node_down_grace=self.node_down_grace,
-                reserve_cpu=self.reserve_cpu,
-                reserve_mem=self.reserve_mem,
-                registry=self.node_agent_registry,
-                registry_auth=self.registry_auth,
-                registry_ca=self.registry_ca,
-                log=self.log,
-            )
-        return DockerBackend(
-            self.docker,
-            self.stats,
-            resource_group=self.resource_group,
-            simulated_gpus=self.simulated_gpus,
-            reserve_cpu=self.reserve_cpu,
-            reserve_mem=self.reserve_mem,
-        )
+        self.engine_backend = self.engine_class(self.docker, hooks, parent=self)
+        self.freeze = self.engine_backend.freeze_watch()
 
     def init_queue(self) -> None:
         """The queue manager, with its usage budgets (store/usage.py), which file each
@@ -1237,12 +1038,11 @@ class QueueService(Application):
         )
         self.say_mount_flags(root)
         # Where a batch job's notebook is looked for: the storage folders, and the homes.
+        inspect_volume = self.engine_backend.volume_inspector()
         homes = HomeSettings(
-            volume=self.home_volume,
-            root=self.home_root,
-            volumes_here=self.engine_backend.sessions_here,
+            volume=self.home_volume, root=self.home_root, volumes_here=inspect_volume is not None
         )
-        self.job_files = JobFiles(homes, inspect_volume_with(self.docker))
+        self.job_files = JobFiles(homes, inspect_volume)
 
     def say_mount_flags(self, root: str) -> None:
         """Warn when the folders root's mount lacks nosuid,nodev: the sessions' binds of
@@ -1345,12 +1145,13 @@ class QueueService(Application):
         self.health = self._health_monitor()
 
     def _session_notifier(self) -> DockerNotifier | None:
-        if not self.engine_backend.sessions_here:
+        if self.freeze is None:
             return None
         return DockerNotifier(self.docker, self.container_calls, self.container_locks)
 
     def _health_monitor(self) -> HealthMonitor:
         freeze, db = self.freeze, self.db
+        reported = self.engine_backend.reported_nodes()
         return HealthMonitor(
             self.manager,
             self.reconciler,
@@ -1362,11 +1163,7 @@ class QueueService(Application):
                 freeze.thaws() if freeze else [],
             ),
             # Sessions on other nodes: their engines' settings, as the nodes' agents report them.
-            node_daemons=(
-                None
-                if self.engine_backend.sessions_here
-                else lambda: node_daemons_check(self.node_reports.nodes())
-            ),
+            node_daemons=None if reported is None else lambda: node_daemons_check(reported()),
         )
 
     def init_app(self) -> web.Application:
@@ -1375,7 +1172,7 @@ class QueueService(Application):
         prefix = self.service_prefix
         return web.Application(
             handlers.routes(prefix),
-            **handlers.pages.settings(prefix, simulated=bool(self.simulated_gpus)),
+            **handlers.pages.settings(prefix, simulated=self.engine_backend.gpus_simulated),
             manager=self.manager,
             folders=self.folders,
             history=History(self.db),
@@ -1404,13 +1201,14 @@ class QueueService(Application):
             agent_service=self.agent_service,
             node_reports=self.node_reports,
             node_identity=NodeIdentity(self.node_credentials),
-            rotate_node_key=self.rotate_node_key,
-            node_agent_registry=self.node_agent_registry,
+            rotate_node_key=self.engine_backend.rotate_node_key,
+            node_agent_registry=self.engine_backend.commit_registry,
             engine_backend=self.engine_backend,
             health=self.health,
             cookie_secret=self.service_secret,
             end_notice_key=self.end_notice_key,
             settings_in_effect=self.settings_in_effect(),
+            engine_settings_in_effect=self.engine_settings_in_effect(),
         )
 
     async def serve(self) -> None:
@@ -1420,9 +1218,7 @@ class QueueService(Application):
         await asyncio.to_thread(self.look_at_engine_images)
         await listen_when_free(app, url.port or 80, url.hostname, self.log)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
-        if self.node_agent_url:
-            await self.deploy_node_agents()
-            self._agents_task = asyncio.create_task(self.keep_node_agents_deployed())
+        await self.engine_backend.start()
         try:
             await self.reconciler.reconcile()
         except Exception as e:  # the engine is down: the reconciler's rounds try again
@@ -1437,7 +1233,6 @@ class QueueService(Application):
     def start_rounds(self) -> None:
         """Start the rounds `init_rounds` made (the reconciler's own runs in `serve`), and the
         stats, the looks at the engine's images and the background builds."""
-        self._stats_task = asyncio.create_task(self.stats.run())
         if self.remove_ended_servers:
             self._removal_task = asyncio.create_task(
                 self.server_remover.run(self.server_removal_interval)
@@ -1445,11 +1240,9 @@ class QueueService(Application):
         if self.utilization_interval > 0:
             self._utilization_task = asyncio.create_task(self.utilization.run())
         self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))
-        if self.engine_backend.sessions_here:
-            self._job_exits_task = asyncio.create_task(self.job_ends.watch())
-        else:
-            # A Swarm reports no task events: the jobs' tasks are looked at every second.
-            self._job_exits_task = asyncio.create_task(self.job_ends.look())
+        self._job_exits_task = asyncio.create_task(
+            self.engine_backend.watch_job_exits(self.job_ends)
+        )
         if self.engine_images_interval > 0 and self.engine_backend.images_listable:
             self._engine_images_task = asyncio.create_task(self.watch_engine_images())
         self._builds_task = asyncio.create_task(self.builds.run())
@@ -1475,7 +1268,7 @@ class QueueService(Application):
     @property
     def builds_here(self) -> bool:
         # The images are built on this engine: where the sessions run only in single-host mode.
-        return self.build_in_background and self.engine_backend.sessions_here
+        return self.build_in_background and self.engine_backend.builds_images
 
     def look_at_engine_images(self) -> None:
         """Blocking: note which catalog images the sessions' engine can run: the local engine's
@@ -1539,63 +1332,6 @@ class QueueService(Application):
         """The registry's credentials, or None without a file; a bad file raises
         RegistryAuthError, which says what is wrong with it."""
         return read_registry_auth(self.registry_auth_file) if self.registry_auth_file else None
-
-    def _log_in_to_registry(self) -> None:
-        # docker-py then sends the credentials with the agents' services: their nodes pull the
-        # agent's image with them.
-        auth = self.registry_auth()
-        if auth is not None:
-            log_in(self.docker.api, auth)
-
-    def _agent_settings(self) -> AgentSettings:
-        return AgentSettings(
-            token=node_agent_token(self.node_agent_token_file),
-            report_url=self.node_agent_url,
-            image=pinned_image(
-                self.node_agent_image,
-                self.node_agent_registry,
-                {v["image"]: v["digest"] for v in self.images.all() if v["digest"]},
-            ),
-            name=self.agent_service,
-            interval=self.node_agent_interval,
-            deployment_id=self.deployment_id,
-            docker_socket=self.node_agent_docker_socket,
-            registry_auth=json.dumps(auth, sort_keys=True)
-            if (auth := self.registry_auth())
-            else None,
-        )
-
-    async def deploy_node_agents(self) -> None:
-        """Deploy (or update) every node's agent; a failure is logged, not fatal: the service
-        works without reports, with usage of other nodes' sessions unknown."""
-        try:
-            await asyncio.to_thread(self._log_in_to_registry)
-            async with self._agents_lock:
-                services = await asyncio.to_thread(
-                    deploy_node_agents, self.docker, self.node_credentials, self._agent_settings()
-                )
-            self.log.debug("Node agents deployed: %s", ", ".join(s.name for s in services))
-        except Exception as e:
-            self.log.error("Could not deploy the node agents: %s", e)
-
-    async def keep_node_agents_deployed(self) -> None:
-        while True:
-            await asyncio.sleep(self.node_agent_deploy_interval)
-            await self.deploy_node_agents()
-
-    async def rotate_node_key(self, node: str):
-        """A new key for `node`'s agent, which moves to it now (api/nodes/{node}/key)."""
-        if not self.node_agent_url:
-            raise Refusal("No node agents are deployed here (single-host mode).", "conflict")
-        await asyncio.to_thread(self._log_in_to_registry)
-        async with self._agents_lock:
-            return await asyncio.to_thread(
-                rotate_node_key,
-                self.docker,
-                self.node_credentials,
-                self._agent_settings(),
-                node,
-            )
 
     async def serve_until_stopped(self) -> None:
         """Serve until SIGINT or SIGTERM. The hub stops its services with SIGINT and escalates to

@@ -107,7 +107,7 @@ class QueueManager(QueuePass):
         # no slice is granted before every container that holds one is known.
         self.engine_problem = engine_problem
         # Nodes of the Swarm kept out of the inventory because their engine lets sessions reach
-        # one another or gain privileges (engine/swarm_backend.py, `isolation_refused`): name →
+        # one another or gain privileges (engine/swarm_engine.py, `isolation_refused`): name →
         # the wrong settings. A request waiting for room is told, so that it does not wait in
         # silence.
         self.withheld_nodes: dict[str, list[str]] = {}

@@ -104,7 +104,7 @@ FAST_RESPAWN = queue_option("respawn_grace", 15)
 
 # A frozen session container is thawed after 30 s, not a minute (test_frozen_containers: long
 # enough for another spawn to start meanwhile).
-FAST_THAW = queue_option("thaw_frozen_after", 30)
+FAST_THAW = queue_option("thaw_frozen_after", 30, "DockerEngine")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """The real queue service with more than one resource group on this one host, for hub tests.
 
-The single-host service knows one node, the hub's engine, in `QueueService.resource_group`; a site
+The single-host service knows one node, the hub's engine, in `DockerEngine.resource_group`; a site
 gets more groups from more nodes. Here, as in the Swarm lab where every node sees the whole
 machine, sibling nodes of other groups are put next to the engine's node with the manager's own
 `set_nodes`, each with simulated GPUs; sessions granted on them run on the one engine (the

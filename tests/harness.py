@@ -262,9 +262,10 @@ def refused_start(workdir: Path, extra_config: str = "", env: dict | None = None
     raise AssertionError("the hub started")
 
 
-def queue_option(trait: str, value) -> str:
-    """Hub config that sets the queue service's `trait` to `value`, as a site does."""
-    return f"\nc.QueueService.{trait} = {value!r}\n"
+def queue_option(trait: str, value, section: str = "QueueService") -> str:
+    """Hub config that sets the queue service's `trait` to `value` (or its engine backend's,
+    with `section` DockerEngine), as a site does."""
+    return f"\nc.{section}.{trait} = {value!r}\n"
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):

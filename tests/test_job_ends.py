@@ -1,7 +1,7 @@
 """A batch job's end by itself (queue_service/job_ends.py): the words of `finished` and `failed`,
 and JobEnds.settle's decisions (end it, leave it to a stop under way, wait for the hub's spawn,
 leave a running one alone), with a real QueueManager on SQLite and small stand-ins for the hub's
-REST API and the engine (docker-py's containers, behind the real DockerBackend). The real engine's path, events and all, is
+REST API and the engine (docker-py's containers, behind the real DockerEngine). The real engine's path, events and all, is
 tests/test_batch_jobs_hub.py's."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from image_catalog.job_options import check_job
 from queue_service import job_ends
 from queue_service.core import end_reasons, resource_model
-from queue_service.engine.docker_backend import DockerBackend
+from queue_service.engine.docker_engine import DockerEngine
 from queue_service.hub_client import HubError
 from queue_service.job_ends import JobEnds, job_end
 from queue_service.queue import QueueManager
@@ -136,7 +136,7 @@ def manager(tmp_path):
 def parts(manager):
     engine, hub = Engine(), Hub()
     # The real single-host backend over the stand-in engine.
-    backend = DockerBackend(engine, None, "default", "", 0.0, 0)
+    backend = DockerEngine(engine, None, "default", "", 0.0, 0)
     return JobEnds(manager, hub, backend, log=logging.getLogger("test")), engine, hub
 
 

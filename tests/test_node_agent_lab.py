@@ -58,13 +58,13 @@ import os
 for service in c.JupyterHub.services:
     if service["name"] == "queue":
         service["environment"].update({engine!r})
-c.QueueService.node_agent_url = f"http://{GATEWAY}:{{os.environ['FGPU_HUB_PORT']}}/services/queue/"
-c.QueueService.node_agent_image = "{image}"
-c.QueueService.node_agent_interval = {INTERVAL}
-c.QueueService.node_agent_registry = "{lab["FGPU_SWARM_REGISTRY"]}"
+c.SwarmEngine.node_agent_url = f"http://{GATEWAY}:{{os.environ['FGPU_HUB_PORT']}}/services/queue/"
+c.SwarmEngine.node_agent_image = "{image}"
+c.SwarmEngine.node_agent_interval = {INTERVAL}
+c.SwarmEngine.node_agent_registry = "{lab["FGPU_SWARM_REGISTRY"]}"
 c.QueueService.registry_auth_file = "{lab["FGPU_SWARM_REGISTRY_AUTH_FILE"]}"
-c.QueueService.registry_ca = "{lab["FGPU_SWARM_REGISTRY_CA"]}"
-c.QueueService.node_agent_docker_socket = "{LAB_SOCKET}"
+c.SwarmEngine.registry_ca = "{lab["FGPU_SWARM_REGISTRY_CA"]}"
+c.SwarmEngine.node_agent_docker_socket = "{LAB_SOCKET}"
 """
 
 

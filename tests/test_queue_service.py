@@ -568,20 +568,23 @@ def test_a_registry_credentials_file_every_user_reads_stops_the_service_before_i
 
 
 @pytest.mark.parametrize("mode", ["docker", "swarm"])
-def test_the_engine_mode_is_read_once_into_its_backend(mode, tmp_path, monkeypatch):
+def test_the_engine_class_is_read_once_into_its_backend(mode, tmp_path, monkeypatch):
     from queue_service.app import QueueService
-    from queue_service.engine.docker_backend import DockerBackend
-    from queue_service.engine.swarm_backend import SwarmBackend
+    from queue_service.engine.docker_engine import DockerEngine
+    from queue_service.engine.swarm_engine import SwarmEngine
 
     monkeypatch.chdir(tmp_path)
-    service = QueueService(engine=mode)
+    service = QueueService(engine_class=mode)
     service.init_engine()
     backend = service.engine_backend
-    assert type(backend) is {"docker": DockerBackend, "swarm": SwarmBackend}[mode]
-    # Only where the sessions' containers run here are their freezers read and images built.
-    assert (service.freeze is not None) is backend.sessions_here is (mode == "docker")
+    assert type(backend) is {"docker": DockerEngine, "swarm": SwarmEngine}[mode]
+    # Only where the sessions' containers run here are their freezers read, their volumes
+    # looked into and images built; elsewhere the nodes' agents report.
+    here = mode == "docker"
+    assert (service.freeze is not None) is (backend.volume_inspector() is not None) is here
+    assert (backend.reported_nodes() is None) is here
     service.build_in_background = True
-    assert service.builds_here is backend.sessions_here
+    assert service.builds_here is backend.builds_images is here
     assert backend.nodes_change is (mode == "swarm")
     # In Swarm mode the images sessions can run are listed only from the site's registry.
     assert backend.images_listable is (mode == "docker")

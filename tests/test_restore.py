@@ -266,7 +266,7 @@ def test_a_running_hub_is_not_restored_over(backed_up, capsys, hub_dbs):
     [
         (["/srv/venv/bin/python3", "/srv/venv/bin/jupyterhub", "-f", "config.py"], True),
         (["jupyterhub"], True),
-        (["/usr/bin/python3", "-m", "queue_service", "--QueueService.engine=docker"], True),
+        (["/usr/bin/python3", "-m", "queue_service", "--QueueService.engine_class=docker"], True),
         # A test run beside the hub's folder names its modules: not a hub.
         (
             [".venv/bin/pytest", "tests/test_queue_service.py", "tests/test_jupyterhub_config.py"],

@@ -108,9 +108,9 @@ def _report(node: str, daemon: dict | None) -> dict:
 
 def test_the_queue_places_nothing_on_a_node_whose_engine_lets_sessions_reach_one_another(caplog):
     from queue_service.engine.node_reports import NodeReports, parse_report
-    from queue_service.engine.swarm_backend import SwarmBackend
+    from queue_service.engine.swarm_engine import SwarmEngine
 
-    backend = SwarmBackend(
+    backend = SwarmEngine(
         None,
         NodeReports(),
         node_down_grace=30.0,

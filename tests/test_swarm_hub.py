@@ -35,7 +35,7 @@ from fgpu_spawner.request import ResourceRequest
 from fgpu_spawner.swarm_spawner import LIVE_STATES, FGPUSwarmSpawner
 from queue_service.engine import job_services
 from queue_service.engine.node_reports import NodeReports
-from queue_service.engine.swarm_backend import SwarmBackend
+from queue_service.engine.swarm_engine import SwarmEngine
 
 from .browser import log_in, screenshot
 from .harness import TEST_LABEL, QueueUser, running_hub, wait_until
@@ -46,7 +46,7 @@ from .test_security_registry import probe_registry, unreachable
 GPU_SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
 NODE_DOWN_GRACE = 6
 EXTRA_CONFIG = f"""
-c.QueueService.node_down_grace = {NODE_DOWN_GRACE}
+c.SwarmEngine.node_down_grace = {NODE_DOWN_GRACE}
 c.QueueService.reconcile_interval = 1
 # The registry is asked which images sessions can run every second.
 c.QueueService.engine_images_interval = 1
@@ -614,8 +614,8 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
             users[role].call("DELETE", f"sessions/{job['id']}")
 
 
-def _lab_backend(lab: Lab) -> SwarmBackend:
-    return SwarmBackend(
+def _lab_backend(lab: Lab) -> SwarmEngine:
+    return SwarmEngine(
         lab.manager(),
         NodeReports(stale_after=60),
         node_down_grace=NODE_DOWN_GRACE,

@@ -28,7 +28,7 @@ RESOURCES = ("cpu", "mem", "fgpu")
 INTERVAL = 2.0
 FAST_SAMPLES = f"""
 c.QueueService.utilization_interval = {INTERVAL}
-c.QueueService.stats_interval = 1
+c.DockerEngine.stats_interval = 1
 """
 
 

@@ -1,7 +1,9 @@
-"""What differs between the two places sessions run: one Docker engine, or a Docker Swarm.
+"""What differs between the places sessions run: one Docker engine, a Docker Swarm, or another.
 
-The queue service picks one `EngineBackend` at start, from `QueueService.engine`, and from then
-on asks it rather than the mode's name:
+The queue service makes one `EngineBackend` at start, of the class `QueueService.engine_class`
+names (an entry point of the `fgpu_hub.engines` group, `docker` or `swarm`, or a class), and from
+then on asks it rather than a mode's name. Each backend is a configurable of its own, with its own
+settings (`c.DockerEngine.…`, `c.SwarmEngine.…`; `c.EngineBackend.…` for all of them), and owns:
 
 - which nodes take sessions (`read_nodes`, `describe`), and whether they change while the
   service runs (`nodes_change`): the one engine's node is read once, a Swarm's every round;
@@ -13,21 +15,39 @@ on asks it rather than the mode's name:
 - a batch job's exit, its exit code and its log (`job_exit`, `remove_job`, `job_log`,
   `follow_job_log`): its container's on one engine (job_containers.py), its service's and task's
   on a Swarm (job_services.py);
-- whether the sessions' containers are on this machine (`sessions_here`): the service then reads
-  their freezer, warns inside them by `docker exec`, commits them itself and builds the catalog's
-  heavy images; otherwise they are on other nodes, reached only through each node's agent.
+- what runs beside the API while the service lives (`start`): the live stats on one engine, the
+  node agents on a Swarm; how job exits are noticed (`watch_job_exits`);
+- what the service can do to a running session's container itself (`freeze_watch`,
+  `session_notifier`, `builds_images`), which where sessions run on other nodes it leaves to
+  each node's agent (`reported_nodes`, `commit_registry`, `rotate_node_key`).
 
-`DockerBackend` (docker_backend.py) and `SwarmBackend` (swarm_backend.py) are the two.
+`DockerEngine` (docker_engine.py) and `SwarmEngine` (swarm_engine.py) are the two shipped;
+docs/source/reference/engines.md shows a third's skeleton.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from abc import ABCMeta, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+from jupyterhub.traitlets import ByteSpecification, EntryPointType
+from traitlets import Float, MetaHasTraits
+from traitlets.config import LoggingConfigurable
+
+from queue_service.core.errors import Refusal
+
 from .inventory import NodeInfo
+
+#: The entry point group engine classes are found in, by name (pyproject.toml).
+ENTRY_POINTS = "fgpu_hub.engines"
+#: The shipped engines, found by name even where the package's entry points are not installed
+#: (a source tree run in place).
+SHIPPED = {
+    "docker": "queue_service.engine.docker_engine.DockerEngine",
+    "swarm": "queue_service.engine.swarm_engine.SwarmEngine",
+}
 
 
 @dataclass(frozen=True)
@@ -52,19 +72,135 @@ class LogStream(Protocol):
     def close(self) -> None: ...
 
 
-class EngineBackend(ABC):
-    """The few things the queue service does differently on one engine and on a Swarm."""
+@dataclass(frozen=True)
+class ServiceHooks:
+    """What a backend may ask of the service that makes it (all engine-neutral)."""
 
-    #: Whether the sessions' containers run on the engine the service talks to (see above).
-    sessions_here: ClassVar[bool]
+    #: The ids of the sessions that hold a slice now.
+    running_ids: Callable[[], Iterable[str]]
+    #: The registry's credentials (QueueService.registry_auth_file), or None.
+    registry_auth: Callable[[], dict[str, str] | None]
+    #: The catalog's images pinned to a registry digest: {reference: digest}.
+    image_digests: Callable[[], dict[str, str]]
+    #: This hub's deployment id (the `fgpu.deployment` label).
+    deployment_id: str
+    #: Engine calls that may hang, each bounded and counted (container_calls.py).
+    container_calls: object
+    #: Per-container locks the commits and in-session warnings share (container_calls.py).
+    container_locks: object
+    #: The node agents' reports (node_reports.py), which the service's API receives.
+    node_reports: object
+    #: The nodes' keys (node_credentials.py).
+    node_credentials: object
+    #: The hub service whose token the node agents hold (QueueService.agent_service).
+    agent_service: str
+
+
+class EngineClass(EntryPointType):
+    """`engine_class`: an entry point's name, a class or its import name; the shipped engines'
+    names work without the entry points installed."""
+
+    @property
+    def help(self) -> str:
+        # Without JupyterHub's list of the installed entry points after it: the help ends with
+        # its example, as every setting's does (the docs render it from there).
+        return self._original_help
+
+    @help.setter
+    def help(self, value: str) -> None:
+        self._original_help = value
+
+    def validate(self, obj, value):
+        if isinstance(value, str) and value.lower() not in self.load_entry_points():
+            value = SHIPPED.get(value.lower(), value)
+        return super().validate(obj, value)
+
+
+class _ConfigurableABC(ABCMeta, MetaHasTraits):
+    """Traits, and abstract methods that a backend missing one cannot be made without."""
+
+
+class EngineBackend(LoggingConfigurable, metaclass=_ConfigurableABC):
+    """The things the queue service does differently where sessions run (see above)."""
+
     #: Whether nodes join, drain and fail while the service runs, so that every reconciler
     #: round reads them again; otherwise they are read once, when the engine first answers.
     nodes_change: ClassVar[bool]
     #: Whether a followed job log ends when the job exits (see follow_job_log).
     follow_ends_by_itself: ClassVar[bool] = True
+    #: Whether the catalog's heavy images are built on the engine the service talks to (the
+    #: one sessions run on), when QueueService.build_in_background is on.
+    builds_images: ClassVar[bool] = False
+    #: Whether the nodes' GPUs are simulated (the pages say so).
+    gpus_simulated: ClassVar[bool] = False
 
-    def __init__(self, client) -> None:
+    reserve_cpu = Float(
+        0.0,
+        config=True,
+        help="""
+        CPU cores of the node kept back from sessions.
+
+        Example::
+
+            c.EngineBackend.reserve_cpu = 2
+        """,
+    )
+    reserve_mem = ByteSpecification(
+        "512M",
+        config=True,
+        help="""
+        Memory of the node kept back from sessions (bytes or 1G...).
+
+        Example::
+
+            c.EngineBackend.reserve_mem = "4G"
+        """,
+    )
+
+    def __init__(self, client, hooks: ServiceHooks, **kwargs) -> None:
+        super().__init__(**kwargs)
         self.client = client
+        self.hooks = hooks
+
+    async def start(self) -> None:
+        """Start what runs beside the API while the service lives (the service has listened)."""
+
+    @abstractmethod
+    def watch_job_exits(self, job_ends) -> Awaitable[None]:
+        """What notices batch jobs that exit by themselves, for as long as the service runs:
+        `job_ends.watch()` where the engine's events say so, `job_ends.look()` where not."""
+
+    def freeze_watch(self):
+        """What thaws the sessions' frozen containers (frozen_containers.py), where the service
+        can reach their freezer; None elsewhere."""
+        return None
+
+    def session_notifier(self):
+        """What warns inside a running session (by `docker exec`), where the service reaches
+        its container; None where sessions are warned on their pages only."""
+        return None
+
+    def reported_nodes(self) -> Callable[[], list[dict]] | None:
+        """What reads the nodes as their agents report them (NodeReports.nodes), for the health
+        check of their engines, where sessions run on other nodes; None where they run on the
+        engine the service checks itself."""
+        return None
+
+    def volume_inspector(self) -> Callable[[str], dict | None] | None:
+        """What reads a named volume of the sessions' engine (its inspect answer, None when it
+        does not exist), where the service reaches their volumes (the homes a job's notebook
+        is looked for in); None elsewhere."""
+        return None
+
+    @property
+    def commit_registry(self) -> str:
+        """The registry to which a node's agent pushes a session saved as a private image;
+        empty where the service commits sessions itself (or nowhere)."""
+        return ""
+
+    async def rotate_node_key(self, node: str):
+        """A new key for `node`'s agent (api/nodes/{node}/key); refused where no agents run."""
+        raise Refusal("No node agents are deployed here (single-host mode).", "conflict")
 
     @abstractmethod
     async def read_nodes(self) -> NodeReading:

@@ -12,7 +12,7 @@ modes, and the session cannot undo it: it runs unprivileged, without CAP_SYS_ADM
 - **Who can.** It needs root in the host's namespaces (the service runs as root) and the
   container's pid on this machine: it works where the sessions run on the service's own engine
   (single-host mode). On a Swarm, the containers are on other nodes; there a folder past its
-  owner's quota is mounted read-only at each session's next start only (SwarmBackend has no
+  owner's quota is mounted read-only at each session's next start only (SwarmEngine has no
   `stop_folder_writes`), and the kernel's project quotas, where the site has them, hold the owner's own
   quota at once on every node.
 - **Until when.** A remounted session stays read-only until it is started again: the next

@@ -15,7 +15,7 @@ last report per node with the time it came in, and answers:
 - in `nodes()`, each node's engine settings (`daemon`: `icc`, `no_new_privileges`) and what is wrong
   with them (`isolation_problems`). A report without `daemon` (an agent older than the field) is
   taken, as "unknown", which is flagged like a wrong value; the queue service places no session on
-  a node whose value is wrong (`wrong_daemon_settings`; swarm_backend.py, `isolation_refused`).
+  a node whose value is wrong (`wrong_daemon_settings`; swarm_engine.py, `isolation_refused`).
 
 Jobs (a commit on the node that runs a session, then a push) wait in `queue_job` until the node's
 next report takes them (`take_jobs`); their results come back in a later report (`job_result`).

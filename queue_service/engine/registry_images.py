@@ -14,7 +14,7 @@ An admin's "Check" of the image pins it again to what the tag holds then.
 A site's registry wants a login (QueueService.registry_auth_file: HTTP basic auth, as htpasswd
 gives, or a bearer token its token service gives for those credentials, as Harbor's and GitLab's
 do) and speaks TLS, its certificate checked against the system's CAs or the site's own
-(QueueService.registry_ca). Without credentials, as Docker does for a registry, HTTPS is tried
+(SwarmEngine.registry_ca). Without credentials, as Docker does for a registry, HTTPS is tried
 first and plain HTTP after it (a registry the nodes trust as insecure); with them, HTTPS only, so
 that the password never travels in clear. A registry that cannot be asked at all raises, and the
 last answer stands.

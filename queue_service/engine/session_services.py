@@ -1,6 +1,6 @@
 """The Swarm's view of sessions: services that carry the spawner's session label, and their tasks.
 
-In Swarm mode (`QueueService.engine = "swarm"`) every session is a service pinned to one node
+In Swarm mode (`QueueService.engine_class = "swarm"`) every session is a service pinned to one node
 (fgpu_spawner/swarm_spawner.py), with the same `fgpu.` labels a single-host container carries.
 The reconciler asks the manager, never the nodes: it lists the labelled services, their tasks and
 the nodes in three calls, and `live_sessions` (pure) tells which sessions still hold their slice:

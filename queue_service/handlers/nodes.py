@@ -93,9 +93,7 @@ class NodeCommitsHandler(BaseHandler):
                 raise web.HTTPError(400, f"{key} is missing: send session_id, user and tag.")
         registry = self.node_agent_registry
         if not registry:
-            raise web.HTTPError(
-                409, "No registry is configured (QueueService.node_agent_registry)."
-            )
+            raise web.HTTPError(409, "No registry is configured (SwarmEngine.node_agent_registry).")
         result = await commit_on_node(
             self.node_reports,
             node,

@@ -240,7 +240,7 @@ class SessionImageHandler(BaseHandler):
         if not registry:
             raise CommitError(
                 "Saving a session in Swarm mode needs the site's registry "
-                "(QueueService.node_agent_registry, from FGPU_SWARM_REGISTRY).",
+                "(SwarmEngine.node_agent_registry, from FGPU_SWARM_REGISTRY).",
                 "conflict",
             )
         node = record["grant"]["node"]

@@ -1,37 +1,115 @@
-"""Sessions on one Docker engine, the one DOCKER_HOST names (single-host mode): see backend.py."""
+"""Sessions on one Docker engine, the one DOCKER_HOST names (single-host mode): see backend.py.
+
+`c.QueueService.engine_class = "docker"` (the default) picks it; its settings are
+`c.DockerEngine.…`. The service's own machine is the one node, read once; sessions are its
+containers, whose usage `stats` samples, whose freezer the service watches, and inside which it
+warns of an end by `docker exec`."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
 
+import docker.errors
+from traitlets import Float, Unicode
+
 from . import folder_write_stops, inventory, job_containers
 from .backend import EngineBackend, JobExit, LogStream, NodeReading
+from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from .session_containers import DockerSessionLister
 from .stats import StatsSampler
 
 
-class DockerBackend(EngineBackend):
+class DockerEngine(EngineBackend):
     """One node, this engine's, read once; sessions are its containers, sampled by `stats`."""
 
-    sessions_here = True
     nodes_change = False
+    builds_images = True
 
-    def __init__(
-        self,
-        client,
-        stats: StatsSampler,
-        resource_group: str,
-        simulated_gpus: str,
-        reserve_cpu: float,
-        reserve_mem: int,
-    ) -> None:
-        super().__init__(client)
-        self.stats = stats
-        self.resource_group = resource_group
-        self.simulated_gpus = simulated_gpus
-        self.reserve_cpu = reserve_cpu
-        self.reserve_mem = reserve_mem
+    resource_group = Unicode(
+        "default",
+        config=True,
+        help="""
+        Resource group of this node.
+
+        Example::
+
+            c.DockerEngine.resource_group = "gpu-a100"
+        """,
+    )
+    simulated_gpus = Unicode(
+        "",
+        config=True,
+        help="""
+        Simulated GPUs for hosts without any, e.g. "2x8GiB". Empty reads the real ones (NVML).
+
+        Example::
+
+            c.DockerEngine.simulated_gpus = "4x16GiB"
+        """,
+    )
+    thaw_frozen_after = Float(
+        THAW_AFTER_SECONDS,
+        config=True,
+        help="""
+        Seconds a session container may stay frozen (paused by hand, or a cgroup freezer left
+        frozen) before the service thaws it; each thaw is logged and reported by `api/health`.
+        Single-host mode only: in Swarm mode the containers are on other machines.
+
+        Example::
+
+            c.DockerEngine.thaw_frozen_after = 300
+        """,
+    )
+    stats_interval = Float(
+        5.0,
+        config=True,
+        help="""
+        Seconds between two rounds of live stats (one `docker stats` call per running session,
+        and NVML on GPU hosts). Pages and /metrics read the last round and never reach the engine.
+
+        Example::
+
+            c.DockerEngine.stats_interval = 15
+        """,
+    )
+
+    def __init__(self, client, hooks, **kwargs) -> None:
+        super().__init__(client, hooks, **kwargs)
+        self.stats = StatsSampler(
+            client,
+            hooks.running_ids,
+            interval=self.stats_interval,
+            read_gpus=not self.simulated_gpus,
+            log=self.log,
+            calls=hooks.container_calls,
+        )
+        self._freeze = FreezeWatch(
+            hooks.container_calls, client, thaw_after=self.thaw_frozen_after, log=self.log
+        )
+
+    @property
+    def gpus_simulated(self) -> bool:
+        return bool(self.simulated_gpus)
+
+    async def start(self) -> None:
+        self._stats_task = asyncio.create_task(self.stats.run())
+
+    def watch_job_exits(self, job_ends):
+        # The engine's `die` events say when a job's container exits.
+        return job_ends.watch()
+
+    def freeze_watch(self) -> FreezeWatch:
+        return self._freeze
+
+    def volume_inspector(self):
+        def inspect(name: str) -> dict | None:
+            try:
+                return self.client.api.inspect_volume(name)
+            except docker.errors.NotFound:
+                return None
+
+        return inspect
 
     async def read_nodes(self) -> NodeReading:
         node = await asyncio.get_running_loop().run_in_executor(

@@ -1,0 +1,324 @@
+"""Sessions on a Docker Swarm, whose manager DOCKER_HOST names: see backend.py.
+
+`c.QueueService.engine_class = "swarm"` picks it; its settings are `c.SwarmEngine.…`. The nodes,
+their resource groups and GPUs come from the Swarm's node labels, read every reconciler round;
+sessions are services (session_services.py); what a node's sessions use, and how its engine is
+set up, its agent reports (node_reports.py). The service deploys those agents, a global service
+(node_agent_deploy.py), when `node_agent_url` is set."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable
+
+from traitlets import Float, Unicode
+
+from fgpu_shared.registry_auth import log_in
+
+from . import inventory, job_services
+from .backend import EngineBackend, JobExit, LogStream, NodeReading
+from .node_agent_deploy import (
+    TOKEN_FILE,
+    AgentSettings,
+    deploy_node_agents,
+    node_agent_token,
+    pinned_image,
+    rotate_node_key,
+)
+from .node_reports import DAEMON_FIX, wrong_daemon_settings
+from .registry_images import registry_digests
+from .session_services import SwarmSessionLister
+
+
+class SwarmEngine(EngineBackend):
+    """The Swarm's nodes, less those whose engine would let sessions reach one another."""
+
+    nodes_change = True
+    follow_ends_by_itself = False
+
+    node_down_grace = Float(
+        30.0,
+        config=True,
+        help="""
+        Swarm mode: seconds a node may be down before its sessions end as lost and their slices
+        are given back. A node that is back sooner (a reboot of the engine, a network blip) keeps
+        its sessions. Waiting requests go to the other nodes at once either way.
+
+        Example::
+
+            c.SwarmEngine.node_down_grace = 120
+        """,
+    )
+    node_agent_url = Unicode(
+        "",
+        config=True,
+        help="""
+        Where node agents reach this service, as seen from a Swarm node: the hub's public URL of
+        the service, e.g. http://10.213.0.1:8000/services/queue/. Set, the service deploys the node
+        agent on the Swarm its engine manages (a global service) at start, and again whenever the
+        agent's code or token changed; empty (single-host mode), no agent is deployed.
+
+        Example::
+
+            c.SwarmEngine.node_agent_url = "https://hub.example.org/services/queue/"
+        """,
+    )
+    node_agent_image = Unicode(
+        "fgpu/jupyter-base:py3.11",
+        config=True,
+        help="""
+        Image that runs the node agent (any with python3; every node must be able to pull it).
+
+        Example::
+
+            c.SwarmEngine.node_agent_image = "registry.example.org:5000/fgpu/jupyter-base:py3.11"
+        """,
+    )
+    node_agent_interval = Float(
+        5.0,
+        config=True,
+        help="""
+        Seconds between two reports of a node agent.
+
+        Example::
+
+            c.SwarmEngine.node_agent_interval = 10
+        """,
+    )
+    node_agent_docker_socket = Unicode(
+        "/var/run/docker.sock",
+        config=True,
+        help="""
+        The engine socket of each node, as the node sees it, bound into its agent. Swarm fills
+        templates in it: in the Swarm lab, where /var/run/docker.sock is the machine's own engine,
+        /var/lib/fgpu-swarm-lab/LAB/nodes/{{.Node.Hostname}}/docker.sock is each node's.
+
+        Example::
+
+            c.SwarmEngine.node_agent_docker_socket = "/run/docker.sock"
+        """,
+    )
+    node_agent_registry = Unicode(
+        "",
+        config=True,
+        help="""
+        The site's registry (host:port) to which node agents push sessions saved as private
+        images, so that any node can start them; empty, nothing is committed through an agent.
+
+        Example::
+
+            c.SwarmEngine.node_agent_registry = "registry.example.org:5000"
+        """,
+    )
+    registry_ca = Unicode(
+        "",
+        config=True,
+        help="""
+        CA certificate (PEM) that `node_agent_registry`'s TLS certificate is checked against, for a
+        registry whose certificate no public CA signed (the lab's). Empty: the system's CAs.
+
+        Example::
+
+            c.SwarmEngine.registry_ca = "/etc/fgpu-hub/registry-ca.pem"
+        """,
+    )
+    node_agent_deploy_interval = Float(
+        60.0,
+        config=True,
+        help="""
+        Seconds between two checks that every Swarm node runs its agent, with its own key: a node
+        that joined gets its agent within this time, one that left loses its agent and key.
+
+        Example::
+
+            c.SwarmEngine.node_agent_deploy_interval = 300
+        """,
+    )
+    node_agent_token_file = Unicode(
+        TOKEN_FILE,
+        config=True,
+        help="""
+        File holding the node agents' hub API token (the shipped config declares the
+        `fgpu-node-agent` service with it), made (mode 0600) when missing; relative paths are in
+        the state directory. The service hands it to the agents as a Swarm secret.
+
+        Example::
+
+            c.SwarmEngine.node_agent_token_file = "/var/lib/fgpu-hub/fgpu_node_agent_token"
+        """,
+    )
+
+    def __init__(self, client, hooks, **kwargs) -> None:
+        super().__init__(client, hooks, **kwargs)
+        self.node_reports = hooks.node_reports
+        # Per node, the engine settings last found wrong ([] when none): each is logged once.
+        self._refused_nodes: dict[str, list[str]] = {}
+        self._agents_lock = asyncio.Lock()
+
+    @property
+    def registry(self) -> str:
+        return self.node_agent_registry
+
+    @property
+    def commit_registry(self) -> str:
+        return self.node_agent_registry
+
+    async def start(self) -> None:
+        if self.node_agent_url:
+            await self.deploy_node_agents()
+            self._agents_task = asyncio.create_task(self.keep_node_agents_deployed())
+
+    def watch_job_exits(self, job_ends):
+        # A Swarm reports no task events: the jobs' tasks are looked at every second.
+        return job_ends.look()
+
+    def reported_nodes(self):
+        return self.node_reports.nodes
+
+    async def read_nodes(self) -> NodeReading:
+        nodes = await asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: inventory.swarm_nodes(
+                [n.attrs for n in self.client.nodes.list()], self.reserve_cpu, self.reserve_mem
+            ),
+        )
+        taking = [node for node in nodes if not self.isolation_refused(node.name)]
+        withheld = {
+            n.name: self._refused_nodes[n.name] for n in nodes if self._refused_nodes[n.name]
+        }
+        return NodeReading(taking, withheld)
+
+    def isolation_refused(self, node: str) -> bool:
+        """Whether `node`'s agent reports an engine setting that lets sessions reach one another
+        or gain privileges: no session is placed there (its running ones go on, as on a paused
+        node) until it is fixed. Unknown (no fresh report, an older agent) is flagged by the
+        health check and doctor, not refused: nodes run no agent in some setups
+        (docs/source/howto/swarm.md, "Swarm mode"), and the first reports come a few seconds
+        after the hub starts."""
+        report = self.node_reports.fresh(node)
+        wrong = [] if report is None else wrong_daemon_settings(report.daemon)
+        if wrong and self._refused_nodes.get(node) != wrong:  # said once, not every round
+            self.log.warning(
+                "Node %s takes no sessions: its engine has %s wrong; %s",
+                node,
+                " and ".join(wrong),
+                DAEMON_FIX,
+            )
+        self._refused_nodes[node] = wrong
+        return bool(wrong)
+
+    def describe(self, nodes: list[inventory.NodeInfo]) -> str:
+        described = ", ".join(
+            f"{n.name} ({n.resource_group}: {n.cpu:g} CPU, {len(n.gpus)} GPU)" for n in nodes
+        )
+        return f"Swarm nodes taking sessions: {described or 'none'}"
+
+    def session_lister(self) -> SwarmSessionLister:
+        return SwarmSessionLister(self.client, self.node_down_grace, time.time)
+
+    def usage_of(self, session_id: str) -> dict | None:
+        # Read on the session's node, by the node's agent.
+        return self.node_reports.usage(session_id)
+
+    @property
+    def images_listable(self) -> bool:
+        # Without a registry, the nodes' images are the site's business: all are offered.
+        return bool(self.registry)
+
+    def runnable_images(self, wanted: Iterable[str]) -> dict[str, str | None]:
+        return registry_digests(
+            self.registry, wanted, self.hooks.registry_auth(), self.registry_ca or None
+        )
+
+    def job_exit(self, session_id: str) -> JobExit | None:
+        # The reconciler asks about a job whose session it found gone: a task still starting or
+        # running is one on a lost node (session_services.py), not an exit of the job's own.
+        service = job_services.job_service(self.client, session_id)
+        if service is None:
+            return None
+        code = job_services.task_exit_code(job_services.job_task(self.client, service))
+        if code is None:
+            return None
+        return code, job_services.log_tail(self.client, service["ID"])
+
+    def remove_job(self, session_id: str) -> None:
+        service = job_services.job_service(self.client, session_id)
+        if service is not None:
+            job_services.remove(self.client, service["ID"])
+
+    def job_log(self, session_id: str, lines: int) -> str | None:
+        service = job_services.job_service(self.client, session_id)
+        return (
+            None
+            if service is None
+            else job_services.running_tail(self.client, service["ID"], lines)
+        )
+
+    def follow_job_log(self, session_id: str, tail: int) -> LogStream | None:
+        service = job_services.job_service(self.client, session_id)
+        return (
+            None if service is None else job_services.follow_log(self.client, service["ID"], tail)
+        )
+
+    def exited_jobs(self, deployment_id: str) -> list[str]:
+        return job_services.exited_jobs(self.client, deployment_id)
+
+    # -- the node agents -------------------------------------------------------------------------
+
+    def _log_in_to_registry(self) -> None:
+        # docker-py then sends the credentials with the agents' services: their nodes pull the
+        # agent's image with them.
+        auth = self.hooks.registry_auth()
+        if auth is not None:
+            log_in(self.client.api, auth)
+
+    def _agent_settings(self) -> AgentSettings:
+        auth = self.hooks.registry_auth()
+        return AgentSettings(
+            token=node_agent_token(self.node_agent_token_file),
+            report_url=self.node_agent_url,
+            image=pinned_image(
+                self.node_agent_image, self.node_agent_registry, self.hooks.image_digests()
+            ),
+            name=self.hooks.agent_service,
+            interval=self.node_agent_interval,
+            deployment_id=self.hooks.deployment_id,
+            docker_socket=self.node_agent_docker_socket,
+            registry_auth=json.dumps(auth, sort_keys=True) if auth else None,
+        )
+
+    async def deploy_node_agents(self) -> None:
+        """Deploy (or update) every node's agent; a failure is logged, not fatal: the service
+        works without reports, with usage of other nodes' sessions unknown."""
+        try:
+            await asyncio.to_thread(self._log_in_to_registry)
+            async with self._agents_lock:
+                services = await asyncio.to_thread(
+                    deploy_node_agents,
+                    self.client,
+                    self.hooks.node_credentials,
+                    self._agent_settings(),
+                )
+            self.log.debug("Node agents deployed: %s", ", ".join(s.name for s in services))
+        except Exception as e:
+            self.log.error("Could not deploy the node agents: %s", e)
+
+    async def keep_node_agents_deployed(self) -> None:
+        while True:
+            await asyncio.sleep(self.node_agent_deploy_interval)
+            await self.deploy_node_agents()
+
+    async def rotate_node_key(self, node: str):
+        if not self.node_agent_url:
+            return await super().rotate_node_key(node)
+        await asyncio.to_thread(self._log_in_to_registry)
+        async with self._agents_lock:
+            return await asyncio.to_thread(
+                rotate_node_key,
+                self.client,
+                self.hooks.node_credentials,
+                self._agent_settings(),
+                node,
+            )
