@@ -71,8 +71,10 @@ from queue_service.engine.node_agent_deploy import (
 from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
 from queue_service.engine.node_identity import NodeIdentity
 from queue_service.engine.node_reports import NodeReports
+from queue_service.engine.session_warnings import DockerNotifier
 from queue_service.engine.stats import StatsSampler
 from queue_service.engine.swarm_backend import SwarmBackend
+from queue_service.engine.volumes import inspect_volume_with
 from queue_service.folders import Folders
 from queue_service.store.db import open_database
 from queue_service.store.db_upgrade import DEFAULT_KEPT, BackupSettings, UpgradeRefused, safe_url
@@ -87,13 +89,13 @@ from queue_service.store.state_dir import queue_db_url, with_driver
 from queue_service.store.usage import UsageBook
 from queue_service.store.utilization import UtilizationLog, cluster_figures
 
-from .automatic_ends import AutomaticEnds, DockerNotifier
+from .automatic_ends import AutomaticEnds
 from .handlers.folders import CHUNK_BYTES
 from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
 from .job_ends import JobEnds
-from .job_files import HomeSettings, JobFiles, inspect_volume_with
+from .job_files import HomeSettings, JobFiles
 from .jobs import JOBS_WAITING_PER_USER, JobRules
 from .launches import Launcher
 from .queue import QueueManager
@@ -1304,7 +1306,6 @@ class QueueService(Application):
         )
         self.reconciler = Reconciler(
             self.manager,
-            self.docker,
             log=self.log,
             start_grace=self.start_grace,
             hub=self.hub,

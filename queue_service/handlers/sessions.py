@@ -20,6 +20,7 @@ from tornado import web
 from queue_service import launches
 from queue_service.core import end_reasons, query_args
 from queue_service.core.status import Status
+from queue_service.engine.local_images import remove_image
 from queue_service.store.accounts import Account
 from queue_service.store.folders import Reader
 from queue_service.store.history import parse_filters
@@ -230,7 +231,7 @@ class SessionImageHandler(BaseHandler):
             tag,
             self.container_locks,
         )
-        return committed, lambda: engine.images.remove(committed["id"], force=True)
+        return committed, lambda: remove_image(engine, committed["id"])
 
     async def commit_on_its_node(self, record: dict, user: str, tag: str) -> tuple[dict, None]:
         """Commit on the session's node through its agent, which pushes the image to the site's
