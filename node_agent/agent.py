@@ -375,7 +375,7 @@ class Engine:
 
     def commit(self, container_id, repository, tag, conf=None, message="", pause=False):
         """Commit a container, unpaused: a pause can leave it frozen for good (see
-        queue_service.private_images.commit_session). Minutes for a large writable layer."""
+        queue_service/engine/container_commits.py). Minutes for a large writable layer."""
         query = {"container": container_id, "repo": repository, "tag": tag, "author": "fgpu-hub"}
         query.update(comment=message, pause="true" if pause else "false")
         return self.json("POST", "/commit", query=query, body=conf or {}, timeout=600)

@@ -79,7 +79,7 @@ from queue_service.store.state_dir import queue_db_url, with_driver
 from queue_service.store.usage import UsageBook
 from queue_service.store.utilization import UtilizationLog, cluster_figures
 
-from .automatic_ends import AutomaticEnds, DockerNotifier
+from .automatic_ends import AutomaticEnds
 from .handlers.folders import CHUNK_BYTES
 from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .hub_client import HubClient
@@ -1104,7 +1104,6 @@ class QueueService(Application):
         )
         self.reconciler = Reconciler(
             self.manager,
-            self.docker,
             log=self.log,
             start_grace=self.start_grace,
             hub=self.hub,
@@ -1137,17 +1136,12 @@ class QueueService(Application):
             idle_timeout=self.idle_timeout,
             warning_lead=self.lifetime_warning,
             # Sessions on other machines (Swarm) are warned on the page only.
-            notifier=self._session_notifier(),
+            notifier=self.engine_backend.session_notifier(),
             end_notice=self._end_notice(),
             log=self.log,
             job_limit=self.jobs.limit_of,
         )
         self.health = self._health_monitor()
-
-    def _session_notifier(self) -> DockerNotifier | None:
-        if self.freeze is None:
-            return None
-        return DockerNotifier(self.docker, self.container_calls, self.container_locks)
 
     def _health_monitor(self) -> HealthMonitor:
         freeze, db = self.freeze, self.db

@@ -30,10 +30,11 @@ reason `reclaimed`. A user in several groups gets the strictest policy: the shor
 the highest thresholds, and `when_waiting` only if every group with a policy says so.
 
 **Warnings.** `warning_lead` seconds before a planned end the Sessions page says when and why
-(`view`), and the session itself gets `~/FGPU-WARNING.txt`. A lifetime warning is also written to
+(`view`), and the session itself gets `~/FGPU-WARNING.txt` (the `notifier`,
+engine/session_warnings.py, writes it). A lifetime warning is also written to
 the session's open terminals; an idle one is not: jupyter-server counts terminal output as activity
 (`jupyter_server_terminals`' `write_message`), and would report it to the hub, postponing the very
-end it announces. A file the service writes with `docker exec` is no activity. An idle warning whose
+end it announces. A file the service writes into the container is no activity. An idle warning whose
 end has moved away (the student came back) takes its file away again. In Swarm mode sessions run
 on other engines: the page warns, the file is not written (`notifier` None).
 
@@ -51,8 +52,6 @@ from fgpu_shared import units
 from image_catalog.job_options import parse_job
 from queue_service.core.errors import Refusal
 from queue_service.core.status import Status
-from queue_service.engine.container_calls import ContainerCalls, ContainerLocks
-from queue_service.engine.session_containers import running_session_containers
 from queue_service.store.models import as_utc
 
 from .hub_client import HubError
@@ -65,7 +64,6 @@ _POLICY_KEYS = {"timeout", "fgpu_timeout", "cpu_percent", "gpu_percent", "reclai
 _RECLAIM_MODES = ("always", "when_waiting")
 #: What a spawner may say about a stop it performs (a lifetime end is the service's own decision).
 SPAWNER_CLAIMS = (IDLE,)
-WARNING_FILE = "FGPU-WARNING.txt"
 
 
 class LifetimeError(ValueError):
@@ -311,61 +309,6 @@ def _epoch(iso: str | None) -> float | None:
     if not iso:
         return None
     return as_utc(datetime.fromisoformat(iso.replace("Z", "+00:00"))).timestamp()
-
-
-#: Writes the warning file in the session's home and, when $2 is 1, to each of its terminals (the
-#: pseudo-terminals its user owns: Jupyter's terminals are not in utmp, so `wall` misses them).
-#: The text comes as an argument, never as shell code.
-_WARN_SCRIPT = (
-    'printf "%s\\n" "$1" > "$HOME/' + WARNING_FILE + '"; '
-    'if [ "$2" = 1 ]; then for t in /dev/pts/[0-9]*; do '
-    '[ -w "$t" ] && printf "\\r\\n\\033[1;31m%s\\033[0m\\r\\n" "$1" > "$t"; done; fi; true'
-)
-_CLEAR_SCRIPT = 'rm -f "$HOME/' + WARNING_FILE + '"'
-
-
-class DockerNotifier:
-    """Puts a warning inside a session container on this engine (`docker exec` as its user).
-
-    The exec goes through `calls` (bounded: a container that does not answer is skipped, not
-    waited on) and only while no commit holds the container (`locks`): an exec that enters a
-    container being committed is what froze a session for good (container_calls.py). A warning
-    skipped so is tried again next round.
-    """
-
-    def __init__(self, docker_client, calls: ContainerCalls, locks: ContainerLocks):
-        self.docker = docker_client
-        self.calls = calls
-        self.locks = locks
-
-    async def warn(self, session_id: str, text: str, terminals: bool) -> bool:
-        command = ["sh", "-c", _WARN_SCRIPT, "sh", text, "1" if terminals else "0"]
-        return await self._exec(session_id, command)
-
-    async def clear(self, session_id: str) -> bool:
-        return await self._exec(session_id, ["sh", "-c", _CLEAR_SCRIPT])
-
-    async def _exec(self, session_id: str, command: list[str]) -> bool:
-        loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(
-            None, running_session_containers, self.docker, session_id
-        )
-        container = found.get(session_id)
-        if container is None:
-            return False
-        return await self.calls.call(
-            container.id,
-            session_id,
-            "exec",
-            self._exec_unless_committing,
-            container,
-            session_id,
-            command,
-        )
-
-    def _exec_unless_committing(self, container, session_id: str, command: list[str]) -> bool:
-        with self.locks.exec_unless_committing(session_id) as held:
-            return held and container.exec_run(command).exit_code == 0
 
 
 class AutomaticEnds:

@@ -31,9 +31,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import docker.errors
-import requests
-
 from fgpu_shared.homes import (
     account_tag,
     home_folder_name,
@@ -42,6 +39,7 @@ from fgpu_shared.homes import (
     pick_home_volume,
 )
 from queue_service.core.errors import Refusal
+from queue_service.engine.errors import ENGINE_ERRORS
 from queue_service.store.accounts import Account
 from queue_service.store.folder_files import FolderFiles
 
@@ -62,26 +60,11 @@ class HomeSettings:
     volumes_here: bool = True
 
 
-def inspect_volume_with(engine) -> Callable[[str], dict | None]:
-    """The engine's inspect answer of a volume, None when there is none."""
-
-    def inspect(name: str) -> dict | None:
-        try:
-            return engine.api.inspect_volume(name)
-        except docker.errors.NotFound:
-            return None
-
-    return inspect
-
-
-#: Errors that mean the engine did not answer: the home cannot be found, the job goes through.
-_ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
-
-
 class JobFiles:
     """Looks for batch jobs' notebooks (the sessions handler's and the grants handler's)."""
 
     def __init__(self, settings: HomeSettings, inspect_volume: Callable[[str], dict | None]):
+        # engine/volumes.py's inspect_volume_with, on one host.
         self.settings = settings
         self.inspect_volume = inspect_volume
 
@@ -113,7 +96,7 @@ class JobFiles:
         names = {home_volume_name(template, account.name, t) for t in ("", tag)}
         try:
             volumes = {name: self.inspect_volume(name) for name in names}
-        except _ENGINE_ERRORS:
+        except ENGINE_ERRORS:  # the engine does not answer: the job goes through
             return None
         volume = volumes[pick_home_volume(template, account.name, account.created, volumes)]
         if volume is None:

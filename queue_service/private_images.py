@@ -1,7 +1,7 @@
 """Session → private image (docs/source/explanation/contracts.md, contract 4): the commit; `handlers/sessions.py` serves it.
 
-The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`. The session
-keeps running, unpaused (see `commit_session`). The image
+The running container is committed with `docker commit` to `fgpu-private/<user>:<tag>`
+(engine/container_commits.py). The session keeps running, unpaused. The image
 then enters the catalog (`ImageStore`) as `<user>-<tag>`, private to the session's owner: only they
 see it on the form and may start it. A commit that cannot be registered is removed again, so
 nothing half-made remains. What was installed into the system site is kept; the home folder is a
@@ -16,19 +16,25 @@ blanks every variable and label that the session added.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import re
-
-import docker
-import docker.errors
 
 from image_catalog import CatalogError, CatalogImage, parse_image
 from queue_service.core.errors import Refusal
 from queue_service.engine.container_calls import ContainerLocks
+from queue_service.engine.container_commits import (
+    COMMIT_ATTEMPTS,
+    ChangedWhileCopied,
+    commit_unpaused,
+    image_config,
+    running_container,
+)
+from queue_service.engine.errors import EngineRefusal
+from queue_service.engine.local_images import has_image, resolved_image
 from queue_service.engine.registry_images import split_reference
-from queue_service.engine.session_containers import running_session_containers
 from queue_service.store.images import ImageError
+
+from .image_check import engine_failed
 
 PRIVATE_REPOSITORY = "fgpu-private"
 LABEL_OWNER = "fgpu.private-owner"
@@ -137,18 +143,8 @@ def commit_config(image_config: dict, container_config: dict, labels: dict[str, 
 
 
 # ---------------------------------------------------------------------------------------------
-# I/O: the Docker engine.
+# On the engine (engine/local_images.py, engine/container_commits.py).
 # ---------------------------------------------------------------------------------------------
-
-
-def session_container(client, session_id: str):
-    """The running container of a session, found by its label, or a 409."""
-    container = running_session_containers(client, session_id).get(session_id)
-    if container is not None:
-        with contextlib.suppress(docker.errors.NotFound):
-            container.reload()  # the listing is sparse; a commit needs the whole config
-            return container
-    raise CommitError(f"Session {session_id} has no running container to commit.", "conflict")
 
 
 def private_image_of(client, reference: str) -> str | None:
@@ -159,17 +155,16 @@ def private_image_of(client, reference: str) -> str | None:
     if in_private_repository(reference):
         return f"in the private repository {PRIVATE_REPOSITORY}/"
     try:
-        image = client.images.get(reference)
-    except docker.errors.APIError as e:
-        if e.is_client_error():  # not there, or not a reference at all
-            return None
-        raise ImageError(
-            f"The Docker engine could not inspect {reference}: {e}", "engine"
-        ) from None
-    owner = (image.labels or {}).get(LABEL_OWNER)
+        found = resolved_image(client, reference)
+    except EngineRefusal as e:
+        raise engine_failed(reference, e) from None
+    if found is None:
+        return None
+    labels, tags = found
+    owner = labels.get(LABEL_OWNER)
     if owner:
         return f"the private image of {owner}"
-    tags = [tag for tag in image.tags if in_private_repository(tag)]
+    tags = [tag for tag in tags if in_private_repository(tag)]
     return f"the private image {tags[0]}" if tags else None
 
 
@@ -189,67 +184,32 @@ def refuse_private_image(client, reference: object) -> None:
 def commit_session(client, session_id: str, user: str, tag: str, locks: ContainerLocks) -> dict:
     """Commit the session's container to the user's private image; its reference and id.
 
-    The container is not paused (`pause=False`). A pause froze the container's cgroup for the
-    copy, and a `docker exec` that entered it meanwhile (the service's own end warnings, or an
-    admin's) left `runc init` stuck in the freezer: the session stayed frozen for good and every
-    engine call about it hung (docs/source/howto/logs-and-health.md, "A container that does not answer"). The
-    price is consistency: a file written during the copy may be caught half-written, which the
-    Save dialog says (finish installs first); the engine's tar refuses a file that changes size
-    mid-copy, so such a commit fails whole and is tried again (`COMMIT_ATTEMPTS`), then refused
-    with a message; nothing is registered.
-
-    `locks` (container_calls.ContainerLocks) keeps the service's own execs out of the container
-    for the time of the copy. This blocks for as long as the commit takes: the service runs it on
-    an executor of its own, so that the reconciler and other engine calls go on.
+    The session keeps running, unpaused, and the service's own execs wait for the copy (`locks`,
+    container_calls.ContainerLocks): engine/container_commits.py says why. A session that keeps
+    changing files while it is copied is refused with a message; nothing is registered. This
+    blocks for as long as the commit takes.
     """
     reference = private_reference(user, tag)
-    container = session_container(client, session_id)
-    try:
-        client.images.get(reference)
+    source = running_container(client, session_id)
+    if source is None:
+        raise CommitError(f"Session {session_id} has no running container to commit.", "conflict")
+    if has_image(client, reference):
         raise CommitError(f"{reference} already exists; choose another tag.", "conflict")
-    except docker.errors.ImageNotFound:
-        pass
-    source = client.images.get(container.attrs["Image"])
     labels = {
         LABEL_OWNER: user,
         LABEL_SOURCE_SESSION: session_id,
-        LABEL_SOURCE_IMAGE: container.attrs["Config"].get("Image", ""),
+        LABEL_SOURCE_IMAGE: source.image,
     }
-    conf = commit_config(source.attrs["Config"], container.attrs["Config"], labels)
-    repository, tag = split_reference(reference)
+    conf = commit_config(image_config(client, source.image_id), source.config, labels)
     message = f"fGPU hub: session {session_id} of {user}"
-    with locks.committing(session_id):
-        result = _commit_unpaused(client, container.id, repository, tag, message, conf)
-    return {"image": reference, "id": result["Id"], "source_image": labels[LABEL_SOURCE_IMAGE]}
-
-
-#: Commits tried before a session that keeps changing files during the copy is refused.
-COMMIT_ATTEMPTS = 3
-
-
-def _commit_unpaused(client, container_id, repository, tag, message, conf) -> dict:
-    for _ in range(COMMIT_ATTEMPTS):
-        try:
-            return client.api.commit(
-                container_id,
-                repository=repository,
-                tag=tag,
-                message=message,
-                author="fgpu-hub",
-                conf=conf,
-                pause=False,
-            )
-        except docker.errors.APIError as e:
-            if not _changed_while_copied(e):
-                raise
-    raise CommitError(
-        f"The session kept changing files while it was copied ({COMMIT_ATTEMPTS} tries). Let"
-        " running installs or writes finish, then save again.",
-        "conflict",
-    )
-
-
-def _changed_while_copied(error: docker.errors.APIError) -> bool:
-    """The engine's tar met a file that changed size ("Error processing tar file ... unexpected
-    EOF"): nothing is wrong but the moment."""
-    return "tar file" in str(error.explanation or error)
+    try:
+        image_id = commit_unpaused(
+            client, source, session_id, split_reference(reference), message, conf, locks
+        )
+    except ChangedWhileCopied:
+        raise CommitError(
+            f"The session kept changing files while it was copied ({COMMIT_ATTEMPTS} tries). Let"
+            " running installs or writes finish, then save again.",
+            "conflict",
+        ) from None
+    return {"image": reference, "id": image_id, "source_image": labels[LABEL_SOURCE_IMAGE]}

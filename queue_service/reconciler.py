@@ -44,25 +44,21 @@ from __future__ import annotations
 import asyncio
 import time
 
-import docker.errors
-import requests
-
 from image_catalog.job_options import JOB_OPTIONS, parse_job
 from queue_service.core import end_reasons
 from queue_service.core.status import Status
 from queue_service.engine.container_calls import ContainerCalls, ContainerUnresponsive
+from queue_service.engine.errors import ENGINE_ERRORS
 from queue_service.engine.session_containers import (
-    DockerSessionLister,
     deployment_of,
     session_from_labels,
+    stop_and_remove,
 )
 from queue_service.store.models import as_utc
 
 from .ghost_servers import stop_ghosts
 from .hub_client import HubError, server_pending
 
-#: Errors that mean the engine does not answer (down, restarting, or its socket gone).
-ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 ADOPTED_REASON = "adopted from its container: the service had no record of it"
 #: What a spawn issued again does not take from the hub's saved options: a request key names one
 #: start only (its record is adopted by its server and slots), and a preset's slots are the
@@ -74,7 +70,8 @@ class Reconciler:
     def __init__(
         self,
         manager,
-        docker_client,
+        *,
+        sessions,
         log=None,
         start_grace: float = 180.0,
         hub=None,
@@ -83,7 +80,6 @@ class Reconciler:
         unlisted_grace: float = 10.0,
         ghost_grace: float = 60.0,
         prepare=None,
-        sessions=None,
         watch=None,
         calls: ContainerCalls | None = None,
         jobs=None,
@@ -105,8 +101,10 @@ class Reconciler:
         self.ghost_grace = ghost_grace
         # Awaited before each pass's engine reads (the service reads its node there, once).
         self.prepare = prepare
-        # What runs: containers on one engine, or services on a Swarm (session_services.py).
-        self.sessions = sessions or DockerSessionLister(docker_client)
+        # What runs: the engine backend's `session_lister()`, containers on one engine
+        # (session_containers.py) or services on a Swarm (session_services.py). None for a
+        # reconciler that only issues lost spawns again.
+        self.sessions = sessions
         # Called with each round's live containers: frozen_containers.FreezeWatch.check.
         self.watch = watch
         self.calls = calls or ContainerCalls(log=log)
@@ -302,7 +300,7 @@ class Reconciler:
         about is reported and tried again next round, never waited on."""
         try:
             return await self.calls.call(
-                container.id, session_id, "stop", _stop_and_remove, container, self.log
+                container.id, session_id, "stop", stop_and_remove, container, self.log
             )
         except ContainerUnresponsive as e:
             self._say("%s", e)
@@ -407,21 +405,6 @@ class Reconciler:
     def _say(self, message: str, *args) -> None:
         if self.log:
             self.log.warning("reconciler: " + message, *args)
-
-
-def _stop_and_remove(container, log=None) -> bool:
-    """Stop and remove; True once the container is gone, False if the engine refused (the next
-    pass tries again)."""
-    try:
-        container.stop(timeout=5)
-        container.remove(force=True)
-    except docker.errors.NotFound:
-        pass  # gone already: what was wanted
-    except ENGINE_ERRORS as e:
-        if log:
-            log.warning("reconciler: could not stop and remove %s: %s", container.id[:12], e)
-        return False
-    return True
 
 
 def _short(error: Exception) -> str:

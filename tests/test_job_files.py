@@ -15,7 +15,8 @@ import pytest
 
 from fgpu_shared.homes import LABEL_ACCOUNT, account_tag, home_volume_name
 from queue_service.core.errors import Refusal
-from queue_service.job_files import HomeSettings, JobFiles, inspect_volume_with
+from queue_service.engine.volumes import inspect_volume_with
+from queue_service.job_files import HomeSettings, JobFiles
 from queue_service.store.accounts import Account
 
 pytestmark = [pytest.mark.docker]

@@ -3,7 +3,10 @@
 - `queue_service/core/` imports the standard library, itself and `fgpu_shared.units` alone;
 - `queue_service/store/` and `queue_service/engine/` never import each other, the handlers or
   the domain modules above them;
-- `fgpu_shared/units.py`, which the core may use, imports the standard library alone.
+- `fgpu_shared/units.py`, which the core may use, imports the standard library alone;
+- only `queue_service/engine/` imports the Docker clients (`docker`, `dockerspawner`): the rest of
+  the service asks the engine's modules, and catches what they raise (`engine/errors.py`);
+- the spawner (`fgpu_spawner/`) never imports the service: it talks to it over HTTP.
 
 Imports are read from the source (as tests/test_node_agent.py reads the agent's), relative ones
 resolved, so a layer cannot be crossed by a late or conditional import either."""
@@ -19,6 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE = ROOT / "queue_service"
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+#: What only `queue_service/engine/` may import: the Docker engine's clients.
+ENGINE_ONLY = ("docker", "dockerspawner")
 
 
 def module_name(path: Path) -> str:
@@ -84,6 +89,17 @@ def faults(module: str, imports: set[str]) -> list[str]:
     return sorted({as_module(n) for n in imports if crosses(layer_of(module), as_module(n))})
 
 
+def engine_client_imports(module: str, imports: set[str]) -> list[str]:
+    """The Docker clients `module` imports, if it is outside `queue_service/engine/`."""
+    if layer_of(module) == "engine":
+        return []
+    return sorted(name for name in imports if name.split(".")[0] in ENGINE_ONLY)
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    return imported_modules(path.read_text(), module, path.stem == "__init__")
+
+
 def sources(folder: Path):
     for path in sorted(folder.rglob("*.py")):
         if "migrations/versions" in str(path):
@@ -95,7 +111,7 @@ def sources(folder: Path):
 def test_each_layer_imports_only_what_it_may(layer):
     crossing = {}
     for path, module in sources(SERVICE / layer):
-        found = faults(module, imported_modules(path.read_text(), module, path.stem == "__init__"))
+        found = faults(module, imports_of(path, module))
         if found:
             crossing[module] = found
     assert crossing == {}
@@ -134,3 +150,41 @@ def test_the_shared_units_need_nothing_but_the_standard_library():
 )
 def test_a_crossing_is_found_however_it_is_written(module, source, crossing):
     assert faults(module, imported_modules(source, module)) == crossing
+
+
+def test_only_the_engine_imports_the_docker_clients():
+    found = {}
+    for path, module in sources(SERVICE):
+        names = engine_client_imports(module, imports_of(path, module))
+        if names:
+            found[module] = names
+    assert found == {}
+    # The reader sees the engine's own imports of them: the rule is not vacuous.
+    engine = [imports_of(path, module) for path, module in sources(SERVICE / "engine")]
+    assert any("docker" in names for names in engine)
+
+
+def test_the_spawner_never_imports_the_service():
+    found = {}
+    for path, module in sources(ROOT / "fgpu_spawner"):
+        names = sorted(n for n in imports_of(path, module) if n.split(".")[0] == "queue_service")
+        if names:
+            found[module] = names
+    assert found == {}
+    assert list(sources(ROOT / "fgpu_spawner")), "fgpu_spawner/ holds no module"
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "found"),
+    [
+        ("queue_service.reconciler", "import docker.errors", ["docker.errors"]),
+        ("queue_service.private_images", "from docker import errors", ["docker"]),
+        ("queue_service.handlers.x", "from dockerspawner import DockerSpawner", ["dockerspawner"]),
+        ("queue_service.store.x", "def late():\n    import docker\n", ["docker"]),
+        ("queue_service.reconciler", "from .engine.errors import ENGINE_ERRORS", []),
+        ("queue_service.engine.x", "import docker.errors\nfrom docker.types import Mount", []),
+        ("queue_service.job_files", "import dockerfile_parse", []),
+    ],
+)
+def test_a_docker_client_import_outside_the_engine_is_found(module, source, found):
+    assert engine_client_imports(module, imported_modules(source, module)) == found

@@ -21,6 +21,7 @@ from sqlalchemy import event, update
 
 from queue_service.core import placement, resource_model
 from queue_service.core.status import Status
+from queue_service.engine.session_containers import DockerSessionLister
 from queue_service.queue import QueueManager, Refused
 from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
@@ -761,7 +762,9 @@ async def test_a_fresh_grant_is_not_reclaimed_in_a_timezone_east_of_utc(
     try:
         manager = open_manager()
         session = await manager.submit(ask(), groups=())
-        await Reconciler(manager, NO_CONTAINERS, start_grace=180).reconcile()
+        await Reconciler(
+            manager, sessions=DockerSessionLister(NO_CONTAINERS), start_grace=180
+        ).reconcile()
         status = (await manager.get(session["id"]))["status"]
     finally:
         monkeypatch.undo()

@@ -23,11 +23,12 @@ from fgpu_spawner.request import ResourceRequest
 from queue_service import reconciler as reconciler_module
 from queue_service.core import resource_model
 from queue_service.core.status import Status
+from queue_service.engine.errors import ENGINE_ERRORS
 from queue_service.engine.session_containers import SESSION_LABEL, DockerSessionLister
 from queue_service.queue import QueueManager, Refused
 from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
-from queue_service.reconciler import ENGINE_ERRORS, Reconciler
+from queue_service.reconciler import Reconciler
 from queue_service.store.db import open_database
 from queue_service.store.models import SessionRecord
 
@@ -55,6 +56,11 @@ def manager(tmp_path):
     db.kw["bind"].dispose()
 
 
+def on_engine(manager, client, **settings) -> Reconciler:
+    """A reconciler of the sessions on one engine (the single-host backend's session lister)."""
+    return Reconciler(manager, sessions=DockerSessionLister(client), **settings)
+
+
 def session_container(docker_engine, run_id: str, session_id: str):
     return docker_engine.containers.run(
         IMAGE,
@@ -78,7 +84,7 @@ async def test_a_container_of_an_ended_record_is_stopped_and_removed(
     session, container = await running_session(manager, docker_engine, run_id)
     await manager.release(session["id"])  # the record ends; the container did not hear of it
     assert (await manager.get(session["id"]))["status"] == Status.TERMINATED
-    await Reconciler(manager, docker_engine).reconcile()
+    await on_engine(manager, docker_engine).reconcile()
     assert containers_with({SESSION_LABEL: session["id"]}) == []
 
 
@@ -95,7 +101,7 @@ async def test_a_record_ended_outside_the_service_is_seen_in_the_next_round(
             .where(SessionRecord.id == session["id"])
             .values(status=Status.TERMINATED)
         )
-    await Reconciler(manager, docker_engine).reconcile()
+    await on_engine(manager, docker_engine).reconcile()
     assert [r.id for r in manager.active_records()] == []
     assert (await manager.get(session["id"]))["status"] == Status.TERMINATED
     assert containers_with({SESSION_LABEL: session["id"]}) == []
@@ -107,7 +113,7 @@ async def test_the_containers_of_active_and_foreign_sessions_are_left_alone(
     session, container = await running_session(manager, docker_engine, run_id)
     # Another hub's session on the same engine: its id is no record of this service.
     foreign = session_container(docker_engine, run_id, secrets.token_hex(16))
-    await Reconciler(manager, docker_engine).reconcile()
+    await on_engine(manager, docker_engine).reconcile()
     for kept in (container, foreign):
         kept.reload()
         assert kept.status == "running"
@@ -118,7 +124,7 @@ async def test_a_paused_container_is_alive(manager, docker_engine, run_id):
     """A container paused by hand (`docker pause`) is alive: it keeps its session and slice."""
     session, container = await running_session(manager, docker_engine, run_id)
     container.pause()
-    await Reconciler(manager, docker_engine).reconcile()
+    await on_engine(manager, docker_engine).reconcile()
     assert (await manager.get(session["id"]))["status"] == Status.RUNNING
     container.reload()
     assert container.status == "paused"
@@ -142,7 +148,7 @@ async def test_a_container_lost_outside_the_hub_frees_its_slice(
     else:
         container.remove(force=True)
     # The second grant's container is still starting; only the lost one is released.
-    await Reconciler(manager, docker_engine).reconcile()
+    await on_engine(manager, docker_engine).reconcile()
     ended = await manager.get(session["id"])
     assert ended["status"] == Status.TERMINATED and ended["reason"] == "the container stopped"
     assert ended["end_reason"] == "lost"
@@ -179,7 +185,7 @@ async def test_a_session_that_starts_while_the_engine_lists_is_not_taken_for_los
         session_container(docker_engine, run_id, session["id"])
         await manager.mark_running(session["id"])
 
-    await Reconciler(manager, EngineThatAnswersLate(docker_engine, the_session_starts)).reconcile()
+    await on_engine(manager, EngineThatAnswersLate(docker_engine, the_session_starts)).reconcile()
     assert (await manager.get(session["id"]))["status"] == Status.RUNNING
     assert len(containers_with({SESSION_LABEL: session["id"]})) == 1
 
@@ -216,7 +222,7 @@ async def test_a_container_of_this_hub_with_no_record_is_adopted_with_its_slice(
     orphan = labelled_container(docker_engine, run_id, orphan_id, DEPLOYMENT, {"GPU-r-0": 1.0})
     foreign = labelled_container(docker_engine, run_id, foreign_id, "other-hub", {"GPU-r-0": 1.0})
     manager.engine_problem = "not counted yet"  # as the service starts
-    await Reconciler(manager, docker_engine, deployment_id=DEPLOYMENT).reconcile()
+    await on_engine(manager, docker_engine, deployment_id=DEPLOYMENT).reconcile()
     adopted = await manager.get(orphan_id)
     assert adopted["status"] == Status.RUNNING
     assert adopted["grant"] == {
@@ -256,7 +262,7 @@ async def test_a_waiting_record_whose_container_runs_takes_its_grant(
         docker_engine, run_id, session["id"], DEPLOYMENT, {"GPU-r-0": 1.0}
     )
     manager.engine_problem = "not counted yet"  # as the service starts
-    await Reconciler(manager, docker_engine, deployment_id=DEPLOYMENT).reconcile()
+    await on_engine(manager, docker_engine, deployment_id=DEPLOYMENT).reconcile()
     adopted = await manager.get(session["id"])
     assert adopted["status"] == Status.RUNNING
     assert adopted["grant"]["gpus"] == {"GPU-r-0": 1.0}
@@ -271,7 +277,7 @@ async def test_a_paused_container_still_holds_its_slice(manager, docker_engine, 
     """A commit pauses the container; the session is not taken for lost meanwhile."""
     session, container = await running_session(manager, docker_engine, run_id)
     container.pause()
-    await Reconciler(manager, docker_engine).reconcile()
+    await on_engine(manager, docker_engine).reconcile()
     assert (await manager.get(session["id"]))["status"] == Status.RUNNING
 
 
@@ -279,7 +285,7 @@ async def test_an_engine_that_does_not_answer_stops_grants_until_it_does(
     manager, docker_engine, tmp_path
 ):
     away = docker.DockerClient(base_url=f"unix://{tmp_path / 'nothing.sock'}", version="1.41")
-    reconciler = Reconciler(manager, away)
+    reconciler = on_engine(manager, away)
     with pytest.raises(ENGINE_ERRORS):
         await reconciler.reconcile()
     assert "not answering" in manager.engine_problem
@@ -326,7 +332,7 @@ async def test_a_running_session_the_hub_no_longer_lists_is_stopped_then_release
     """The spawner's stop failed, so it kept the grant; the hub forgot the server regardless."""
     session, container = await running_session(manager, docker_engine, run_id)
     hub = HubListing({("alice", "s1")})
-    reconciler = Reconciler(manager, docker_engine, hub=hub, unlisted_grace=0)
+    reconciler = on_engine(manager, docker_engine, hub=hub, unlisted_grace=0)
     await reconciler.reconcile()
     assert (await manager.get(session["id"]))["status"] == Status.RUNNING  # listed: left alone
     hub.servers = set()
@@ -359,7 +365,7 @@ async def test_a_server_the_hub_lists_with_nothing_behind_it_is_stopped_after_th
     ghost, fresh = ("alice", "ghost"), ("bob", "new")
     hub = HubListing({("alice", "s1"), ("carol", "w"), ("dave", ""), ghost, fresh})
     hub.started[fresh] = datetime.now(UTC).isoformat()
-    reconciler = Reconciler(manager, docker_engine, hub=hub, ghost_grace=60)
+    reconciler = on_engine(manager, docker_engine, hub=hub, ghost_grace=60)
     await reconciler.reconcile()
     assert hub.stopped == [ghost]
     assert (await manager.get(session["id"]))["status"] == Status.RUNNING
@@ -373,7 +379,7 @@ async def test_a_running_session_whose_server_the_hub_still_checks_is_left_alone
     still the hub's, its container keeps running."""
     session, container = await running_session(manager, docker_engine, run_id)
     hub = HubListing(set(), starting={("alice", "s1")})
-    reconciler = Reconciler(manager, docker_engine, hub=hub, unlisted_grace=0)
+    reconciler = on_engine(manager, docker_engine, hub=hub, unlisted_grace=0)
     await reconciler.reconcile()
     assert (await manager.get(session["id"]))["status"] == Status.RUNNING
     assert containers_with({SESSION_LABEL: session["id"]}) != []
@@ -388,7 +394,7 @@ async def test_a_container_the_hubs_stop_removed_ends_with_the_stops_reason_not_
     session, container = await running_session(manager, docker_engine, run_id)
     other, other_container = await running_session(manager, docker_engine, run_id, "s2")
     hub = HubListing(set(), stopping={("alice", "s1"), ("alice", "s2")})
-    reconciler = Reconciler(manager, docker_engine, hub=hub)
+    reconciler = on_engine(manager, docker_engine, hub=hub)
     container.remove(force=True)
     other_container.remove(force=True)
     await reconciler.reconcile()
@@ -425,7 +431,7 @@ async def test_a_spawn_is_issued_again_only_after_none_was_seen_waiting_for_the_
     clock = [time.time() + 3600]  # the request is an hour old: past any grace since creation
     monkeypatch.setattr(reconciler_module.time, "time", lambda: clock[0])
     hub = HubReads()
-    reconciler = Reconciler(manager, None, hub=hub, respawn_grace=60)
+    reconciler = Reconciler(manager, sessions=None, hub=hub, respawn_grace=60)
     await reconciler.respawn_abandoned()
     assert hub.reads == []  # first seen unwatched now: left be
     clock[0] += 59
@@ -446,7 +452,7 @@ async def test_a_spawn_waiting_on_its_long_poll_costs_the_hub_no_read(manager):
     waiting = await manager.submit({**holder, "user": "alice", "server_name": "s1", "fgpu": 1}, ())
     assert waiting["status"] == Status.PENDING
     hub = HubReads()
-    reconciler = Reconciler(manager, None, hub=hub, respawn_grace=0)
+    reconciler = Reconciler(manager, sessions=None, hub=hub, respawn_grace=0)
     poll = asyncio.create_task(manager.wait(waiting["id"], waiting["version"], 30))
     while not manager.awaited(waiting["id"]):
         await asyncio.sleep(0.01)
@@ -512,7 +518,7 @@ async def test_after_a_crash_a_lost_spawn_is_issued_again_at_once_and_never_twic
     manager = QueueManager(db, [NODE], SchedulerSettings(units_per_gpu=2), QuotaBook())
     # carol's spawn is running again already (she opened her server's page): not issued twice.
     hub = HubAfterACrash(pending={("carol", "s1")})
-    reconciler = Reconciler(manager, None, hub=hub, respawn_grace=3600)
+    reconciler = Reconciler(manager, sessions=None, hub=hub, respawn_grace=3600)
 
     assert await issued_now(reconciler, hub) == [("alice", "s1"), ("bob", "s0")]
     # The round after: the spawns it issued are not listed as pending yet, and stay alone.
@@ -552,7 +558,7 @@ async def test_a_lost_spawn_issued_again_keeps_the_options_the_hub_saved(manager
         "mem": "1G",
     }
     hub = HubAfterACrash(pending=set(), saved={("alice", "job-1"): saved})
-    reconciler = Reconciler(manager, None, hub=hub, respawn_grace=0)
+    reconciler = Reconciler(manager, sessions=None, hub=hub, respawn_grace=0)
     assert await issued_now(reconciler, hub) == [("alice", "job-1"), ("alice", "s2")]
     assert hub.options[("alice", "job-1")] == {
         "image": "x",

@@ -1,6 +1,7 @@
-"""The image check (queue_service/image_check.py) runs an instructor's image before anyone has
-looked at it: its entrypoint must meet the sessions' confinement, on the real engine. The image
-here reports its own capability bounding set and `no_new_privs` flag, then starts the server."""
+"""The image check (queue_service/image_check.py; its container: engine/image_check.py) runs an
+instructor's image before anyone has looked at it: its entrypoint must meet the sessions'
+confinement, on the real engine. The image here reports its own capability bounding set and
+`no_new_privs` flag, then starts the server."""
 
 from __future__ import annotations
 

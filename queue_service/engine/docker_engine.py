@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-import docker.errors
 from traitlets import Float, Unicode
 
 from . import folder_write_stops, inventory, job_containers
 from .backend import EngineBackend, JobExit, LogStream, NodeReading
 from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from .session_containers import DockerSessionLister
+from .session_warnings import DockerNotifier
 from .stats import StatsSampler
+from .volumes import inspect_volume_with
 
 
 class DockerEngine(EngineBackend):
@@ -103,13 +104,11 @@ class DockerEngine(EngineBackend):
         return self._freeze
 
     def volume_inspector(self):
-        def inspect(name: str) -> dict | None:
-            try:
-                return self.client.api.inspect_volume(name)
-            except docker.errors.NotFound:
-                return None
+        return inspect_volume_with(self.client)
 
-        return inspect
+    def session_notifier(self) -> DockerNotifier:
+        hooks = self.hooks
+        return DockerNotifier(self.client, hooks.container_calls, hooks.container_locks)
 
     async def read_nodes(self) -> NodeReading:
         node = await asyncio.get_running_loop().run_in_executor(

@@ -1,6 +1,6 @@
 """A session container left frozen is thawed: no session stays paused for good.
 
-The service's own commits no longer pause a container (`private_images.commit_session`), but a
+The service's own commits no longer pause a container (`container_commits.py`), but a
 container can still end up frozen: `docker pause` by hand, an engine that failed to resume one, or
 a cgroup freezer left `FROZEN` while a `runc exec` was stuck in it (what froze a session for 46
 minutes; docs/source/howto/logs-and-health.md, "A container that does not answer"). A frozen session answers

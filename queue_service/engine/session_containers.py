@@ -14,6 +14,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+import docker.errors
+
+from .errors import ENGINE_ERRORS
+
 SESSION_LABEL = "fgpu.session_id"
 DEPLOYMENT_LABEL = "fgpu.deployment"
 LIVE_STATES = ["running", "paused"]
@@ -48,6 +52,21 @@ class DockerSessionLister:
 
     def remove_gone(self, session_ids) -> None:
         """Stopped containers are the spawner's to remove."""
+
+
+def stop_and_remove(container, log=None) -> bool:
+    """Stop and remove a session's container (or a Swarm's session service) for the reconciler;
+    True once it is gone, False if the engine refused (the next pass tries again)."""
+    try:
+        container.stop(timeout=5)
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass  # gone already: what was wanted
+    except ENGINE_ERRORS as e:
+        if log:
+            log.warning("reconciler: could not stop and remove %s: %s", container.id[:12], e)
+        return False
+    return True
 
 
 def deployment_of(container) -> str | None:

@@ -20,6 +20,7 @@ from tornado import web
 from queue_service import launches
 from queue_service.core import end_reasons, query_args
 from queue_service.core.status import Status
+from queue_service.engine.local_images import remove_image
 from queue_service.store.accounts import Account
 from queue_service.store.folders import Reader
 from queue_service.store.history import parse_filters
@@ -201,7 +202,7 @@ class SessionImageHandler(BaseHandler):
         entry = private_entry(user, tag, private_reference(user, tag), images.find(record["image"]))
         if images.find(entry.name) is not None:
             raise CommitError(f"The catalog already has an image named {entry.name!r}.", "conflict")
-        if self.engine_backend.sessions_here:
+        if not self.engine_backend.commit_registry:
             committed, undo = await self.commit_here(session_id, user, tag)
         else:
             committed, undo = await self.commit_on_its_node(record, user, tag)
@@ -230,7 +231,7 @@ class SessionImageHandler(BaseHandler):
             tag,
             self.container_locks,
         )
-        return committed, lambda: engine.images.remove(committed["id"], force=True)
+        return committed, lambda: remove_image(engine, committed["id"])
 
     async def commit_on_its_node(self, record: dict, user: str, tag: str) -> tuple[dict, None]:
         """Commit on the session's node through its agent, which pushes the image to the site's
