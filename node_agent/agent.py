@@ -16,10 +16,10 @@ seconds it:
    not say it on 20.10); null when it cannot tell;
 4. POSTs the report, as JSON, to `<FGPU_AGENT_URL>api/nodes/<hostname>/report` with the hub API
    token of the node-agent service (a Swarm secret), signed with its node's own key (another
-   secret, given to this node's agent alone: `signed_headers`), and runs the jobs of an answer the
-   service signed with the same key (commit a session container, push the image), reporting each
-   job's result in the next report. An answer without the right signature is dropped: whoever sits
-   on the node network can neither report for this node nor hand it jobs.
+   secret, given to this node's agent alone: `signed_headers`), and carries out the orders of an
+   answer the service signed with the same key (commit a session container, push the image),
+   reporting each order's result in the next report. An answer without the right signature is
+   dropped: whoever sits on the node network can neither report for this node nor give it orders.
 
 It is ONE file that needs only Python's standard library (no docker SDK, no pynvml), so it is shipped
 as a Swarm config and run by the session base image's `python3`, with no image of its own to build.
@@ -56,12 +56,13 @@ from datetime import UTC, datetime
 
 SESSION_LABEL = "fgpu.session_id"
 DEPLOYMENT_LABEL = "fgpu.deployment"
-#: The shape of a report; the queue service refuses versions it does not know.
-REPORT_VERSION = 1
+#: The shape of a report and of its answer; the queue service refuses versions it does not know.
+#: Version 2 carries results in `order_results` and orders in `orders`; version 1 had other keys.
+REPORT_VERSION = 2
 #: dockerd 20.10's API; newer engines serve it too.
 ENGINE_API = "v1.41"
-#: Jobs the queue service may hand to an agent (see `run_job`).
-JOB_KINDS = ("commit",)
+#: The orders the queue service may give an agent in its answer to a report (see `run_order`).
+ORDER_KINDS = ("commit",)
 NVML_LIBRARY = "libnvidia-ml.so.1"
 #: The default bridge's option that mirrors the engine's `"icc"` setting.
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
@@ -138,7 +139,7 @@ def session_usage(containers, stats_by_id, previous_cpu):
     return sessions, samples
 
 
-def build_report(node, sampled_at, sessions, gpus, jobs=(), agent=None, daemon=None):
+def build_report(node, sampled_at, sessions, gpus, results=(), agent=None, daemon=None):
     """The JSON body the agent POSTs (the queue service's `node_reports.parse_report` reads it)."""
     return {
         "version": REPORT_VERSION,
@@ -146,7 +147,7 @@ def build_report(node, sampled_at, sessions, gpus, jobs=(), agent=None, daemon=N
         "sampled_at": sampled_at,
         "sessions": sessions,
         "gpus": gpus,
-        "jobs": list(jobs),
+        "order_results": list(results),
         "agent": agent or {},
         "daemon": daemon or {"icc": None, "no_new_privileges": None},
     }
@@ -183,15 +184,17 @@ def session_filters(deployment=None):
     return {"label": labels, "status": ["running", "paused"]}
 
 
-def jobs_of(answer):
-    """The well-formed jobs in the queue service's answer to a report (others are skipped)."""
-    jobs = answer.get("jobs") if isinstance(answer, dict) else None
-    if not isinstance(jobs, list):
+def orders_of(answer):
+    """The well-formed orders in the queue service's answer to a report (others are skipped)."""
+    orders = answer.get("orders") if isinstance(answer, dict) else None
+    if not isinstance(orders, list):
         return []
     return [
-        job
-        for job in jobs
-        if isinstance(job, dict) and job.get("kind") in JOB_KINDS and isinstance(job.get("id"), str)
+        order
+        for order in orders
+        if isinstance(order, dict)
+        and order.get("kind") in ORDER_KINDS
+        and isinstance(order.get("id"), str)
     ]
 
 
@@ -287,7 +290,7 @@ def signed_headers(key, node_id, method, path, body, now=None, nonce=None):
 
 def answer_signature(key, nonce, body):
     """The service's signature of its answer to the report that carried `nonce`: an answer cannot
-    be moved to another report or node, nor its jobs changed on the way."""
+    be moved to another report or node, nor its orders changed on the way."""
     return _mac(key, "fgpu-node-answer", nonce, hashlib.sha256(body).hexdigest())
 
 
@@ -373,11 +376,11 @@ class Engine:
     def inspect_image(self, reference):
         return self.json("GET", f"/images/{urllib.parse.quote(reference, safe='/:@')}/json")
 
-    def commit(self, container_id, repository, tag, conf=None, message="", pause=False):
-        """Commit a container, unpaused: a pause can leave it frozen for good (see
+    def commit(self, container_id, repository, tag, conf=None, message=""):
+        """Commit a container without pausing it: a pause can leave it frozen for good (see
         queue_service/engine/container_commits.py). Minutes for a large writable layer."""
         query = {"container": container_id, "repo": repository, "tag": tag, "author": "fgpu-hub"}
-        query.update(comment=message, pause="true" if pause else "false")
+        query.update(comment=message, pause="false")
         return self.json("POST", "/commit", query=query, body=conf or {}, timeout=600)
 
     def push(self, repository, tag, registry_auth=None):
@@ -483,29 +486,29 @@ class Nvml:
         }
 
 
-# -- I/O: one round, the report, the jobs -----------------------------------------------------
+# -- I/O: one round, the report, the orders ---------------------------------------------------
 
 
 class Agent:
     def __init__(self, engine, nvml, node, deployment=None):
         self.engine, self.nvml, self.node, self.deployment = engine, nvml, node, deployment
         self.previous_cpu = {}
-        self.done_jobs = []
-        self.running_jobs = set()
+        self.results = []  # of orders carried out, for the next report
+        self.running_orders = set()
         self.lock = threading.Lock()
 
     def collect(self):
-        """One round's report (the results of the last jobs included)."""
+        """One round's report (the results of the orders carried out since the last one included)."""
         containers = self.engine.session_containers(self.deployment)
         stats = {c["Id"]: self.engine.stats(c["Id"]) for c in containers}
         sessions, self.previous_cpu = session_usage(containers, stats, self.previous_cpu)
         gpus = self.read_gpus()
         with self.lock:
-            jobs, self.done_jobs = self.done_jobs, []
+            results, self.results = self.results, []
         status = _read("/proc/self/status")
         agent = own_usage(status, sum(os.times()[:2]))
         daemon = daemon_settings(self.read_bridge(), status)
-        return build_report(self.node, now_iso(), sessions, gpus, jobs, agent, daemon)
+        return build_report(self.node, now_iso(), sessions, gpus, results, agent, daemon)
 
     def read_bridge(self):
         """The default bridge, or None (reported as "unknown"): a node without one (`"bridge":
@@ -527,58 +530,58 @@ class Agent:
             log(f"GPUs not read: {e}")
             return None
 
-    def run_jobs(self, jobs, wait=False):
-        """Each job in a thread of its own: a commit takes minutes, and the reports go on."""
+    def run_orders(self, orders, wait=False):
+        """Each order in a thread of its own: a commit takes minutes, and the reports go on."""
         threads = []
-        for job in jobs:
+        for order in orders:
             with self.lock:
-                if job["id"] in self.running_jobs:
-                    continue  # handed out again while it runs
-                self.running_jobs.add(job["id"])
-            threads.append(threading.Thread(target=self._run_job, args=(job,), daemon=True))
+                if order["id"] in self.running_orders:
+                    continue  # given again while it runs
+                self.running_orders.add(order["id"])
+            threads.append(threading.Thread(target=self._run_order, args=(order,), daemon=True))
             threads[-1].start()
         for thread in threads if wait else ():
             thread.join()
 
-    def _run_job(self, job):
+    def _run_order(self, order):
         try:
-            result = run_job(self.engine, job, self.node)
-        except Exception as e:  # whatever went wrong, the job is answered and may run again
-            result = {**job_answer(job, self.node), "ok": False}
+            result = run_order(self.engine, order, self.node)
+        except Exception as e:  # whatever went wrong, the order is answered and may run again
+            result = {**result_head(order, self.node), "ok": False}
             result["error"] = f"{type(e).__name__}: {e}"
         with self.lock:
-            self.done_jobs.append(result)
-            self.running_jobs.discard(job["id"])
+            self.results.append(result)
+            self.running_orders.discard(order["id"])
 
-    def give_back(self, jobs):
+    def give_back(self, results):
         """Results a report failed to deliver go out with the next one."""
         with self.lock:
-            self.done_jobs[:0] = jobs
+            self.results[:0] = results
 
 
-def job_answer(job, node):
-    """What every result of `job` starts with: which job, of which kind, answered by which node."""
-    return {"id": job["id"], "kind": job["kind"], "node": node}
+def result_head(order, node):
+    """What every result of `order` starts with: which order, of which kind, done by which node."""
+    return {"id": order["id"], "kind": order["kind"], "node": node}
 
 
-def run_job(engine, job, node):
-    """Commit the job's session container (as the service commits one on its own engine: the
-    source image's command, user and folder, the job's labels) and push the image to the
+def run_order(engine, order, node):
+    """Commit the order's session container (as the service commits one on its own engine: the
+    source image's command, user and folder, the order's labels) and push the image to the
     registry its name starts with, so that any node can start it; the result says how it went."""
-    result = job_answer(job, node)
+    result = result_head(order, node)
     try:
         found = engine.session_containers()
-        container = next((c for c in found if session_of(c) == job.get("session_id")), None)
+        container = next((c for c in found if session_of(c) == order.get("session_id")), None)
         if container is None:
             return {**result, "ok": False, "error": "no such session container on this node"}
         details = engine.inspect_container(container["Id"])
         source = engine.inspect_image(details["Image"])
-        labels = {str(k): str(v) for k, v in (job.get("labels") or {}).items()}
+        labels = {str(k): str(v) for k, v in (order.get("labels") or {}).items()}
         conf = commit_config(source.get("Config") or {}, details.get("Config") or {}, labels)
-        repository, tag = split_image(str(job.get("image", "")))
-        message = str(job.get("message", ""))[:256]
+        repository, tag = split_image(str(order.get("image", "")))
+        message = str(order.get("message", ""))[:256]
         committed = engine.commit(container["Id"], repository, tag, conf=conf, message=message)
-        digest = engine.push(repository, tag) if job.get("push", True) else None
+        digest = engine.push(repository, tag) if order.get("push", True) else None
         image = f"{repository}:{tag}"
         return {**result, "ok": True, "image": image, "image_id": committed["Id"], "digest": digest}
     except (EngineError, OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as e:
@@ -586,11 +589,11 @@ def run_job(engine, job, node):
 
 
 class UnsignedAnswer(ValueError):
-    """An answer not signed with this node's key: its jobs are not run."""
+    """An answer not signed with this node's key: its orders are not carried out."""
 
 
 def post_report(url, token, key, node_id, report, timeout=30.0):
-    """POST the report, signed; the queue service's answer (jobs, maybe) as a dict, once its
+    """POST the report, signed; the queue service's answer (orders, maybe) as a dict, once its
     signature is checked."""
     body = json.dumps(report).encode()
     signed = signed_headers(key, node_id, "POST", urllib.parse.urlsplit(url).path, body)
@@ -604,7 +607,9 @@ def post_report(url, token, key, node_id, report, timeout=30.0):
         answer = reply.read()
         signature = reply.headers.get(SIGNATURE_HEADER)
     if not answer_is_genuine(key, signed[NONCE_HEADER], answer, signature):
-        raise UnsignedAnswer("the answer is not signed with this node's key; its jobs are dropped")
+        raise UnsignedAnswer(
+            "the answer is not signed with this node's key; its orders are dropped"
+        )
     return json.loads(answer or b"{}")
 
 
@@ -667,11 +672,11 @@ def main(environ=os.environ):
         report = None
         try:
             report = agent.collect()
-            agent.run_jobs(jobs_of(post_report(url, token, key, node_id, report)))
+            agent.run_orders(orders_of(post_report(url, token, key, node_id, report)))
         except (OSError, http.client.HTTPException, EngineError, NvmlError, ValueError) as e:
             # The queue service or the engine may be restarting: the next round tries again,
-            # with the results of jobs this report did not deliver.
-            agent.give_back(report["jobs"] if report else [])
+            # with the results this report did not deliver.
+            agent.give_back(report["order_results"] if report else [])
             log(f"round failed: {e}")
         time.sleep(max(0.0, interval - (time.monotonic() - started)))
 

@@ -145,7 +145,7 @@ def containers_check(unresponsive: list, frozen: list[dict], thaws: list) -> Che
 
 def node_daemons_check(nodes: list[dict]) -> Check:
     """Swarm nodes whose engine lacks a setting that keeps sessions apart, from their agents'
-    fresh reports (`NodeReports.nodes()`): an older agent's "unknown" included."""
+    fresh reports (`NodeReports.nodes()`): a setting an agent could not read ("unknown") included."""
     parts = [
         f"node {node['node']}: {', '.join(node['isolation_problems'])}"
         for node in nodes

@@ -2,12 +2,12 @@
 a session saved on node A starts on node B.
 
 In Swarm mode the service cannot reach a session's container (it runs on another node's engine),
-so the commit is a job for the node's agent (`node_reports.NodeReports.run_job`): the agent
+so the commit is an order to the node's agent (`node_reports.NodeReports.run_order`): the agent
 commits the container as `private_images.commit_session` does on the local engine (the source
-image's command, user and folder; the owner and source-session labels; not paused: the session keeps running), and
-pushes the image to the site's registry, from which any node pulls it.
+image's command, user and folder; the owner and source-session labels; not paused: the session
+keeps running), and pushes the image to the site's registry, from which any node pulls it.
 
-`commit_job` is pure; `commit_on_node` waits for the agent's result.
+`commit_order` is pure; `commit_on_node` waits for the agent's result.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def registry_reference(registry: str, user: str, tag: str) -> str:
     return f"{registry}/{private_reference(user, tag)}"
 
 
-def commit_job(session_id: str, user: str, tag: str, registry: str) -> dict:
-    """The agent's job that commits `session_id` to the user's private image and pushes it."""
+def commit_order(session_id: str, user: str, tag: str, registry: str) -> dict:
+    """The order to an agent to commit `session_id` to the user's private image and push it."""
     return {
         "kind": "commit",
         "session_id": session_id,
@@ -54,7 +54,7 @@ async def commit_on_node(
     running = store.session_ids(node)
     if running is not None and session_id not in running:
         raise Refusal(f"Node {node} runs no container of session {session_id}.", "conflict")
-    result = await store.run_job(node, commit_job(session_id, user, tag, registry), timeout)
+    result = await store.run_order(node, commit_order(session_id, user, tag, registry), timeout)
     if not result.get("ok"):
         raise Refusal(
             f"The agent of node {node} could not save session {session_id}: {result.get('error')}",

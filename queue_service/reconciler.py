@@ -11,8 +11,8 @@ crash). Either way the hub is asked first, and a server whose spawn it runs is n
 
 A slice is held by a record in SCHEDULED or RUNNING. It is given back when:
 - the session's container (found by its `fgpu.session_id` label) died or was removed outside the
-  hub: the record ends as TERMINATED (a paused container, one being committed to an image, is
-  alive: its session goes on once the commit is done);
+  hub: the record ends as TERMINATED (a paused container is alive: its session goes on once it
+  is unpaused, by hand or by frozen_containers.py);
 - a grant's container never appeared within `start_grace` seconds (the spawn died with the hub,
   say): the record ends as ERROR.
 

@@ -120,14 +120,14 @@ def test_the_node_daemons_check_names_each_fresh_node_whose_engine_does_not_keep
     from queue_service.engine.node_reports import NodeReports, parse_report
 
     store = NodeReports()
-    base = {"version": 1, "sampled_at": "t", "sessions": {}, "gpus": None}
+    base = {"version": 2, "sampled_at": "t", "sessions": {}, "gpus": None}
     store.put(
         parse_report(
             "n1", {**base, "node": "n1", "daemon": {"icc": False, "no_new_privileges": True}}
         )
     )
     assert health.node_daemons_check(store.nodes()).status == health.OK
-    store.put(parse_report("n2", {**base, "node": "n2"}))  # an older agent: unknown
+    store.put(parse_report("n2", {**base, "node": "n2"}))  # no "daemon": unknown
     store.put(
         parse_report(
             "n3", {**base, "node": "n3", "daemon": {"icc": True, "no_new_privileges": True}}

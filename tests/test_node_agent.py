@@ -80,12 +80,12 @@ def test_a_reports_signature_covers_its_node_path_time_nonce_and_body():
 
 
 def test_an_answer_is_genuine_only_for_its_key_its_reports_nonce_and_its_body():
-    signature = agent.answer_signature(KEY, "n1", b'{"jobs": []}')
-    assert agent.answer_is_genuine(KEY, "n1", b'{"jobs": []}', signature)
-    assert not agent.answer_is_genuine(KEY, "n2", b'{"jobs": []}', signature)
-    assert not agent.answer_is_genuine(KEY, "n1", b'{"jobs": [{}]}', signature)
-    assert not agent.answer_is_genuine("00" * 32, "n1", b'{"jobs": []}', signature)
-    assert not agent.answer_is_genuine(KEY, "n1", b'{"jobs": []}', None)
+    signature = agent.answer_signature(KEY, "n1", b'{"orders": []}')
+    assert agent.answer_is_genuine(KEY, "n1", b'{"orders": []}', signature)
+    assert not agent.answer_is_genuine(KEY, "n2", b'{"orders": []}', signature)
+    assert not agent.answer_is_genuine(KEY, "n1", b'{"orders": [{}]}', signature)
+    assert not agent.answer_is_genuine("00" * 32, "n1", b'{"orders": []}', signature)
+    assert not agent.answer_is_genuine(KEY, "n1", b'{"orders": []}', None)
 
 
 # -- the file itself ------------------------------------------------------------------------------
@@ -151,27 +151,27 @@ def test_a_built_report_is_what_the_queue_service_takes():
             "util_percent": 12.0,
         }
     ]
-    jobs = [{"id": "j1", "kind": "commit", "ok": True}]
-    report = agent.build_report("node-1", "2026-01-01T00:00:00+00:00", sessions, gpus, jobs)
+    results = [{"id": "o1", "kind": "commit", "ok": True}]
+    report = agent.build_report("node-1", "2026-01-01T00:00:00+00:00", sessions, gpus, results)
     body = json.loads(json.dumps(report))
     parsed = parse_report("node-1", body)
     assert parsed.sessions["s1"].mem_bytes == 100 << 20
     assert parsed.gpus[0].uuid == "GPU-1" and parsed.gpus[0].util_percent == 12.0
-    assert parsed.jobs == ({"id": "j1", "kind": "commit", "ok": True},)
+    assert parsed.order_results == ({"id": "o1", "kind": "commit", "ok": True},)
     # No NVML on the node: gpus is null, and the service takes that as "not read here".
     assert parse_report("node-1", agent.build_report("node-1", "t", {}, None)).gpus is None
 
 
-def test_filters_jobs_urls_and_image_names():
+def test_filters_orders_urls_and_image_names():
     assert agent.session_filters() == {
         "label": ["fgpu.session_id"],
         "status": ["running", "paused"],
     }
     assert agent.session_filters("d1")["label"] == ["fgpu.session_id", "fgpu.deployment=d1"]
-    assert agent.jobs_of(
-        {"jobs": [{"id": "a", "kind": "commit"}, {"id": "b", "kind": "rm"}, 3]}
+    assert agent.orders_of(
+        {"orders": [{"id": "a", "kind": "commit"}, {"id": "b", "kind": "rm"}, 3]}
     ) == [{"id": "a", "kind": "commit"}]
-    assert agent.jobs_of({"node": "x"}) == [] and agent.jobs_of(None) == []
+    assert agent.orders_of({"node": "x"}) == [] and agent.orders_of(None) == []
     assert agent.report_url("http://h:8000/services/queue/", "n 1") == (
         "http://h:8000/services/queue/api/nodes/n%201/report"
     )
@@ -378,7 +378,7 @@ def session_container(docker_engine):
 
 
 class Receiver(BaseHTTPRequestHandler):
-    """Stands for the queue service: keeps the reports and answers with a job, signed with
+    """Stands for the queue service: keeps the reports and answers with an order, signed with
     `key` (the node's key as the service holds it)."""
 
     reports: list = []
@@ -433,11 +433,11 @@ def test_the_agent_reports_a_real_session_containers_usage(docker_engine, sessio
     server = HTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        Receiver.answer = {"jobs": [{"id": "j1", "kind": "commit", "session_id": "nope"}]}
+        Receiver.answer = {"orders": [{"id": "o1", "kind": "commit", "session_id": "nope"}]}
         url = agent.report_url(f"http://127.0.0.1:{server.server_port}/services/queue/", node)
         answer = agent.post_report(url, "secret-token", KEY, NODE_ID, report)
         # An answer signed with another key (a forged one, or the node's rotated-away key) is
-        # dropped with its jobs.
+        # dropped with its orders.
         Receiver.key = "another" + KEY[7:]
         with pytest.raises(agent.UnsignedAnswer, match="not signed with this node's key"):
             agent.post_report(url, "secret-token", KEY, NODE_ID, report)
@@ -453,11 +453,11 @@ def test_the_agent_reports_a_real_session_containers_usage(docker_engine, sessio
         KEY, "POST", path, NODE_ID, headers[agent.TIME_HEADER], headers[agent.NONCE_HEADER], body
     )
     assert parse_report(node, received).sessions[session_id].mem_bytes == usage["mem_bytes"]
-    # The job it was handed names no container here: its result says so in the next report.
-    runner.run_jobs(agent.jobs_of(answer), wait=True)
-    (result,) = runner.collect()["jobs"]
+    # The order it was given names no container here: its result says so in the next report.
+    runner.run_orders(agent.orders_of(answer), wait=True)
+    (result,) = runner.collect()["order_results"]
     assert result == {
-        "id": "j1",
+        "id": "o1",
         "kind": "commit",
         "node": node,
         "ok": False,
@@ -465,14 +465,14 @@ def test_the_agent_reports_a_real_session_containers_usage(docker_engine, sessio
     }
 
 
-def test_a_commit_job_commits_the_session_container(docker_engine, session_container):
+def test_a_commit_order_commits_the_session_container(docker_engine, session_container):
     created, session_id, _ = session_container
     engine = agent.Engine("/var/run/docker.sock")
     repository = f"fgpu-test/agent-commit-{secrets.token_hex(4)}"
-    job = {"id": "j2", "kind": "commit", "session_id": session_id, "image": f"{repository}:t1"}
-    job["labels"] = {private_images.LABEL_OWNER: "alice"}
+    order = {"id": "o2", "kind": "commit", "session_id": session_id, "image": f"{repository}:t1"}
+    order["labels"] = {private_images.LABEL_OWNER: "alice"}
     try:
-        result = agent.run_job(engine, {**job, "push": False}, "here")
+        result = agent.run_order(engine, {**order, "push": False}, "here")
         assert result["ok"] is True, result
         image = docker_engine.images.get(f"{repository}:t1")
         assert image.id == result["image_id"]
@@ -482,9 +482,9 @@ def test_a_commit_job_commits_the_session_container(docker_engine, session_conta
         assert (
             image.attrs["Config"]["Cmd"] == docker_engine.images.get(IMAGE).attrs["Config"]["Cmd"]
         )
-        assert created.reload() is None and created.status == "running"  # paused, then on again
+        assert created.reload() is None and created.status == "running"  # never paused
         # A push to no registry fails with the engine's message, in the result, not as a crash.
-        failed = agent.run_job(engine, {**job, "image": f"127.0.0.1:1/{repository}:t1"}, "here")
+        failed = agent.run_order(engine, {**order, "image": f"127.0.0.1:1/{repository}:t1"}, "here")
         assert failed["ok"] is False and failed["error"], failed
     finally:
         for tag in (f"{repository}:t1", f"127.0.0.1:1/{repository}:t1"):
@@ -582,10 +582,10 @@ class BrokenEngine:
         raise http.client.BadStatusLine("garbage")
 
 
-def test_a_job_whose_engine_call_fails_in_any_way_is_answered_and_may_run_again():
+def test_an_order_whose_engine_call_fails_in_any_way_is_answered_and_may_run_again():
     runner = agent.Agent(BrokenEngine(), nvml=None, node="worker-1")
-    job = {"id": "j1", "kind": "commit", "session_id": "s1", "image": "r/i:t"}
-    runner.run_jobs([job], wait=True)
-    (result,) = runner.done_jobs
+    order = {"id": "o1", "kind": "commit", "session_id": "s1", "image": "r/i:t"}
+    runner.run_orders([order], wait=True)
+    (result,) = runner.results
     assert result["ok"] is False and "garbage" in result["error"]
-    assert runner.running_jobs == set()  # handed out again, it runs again
+    assert runner.running_orders == set()  # given again, it runs again

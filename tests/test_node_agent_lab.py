@@ -27,6 +27,7 @@ import requests
 from fgpu_admin import doctor
 from fgpu_shared.registry_auth import read_registry_auth
 from node_agent import agent
+from queue_service.engine import node_agent_deploy
 from queue_service.engine.node_agent_deploy import AgentSettings, deploy_node_agents
 from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
 
@@ -262,7 +263,9 @@ def agent_services(manager) -> list:
     ]
 
 
-def test_deploying_again_changes_nothing_and_a_rotated_key_moves_one_node_to_it(lab, lab_hub):
+def test_deploying_again_changes_nothing_and_a_rotated_key_moves_one_node_to_it(
+    lab, lab_hub, tmp_path, monkeypatch
+):
     manager = engine_client(lab)
     nodes = lab["FGPU_SWARM_NODES"].split(",")
     wait_for(
@@ -287,6 +290,11 @@ def test_deploying_again_changes_nothing_and_a_rotated_key_moves_one_node_to_it(
         ),
     )
     keys = NodeCredentials(lab_hub.workdir / CREDENTIALS_FILE)
+    # A newer agent file on disk (an upgrade before the restart) is not deployed: the agents keep
+    # the code this process imported, whose reports its service takes.
+    newer = tmp_path / "agent.py"
+    newer.write_text(node_agent_deploy.AGENT_SOURCE.read_text() + "\n# a newer version\n")
+    monkeypatch.setattr(node_agent_deploy, "AGENT_SOURCE", newer)
     again = deploy_node_agents(manager, keys, settings)
     assert {s.name: s.version for s in again} == before
 

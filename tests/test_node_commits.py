@@ -1,4 +1,4 @@
-"""Saving a session on its node through the agent (queue_service/node_commits.py): the job, and the
+"""Saving a session on its node through the agent (queue_service/node_commits.py): the order, and the
 answers when the node does not run the session or the agent's commit fails. The real commit and
 push on a lab node are tried in tests/test_node_agent_lab.py."""
 
@@ -10,20 +10,20 @@ import pytest
 
 from queue_service.core.errors import Refusal
 from queue_service.engine.node_reports import NodeReports, parse_report
-from queue_service.node_commits import commit_job, commit_on_node
+from queue_service.node_commits import commit_on_node, commit_order
 
 from .test_node_reports import Clock, body
 
 
-def test_a_commit_job_names_the_private_image_in_the_registry():
-    job = commit_job("s1", "alice", "t1", "10.213.0.1:5000")
-    assert job["image"] == "10.213.0.1:5000/fgpu-private/alice:t1"
-    assert job["labels"] == {"fgpu.private-owner": "alice", "fgpu.private-from-session": "s1"}
-    assert commit_job("s1", "Bob@x", "t1", "r:5000")["image"].startswith("r:5000/fgpu-private/u_")
+def test_a_commit_order_names_the_private_image_in_the_registry():
+    order = commit_order("s1", "alice", "t1", "10.213.0.1:5000")
+    assert order["image"] == "10.213.0.1:5000/fgpu-private/alice:t1"
+    assert order["labels"] == {"fgpu.private-owner": "alice", "fgpu.private-from-session": "s1"}
+    assert commit_order("s1", "Bob@x", "t1", "r:5000")["image"].startswith("r:5000/fgpu-private/u_")
     with pytest.raises(Refusal, match="tag must be"):
-        commit_job("s1", "alice", "-bad", "r:5000")
+        commit_order("s1", "alice", "-bad", "r:5000")
     with pytest.raises(Refusal, match="not a registry address"):
-        commit_job("s1", "alice", "t1", "r:5000/path")
+        commit_order("s1", "alice", "t1", "r:5000/path")
 
 
 async def test_a_commit_on_a_node_that_does_not_run_the_session_is_a_conflict():
@@ -31,11 +31,15 @@ async def test_a_commit_on_a_node_that_does_not_run_the_session_is_a_conflict():
     store.put(parse_report("node-1", body()))
     with pytest.raises(Refusal, match="runs no container of session other") as refused:
         await commit_on_node(store, "node-1", "other", "alice", "t1", "r:5000")
-    assert refused.value.cause == "conflict" and store.take_jobs("node-1") == []
+    assert refused.value.cause == "conflict" and store.take_orders("node-1") == []
     waiting = asyncio.ensure_future(commit_on_node(store, "node-1", "abc123", "alice", "t1", "r:5"))
     await asyncio.sleep(0)
-    (job,) = store.take_jobs("node-1")
-    store.put(parse_report("node-1", body(jobs=[{"id": job["id"], "ok": False, "error": "full"}])))
+    (order,) = store.take_orders("node-1")
+    store.put(
+        parse_report(
+            "node-1", body(order_results=[{"id": order["id"], "ok": False, "error": "full"}])
+        )
+    )
     with pytest.raises(Refusal, match="could not save session abc123: full") as refused:
         await waiting
     assert refused.value.cause == "engine"

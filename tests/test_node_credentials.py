@@ -68,7 +68,7 @@ def test_a_readable_damaged_or_badly_named_store_is_refused(tmp_path):
 
 
 def test_a_second_node_with_a_hostname_another_node_holds_gets_no_key(tmp_path):
-    """Reports, jobs and results go by hostname: a clone, or a node renamed to pass for another,
+    """Reports, orders and results go by hostname: a clone, or a node renamed to pass for another,
     must not sign as it."""
     store = NodeCredentials(tmp_path / "keys.json")
     first = store.ensure(NODE_A, "worker-1")

@@ -1,6 +1,6 @@
 """The store of node agents' reports (queue_service/engine/node_reports.py): what a report must look like,
 and what the service reads back (usage, GPUs, session ids), with staleness on a fake clock; and
-jobs for a node's agent."""
+orders for a node's agent."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from queue_service.engine.node_reports import NodeReports, isolation_problems, p
 
 def body(node="node-1", **changes):
     report = {
-        "version": 1,
+        "version": 2,
         "node": node,
         "sampled_at": "2026-11-24T03:00:00+00:00",
         "sessions": {
@@ -37,7 +37,7 @@ def body(node="node-1", **changes):
                 "util_percent": None,
             }
         ],
-        "jobs": [],
+        "order_results": [],
         "agent": {"rss_bytes": 1, "cpu_seconds": 0.5, "other": "dropped"},
     }
     report.update(changes)
@@ -56,7 +56,9 @@ class Clock:
     ("node", "data", "message"),
     [
         ("node-1", [], "a JSON object"),
-        ("node-1", body(version=2), "Unknown report version 2"),
+        # An agent of an earlier hub, until the service deploys its own: the orders of the
+        # answer would never be carried out (it read them under another key).
+        ("node-1", body(version=1), "Unknown report version 1; expected 2 (the node runs an agent"),
         ("node-1", body(node="node-2"), "names node 'node-2' but was sent for 'node-1'"),
         ("-bad", body(node="-bad"), "not a node's hostname"),
         ("node-1", body(sessions=[]), "sessions must be an object"),
@@ -79,7 +81,7 @@ class Clock:
         ),
         ("node-1", body(gpus={}), "gpus must be a list"),
         ("node-1", body(gpus=[{"uuid": "GPU-1"}]), "name must be a non-empty string"),
-        ("node-1", body(jobs=[{"ok": True}]), "each with its id"),
+        ("node-1", body(order_results=[{"ok": True}]), "each with its id"),
         ("node-1", body(sampled_at=""), "sampled_at"),
         ("node-1", body(agent=[]), "agent must be an object"),
         ("node-1", body(daemon=[]), "daemon must be an object"),
@@ -136,48 +138,50 @@ def test_a_session_that_moved_or_ended_is_read_from_its_last_node():
 
 IMAGE = "10.213.0.1:5000/fgpu-private/ann:t1"
 DIGEST, IMAGE_ID = "sha256:" + "d" * 64, "sha256:" + "e" * 64
-JOB = {"id": "j1", "kind": "commit", "image": IMAGE, "push": True}
-DONE = {"id": "j1", "ok": True, "image": IMAGE, "image_id": IMAGE_ID, "digest": DIGEST}
+ORDER = {"id": "o1", "kind": "commit", "image": IMAGE, "push": True}
+DONE = {"id": "o1", "ok": True, "image": IMAGE, "image_id": IMAGE_ID, "digest": DIGEST}
 
 
-def test_jobs_go_out_with_the_next_answer_and_results_come_back():
+def test_orders_go_out_with_the_next_answer_and_results_come_back():
     store = NodeReports(clock=Clock())
-    store.queue_job("node-1", JOB)
-    assert store.take_jobs("node-2") == []
-    assert store.take_jobs("node-1") == [JOB]
-    assert store.take_jobs("node-1") == []
-    store.put(parse_report("node-1", body(jobs=[DONE])))
-    assert store.job_result("j1") == {**DONE, "node": "node-1", "kind": "commit"}
+    store.queue_order("node-1", ORDER)
+    assert store.take_orders("node-2") == []
+    assert store.take_orders("node-1") == [ORDER]
+    assert store.take_orders("node-1") == []
+    store.put(parse_report("node-1", body(order_results=[DONE])))
+    assert store.order_result("o1") == {**DONE, "node": "node-1", "kind": "commit"}
 
 
-def test_only_the_node_a_job_was_handed_to_may_answer_it():
+def test_only_the_node_an_order_was_given_to_may_answer_it():
     store = NodeReports(clock=Clock())
-    store.queue_job("node-1", JOB)
-    store.put(parse_report("node-1", body(jobs=[DONE])))  # before it was handed out
-    assert store.job_result("j1") is None
-    store.take_jobs("node-1")
-    store.put(parse_report("node-2", body("node-2", jobs=[DONE])))  # another node's answer
-    assert store.job_result("j1") is None
-    store.put(parse_report("node-1", body(jobs=[{**DONE, "ok": False, "error": "disk full"}])))
-    assert store.job_result("j1")["error"] == "disk full"
-    store.put(parse_report("node-1", body(jobs=[DONE])))  # answered once, not twice
-    assert store.job_result("j1")["ok"] is False
+    store.queue_order("node-1", ORDER)
+    store.put(parse_report("node-1", body(order_results=[DONE])))  # before it was given out
+    assert store.order_result("o1") is None
+    store.take_orders("node-1")
+    store.put(parse_report("node-2", body("node-2", order_results=[DONE])))  # another node's answer
+    assert store.order_result("o1") is None
+    store.put(
+        parse_report("node-1", body(order_results=[{**DONE, "ok": False, "error": "disk full"}]))
+    )
+    assert store.order_result("o1")["error"] == "disk full"
+    store.put(parse_report("node-1", body(order_results=[DONE])))  # answered once, not twice
+    assert store.order_result("o1")["ok"] is False
 
 
 @pytest.mark.parametrize(
     ("change", "fault"),
     [
-        ({"image": "10.213.0.1:5000/fgpu/jupyter-base:py3.11"}, "is not the job's"),
+        ({"image": "10.213.0.1:5000/fgpu/jupyter-base:py3.11"}, "is not the order's"),
         ({"image_id": "abc"}, "image_id is not a sha256 digest"),
         ({"digest": None}, "digest is not a sha256 digest"),
     ],
 )
-def test_a_result_that_does_not_match_its_job_counts_as_a_failure(change, fault):
+def test_a_result_that_does_not_match_its_order_counts_as_a_failure(change, fault):
     store = NodeReports(clock=Clock())
-    store.queue_job("node-1", JOB)
-    store.take_jobs("node-1")
-    store.put(parse_report("node-1", body(jobs=[{**DONE, **change}])))
-    result = store.job_result("j1")
+    store.queue_order("node-1", ORDER)
+    store.take_orders("node-1")
+    store.put(parse_report("node-1", body(order_results=[{**DONE, **change}])))
+    result = store.order_result("o1")
     assert result["ok"] is False and fault in result["error"]
 
 
@@ -191,26 +195,26 @@ def test_the_store_holds_a_bounded_number_of_nodes():
     assert [n["node"] for n in store.nodes()] == ["a", "b"]
 
 
-async def test_a_job_is_handed_to_its_node_and_its_result_awaited():
+async def test_an_order_is_given_to_its_node_and_its_result_awaited():
     store = NodeReports(clock=Clock())
     store.put(parse_report("node-1", body()))
-    waiting = asyncio.ensure_future(store.run_job("node-1", JOB, 5))
+    waiting = asyncio.ensure_future(store.run_order("node-1", ORDER, 5))
     await asyncio.sleep(0)
-    assert store.take_jobs("node-1") == [JOB]  # the next answer's
-    store.put(parse_report("node-1", body(jobs=[DONE])))
+    assert store.take_orders("node-1") == [ORDER]  # the next answer's
+    store.put(parse_report("node-1", body(order_results=[DONE])))
     assert (await waiting)["digest"] == DIGEST
 
 
-async def test_a_job_for_a_silent_node_is_refused_and_an_unanswered_one_withdrawn():
+async def test_an_order_for_a_silent_node_is_refused_and_an_unanswered_one_withdrawn():
     clock = Clock()
     store = NodeReports(stale_after=20, clock=clock)
     with pytest.raises(Refusal, match="no fresh report") as refused:
-        await store.run_job("node-1", {"kind": "commit"}, 5)
+        await store.run_order("node-1", {"kind": "commit"}, 5)
     assert refused.value.cause == "unavailable"
     store.put(parse_report("node-1", body()))
     with pytest.raises(Refusal, match="no result within 0.05 s"):
-        await store.run_job("node-1", {"kind": "commit"}, 0.05)
-    assert store.take_jobs("node-1") == []  # not handed out after its caller gave up
+        await store.run_order("node-1", {"kind": "commit"}, 0.05)
+    assert store.take_orders("node-1") == []  # not given out after its caller gave up
 
 
 ISOLATED = {"icc": False, "no_new_privileges": True}
@@ -224,9 +228,9 @@ def test_a_node_whose_engine_keeps_sessions_apart_has_no_isolation_problem():
     assert node["isolation_problems"] == []
 
 
-def test_an_older_agent_without_the_daemon_field_is_taken_and_its_node_flagged_unknown():
+def test_a_report_without_the_daemon_field_is_taken_and_its_node_flagged_unknown():
     store = NodeReports()
-    store.put(parse_report("node-1", body()))  # no "daemon": an agent older than the field
+    store.put(parse_report("node-1", body()))  # no "daemon"
     (node,) = store.nodes()
     assert node["daemon"] == {"icc": None, "no_new_privileges": None}
     assert [p.split(" ", 2)[:2] for p in node["isolation_problems"]] == [

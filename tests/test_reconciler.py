@@ -121,7 +121,8 @@ async def test_the_containers_of_active_and_foreign_sessions_are_left_alone(
 
 
 async def test_a_paused_container_is_alive(manager, docker_engine, run_id):
-    """A container paused by hand (`docker pause`) is alive: it keeps its session and slice."""
+    """A container paused by hand (`docker pause`, or a `docker commit` run by hand) is alive: it
+    keeps its session and slice."""
     session, container = await running_session(manager, docker_engine, run_id)
     container.pause()
     await on_engine(manager, docker_engine).reconcile()
@@ -271,14 +272,6 @@ async def test_a_waiting_record_whose_container_runs_takes_its_grant(
     assert (await manager.submit(other, ()))["status"] == Status.PENDING
     container.reload()
     assert container.status == "running"
-
-
-async def test_a_paused_container_still_holds_its_slice(manager, docker_engine, run_id):
-    """A commit pauses the container; the session is not taken for lost meanwhile."""
-    session, container = await running_session(manager, docker_engine, run_id)
-    container.pause()
-    await on_engine(manager, docker_engine).reconcile()
-    assert (await manager.get(session["id"]))["status"] == Status.RUNNING
 
 
 async def test_an_engine_that_does_not_answer_stops_grants_until_it_does(

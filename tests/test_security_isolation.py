@@ -102,7 +102,7 @@ async def test_a_site_that_accepts_it_gets_host_port():
 
 
 def _report(node: str, daemon: dict | None) -> dict:
-    body = {"version": 1, "node": node, "sampled_at": "t", "sessions": {}, "gpus": None}
+    body = {"version": 2, "node": node, "sampled_at": "t", "sessions": {}, "gpus": None}
     return body if daemon is None else {**body, "daemon": daemon}
 
 

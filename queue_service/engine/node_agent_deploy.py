@@ -14,7 +14,8 @@ code as a Swarm config, the hub token and that node's own key as Swarm secrets.
   `node_agent_deploy_interval` seconds, so a node that joins gets its agent. Swarm configs and
   secrets are immutable, so each one's name carries a hash of its content: a new agent file, token
   or key is a new config or secret, the service moves to it (its task restarts), and the old one
-  is removed.
+  is removed. The agent file is the one this process imported (`AGENT_CODE`): the agents always
+  speak the protocol of the service that deploys them, even while a new version waits on disk.
 - `rotate_node_key` makes a new key for one node and moves its agent to it.
 - `node_agent_token` keeps the agents' hub token in the hub's state directory, so that the hub's
   config (which declares the `fgpu-node-agent` service with it) and the queue service (which puts
@@ -55,6 +56,10 @@ from queue_service.engine.registry_images import pinned_reference
 
 log = logging.getLogger(__name__)
 AGENT_SOURCE = Path(agent_module.__file__)
+#: The agent's code as this process imported it: what every deploy hands the nodes. Read again at
+#: each deploy, an upgrade on disk would reach the nodes before the service restarts, and this
+#: service would refuse their reports (agent.REPORT_VERSION).
+AGENT_CODE = AGENT_SOURCE.read_bytes()
 AGENT_PATH = "/fgpu/agent.py"
 TOKEN_SECRET_FILE = "fgpu-node-agent-token"
 KEY_SECRET_FILE = "fgpu-node-agent-key"
@@ -243,7 +248,7 @@ def deploy_node_agents(
     """Create or update every node's agent (config, secrets, service); returns the services.
 
     `client` talks to a Swarm manager. Nothing changes when everything is as asked already."""
-    source = AGENT_SOURCE.read_bytes() if source is None else source
+    source = AGENT_CODE if source is None else source
     name = settings.name
     config = _ensure(client.configs, content_name(f"{name}-code", source), source)
     token = settings.token.encode()

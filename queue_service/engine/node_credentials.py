@@ -74,7 +74,7 @@ class NodeCredentials:
             nodes = self._load()
             holder = next((c for c in nodes.values() if c.hostname == hostname), None)
             if holder is not None and holder.node_id != node_id:
-                # Reports, jobs and results go by hostname: a second node of the same name (a
+                # Reports, orders and results go by hostname: a second node of the same name (a
                 # clone, or a node renamed to pass for another) must not sign as the first.
                 raise Refusal(
                     f"Node {node_id} has the hostname {hostname!r} of node {holder.node_id}, "

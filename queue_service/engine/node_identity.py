@@ -7,14 +7,14 @@ the path (which names the node), its Swarm node id, the time, a nonce and the bo
 
 - the node id has a key here (an unknown id, or a key rotated away, is refused);
 - that node id is the one whose hostname the URL names: a node reports only for itself, so it
-  takes only its own jobs and answers only its own;
+  takes only its own orders and answers only its own;
 - the signature matches (a changed body, path or time is refused);
 - the time is within `max_skew` seconds of the service's clock, and later than that node's last
   report taken: a report recorded on the wire and sent again is refused, then or later;
 - the report's own `sampled_at` is within `max_skew` of its signed time.
 
 The answer is signed back with the same key and the report's nonce (`answer_signature`), so the
-agent runs only jobs this service gave to its node. Refusals are 403 `Refusal`s saying which check
+agent carries out only orders this service gave its node. Refusals are 403 `Refusal`s saying which check
 failed; nothing of a refused report is stored.
 """
 

@@ -1,4 +1,4 @@
-"""What the node agents report: the last report of every Swarm node, and jobs waiting for a node.
+"""What the node agents report: the last report of every Swarm node, and orders waiting for a node.
 
 A node agent (`node_agent/agent.py`, a global Swarm service) POSTs a report every few seconds to
 `api/nodes/{hostname}/report` (handlers/nodes.py). `parse_report` checks the body (pure; a bad one
@@ -13,14 +13,20 @@ last report per node with the time it came in, and answers:
   this alone);
 - `stale(node)`: no report within `stale_after` seconds;
 - in `nodes()`, each node's engine settings (`daemon`: `icc`, `no_new_privileges`) and what is wrong
-  with them (`isolation_problems`). A report without `daemon` (an agent older than the field) is
-  taken, as "unknown", which is flagged like a wrong value; the queue service places no session on
-  a node whose value is wrong (`wrong_daemon_settings`; swarm_engine.py, `isolation_refused`).
+  with them (`isolation_problems`). A report without `daemon`, or with a setting the agent could
+  not read (null), is taken as "unknown", which is flagged like a wrong value; the queue service
+  places no session on a node whose value is wrong (`wrong_daemon_settings`; swarm_engine.py,
+  `isolation_refused`).
 
-Jobs (a commit on the node that runs a session, then a push) wait in `queue_job` until the node's
-next report takes them (`take_jobs`); their results come back in a later report (`job_result`).
-A result counts only when it comes from the node its job was handed to, and says what its job
-asked (the same image; ids that are digests): a node cannot answer another node's commits.
+A report of another `REPORT_VERSION` (an agent of another version of the hub, still running until
+the queue service deploys its own at start) is refused whole: its answer's orders would not be
+carried out.
+
+Orders for a node's agent (a commit on the node that runs a session, then a push) wait in
+`queue_order` until the answer to the node's next report carries them (`take_orders`); their
+results come back in a later report's `order_results` (`order_result`). A result counts only when
+it comes from the node its order was given to, and says what its order asked (the same image; ids
+that are digests): a node cannot answer another node's commits.
 
 Identity: the handler takes a report only once node_identity.py has checked that it is signed
 with the key of the node the URL names, so `put(report)` trusts `report.node`. A body naming
@@ -39,15 +45,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from node_agent.agent import REPORT_VERSION
 from queue_service.core.errors import Refusal
 from queue_service.engine.stats import Usage
 
-REPORT_VERSION = 1
 #: A Swarm hostname: a DNS name (labels of letters, digits, '-', '_'), at most 253 characters.
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,252})$")
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 DEFAULT_MAX_NODES = 10_000
-#: What a report without the `daemon` field (an agent older than it) says of the node's engine.
+#: What a report without the `daemon` field says of the node's engine.
 UNKNOWN_DAEMON = {"icc": None, "no_new_privileges": None}
 #: Each daemon setting a session's isolation needs: the value it must have, and what its absence
 #: lets a session do. The engine's daemon.json says `"icc": false, "no-new-privileges": true`.
@@ -59,7 +65,7 @@ DAEMON_FIX = (
     'set "icc": false and "no-new-privileges": true in the node\'s /etc/docker/daemon.json, '
     "restart its engine, and run the current node agent (docs/source/howto/adding-nodes.md, 'Adding nodes')"
 )
-#: Results of jobs kept per node until someone reads them.
+#: Results of orders kept per node until someone reads them.
 MAX_RESULTS_PER_NODE = 100
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -89,12 +95,12 @@ class NodeReport:
     sampled_at: str
     sessions: dict[str, SessionUsage]
     gpus: tuple[NodeGpu, ...] | None
-    jobs: tuple[dict, ...]
+    order_results: tuple[dict, ...]
     agent: dict
     size: int
     received: float = 0.0
     #: The node engine's settings that keep sessions apart (`icc`, `no_new_privileges`): True,
-    #: False or None (unknown: an agent older than the field, or one that could not tell).
+    #: False or None (unknown: the agent could not tell, or did not say).
     daemon: dict = field(default_factory=lambda: dict(UNKNOWN_DAEMON))
 
 
@@ -106,7 +112,9 @@ def parse_report(node: str, data: Any, size: int = 0) -> NodeReport:
         raise ValueError("A report is a JSON object.")
     if data.get("version") != REPORT_VERSION:
         raise ValueError(
-            f"Unknown report version {data.get('version')!r}; expected {REPORT_VERSION}."
+            f"Unknown report version {data.get('version')!r}; expected {REPORT_VERSION} "
+            "(the node runs an agent of another version of the hub: the queue service deploys "
+            "its own agent at start)."
         )
     if data.get("node") != node:
         raise ValueError(
@@ -118,7 +126,7 @@ def parse_report(node: str, data: Any, size: int = 0) -> NodeReport:
         sampled_at=_text(data, "sampled_at"),
         sessions=_sessions(data.get("sessions")),
         gpus=_gpus(data.get("gpus")),
-        jobs=_jobs(data.get("jobs", [])),
+        order_results=_order_results(data.get("order_results", [])),
         agent=_agent(data.get("agent", {})),
         size=size,
         daemon=_daemon(data.get("daemon")),
@@ -215,12 +223,12 @@ def _gpus(value: Any) -> tuple[NodeGpu, ...] | None:
     return tuple(gpus)
 
 
-def _jobs(value: Any) -> tuple[dict, ...]:
+def _order_results(value: Any) -> tuple[dict, ...]:
     if not isinstance(value, list) or not all(
-        isinstance(job, Mapping) and isinstance(job.get("id"), str) for job in value
+        isinstance(result, Mapping) and isinstance(result.get("id"), str) for result in value
     ):
-        raise ValueError("jobs must be a list of job results, each with its id.")
-    return tuple(dict(job) for job in value)
+        raise ValueError("order_results must be a list of results of orders, each with its id.")
+    return tuple(dict(result) for result in value)
 
 
 def _agent(value: Any) -> dict:
@@ -231,7 +239,7 @@ def _agent(value: Any) -> dict:
 
 def _daemon(value: Any) -> dict:
     if value is None:
-        return dict(UNKNOWN_DAEMON)  # an agent older than the field: unknown, and flagged
+        return dict(UNKNOWN_DAEMON)  # not said: unknown, and flagged
     if not isinstance(value, Mapping):
         raise ValueError("daemon must be an object of the engine's settings.")
     daemon = {}
@@ -243,19 +251,19 @@ def _daemon(value: Any) -> dict:
     return daemon
 
 
-def checked_result(job: Mapping, result: Mapping, node: str) -> dict:
-    """An agent's result as it may be believed: a successful commit must name the job's own
+def checked_result(order: Mapping, result: Mapping, node: str) -> dict:
+    """An agent's result as it may be believed: a successful commit must name the order's own
     image and give digests for its ids, or it counts as a failure saying so."""
-    result = {**result, "node": node, "kind": job.get("kind")}
+    result = {**result, "node": node, "kind": order.get("kind")}
     if not result.get("ok"):
         return {**result, "ok": False, "error": str(result.get("error") or "failed")[:1000]}
     faults = []
-    if result.get("image") != job.get("image"):
-        faults.append(f"image {str(result.get('image'))[:200]!r} is not the job's")
+    if result.get("image") != order.get("image"):
+        faults.append(f"image {str(result.get('image'))[:200]!r} is not the order's")
     if not DIGEST_RE.match(str(result.get("image_id"))):
         faults.append("image_id is not a sha256 digest")
     digest = result.get("digest")
-    if job.get("push", True) and not DIGEST_RE.match(str(digest)):
+    if order.get("push", True) and not DIGEST_RE.match(str(digest)):
         faults.append("digest is not a sha256 digest")
     if faults:
         return {**result, "ok": False, "error": "the agent's result is wrong: " + "; ".join(faults)}
@@ -263,7 +271,7 @@ def checked_result(job: Mapping, result: Mapping, node: str) -> dict:
 
 
 class NodeReports:
-    """The last report of every node, and the jobs and job results on their way."""
+    """The last report of every node, and the orders and their results on their way."""
 
     def __init__(
         self,
@@ -274,10 +282,10 @@ class NodeReports:
         self.stale_after, self.clock, self.max_nodes = stale_after, clock, max_nodes
         self._nodes: dict[str, NodeReport] = {}
         self._where: dict[str, str] = {}  # session id → node whose last report has it
-        self._jobs: dict[str, list[dict]] = {}
+        self._orders: dict[str, list[dict]] = {}
         self._results: dict[str, dict] = {}
         self._waiting: dict[str, asyncio.Future] = {}
-        self._handed: dict[str, tuple[str, dict]] = {}  # job id → (node, job) taken by its agent
+        self._given: dict[str, tuple[str, dict]] = {}  # order id → (node, order) its agent took
 
     def put(self, report: NodeReport) -> None:
         if report.node not in self._nodes and len(self._nodes) >= self.max_nodes:
@@ -290,23 +298,23 @@ class NodeReports:
         self._nodes[report.node] = replace(report, received=self.clock())
         for session_id in report.sessions:
             self._where[session_id] = report.node
-        for result in report.jobs:
-            handed = self._handed.get(result["id"])
-            if handed is None or handed[0] != report.node:
-                continue  # not a job of this node: another node's, or none at all
-            del self._handed[result["id"]]
-            result = checked_result(handed[1], result, report.node)
+        for result in report.order_results:
+            given = self._given.get(result["id"])
+            if given is None or given[0] != report.node:
+                continue  # not an order of this node: another node's, or none at all
+            del self._given[result["id"]]
+            result = checked_result(given[1], result, report.node)
             self._results[result["id"]] = result
             waiter = self._waiting.get(result["id"])
             if waiter is not None and not waiter.done():
                 waiter.set_result(result)
         self._trim(self._results)
-        self._trim(self._handed)
+        self._trim(self._given)
 
     def _trim(self, kept: dict) -> None:
         excess = len(kept) - MAX_RESULTS_PER_NODE * max(1, len(self._nodes))
-        for job_id in list(kept)[: max(0, excess)]:
-            del kept[job_id]
+        for order_id in list(kept)[: max(0, excess)]:
+            del kept[order_id]
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -364,40 +372,40 @@ class NodeReports:
                 "isolation_problems": isolation_problems(report.daemon),
                 "gpus": None if report.gpus is None else [asdict(g) for g in report.gpus],
                 "sessions": {sid: asdict(u) for sid, u in report.sessions.items()},
-                "jobs_waiting": len(self._jobs.get(name, [])),
+                "orders_waiting": len(self._orders.get(name, [])),
             }
             for name, report in sorted(self._nodes.items())
         ]
 
-    # -- jobs ---------------------------------------------------------------------------------
+    # -- orders -------------------------------------------------------------------------------
 
-    def queue_job(self, node: str, job: dict) -> None:
-        """A job for the agent of `node`, handed over in the answer to its next report."""
-        self._jobs.setdefault(node, []).append(dict(job))
+    def queue_order(self, node: str, order: dict) -> None:
+        """An order for the agent of `node`, given in the answer to its next report."""
+        self._orders.setdefault(node, []).append(dict(order))
 
-    def take_jobs(self, node: str) -> list[dict]:
-        """The jobs waiting for `node`, handed to its agent (whose identity the caller checked)."""
-        jobs = self._jobs.pop(node, [])
-        for job in jobs:
-            self._handed[job["id"]] = (node, job)
-        return jobs
+    def take_orders(self, node: str) -> list[dict]:
+        """The orders waiting for `node`, given to its agent (whose identity the caller checked)."""
+        orders = self._orders.pop(node, [])
+        for order in orders:
+            self._given[order["id"]] = (node, order)
+        return orders
 
-    def job_result(self, job_id: str) -> dict | None:
-        return self._results.get(job_id)
+    def order_result(self, order_id: str) -> dict | None:
+        return self._results.get(order_id)
 
-    async def run_job(self, node: str, job: dict, timeout: float) -> dict:
-        """Hand `job` to the agent of `node` and wait for its result (a Refusal when the node is
-        silent, or when no result comes within `timeout`: then the job is withdrawn if still
-        untaken; one already taken may still finish, and its result is kept in `job_result`)."""
+    async def run_order(self, node: str, order: dict, timeout: float) -> dict:
+        """Give `order` to the agent of `node` and wait for its result (a Refusal when the node is
+        silent, or when no result comes within `timeout`: then the order is withdrawn if still
+        untaken; one already taken may still finish, and its result is kept in `order_result`)."""
         if self.stale(node):
             raise Refusal(
                 f"Node {node} has no fresh report from its agent; nothing can be done there now.",
                 "unavailable",
             )
-        job = {**job, "id": job.get("id") or secrets.token_hex(8)}
+        order = {**order, "id": order.get("id") or secrets.token_hex(8)}
         waiter = asyncio.get_running_loop().create_future()
-        self._waiting[job["id"]] = waiter
-        self.queue_job(node, job)
+        self._waiting[order["id"]] = waiter
+        self.queue_order(node, order)
         try:
             return await asyncio.wait_for(waiter, timeout)
         except TimeoutError:
@@ -405,9 +413,9 @@ class NodeReports:
                 f"The agent of node {node} gave no result within {timeout:g} s.", "unavailable"
             ) from None
         finally:
-            self._waiting.pop(job["id"], None)
-            left = [j for j in self._jobs.get(node, []) if j["id"] != job["id"]]
+            self._waiting.pop(order["id"], None)
+            left = [o for o in self._orders.get(node, []) if o["id"] != order["id"]]
             if left:
-                self._jobs[node] = left
+                self._orders[node] = left
             else:
-                self._jobs.pop(node, None)
+                self._orders.pop(node, None)

@@ -2,8 +2,9 @@
 
 The reconciler, the usage sampler and private images all look containers up by the
 `fgpu.session_id` label that the spawner puts on every session container (docs/source/explanation/contracts.md, contract 5).
-Only live containers count: an exited one holds no slice and has no usage. A paused one (a commit
-pauses it) is alive: it still holds its slice and comes back as it was.
+Only live containers count: an exited one holds no slice and has no usage. A paused one (`docker
+pause` or a `docker commit` by hand; the service's own commits do not pause) is alive: it still
+holds its slice and comes back as it was (frozen_containers.py thaws one left frozen).
 
 `fgpu.deployment` names the hub that made the container (its id, kept in the hub's state
 directory): a container of another hub on the same engine is never adopted or stopped here.

@@ -193,8 +193,8 @@ class SwarmEngine(EngineBackend):
     def isolation_refused(self, node: str) -> bool:
         """Whether `node`'s agent reports an engine setting that lets sessions reach one another
         or gain privileges: no session is placed there (its running ones go on, as on a paused
-        node) until it is fixed. Unknown (no fresh report, an older agent) is flagged by the
-        health check and doctor, not refused: nodes run no agent in some setups
+        node) until it is fixed. Unknown (no fresh report, or an agent that cannot tell) is
+        flagged by the health check and doctor, not refused: nodes run no agent in some setups
         (docs/source/howto/swarm.md, "Swarm mode"), and the first reports come a few seconds
         after the hub starts."""
         report = self.node_reports.fresh(node)

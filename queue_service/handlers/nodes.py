@@ -1,7 +1,8 @@
 """`api/nodes`: the node agents' reports.
 
 - `POST api/nodes/{hostname}/report`: a node agent's report (`node_reports.parse_report`); the
-  answer carries the jobs waiting for that node (`{"jobs": [...]}`), signed with the node's key.
+  answer carries the orders waiting for that node's agent (`{"node": ..., "orders": [...]}`),
+  signed with the node's key.
   Only the hub service whose token the agents hold (`agent_service`) may report: a student's
   token, an admin's, the spawner's or a cookie gets 403. The report must also be signed with the
   key of the node the URL names, now, and never before (node_identity.py): another node's key, a
@@ -52,7 +53,7 @@ class NodeReportHandler(BaseHandler):
             raise web.HTTPError(400, f"Not a node report: {e}") from None
         identity.check_sampled_at(report.sampled_at, signed_at)
         store.put(report)
-        answer = json.dumps({"node": node, "jobs": store.take_jobs(node)}).encode()
+        answer = json.dumps({"node": node, "orders": store.take_orders(node)}).encode()
         nonce = request.headers[NONCE_HEADER]
         self.set_header(SIGNATURE_HEADER, answer_signature(credential.key, nonce, answer))
         self.set_header("Content-Type", "application/json")
