@@ -231,7 +231,8 @@ def split_image(reference):
 def commit_config(image_config, container_config, labels):
     """The `conf` of a commit: the source image's command, user and folder, the session's own
     variables and labels blanked (the engine merges the container's in), and `labels` added.
-    The same as queue_service.private_images.commit_config, which the agent cannot import."""
+    The same as queue_service.engine.container_commits.commit_config, which the agent cannot
+    import."""
     image_env = image_config.get("Env") or []
     image_keys = {item.split("=", 1)[0] for item in image_env}
     added = [item.split("=", 1)[0] for item in container_config.get("Env") or []]

@@ -22,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
@@ -98,10 +97,6 @@ from .session_end_notice import EndNotice, end_notice_key
 #: Largest body the server reads at all: an upload's chunk and a little more (each handler
 #: refuses more than its own cap with a message: 64 KiB, or the chunk for uploads).
 MAX_BODY_BACKSTOP = CHUNK_BYTES + (1 << 20)
-#: How long the engine may take to commit a session to a private image.
-COMMIT_TIMEOUT_SECONDS = 600
-#: Commits that may wait on the engine at once; more wait their turn in the commit executor.
-COMMIT_WORKERS = 2
 #: What a spawn hears before the engine has answered once since the service started.
 ENGINE_NOT_YET = (
     "The Docker engine has not answered yet, so no session can start now. Try again in a "
@@ -1180,12 +1175,6 @@ class QueueService(Application):
             image_builds=self.builds,
             look_at_engine_images=self.look_at_engine_images,
             docker=self.docker,
-            # Committing a session copies its whole writable layer: minutes, not seconds.
-            docker_commits=Engine(timeout=COMMIT_TIMEOUT_SECONDS),
-            # Their own threads: minutes-long commits must not hold the default executor, which
-            # the reconciler and every other engine call use.
-            commit_executor=ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="fgpu-commit"),
-            container_locks=self.container_locks,
             spawner_service=self.spawner_service,
             # A typo in the site's presets stops the service here, with the preset named.
             site_presets=parse_presets(self.presets, "QueueService.presets"),

@@ -21,16 +21,9 @@ import re
 
 from image_catalog import CatalogError, CatalogImage, parse_image
 from queue_service.core.errors import Refusal
-from queue_service.engine.container_calls import ContainerLocks
-from queue_service.engine.container_commits import (
-    COMMIT_ATTEMPTS,
-    ChangedWhileCopied,
-    commit_unpaused,
-    image_config,
-    running_container,
-)
+from queue_service.engine.backend import SessionCommit
 from queue_service.engine.errors import EngineRefusal
-from queue_service.engine.local_images import has_image, resolved_image
+from queue_service.engine.local_images import resolved_image
 from queue_service.engine.registry_images import split_reference
 from queue_service.store.images import ImageError
 
@@ -124,24 +117,6 @@ def private_entry(user: str, tag: str, reference: str, source: dict | None) -> C
         raise CommitError(f"The image cannot be registered as {name!r}: {e}", "invalid") from None
 
 
-def commit_config(image_config: dict, container_config: dict, labels: dict[str, str]) -> dict:
-    """The `conf` of a commit: the source image's command, user and folder, the session's own
-    variables and labels blanked (the engine merges the container's in), and `labels` added."""
-    image_env = image_config.get("Env") or []
-    image_keys = {item.split("=", 1)[0] for item in image_env}
-    added = [item.split("=", 1)[0] for item in container_config.get("Env") or []]
-    image_labels = image_config.get("Labels") or {}
-    blanked = {key: "" for key in (container_config.get("Labels") or {}) if key not in image_labels}
-    return {
-        "Env": [*image_env, *(f"{key}=" for key in added if key not in image_keys)],
-        "Labels": {**image_labels, **blanked, **labels},
-        "Cmd": image_config.get("Cmd"),
-        "Entrypoint": image_config.get("Entrypoint"),
-        "User": image_config.get("User") or "",
-        "WorkingDir": image_config.get("WorkingDir") or "",
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # On the engine (engine/local_images.py, engine/container_commits.py).
 # ---------------------------------------------------------------------------------------------
@@ -181,35 +156,12 @@ def refuse_private_image(client, reference: object) -> None:
         )
 
 
-def commit_session(client, session_id: str, user: str, tag: str, locks: ContainerLocks) -> dict:
-    """Commit the session's container to the user's private image; its reference and id.
-
-    The session keeps running, unpaused, and the service's own execs wait for the copy (`locks`,
-    container_calls.ContainerLocks): engine/container_commits.py says why. A session that keeps
-    changing files while it is copied is refused with a message; nothing is registered. This
-    blocks for as long as the commit takes.
-    """
-    reference = private_reference(user, tag)
-    source = running_container(client, session_id)
-    if source is None:
-        raise CommitError(f"Session {session_id} has no running container to commit.", "conflict")
-    if has_image(client, reference):
-        raise CommitError(f"{reference} already exists; choose another tag.", "conflict")
-    labels = {
-        LABEL_OWNER: user,
-        LABEL_SOURCE_SESSION: session_id,
-        LABEL_SOURCE_IMAGE: source.image,
-    }
-    conf = commit_config(image_config(client, source.image_id), source.config, labels)
-    message = f"fGPU hub: session {session_id} of {user}"
-    try:
-        image_id = commit_unpaused(
-            client, source, session_id, split_reference(reference), message, conf, locks
-        )
-    except ChangedWhileCopied:
-        raise CommitError(
-            f"The session kept changing files while it was copied ({COMMIT_ATTEMPTS} tries). Let"
-            " running installs or writes finish, then save again.",
-            "conflict",
-        ) from None
-    return {"image": reference, "id": image_id, "source_image": labels[LABEL_SOURCE_IMAGE]}
+def session_commit(session_id: str, user: str, tag: str) -> SessionCommit:
+    """What the engine saves session `session_id` of `user` as: the user's private image `tag`,
+    labelled with its owner and its session (and by the engine, the image it ran)."""
+    return SessionCommit(
+        reference=private_reference(user, tag),
+        labels={LABEL_OWNER: user, LABEL_SOURCE_SESSION: session_id},
+        message=f"fGPU hub: session {session_id} of {user}",
+        source_label=LABEL_SOURCE_IMAGE,
+    )

@@ -486,3 +486,23 @@ def _kernel_output(ws, msg_id: str) -> str:
             raise AssertionError("the kernel raised:\n" + "\n".join(content["traceback"]))
         elif kind == "status" and content["execution_state"] == "idle":
             return output
+
+
+def engine_backend(cls, client, *, node_reports=None, registry_auth=None, **settings):
+    """An engine backend of `cls` over `client` with `settings` (its traits), as the queue
+    service makes it, without the service: the hooks it asks of the service are empty."""
+    from queue_service.engine.backend import ServiceHooks
+    from queue_service.engine.node_reports import NodeReports
+
+    hooks = ServiceHooks(
+        running_ids=lambda: [],
+        registry_auth=lambda: registry_auth,
+        image_digests=lambda: {},
+        deployment_id="test",
+        container_calls=None,
+        container_locks=None,
+        node_reports=node_reports if node_reports is not None else NodeReports(stale_after=60),
+        node_credentials=None,
+        agent_service="fgpu-node-agent",
+    )
+    return cls(client, hooks, **settings)

@@ -22,6 +22,8 @@ from queue_service.queue_pass import SchedulerSettings
 from queue_service.quotas import QuotaBook
 from queue_service.store.db import open_database
 
+from .harness import engine_backend
+
 MIB = 1024**2
 GIB = 1024**3
 NODE = resource_model.Node("node-1", "default", cpu=4.0, mem=8 * GIB, gpus=())
@@ -136,7 +138,7 @@ def manager(tmp_path):
 def parts(manager):
     engine, hub = Engine(), Hub()
     # The real single-host backend over the stand-in engine.
-    backend = DockerEngine(engine, None, "default", "", 0.0, 0)
+    backend = engine_backend(DockerEngine, engine)
     return JobEnds(manager, hub, backend, log=logging.getLogger("test")), engine, hub
 
 

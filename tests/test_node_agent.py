@@ -25,7 +25,7 @@ from tornado.testing import bind_unused_port
 
 from node_agent import agent
 from queue_service import private_images
-from queue_service.engine import stats
+from queue_service.engine import container_commits, stats
 from queue_service.engine.node_reports import parse_report
 
 from .harness import TEST_LABEL, remove_containers
@@ -200,7 +200,7 @@ def test_the_commit_config_is_the_services_own():
         "User": "0",
     }
     labels = {private_images.LABEL_OWNER: "alice"}
-    assert agent.commit_config(image, container, labels) == private_images.commit_config(
+    assert agent.commit_config(image, container, labels) == container_commits.commit_config(
         image, container, labels
     )
     conf = agent.commit_config(image, container, labels)

@@ -15,11 +15,11 @@ import pytest
 from playwright.sync_api import expect
 
 from image_catalog.catalog import is_valid_reference
+from queue_service.engine.container_commits import commit_config
 from queue_service.private_images import (
     LABEL_OWNER,
     CommitError,
     check_tag,
-    commit_config,
     in_private_repository,
     private_entry,
     private_reference,

@@ -14,6 +14,7 @@ from jupyterhub.spawner import SpawnException
 from fgpu_spawner.service_spec import reachable_sessions
 from fgpu_spawner.swarm_spawner import FGPUSwarmSpawner
 
+from .harness import engine_backend
 from .test_jupyterhub_config import load_shipped_config, state_dir  # noqa: F401
 
 SWARM = {"FGPU_ENGINE": "swarm", "FGPU_HUB_CONNECT_IP": "10.213.0.1"}
@@ -110,17 +111,9 @@ def test_the_queue_places_nothing_on_a_node_whose_engine_lets_sessions_reach_one
     from queue_service.engine.node_reports import NodeReports, parse_report
     from queue_service.engine.swarm_engine import SwarmEngine
 
-    backend = SwarmEngine(
-        None,
-        NodeReports(),
-        node_down_grace=30.0,
-        reserve_cpu=0.0,
-        reserve_mem=0,
-        registry="",
-        registry_auth=lambda: None,
-        registry_ca="",
-        log=logging.getLogger("fgpu-test-isolation"),  # the app's own does not propagate
-    )
+    backend = engine_backend(SwarmEngine, None, node_reports=NodeReports())
+    # The app's own log does not propagate: the test reads this one.
+    backend.log = logging.getLogger("fgpu-test-isolation")
     reports = {
         "good": {"icc": False, "no_new_privileges": True},
         "icc-on": {"icc": True, "no_new_privileges": True},

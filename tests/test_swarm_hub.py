@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import ipaddress
 import json
-import logging
 import secrets
 import threading
 import time
@@ -34,11 +33,10 @@ from fgpu_spawner.grant import Grant
 from fgpu_spawner.request import ResourceRequest
 from fgpu_spawner.swarm_spawner import LIVE_STATES, FGPUSwarmSpawner
 from queue_service.engine import job_services
-from queue_service.engine.node_reports import NodeReports
 from queue_service.engine.swarm_engine import SwarmEngine
 
 from .browser import log_in, screenshot
-from .harness import TEST_LABEL, QueueUser, running_hub, wait_until
+from .harness import TEST_LABEL, QueueUser, engine_backend, running_hub, wait_until
 from .job_helpers import job_ended, job_record, training_notebook
 from .swarm_lab import IMAGE, LAB_ENV, LAB_NAME, Lab, hub_container, swarm_lab, wait_for
 from .test_security_registry import probe_registry, unreachable
@@ -615,17 +613,7 @@ def test_batch_jobs_run_on_worker_nodes_end_with_their_own_reason_and_hand_their
 
 
 def _lab_backend(lab: Lab) -> SwarmEngine:
-    return SwarmEngine(
-        lab.manager(),
-        NodeReports(stale_after=60),
-        node_down_grace=NODE_DOWN_GRACE,
-        reserve_cpu=0,
-        reserve_mem=0,
-        registry="",
-        registry_auth=lambda: None,
-        registry_ca="",
-        log=logging.getLogger("test"),
-    )
+    return engine_backend(SwarmEngine, lab.manager(), node_down_grace=NODE_DOWN_GRACE)
 
 
 def test_a_job_services_exit_code_and_log_are_read_from_the_manager(lab: Lab):

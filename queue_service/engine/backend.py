@@ -64,6 +64,18 @@ class NodeReading:
 JobExit = tuple[int | None, str]
 
 
+@dataclass(frozen=True)
+class SessionCommit:
+    """What a session is saved as (private_images.py names it): the image's reference without a
+    registry, its labels, the commit's message, and the label the engine adds naming the image
+    the session ran."""
+
+    reference: str
+    labels: dict[str, str]
+    message: str
+    source_label: str
+
+
 class LogStream(Protocol):
     """A job's output as it comes (bytes), which another thread may `close()`."""
 
@@ -197,6 +209,14 @@ class EngineBackend(LoggingConfigurable, metaclass=_ConfigurableABC):
         """The registry to which a node's agent pushes a session saved as a private image;
         empty where the service commits sessions itself (or nowhere)."""
         return ""
+
+    async def commit_session(
+        self, session_id: str, node: str, commit: SessionCommit
+    ) -> tuple[dict, Callable[[], None] | None]:
+        """Save the running session `session_id` (on `node`) as the image `commit` names, the
+        session going on; what was committed (`image`, `id`, and what else the engine says)
+        and what removes it again (None when it cannot be). Refusal when it cannot be saved."""
+        raise Refusal("Sessions cannot be saved as images on this engine.", "conflict")
 
     async def rotate_node_key(self, node: str):
         """A new key for `node`'s agent (api/nodes/{node}/key); refused where no agents run."""

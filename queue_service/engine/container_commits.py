@@ -21,7 +21,11 @@ from dataclasses import dataclass
 
 import docker.errors
 
+from queue_service.core.errors import Refusal
+
 from .container_calls import ContainerLocks
+from .local_images import has_image
+from .registry_images import split_reference
 from .session_containers import running_session_containers
 
 #: Commits tried before a session that keeps changing files during the copy is given up.
@@ -95,3 +99,51 @@ def _changed_while_copied(error: docker.errors.APIError) -> bool:
     """The engine's tar met a file that changed size ("Error processing tar file ... unexpected
     EOF"): nothing is wrong but the moment."""
     return "tar file" in str(error.explanation or error)
+
+
+def commit_config(image_config: dict, container_config: dict, labels: dict[str, str]) -> dict:
+    """The `conf` of a commit: the source image's command, user and folder, the session's own
+    variables and labels blanked (the engine merges the container's in), and `labels` added."""
+    image_env = image_config.get("Env") or []
+    image_keys = {item.split("=", 1)[0] for item in image_env}
+    added = [item.split("=", 1)[0] for item in container_config.get("Env") or []]
+    image_labels = image_config.get("Labels") or {}
+    blanked = {key: "" for key in (container_config.get("Labels") or {}) if key not in image_labels}
+    return {
+        "Env": [*image_env, *(f"{key}=" for key in added if key not in image_keys)],
+        "Labels": {**image_labels, **blanked, **labels},
+        "Cmd": image_config.get("Cmd"),
+        "Entrypoint": image_config.get("Entrypoint"),
+        "User": image_config.get("User") or "",
+        "WorkingDir": image_config.get("WorkingDir") or "",
+    }
+
+
+def commit_container(client, session_id: str, commit, locks: ContainerLocks) -> dict:
+    """Commit the session's container to `commit.reference` (backend.SessionCommit); its
+    reference, id and source image.
+
+    The session keeps running, unpaused, and the service's own execs wait for the copy (`locks`,
+    container_calls.ContainerLocks): see above. A session that keeps changing files while it is
+    copied is refused with a message; nothing is registered. This blocks for as long as the
+    commit takes.
+    """
+    reference = commit.reference
+    source = running_container(client, session_id)
+    if source is None:
+        raise Refusal(f"Session {session_id} has no running container to commit.", "conflict")
+    if has_image(client, reference):
+        raise Refusal(f"{reference} already exists; choose another tag.", "conflict")
+    labels = {**commit.labels, commit.source_label: source.image}
+    conf = commit_config(image_config(client, source.image_id), source.config, labels)
+    try:
+        image_id = commit_unpaused(
+            client, source, session_id, split_reference(reference), commit.message, conf, locks
+        )
+    except ChangedWhileCopied:
+        raise Refusal(
+            f"The session kept changing files while it was copied ({COMMIT_ATTEMPTS} tries). Let"
+            " running installs or writes finish, then save again.",
+            "conflict",
+        ) from None
+    return {"image": reference, "id": image_id, "source_image": source.image}

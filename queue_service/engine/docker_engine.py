@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from traitlets import Float, Unicode
 
 from . import folder_write_stops, inventory, job_containers
 from .backend import EngineBackend, JobExit, LogStream, NodeReading
+from .client import Engine
+from .container_commits import commit_container
 from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
+from .local_images import remove_image
 from .session_containers import DockerSessionLister
 from .session_warnings import DockerNotifier
 from .stats import StatsSampler
 from .volumes import inspect_volume_with
+
+#: How long the engine may take to commit a session to a private image.
+COMMIT_TIMEOUT_SECONDS = 600
+#: Commits that may wait on the engine at once; more wait their turn.
+COMMIT_WORKERS = 2
 
 
 class DockerEngine(EngineBackend):
@@ -85,6 +94,10 @@ class DockerEngine(EngineBackend):
             log=self.log,
             calls=hooks.container_calls,
         )
+        # Committing a session copies its whole writable layer: minutes, not seconds, on a client
+        # and threads of their own, so that the reconciler's and other engine calls go on.
+        self._commits = Engine(timeout=COMMIT_TIMEOUT_SECONDS)
+        self._commit_threads = ThreadPoolExecutor(COMMIT_WORKERS, thread_name_prefix="fgpu-commit")
         self._freeze = FreezeWatch(
             hooks.container_calls, client, thaw_after=self.thaw_frozen_after, log=self.log
         )
@@ -102,6 +115,17 @@ class DockerEngine(EngineBackend):
 
     def freeze_watch(self) -> FreezeWatch:
         return self._freeze
+
+    async def commit_session(self, session_id: str, node: str, commit):
+        committed = await asyncio.get_running_loop().run_in_executor(
+            self._commit_threads,
+            commit_container,
+            self._commits,
+            session_id,
+            commit,
+            self.hooks.container_locks,
+        )
+        return committed, lambda: remove_image(self._commits, committed["id"])
 
     def volume_inspector(self):
         return inspect_volume_with(self.client)

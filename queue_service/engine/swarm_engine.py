@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from traitlets import Float, Unicode
 
 from fgpu_shared.registry_auth import log_in
+from queue_service.core.errors import Refusal
 
 from . import inventory, job_services
 from .backend import EngineBackend, JobExit, LogStream, NodeReading
@@ -27,6 +28,7 @@ from .node_agent_deploy import (
     pinned_image,
     rotate_node_key,
 )
+from .node_commits import commit_on_node
 from .node_reports import DAEMON_FIX, wrong_daemon_settings
 from .registry_images import registry_digests
 from .session_services import SwarmSessionLister
@@ -264,6 +266,24 @@ class SwarmEngine(EngineBackend):
 
     def exited_jobs(self, deployment_id: str) -> list[str]:
         return job_services.exited_jobs(self.client, deployment_id)
+
+    async def commit_session(self, session_id: str, node: str, commit):
+        # Nothing to undo: an image pushed from a node stays in the registry.
+        registry = self.node_agent_registry
+        if not registry:
+            raise Refusal(
+                "Saving a session in Swarm mode needs the site's registry "
+                "(SwarmEngine.node_agent_registry, from FGPU_SWARM_REGISTRY).",
+                "conflict",
+            )
+        result = await commit_on_node(self.node_reports, node, session_id, commit, registry)
+        committed = {
+            "image": commit.reference,
+            "id": result.get("image_id", ""),
+            "node": node,
+            "pushed": result.get("image"),
+        }
+        return committed, None
 
     # -- the node agents -------------------------------------------------------------------------
 

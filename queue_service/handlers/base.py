@@ -31,7 +31,6 @@ import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
 from typing import TYPE_CHECKING, ClassVar
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
@@ -50,7 +49,6 @@ if TYPE_CHECKING:  # the service's parts, as QueueService.init_app puts them in 
     from queue_service.core.presets import Preset
     from queue_service.engine.backend import EngineBackend
     from queue_service.engine.client import Engine
-    from queue_service.engine.container_calls import ContainerLocks
     from queue_service.engine.node_identity import NodeIdentity
     from queue_service.engine.node_reports import NodeReports
     from queue_service.folders import Folders
@@ -187,19 +185,6 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     @property
     def docker(self) -> Engine:
         return self.settings["docker"]
-
-    @property
-    def docker_commits(self) -> Engine:
-        """The engine's client for commits, whose calls may take minutes."""
-        return self.settings["docker_commits"]
-
-    @property
-    def commit_executor(self) -> Executor:
-        return self.settings["commit_executor"]
-
-    @property
-    def container_locks(self) -> ContainerLocks:
-        return self.settings["container_locks"]
 
     @property
     def engine_backend(self) -> EngineBackend:

@@ -13,7 +13,7 @@
 - `GET api/nodes`: admins; every node that reported, with its age, GPUs and sessions' usage.
 - `POST api/nodes/{hostname}/commits` with `{session_id, user, tag}`: admins; the node's agent
   commits the session's container to `<registry>/fgpu-private/<user>:<tag>` and pushes it
-  (node_commits.py), so any node can start it. 201 with the image and its digest; 503 when the
+  (engine/node_commits.py), so any node can start it. 201 with the image and its digest; 503 when the
   node's agent is silent, 502 when the commit or push failed, 409 when no registry is configured.
   This is the Swarm path of `POST sessions/{id}/image`, which is to route through it.
 """
@@ -25,9 +25,10 @@ import json
 from tornado import web
 
 from node_agent.agent import NONCE_HEADER, SIGNATURE_HEADER, answer_signature
+from queue_service.engine.node_commits import commit_on_node
 from queue_service.engine.node_reports import parse_report
 
-from ..node_commits import commit_on_node
+from ..private_images import session_commit
 from .base import BaseHandler
 
 
@@ -99,8 +100,7 @@ class NodeCommitsHandler(BaseHandler):
             self.node_reports,
             node,
             data["session_id"],
-            data["user"],
-            data["tag"],
+            session_commit(data["session_id"], data["user"], data["tag"]),
             registry,
         )
         self.write_json(result, 201)

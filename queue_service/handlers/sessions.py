@@ -20,7 +20,6 @@ from tornado import web
 from queue_service import launches
 from queue_service.core import end_reasons, query_args
 from queue_service.core.status import Status
-from queue_service.engine.local_images import remove_image
 from queue_service.store.accounts import Account
 from queue_service.store.folders import Reader
 from queue_service.store.history import parse_filters
@@ -28,13 +27,12 @@ from queue_service.store.images import CheckResult
 from queue_service.store.models import utcnow
 
 from ..hub_client import HubError
-from ..node_commits import commit_on_node
 from ..private_images import (
     CommitError,
     check_tag,
-    commit_session,
     private_entry,
     private_reference,
+    session_commit,
 )
 from .base import BaseHandler
 from .presets import offered_presets
@@ -202,10 +200,9 @@ class SessionImageHandler(BaseHandler):
         entry = private_entry(user, tag, private_reference(user, tag), images.find(record["image"]))
         if images.find(entry.name) is not None:
             raise CommitError(f"The catalog already has an image named {entry.name!r}.", "conflict")
-        if not self.engine_backend.commit_registry:
-            committed, undo = await self.commit_here(session_id, user, tag)
-        else:
-            committed, undo = await self.commit_on_its_node(record, user, tag)
+        committed, undo = await self.engine_backend.commit_session(
+            session_id, record["grant"]["node"], session_commit(session_id, user, tag)
+        )
         check = CheckResult(True, f"committed from running session {session_id}", utcnow())
         try:
             registered = await asyncio.to_thread(
@@ -218,41 +215,6 @@ class SessionImageHandler(BaseHandler):
         self.write_json(
             {"session": session_id, "user": user, **committed, "catalog": registered}, 201
         )
-
-    async def commit_here(self, session_id: str, user: str, tag: str) -> tuple[dict, object]:
-        """Commit on the service's own engine (single host); the image, and how to remove it."""
-        engine = self.docker_commits
-        committed = await asyncio.get_running_loop().run_in_executor(
-            self.commit_executor,
-            commit_session,
-            engine,
-            session_id,
-            user,
-            tag,
-            self.container_locks,
-        )
-        return committed, lambda: remove_image(engine, committed["id"])
-
-    async def commit_on_its_node(self, record: dict, user: str, tag: str) -> tuple[dict, None]:
-        """Commit on the session's node through its agent, which pushes the image to the site's
-        registry; the catalog names it without the registry, which the spawner puts in front.
-        Nothing to undo here: an image pushed from a node stays in the registry."""
-        registry = self.node_agent_registry
-        if not registry:
-            raise CommitError(
-                "Saving a session in Swarm mode needs the site's registry "
-                "(SwarmEngine.node_agent_registry, from FGPU_SWARM_REGISTRY).",
-                "conflict",
-            )
-        node = record["grant"]["node"]
-        result = await commit_on_node(self.node_reports, node, record["id"], user, tag, registry)
-        committed = {
-            "image": private_reference(user, tag),
-            "id": result.get("image_id", ""),
-            "node": node,
-            "pushed": result.get("image"),
-        }
-        return committed, None
 
 
 async def session_or_none(manager, session_id: str) -> dict | None:

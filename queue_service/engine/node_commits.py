@@ -3,7 +3,7 @@ a session saved on node A starts on node B.
 
 In Swarm mode the service cannot reach a session's container (it runs on another node's engine),
 so the commit is an order to the node's agent (`node_reports.NodeReports.run_order`): the agent
-commits the container as `private_images.commit_session` does on the local engine (the source
+commits the container as `container_commits.commit_container` does on one engine (the source
 image's command, user and folder; the owner and source-session labels; not paused: the session
 keeps running), and pushes the image to the site's registry, from which any node pulls it.
 
@@ -13,30 +13,30 @@ keeps running), and pushes the image to the site's registry, from which any node
 from __future__ import annotations
 
 from queue_service.core.errors import Refusal
-from queue_service.engine.node_reports import NodeReports
 
-from .private_images import LABEL_OWNER, LABEL_SOURCE_SESSION, private_reference
+from .backend import SessionCommit
+from .node_reports import NodeReports
 
 #: A commit copies the session's writable layer, and a push sends it: minutes, not seconds.
 COMMIT_TIMEOUT_SECONDS = 900
 
 
-def registry_reference(registry: str, user: str, tag: str) -> str:
-    """`<registry>/fgpu-private/<user>:<tag>`: the private reference, in the site's registry."""
+def registry_reference(registry: str, reference: str) -> str:
+    """`<registry>/<reference>`: the image's reference in the site's registry."""
     registry = registry.strip().rstrip("/")
     if not registry or "/" in registry:
         raise Refusal(f"{registry!r} is not a registry address such as 10.213.0.1:5000.", "invalid")
-    return f"{registry}/{private_reference(user, tag)}"
+    return f"{registry}/{reference}"
 
 
-def commit_order(session_id: str, user: str, tag: str, registry: str) -> dict:
-    """The order to an agent to commit `session_id` to the user's private image and push it."""
+def commit_order(session_id: str, commit: SessionCommit, registry: str) -> dict:
+    """The order to an agent to commit `session_id` as `commit` names it, and push it."""
     return {
         "kind": "commit",
         "session_id": session_id,
-        "image": registry_reference(registry, user, tag),
-        "labels": {LABEL_OWNER: user, LABEL_SOURCE_SESSION: session_id},
-        "message": f"fGPU hub: session {session_id} of {user}",
+        "image": registry_reference(registry, commit.reference),
+        "labels": commit.labels,
+        "message": commit.message,
         "push": True,
     }
 
@@ -45,8 +45,7 @@ async def commit_on_node(
     store: NodeReports,
     node: str,
     session_id: str,
-    user: str,
-    tag: str,
+    commit: SessionCommit,
     registry: str,
     timeout: float = COMMIT_TIMEOUT_SECONDS,
 ) -> dict:
@@ -54,7 +53,7 @@ async def commit_on_node(
     running = store.session_ids(node)
     if running is not None and session_id not in running:
         raise Refusal(f"Node {node} runs no container of session {session_id}.", "conflict")
-    result = await store.run_order(node, commit_order(session_id, user, tag, registry), timeout)
+    result = await store.run_order(node, commit_order(session_id, commit, registry), timeout)
     if not result.get("ok"):
         raise Refusal(
             f"The agent of node {node} could not save session {session_id}: {result.get('error')}",
