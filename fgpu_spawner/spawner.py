@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import math
 import os
 import shutil
 import uuid
@@ -33,8 +32,7 @@ from traitlets import CaselessStrEnum, Float, Integer, List, Unicode, default, v
 from fgpu_shared.engine_client import api_client_from_env
 from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
-from image_catalog.job_options import parse_job, start_after_of
-from image_catalog.launch_options import SESSION_LIMITS, gives_no_slots
+from image_catalog.launch_options import SESSION_LIMITS
 
 from . import form, idle
 from .container_spec import (
@@ -50,8 +48,9 @@ from .hami_lock import make_lock_file
 from .job_runner_source import job_command
 from .network import SESSION_NETWORK, NetworkError, SessionNetwork, ensure_session_network
 from .queue_client import QueueClient, QueueError, QueueRecord
-from .request import InvalidRequest, Range, RequestLimits, ResourceRequest, parse_request
+from .request import Range, RequestLimits, ResourceRequest
 from .resource_groups import offered_groups
+from .spawn_errors import spawn_error, unavailable
 from .storage import (
     StorageSettings,
     account_tag,
@@ -61,6 +60,7 @@ from .storage import (
     pick_home_volume,
     session_mounts,
 )
+from .user_options import apply_resource_options
 
 #: What the spawn form reads from the queue service, in render_form's order, as its note names
 #: them; and how long it waits for each before rendering without it (a stopped service would
@@ -78,66 +78,6 @@ def ordinal(n: int) -> str:
 _LOG_TAIL_LINES = 5
 #: How long past `http_timeout` a batch job's release waits for the hub's spawn to be over.
 JOB_RELEASE_GRACE = 30
-
-
-def spawn_error(message: str, reason: str, status_code: int = 400) -> SpawnException:
-    """A SpawnException whose message the spawn form shows as it is, without class or reason."""
-    error = SpawnException(message, reason=reason, status_code=status_code)
-    error.jupyterhub_message = message
-    return error
-
-
-def unavailable(what: str, reason: str, error: QueueError) -> SpawnException:
-    """The queue service could not answer (`what` is "The image catalog is"...): its own
-    status, or 503 when it failed itself."""
-    return spawn_error(
-        f"{what} not available: {error.message}",
-        reason=reason,
-        status_code=503 if error.status >= 500 else error.status,
-    )
-
-
-def _reads_presets(user_options: object) -> bool:
-    """Whether parsing these options reads the user's presets: one is named, or no slot is
-    given, so the smallest may be the default (launch_options.with_defaults)."""
-    if not isinstance(user_options, dict):
-        return False
-    return bool(user_options.get("preset")) or gives_no_slots(user_options)
-
-
-async def apply_resource_options(spawner: FGPUSpawner, user_options: dict) -> None:
-    """The default `apply_user_options` hook: validate against the images this user may start,
-    then remember the request. An image others may use but this user may not is a 403."""
-    catalog = await spawner.user_catalog()
-    name = (user_options or {}).get("image") if isinstance(user_options, dict) else None
-    if isinstance(name, str) and name.strip() and name not in catalog.names():
-        await spawner.refuse_image(name, catalog)
-    presets = await spawner.user_presets() if _reads_presets(user_options) else []
-    try:
-        request = parse_request(
-            user_options, spawner.request_limits, catalog, presets, server_name=spawner.name
-        )
-    except InvalidRequest as e:
-        raise spawn_error(str(e), reason="invalid_options") from None
-    spawner.resource_request = request
-    # The hub reads the start's timeout after this hook: a job may wait in the queue for hours,
-    # and a deferred one (`start_after`) first until its time.
-    spawner.start_timeout = (
-        int(spawner.job_start_timeout + _deferred_for(request.job))  # an Integer trait
-        if request.batch
-        else spawner._interactive_start_timeout
-    )
-    spawner.image = request.image
-    spawner.cpu_limit = request.cpu
-    spawner.mem_limit = request.mem
-
-
-def _deferred_for(job: str | None) -> int:
-    """Whole seconds until a job's `start_after`, rounded up (0 for none, or one that has come)."""
-    start_after = start_after_of(parse_job(job))
-    if start_after is None:
-        return 0
-    return max(0, math.ceil((start_after - datetime.now(UTC)).total_seconds()))
 
 
 def catalog_from_entries(entries: list[dict]) -> Catalog:

@@ -55,7 +55,8 @@ from .service_spec import (
     pick_home_account,
     reachable_sessions,
 )
-from .spawner import FGPUSpawner, spawn_error
+from .spawn_errors import spawn_error
+from .spawner import FGPUSpawner
 from .storage import account_tag, home_volume_name
 
 #: Task states on the way to running (docker's `TaskState`): the session is starting.

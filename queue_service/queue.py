@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from image_catalog.job_options import parse_job, start_after_of
 from queue_service.core import admission, end_reasons, limits, resource_model
 from queue_service.core.errors import Refusal
 from queue_service.core.status import ALLOCATED, FINAL, Status
+from queue_service.grant_requests import KEY_RE, Refused, parse_key, parse_request
 from queue_service.queue_pass import (
     PublishedState,
     QueuePass,
@@ -56,16 +56,11 @@ ENDED_VIEWS_KEPT = 10_000
 ABANDONED_KEYS_KEPT = 10_000
 #: Ends announced before they happen (`expect_end`), kept until the release comes.
 EXPECTED_ENDS_KEPT = 10_000
-_KEY_RE = re.compile(r"[0-9a-f]{32}")
 _FINAL_VALUES = [status.value for status in FINAL]
 
 
 #: Why a record that was still waiting runs: its container ran already (an older DB restored).
 ADOPTED_WAITING_REASON = "adopted from its container: the service's record of it was still waiting"
-
-
-class Refused(Refusal):
-    """A request that must not wait: it can never fit, or it breaks a quota outright."""
 
 
 class QueueManager(QueuePass):
@@ -163,8 +158,8 @@ class QueueManager(QueuePass):
     async def submit(self, data: dict, groups: tuple[str, ...]) -> dict:
         """Queue a request. Its key (`id`, chosen by the spawner before it asks) makes a repeated
         submit return the same record, and one released before it arrived never queues."""
-        request = _parse(data)
-        key = _key(data)
+        request = parse_request(data)
+        key = parse_key(data)
 
         def record_request(db, quotas) -> str:
             if self.engine_problem is not None:
@@ -193,7 +188,7 @@ class QueueManager(QueuePass):
         """Queue one user's requests together, all or none (a launch of `count` sessions). Each
         is admitted as `submit` admits it after the ones before it, a pass between them; a
         refusal of any records none. Every request carries its own new key (`id`)."""
-        parsed = [(_key(data), _parse(data)) for data in requests]
+        parsed = [(parse_key(data), parse_request(data)) for data in requests]
         if any(key is None for key, _ in parsed):
             raise Refused("Malformed grant request: each request of a launch needs its key.")
 
@@ -405,7 +400,7 @@ class QueueManager(QueuePass):
     def _remember_abandoned(self, key: str) -> None:
         """A release of a key with no record: its request may still be on its way (the spawn
         timed out waiting for the answer), and must then end at once rather than queue."""
-        if _KEY_RE.fullmatch(key or ""):
+        if KEY_RE.fullmatch(key or ""):
             self._abandoned[key] = None
             while len(self._abandoned) > ABANDONED_KEYS_KEPT:
                 self._abandoned.popitem(last=False)
@@ -857,53 +852,3 @@ def _allocatable(capacity: dict, used: dict, headroom: dict, may_use: bool) -> d
 
 def _iso(moment: datetime | None) -> str | None:
     return as_utc(moment).isoformat() if moment else None
-
-
-def _key(data: dict) -> str | None:
-    """The request key the spawner chose (32 hex digits, a uuid4's), or None for none given."""
-    key = data.get("id")
-    if key is None:
-        return None
-    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
-        raise Refused("Malformed grant request: the key must be 32 hex digits.")
-    return key
-
-
-def _parse(data: dict) -> dict:
-    """The spawner has validated the options; this only guards the record's types."""
-    try:
-        return {
-            "user": str(data["user"]),
-            "account": _account(data.get("account")),
-            "server_name": str(data.get("server_name") or ""),
-            "image": str(data["image"]),
-            "cpu": float(data["cpu"]),
-            "mem": int(data["mem"]),
-            "fgpu": float(data.get("fgpu") or 0),
-            "resource_group": data.get("resource_group") or None,
-            "job_json": _job(data.get("job")),
-        }
-    except (KeyError, TypeError, ValueError, OverflowError) as e:
-        raise Refused(f"Malformed grant request: {e}") from None
-
-
-def _job(text) -> str | None:
-    """A job's JSON as the spawner or a launch checked it (job_options.check_job): stored as it
-    comes, so that the record and the spawn's request compare equal."""
-    if text is None:
-        return None
-    if not isinstance(text, str) or not isinstance(parse_job(text), dict):
-        raise ValueError("job must be a batch job's JSON object")
-    return text
-
-
-def _account(value) -> str:
-    """The hub account's key (accounts.py) a request names; '' when it names none."""
-    if value in (None, ""):
-        return ""
-    if not isinstance(value, str) or not _ACCOUNT_KEY.fullmatch(value):
-        raise Refused(f"Malformed grant request: account must be an account key, not {value!r}")
-    return value
-
-
-_ACCOUNT_KEY = re.compile(r"\d{8}T\d{12}Z")

@@ -188,3 +188,65 @@ def test_the_spawner_never_imports_the_service():
 )
 def test_a_docker_client_import_outside_the_engine_is_found(module, source, found):
     assert engine_client_imports(module, imported_modules(source, module)) == found
+
+
+#: The most lines a module may hold outside its trait declarations (a configurable's settings,
+#: each with its help and example, may take what they need).
+MODULE_LINES_MAX = 900
+PACKAGES = ("queue_service", "fgpu_spawner", "fgpu_shared", "image_catalog", "fgpu_admin")
+
+
+def trait_declaration_lines(source: str) -> int:
+    """Lines of `source` in class-level `name = Trait(..., config=True, ...)` statements."""
+    lines = 0
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for statement in node.body:
+            value = getattr(statement, "value", None)
+            declares = isinstance(statement, ast.Assign) and isinstance(value, ast.Call)
+            if declares and any(k.arg == "config" for k in value.keywords):
+                lines += statement.end_lineno - statement.lineno + 1
+    return lines
+
+
+def module_lines(path: Path) -> int:
+    source = path.read_text()
+    return len(source.splitlines()) - trait_declaration_lines(source)
+
+
+def test_no_module_holds_more_than_its_share_of_lines():
+    over = {
+        module: lines
+        for package in PACKAGES
+        for path, module in sources(ROOT / package)
+        if (lines := module_lines(path)) > MODULE_LINES_MAX
+    }
+    assert over == {}
+
+
+def test_the_counted_lines_leave_out_trait_declarations_only():
+    source = (
+        "class A:\n"
+        "    x = Unicode(\n        'a',\n        config=True,\n    )\n"
+        "    y = compute(1)\n"
+        "    def f(self):\n        return Unicode('b', config=True)\n"
+    )
+    assert trait_declaration_lines(source) == 4
+
+
+def test_outside_the_engine_no_module_names_a_backend():
+    """The service asks its backend (engine/backend.py), whichever `engine_class` made it."""
+    backends = {"queue_service.engine.docker_engine", "queue_service.engine.swarm_engine"}
+    found = {}
+    for path, module in sources(SERVICE):
+        if layer_of(module) == "engine":
+            continue
+        names = {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
+        named = sorted(
+            {as_module(n) for n in imports_of(path, module)} & backends
+            | names & {"DockerEngine", "SwarmEngine"}
+        )
+        if named:
+            found[module] = named
+    assert found == {}
