@@ -51,7 +51,8 @@ def lab(lab):
 
 
 def hub_config(lab: dict) -> str:
-    """The queue service talks to the lab's manager and deploys the agent; the hub stays as it is."""
+    """The queue service runs the Swarm engine on the lab's manager, which deploys the agents;
+    the hub's spawner stays the single-host one (no session here goes through it)."""
     engine = {key: lab[key] for key in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")}
     image = f"{lab['FGPU_SWARM_REGISTRY']}/{IMAGE}"
     return f"""
@@ -59,6 +60,7 @@ import os
 for service in c.JupyterHub.services:
     if service["name"] == "queue":
         service["environment"].update({engine!r})
+c.QueueService.engine_class = "swarm"
 c.SwarmEngine.node_agent_url = f"http://{GATEWAY}:{{os.environ['FGPU_HUB_PORT']}}/services/queue/"
 c.SwarmEngine.node_agent_image = "{image}"
 c.SwarmEngine.node_agent_interval = {INTERVAL}
