@@ -41,9 +41,10 @@ def guide_site_recipe() -> str:
     return recipe
 
 
-def handed(config) -> dict:
-    """The queue service's settings as the hub hands them to it (fgpu_shared/site_config.py)."""
-    return json.loads(site_config.service_config_text(config))["QueueService"]
+def handed(config, section: str = "QueueService") -> dict:
+    """The queue service's settings (or its engine backend's `section`) as the hub hands them to
+    it (fgpu_shared/site_config.py); {} for a section it hands none of."""
+    return json.loads(site_config.service_config_text(config)).get(section, {})
 
 
 def load_site_config(tmp_path, text: str):
@@ -311,12 +312,12 @@ def test_swarm_mode_is_chosen_by_the_environment_the_lab_prints(monkeypatch):
     assert config.FGPUSwarmSpawner.endpoint == "host_port"
     assert config.FGPUSwarmSpawner.allow_reachable_sessions is True
     service = handed(config)
-    assert service["engine"] == "swarm"
+    assert service["engine_class"] == "swarm"
     # The service looks for a batch job's notebook in the same shared homes.
     assert service["home_root"] == "/srv/homes"
     # The queue service lists the registry's images with its credentials, over TLS with its CA.
     assert service["registry_auth_file"] == "/lab/registry/nodes-auth.json"
-    assert service["registry_ca"] == "/lab/tls/ca.pem"
+    assert handed(config, "SwarmEngine")["registry_ca"] == "/lab/tls/ca.pem"
     # No local session bridge is made on the manager: its engine runs no sessions.
     assert "network_name" not in config.FGPUSpawner
 
@@ -343,16 +344,16 @@ def test_a_hub_in_a_container_on_the_overlay_listens_there_and_sessions_reach_it
     (queue,) = [s for s in config.JupyterHub.services if s["name"] == "queue"]
     assert queue["url"] == "http://127.0.0.1:10101"
     # No node agent can reach the service's loopback: none unless FGPU_NODE_AGENT_URL names one.
-    assert not [name for name in handed(config) if "node_agent" in name]
+    assert not [name for name in handed(config, "SwarmEngine") if "node_agent" in name]
     monkeypatch.setenv("FGPU_NODE_AGENT_URL", "https://hub.example.org/services/queue/")
-    service = handed(load_shipped_config())
+    service = handed(load_shipped_config(), "SwarmEngine")
     assert service["node_agent_url"] == "https://hub.example.org/services/queue/"
 
 
 def test_single_host_stays_the_default_and_a_bad_engine_is_refused(monkeypatch):
     config = load_shipped_config()
     assert config.JupyterHub.spawner_class == "fgpu"
-    assert handed(config)["engine"] == "docker"
+    assert handed(config)["engine_class"] == "docker"
     monkeypatch.setenv("FGPU_ENGINE", "kubernetes")
     with pytest.raises(SystemExit, match="FGPU_ENGINE must be docker or swarm, not 'kubernetes'"):
         load_shipped_config()
@@ -367,7 +368,7 @@ def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_th
     kept = (state_dir / "fgpu_node_agent_token").read_text().strip()
     assert agents["api_token"] == kept
     assert oct((state_dir / "fgpu_node_agent_token").stat().st_mode & 0o777) == "0o600"
-    assert not [name for name in handed(config) if name.startswith("node_agent")]
+    assert not [name for name in handed(config, "SwarmEngine") if name.startswith("node_agent")]
     (agents,) = [
         s for s in load_shipped_config().JupyterHub.services if s["name"] == agents["name"]
     ]
@@ -375,7 +376,7 @@ def test_the_node_agents_token_is_kept_in_the_state_dir_and_their_url_reaches_th
 
     monkeypatch.setenv("FGPU_NODE_AGENT_URL", "http://10.213.0.1:8000/services/queue/")
     monkeypatch.setenv("FGPU_SWARM_REGISTRY", "10.213.0.1:5000")
-    service = handed(load_shipped_config())
+    service = handed(load_shipped_config(), "SwarmEngine")
     assert service["node_agent_url"] == "http://10.213.0.1:8000/services/queue/"
     assert service["node_agent_image"] == "10.213.0.1:5000/fgpu/jupyter-base:py3.11"
     assert service["node_agent_registry"] == "10.213.0.1:5000"
