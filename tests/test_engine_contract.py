@@ -25,7 +25,7 @@ from queue_service.engine.frozen_containers import FreezeWatch
 from queue_service.engine.node_reports import NodeReports
 
 from .harness import docker_client
-from .swarm_lab import engine_client, lab  # noqa: F401 (the fixture)
+from .swarm_lab import engine_client
 
 pytestmark = [pytest.mark.docker]
 
