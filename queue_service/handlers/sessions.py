@@ -34,7 +34,7 @@ from ..private_images import (
     private_reference,
     session_commit,
 )
-from .base import BaseHandler
+from .base import BaseHandler, session_or_none
 from .presets import offered_presets
 
 MAX_LAUNCH = 20
@@ -130,16 +130,17 @@ class SessionsHandler(BaseHandler):
 
 
 class SessionHandler(BaseHandler):
-    """DELETE stops a running session or cancels a pending one."""
+    """DELETE stops a running session or cancels a pending one: the owner's, an admin's, or an
+    instructor's of a course the owner is in (courses.may_act_on)."""
 
     @web.authenticated
     async def delete(self, session_id):
-        person = await self.person()
-        record = await self.own_session(session_id)
+        person, record = await self.session_in_reach(session_id)
         if record["user"] != person["name"]:
             # The spawner's release does not know who asked the hub to stop: say it first.
+            who = "an admin" if person["admin"] else "their instructor"
             self.manager.expect_end(
-                session_id, end_reasons.ADMIN, f"stopped by {person['name']} (an admin)"
+                session_id, end_reasons.ADMIN, f"stopped by {person['name']} ({who})"
             )
         elif record["type"] == "batch":
             # Said first too: a job that exits as it is stopped ends as its owner's cancel,
@@ -215,13 +216,6 @@ class SessionImageHandler(BaseHandler):
         self.write_json(
             {"session": session_id, "user": user, **committed, "catalog": registered}, 201
         )
-
-
-async def session_or_none(manager, session_id: str) -> dict | None:
-    try:
-        return await manager.get(session_id)
-    except KeyError:
-        return None
 
 
 def routes(prefix: str) -> list:
