@@ -101,9 +101,11 @@ async def course_named(hub: HubClient, name: str) -> Course | None:
 
 async def courses_of(hub: HubClient, person: dict) -> list[Course]:
     """The courses `person` is in or teaches (their hub groups); every course for admins."""
-    names = await hub.group_names() if person["admin"] else person.get("groups") or ()
-    found = [await course_named(hub, name) for name in sorted(names)]
-    return [course for course in found if course is not None]
+    if person["admin"]:
+        found = [course_of(group) for group in await hub.groups()]
+    else:
+        found = [await course_named(hub, name) for name in person.get("groups") or ()]
+    return sorted((c for c in found if c is not None), key=lambda course: course.name)
 
 
 async def may_act_on(hub: HubClient, person: dict, owner: str) -> bool:

@@ -140,15 +140,18 @@ class HubClient:
         """The group as the hub has it this moment, its properties as stored (never cached)."""
         return (await self._call("GET", f"/groups/{quote(name)}"))[1]
 
-    async def group_names(self, page: int = 200) -> list[str]:
-        """The name of every group of the hub."""
-        names, offset = [], 0
+    async def groups(self, page: int = 200) -> list[dict]:
+        """Every group of the hub, read now, properties decoded as `group` decodes them."""
+        models, offset = [], 0
         while offset is not None:
             path = f"/groups?offset={offset}&limit={page}"
             answer = (await self._call("GET", path, accept=PAGINATED))[1]
-            names += [group["name"] for group in answer["items"]]
+            models += [
+                {**m, "properties": group_properties.decoded(m.get("properties"))}
+                for m in answer["items"]
+            ]
             offset = (answer["_pagination"].get("next") or {}).get("offset")
-        return names
+        return models
 
     async def create_group(self, name: str) -> None:
         await self._group_call("POST", name, "")

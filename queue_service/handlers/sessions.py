@@ -138,10 +138,7 @@ class SessionHandler(BaseHandler):
         person, record = await self.session_in_reach(session_id)
         if record["user"] != person["name"]:
             # The spawner's release does not know who asked the hub to stop: say it first.
-            who = "an admin" if person["admin"] else "their instructor"
-            self.manager.expect_end(
-                session_id, end_reasons.ADMIN, f"stopped by {person['name']} ({who})"
-            )
+            self.manager.expect_end(session_id, *_stopped_by(person))
         elif record["type"] == "batch":
             # Said first too: a job that exits as it is stopped ends as its owner's cancel,
             # whether the spawner's release or the job's own exit (job_ends.py) ends it.
@@ -216,6 +213,14 @@ class SessionImageHandler(BaseHandler):
         self.write_json(
             {"session": session_id, "user": user, **committed, "catalog": registered}, 201
         )
+
+
+def _stopped_by(person: dict) -> tuple[str, str]:
+    """The end reason and its detail of someone else's session that `person` stops: an admin,
+    or else (session_in_reach let them) an instructor of a course its owner is in."""
+    if person["admin"]:
+        return end_reasons.ADMIN, f"stopped by {person['name']} (an admin)"
+    return end_reasons.INSTRUCTOR, f"stopped by {person['name']} (their instructor)"
 
 
 def routes(prefix: str) -> list:
