@@ -111,23 +111,28 @@ async def courses_of(hub: HubClient, person: dict) -> list[Course]:
 async def may_act_on(hub: HubClient, person: dict, owner: str) -> bool:
     """Whether `person` (handlers' `person()`: admin powers from the token) may act on a
     session of `owner`: their own, an admin's power, or an instructor's over a member of a
-    course they teach."""
+    course they teach. A hub admin is nobody's student: a roster that names one gives its
+    instructors no power over the admin's sessions."""
     if person["admin"] or person["name"] == owner:
         return True
     for course in await courses_of(hub, {**person, "admin": False}):
         if person["name"] in course.instructors and owner in course.members:
-            return True
+            return not (await hub.user(owner)).get("admin")
     return False
 
 
 async def make_course(hub: HubClient, name: str, instructors: tuple[str, ...]) -> bool:
     """Make the group `name` a course taught by `instructors` (created if missing, adopted
     otherwise; instructors created and made members); whether the group was created."""
-    created = await _group_made(hub, name)
+    group = await _group_to_adopt(hub, name)
+    # Users first: the hub checks every name before it creates any, so a name it refuses
+    # leaves no group behind either.
     await hub.create_users(instructors)
+    if group is None:
+        await hub.create_group(name)
     await hub.add_group_users(name, instructors)
     await _mark(hub, name, instructors)
-    return created
+    return group is None
 
 
 async def set_roster(hub: HubClient, course: Course, roster: Roster) -> None:
@@ -139,15 +144,14 @@ async def set_roster(hub: HubClient, course: Course, roster: Roster) -> None:
     await _mark(hub, course.name, roster.instructors)
 
 
-async def _group_made(hub: HubClient, name: str) -> bool:
-    """Create the group, or check that the existing one may become a course."""
+async def _group_to_adopt(hub: HubClient, name: str) -> dict | None:
+    """The existing group `name` if it may become a course, None if there is none."""
     try:
         group = await hub.group_now(name)
     except HubError as e:
         if e.status != 404:
             raise
-        await hub.create_group(name)
-        return True
+        return None
     if group.get("roles"):
         # A roster adds people to the group: they would get its roles' scopes from the hub.
         raise Refusal(
@@ -155,7 +159,7 @@ async def _group_made(hub: HubClient, name: str) -> bool:
             f"could hand them to anyone on a roster. Make the course another group.",
             "conflict",
         )
-    return False
+    return group
 
 
 async def _mark(hub: HubClient, name: str, instructors) -> None:

@@ -167,6 +167,11 @@ def test_an_instructor_sees_and_stops_only_their_own_courses_sessions(hub):
     assert response.status_code == 403, response.text
     assert members(hub, course_a) == {ta, sa}
     assert student_b.call("GET", f"courses/{course_a}/sessions").status_code == 404
+    # A hub admin on the roster stays out of the instructor's reach.
+    roster = f"{ta},instructor\n{sa},student\nadmin,student\n"
+    assert put_roster(teacher_a, course_a, roster).status_code == 200
+    admins_session = start(QueueUser(hub, "admin"))
+    assert teacher_a.call("DELETE", f"sessions/{admins_session}").status_code == 404
     # A student who leaves the roster is out of the instructor's reach.
     assert put_roster(QueueUser(hub, tb), course_b, f"{tb},instructor\n").status_code == 200
     assert QueueUser(hub, tb).call("DELETE", f"sessions/{session_b}").status_code == 404
