@@ -151,6 +151,8 @@ def test_an_instructor_sees_and_stops_only_their_own_courses_sessions(hub):
     assert response.status_code == 200, response.text
     assert {s["id"] for s in response.json()["sessions"]} == {session_a}
     assert teacher_a.call("GET", f"courses/{course_b}/sessions").status_code == 404
+    response = QueueUser(hub, "admin").call("GET", f"courses/{course_b}/sessions")
+    assert {s["id"] for s in response.json()["sessions"]} == {session_b}
     # Another course's student: as if there were no such session.
     assert teacher_a.call("DELETE", f"sessions/{session_b}").status_code == 404
     assert session_b in {s["id"] for s in student_b.sessions()}
