@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fgpu_shared import group_properties
 from queue_service.core.errors import Refusal
 from queue_service.core.rosters import Roster, user_name_problem
 
@@ -41,9 +42,12 @@ class Course:
     allowance: dict | None
 
     def role_of(self, user: str) -> str | None:
-        if user in self.instructors:
-            return "instructor"
-        return "student" if user in self.members else None
+        """A member's role. An instructor named in `fgpu_course` who is no member has none: the
+        hub drops a deleted user from its groups but not from a property, and a new account
+        of the same name must not inherit the course."""
+        if user not in self.members:
+            return None
+        return "instructor" if user in self.instructors else "student"
 
     def listing(self, user: str) -> dict:
         """The course as `GET api/courses` shows it to `user`."""
@@ -90,9 +94,11 @@ def check_new_course(data: dict) -> tuple[str, tuple[str, ...]]:
 
 
 async def course_named(hub: HubClient, name: str) -> Course | None:
-    """The course `name`, or None when there is no such group or it is no course."""
+    """The course `name` as the hub has it this moment (never cached: who may act on it is
+    decided on it), or None when there is no such group or it is no course."""
     try:
-        return course_of(await hub.group(name))
+        group = await hub.group_now(name)
+        return course_of({**group, "properties": group_properties.decoded(group.get("properties"))})
     except HubError as e:
         if e.status == 404:
             return None
@@ -116,7 +122,7 @@ async def may_act_on(hub: HubClient, person: dict, owner: str) -> bool:
     if person["admin"] or person["name"] == owner:
         return True
     for course in await courses_of(hub, {**person, "admin": False}):
-        if person["name"] in course.instructors and owner in course.members:
+        if course.role_of(person["name"]) == "instructor" and owner in course.members:
             return not (await hub.user(owner)).get("admin")
     return False
 

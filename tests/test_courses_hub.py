@@ -255,3 +255,14 @@ def test_a_cross_site_request_cannot_change_a_roster_or_make_a_course(hub):
     assert members(hub, course) == {teacher, eve}
     response = put_roster(QueueUser(hub, teacher), course, roster, **{"Content-Type": "text/plain"})
     assert response.status_code == 415, response.text
+
+
+def test_a_new_account_under_a_deleted_instructors_name_does_not_run_the_course(hub):
+    teacher, ann = fresh("tim"), fresh("ann")
+    course = make_course(hub, teacher, [ann])
+    assert QueueUser(hub, teacher).call("GET", f"courses/{course}/sessions").status_code == 200
+    assert hub.request("DELETE", f"users/{teacher}").status_code == 204
+    newcomer = QueueUser(hub, teacher)  # the same name, another account
+    assert newcomer.call("GET", f"courses/{course}/sessions").status_code == 404
+    assert put_roster(newcomer, course, f"{teacher},instructor\n").status_code == 404
+    assert members(hub, course) == {ann}
