@@ -364,8 +364,20 @@ c.JupyterHub.load_roles = [
     {"name": "user", "scopes": ["self", "access:services!service=queue"]},
     {
         "name": "fgpu-queue",
-        "description": "The queue service: reads users and groups, starts and stops servers",
-        "scopes": ["list:users", "read:users", "read:groups", "servers", "access:servers"],
+        "description": "The queue service: reads users and groups, starts and stops servers,"
+        " makes courses (groups, their members, the users a roster names)",
+        # admin:groups and admin:users for courses (queue_service/courses.py): a course is a
+        # group the service creates and fills, and a roster creates missing users. The service
+        # checks who asks (admins, the course's instructors) before it uses them.
+        "scopes": [
+            "list:users",
+            "read:users",
+            "read:groups",
+            "servers",
+            "access:servers",
+            "admin:groups",
+            "admin:users",
+        ],
         "services": ["queue"],
     },
     {

@@ -1,7 +1,8 @@
 """The service's calls to the JupyterHub REST API, with its own hub-managed token.
 
-It reads who a user is (admin flag, groups) and the groups' properties (quotas), and it starts
-and stops named servers for `POST sessions`. Reads are cached briefly: the scheduler consults
+It reads who a user is (admin flag, groups) and the groups' properties (quotas), it starts
+and stops named servers for `POST sessions`, and it makes courses (courses.py): groups, their
+members and properties, and the users a roster names. Reads are cached briefly: the scheduler consults
 quotas on every pass, and an admin's edit in the panel may take a few seconds to count.
 """
 
@@ -134,6 +135,54 @@ class HubClient:
         (fgpu_shared/group_properties.py)."""
         model = await self._cached(f"/groups/{quote(name)}")
         return {**model, "properties": group_properties.decoded(model.get("properties"))}
+
+    async def group_now(self, name: str) -> dict:
+        """The group as the hub has it this moment, its properties as stored (never cached)."""
+        return (await self._call("GET", f"/groups/{quote(name)}"))[1]
+
+    async def groups(self, page: int = 200) -> list[dict]:
+        """Every group of the hub, read now, properties decoded as `group` decodes them."""
+        models, offset = [], 0
+        while offset is not None:
+            path = f"/groups?offset={offset}&limit={page}"
+            answer = (await self._call("GET", path, accept=PAGINATED))[1]
+            models += [
+                {**m, "properties": group_properties.decoded(m.get("properties"))}
+                for m in answer["items"]
+            ]
+            offset = (answer["_pagination"].get("next") or {}).get("offset")
+        return models
+
+    async def create_group(self, name: str) -> None:
+        await self._group_call("POST", name, "")
+
+    async def set_group_properties(self, name: str, properties: dict) -> None:
+        await self._group_call("PUT", name, "/properties", properties)
+
+    async def add_group_users(self, name: str, users) -> None:
+        if users:
+            await self._group_call("POST", name, "/users", {"users": list(users)})
+
+    async def remove_group_users(self, name: str, users) -> None:
+        if users:
+            await self._group_call("DELETE", name, "/users", {"users": list(users)})
+
+    async def create_users(self, names) -> None:
+        """Create those of `names` the hub does not have yet (it skips the others)."""
+        try:
+            await self._call("POST", "/users", {"usernames": list(names)})
+        except HubError as e:
+            if e.status != 409:  # 409: every one of them exists already
+                raise
+
+    async def _group_call(self, method: str, name: str, tail: str, body=None) -> None:
+        """A change to a group; its cached model is forgotten, so that the next read (a
+        course's instructors and members) sees the change."""
+        path = f"/groups/{quote(name)}"
+        try:
+            await self._call(method, path + tail, body)
+        finally:
+            self._cache.pop(path, None)
 
     async def start_server(self, user: str, server_name: str, options: dict) -> int:
         path = f"/users/{quote(user)}/servers/{quote(server_name)}"

@@ -8,7 +8,7 @@ from queue_service.core.status import FINAL, Status
 
 def test_every_code_the_issue_names_has_a_label():
     wanted = {
-        "user", "admin", "idle", "lifetime", "reclaimed", "lost", "error", "pending_timeout",
+        "user", "admin", "instructor", "idle", "lifetime", "reclaimed", "lost", "error", "pending_timeout",
         "cancelled", "superseded", "hub_stopped", "finished", "failed", "timeout",
     }  # fmt: skip
     assert set(end_reasons.LABELS) == wanted

@@ -12,6 +12,8 @@ from queue_service.core.status import Status
 
 USER = "user"
 ADMIN = "admin"
+#: A course's instructor stopped a student's session (courses.py).
+INSTRUCTOR = "instructor"
 IDLE = "idle"
 LIFETIME = "lifetime"
 RECLAIMED = "reclaimed"
@@ -30,6 +32,7 @@ TIMEOUT = "timeout"
 LABELS: dict[str, str] = {
     USER: "Stopped by the user",
     ADMIN: "Stopped by an admin",
+    INSTRUCTOR: "Stopped by an instructor",
     IDLE: "Idle",
     LIFETIME: "Lifetime reached",
     RECLAIMED: "Reclaimed for the queue",

@@ -3,6 +3,7 @@
 Each module serves one part and lists its own routes, as JupyterHub's `apihandlers/` does:
 - `base`: authentication, XSRF, the body cap, scopes and the refusal → status table;
 - `grants`: the spawner's `api/grants`;
+- `courses`: `api/courses`, courses on hub groups, their rosters and their sessions;
 - `sessions`: people's `api/sessions` (launch, stop, save as an image);
 - `session_logs`: `api/sessions/{id}/logs`, a batch job's log (followed live with `follow=1`);
 - `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
@@ -25,6 +26,7 @@ from __future__ import annotations
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 
 from . import (
+    courses,
     folders,
     grants,
     health,
@@ -47,6 +49,7 @@ def routes(prefix: str) -> list:
     return [
         *grants.routes(prefix),
         *sessions.routes(prefix),
+        *courses.routes(prefix),
         *session_logs.routes(prefix),
         *resources.routes(prefix),
         *presets.routes(prefix),

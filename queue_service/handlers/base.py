@@ -38,6 +38,7 @@ from tornado import web
 
 from image_catalog.job_options import parse_job
 from image_catalog.unicode_text import surrogate_at, surrogate_message
+from queue_service import courses
 from queue_service.core.errors import Refusal
 from queue_service.core.scopes import ADMIN_SCOPE, is_filtered_form
 from queue_service.store.accounts import Account, account_key
@@ -88,6 +89,7 @@ _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _BODY_TYPE_NAMES = {
     "application/json": "JSON (application/json)",
     "application/octet-stream": "the file's bytes (application/octet-stream)",
+    "text/csv": "CSV text (text/csv)",
 }
 _HTTP_METHODS = ("get", "head", "post", "put", "patch", "delete")
 
@@ -407,14 +409,22 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     async def own_session(self, session_id: str) -> dict:
         """The session, if it is the caller's or the caller is an admin; else 404."""
         person = await self.person()
-        try:
-            record = await self.manager.get(session_id)
-        except KeyError:
-            record = None
+        record = await session_or_none(self.manager, session_id)
         if record is None or (record["user"] != person["name"] and not person["admin"]):
             # The same answer as for a missing session: others' session ids are not revealed.
             raise web.HTTPError(404, "No such session.")
         return record
+
+    async def session_in_reach(self, session_id: str) -> tuple[dict, dict]:
+        """The caller and the session, if the caller may act on it (courses.may_act_on: its
+        owner, an admin, or an instructor of a course its owner is in); else 404."""
+        person = await self.person()
+        record = await session_or_none(self.manager, session_id)
+        if record is None or not await self.from_hub(
+            courses.may_act_on(self.hub, person, record["user"])
+        ):
+            raise web.HTTPError(404, "No such session.")
+        return person, record
 
     async def account_of(self, name: str) -> Account:
         """The hub account that has `name` this moment: asked, never cached, since a user deleted
@@ -493,6 +503,13 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def write_error_page(self, status_code: int, message: str) -> None:
         raise NotImplementedError  # pages (handlers/pages.py) draw the hub's error page
+
+
+async def session_or_none(manager, session_id: str) -> dict | None:
+    try:
+        return await manager.get(session_id)
+    except KeyError:
+        return None
 
 
 def _anonymous() -> web.HTTPError:

@@ -34,7 +34,7 @@ from ..private_images import (
     private_reference,
     session_commit,
 )
-from .base import BaseHandler
+from .base import BaseHandler, session_or_none
 from .presets import offered_presets
 
 MAX_LAUNCH = 20
@@ -130,17 +130,15 @@ class SessionsHandler(BaseHandler):
 
 
 class SessionHandler(BaseHandler):
-    """DELETE stops a running session or cancels a pending one."""
+    """DELETE stops a running session or cancels a pending one: the owner's, an admin's, or an
+    instructor's of a course the owner is in (courses.may_act_on)."""
 
     @web.authenticated
     async def delete(self, session_id):
-        person = await self.person()
-        record = await self.own_session(session_id)
+        person, record = await self.session_in_reach(session_id)
         if record["user"] != person["name"]:
             # The spawner's release does not know who asked the hub to stop: say it first.
-            self.manager.expect_end(
-                session_id, end_reasons.ADMIN, f"stopped by {person['name']} (an admin)"
-            )
+            self.manager.expect_end(session_id, *_stopped_by(person))
         elif record["type"] == "batch":
             # Said first too: a job that exits as it is stopped ends as its owner's cancel,
             # whether the spawner's release or the job's own exit (job_ends.py) ends it.
@@ -217,11 +215,12 @@ class SessionImageHandler(BaseHandler):
         )
 
 
-async def session_or_none(manager, session_id: str) -> dict | None:
-    try:
-        return await manager.get(session_id)
-    except KeyError:
-        return None
+def _stopped_by(person: dict) -> tuple[str, str]:
+    """The end reason and its detail of someone else's session that `person` stops: an admin,
+    or else (session_in_reach let them) an instructor of a course its owner is in."""
+    if person["admin"]:
+        return end_reasons.ADMIN, f"stopped by {person['name']} (an admin)"
+    return end_reasons.INSTRUCTOR, f"stopped by {person['name']} (their instructor)"
 
 
 def routes(prefix: str) -> list:

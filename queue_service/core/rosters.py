@@ -1,0 +1,110 @@
+"""A course's roster as an instructor uploads it: CSV text, one `user,role` line per person.
+
+Pure (no I/O): the whole roster is read and checked here before the service makes its first
+call to the hub, so a roster with one bad line changes nothing. A refusal names the line.
+
+- `role` is `student` or `instructor`; a first line `user,role` is a header and skipped;
+- user names are hub names as the hub keeps them: lower case (JupyterHub lower-cases a name it
+  creates, so `Ann` on a roster would make `ann` and then never match), letters, digits and
+  `._@-`, at most `MAX_USER_NAME` characters;
+- empty lines are skipped; a name twice is refused (which of the two roles was meant?);
+- at most `MAX_ROWS` people, and the roster names at least one instructor: a roster without one
+  would leave the course with nobody to run it.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+
+from .errors import Refusal
+
+ROLES = ("student", "instructor")
+MAX_ROWS = 2000
+MAX_USER_NAME = 64
+#: The largest roster body: MAX_ROWS lines of a long name and a role fit with room to spare.
+MAX_BYTES = 256 * 1024
+USER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9._@-]*")
+_HEADER = ("user", "role")
+
+
+@dataclass(frozen=True)
+class Roster:
+    """Who a course has: its students and its instructors, in the roster's order."""
+
+    students: tuple[str, ...]
+    instructors: tuple[str, ...]
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self.instructors + self.students
+
+
+def user_name_problem(name: object) -> str | None:
+    """Why `name` is no hub user name a course can hold, or None when it is one."""
+    if not isinstance(name, str) or not name:
+        return "a user name is missing"
+    if len(name) > MAX_USER_NAME or not USER_NAME_RE.fullmatch(name):
+        return (
+            f"{name[:MAX_USER_NAME]!r} is not a user name (lower-case letters, digits and ._@-, "
+            f"at most {MAX_USER_NAME} characters)"
+        )
+    return None
+
+
+def parse_roster(text: str) -> Roster:
+    """The roster in `text`, or a Refusal ("invalid") naming the first bad line."""
+    people: dict[str, str] = {}
+    for number, row in _rows(text):
+        cells = tuple(cell.strip() for cell in row)
+        if not any(cells) or (not people and _is_header(cells)):
+            continue
+        user, role = _person(number, cells)
+        if user in people:
+            raise _bad(number, f"{user!r} is on the roster twice")
+        people[user] = role
+        if len(people) > MAX_ROWS:
+            raise _bad(number, f"a roster holds at most {MAX_ROWS} people")
+    return _roster_of(people)
+
+
+def _rows(text: str):
+    """(line number, cells) of each line; a line the csv module cannot read is refused."""
+    reader = csv.reader(text.splitlines())
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise _bad(reader.line_num, str(e)) from None
+        yield reader.line_num, row
+
+
+def _is_header(cells: tuple[str, ...]) -> bool:
+    return tuple(cell.lower() for cell in cells) == _HEADER
+
+
+def _person(number: int, cells: tuple[str, ...]) -> tuple[str, str]:
+    if len(cells) != 2:
+        raise _bad(number, f"write `user,role` (found {len(cells)} columns)")
+    user, role = cells
+    problem = user_name_problem(user)
+    if problem:
+        raise _bad(number, problem)
+    if role not in ROLES:
+        raise _bad(number, f"the role {role[:32]!r} is neither student nor instructor")
+    return user, role
+
+
+def _roster_of(people: dict[str, str]) -> Roster:
+    instructors = tuple(user for user, role in people.items() if role == "instructor")
+    if not instructors:
+        raise Refusal("The roster names no instructor: a course needs at least one.")
+    students = tuple(user for user, role in people.items() if role == "student")
+    return Roster(students=students, instructors=instructors)
+
+
+def _bad(number: int, problem: str) -> Refusal:
+    return Refusal(f"Roster line {number}: {problem}. Nothing was changed.")

@@ -1,0 +1,176 @@
+"""Courses on hub groups (contract 8): what a course is, who runs it, and what its instructors
+may do to their students' sessions.
+
+A course is a JupyterHub group whose properties hold `fgpu_course`:
+
+    {"instructors": ["alice", "bob"]}
+
+Its members (the group's users) are its students and its instructors alike, so the group's
+quota, budgets and presets (quotas.py) are the course's allowance for everyone in it. Only the
+service writes `fgpu_course` (`POST api/courses`, `PUT api/courses/{name}/roster`); an admin who
+edits it in the admin panel by hand writes the same thing.
+
+An instructor's powers come from that property, checked by the service on every request
+(`may_act_on`), not from a hub role: JupyterHub keeps its roles in its configuration, so a
+role per course would need a hub restart for every new course.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fgpu_shared import group_properties
+from queue_service.core.errors import Refusal
+from queue_service.core.rosters import Roster, user_name_problem
+
+from .hub_client import HubClient, HubError
+from .quotas import QUOTA_PROPERTY
+
+COURSE_PROPERTY = "fgpu_course"
+#: The instructors a course may name in `POST api/courses`.
+MAX_INSTRUCTORS = 50
+
+
+@dataclass(frozen=True)
+class Course:
+    """A course as the hub's group has it: its name, instructors and members (students and
+    instructors alike), and the group's quota mapping (`fgpu_quota`), None when it has none."""
+
+    name: str
+    instructors: tuple[str, ...]
+    members: tuple[str, ...]
+    allowance: dict | None
+
+    def role_of(self, user: str) -> str | None:
+        """A member's role. An instructor named in `fgpu_course` who is no member has none: the
+        hub drops a deleted user from its groups but not from a property, and a new account
+        of the same name must not inherit the course."""
+        if user not in self.members:
+            return None
+        return "instructor" if user in self.instructors else "student"
+
+    def listing(self, user: str) -> dict:
+        """The course as `GET api/courses` shows it to `user`."""
+        return {
+            "name": self.name,
+            "instructors": list(self.instructors),
+            "role": self.role_of(user),
+            "members": len(self.members),
+            "allowance": self.allowance,
+        }
+
+
+def course_of(group: dict) -> Course | None:
+    """The course a hub group model (HubClient.group: properties decoded) is, or None."""
+    mark = (group.get("properties") or {}).get(COURSE_PROPERTY)
+    if not isinstance(mark, dict):
+        return None
+    instructors = mark.get("instructors")
+    if not isinstance(instructors, list):
+        instructors = []
+    allowance = group["properties"].get(QUOTA_PROPERTY)
+    return Course(
+        name=group["name"],
+        instructors=tuple(name for name in instructors if isinstance(name, str)),
+        members=tuple(group.get("users") or ()),
+        allowance=allowance if isinstance(allowance, dict) else None,
+    )
+
+
+def check_new_course(data: dict) -> tuple[str, tuple[str, ...]]:
+    """`POST api/courses`'s body → (group name, instructors), or a Refusal."""
+    name, instructors = data.get("name"), data.get("instructors")
+    if not isinstance(name, str) or user_name_problem(name.lower()) or name != name.strip():
+        raise Refusal("name must be a group name: letters, digits and ._@-, at most 64.")
+    if not isinstance(instructors, list) or not 1 <= len(instructors) <= MAX_INSTRUCTORS:
+        raise Refusal(f"instructors must be a list of 1 to {MAX_INSTRUCTORS} user names.")
+    for instructor in instructors:
+        problem = user_name_problem(instructor)
+        if problem:
+            raise Refusal(f"instructors: {problem}.")
+    if len(set(instructors)) != len(instructors):
+        raise Refusal("instructors names someone twice.")
+    return name, tuple(instructors)
+
+
+async def course_named(hub: HubClient, name: str) -> Course | None:
+    """The course `name` as the hub has it this moment (never cached: who may act on it is
+    decided on it), or None when there is no such group or it is no course."""
+    try:
+        group = await hub.group_now(name)
+        return course_of({**group, "properties": group_properties.decoded(group.get("properties"))})
+    except HubError as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+async def courses_of(hub: HubClient, person: dict) -> list[Course]:
+    """The courses `person` is in or teaches (their hub groups); every course for admins."""
+    if person["admin"]:
+        found = [course_of(group) for group in await hub.groups()]
+    else:
+        found = [await course_named(hub, name) for name in person.get("groups") or ()]
+    return sorted((c for c in found if c is not None), key=lambda course: course.name)
+
+
+async def may_act_on(hub: HubClient, person: dict, owner: str) -> bool:
+    """Whether `person` (handlers' `person()`: admin powers from the token) may act on a
+    session of `owner`: their own, an admin's power, or an instructor's over a member of a
+    course they teach. A hub admin is nobody's student: a roster that names one gives its
+    instructors no power over the admin's sessions."""
+    if person["admin"] or person["name"] == owner:
+        return True
+    for course in await courses_of(hub, {**person, "admin": False}):
+        if course.role_of(person["name"]) == "instructor" and owner in course.members:
+            return not (await hub.user(owner)).get("admin")
+    return False
+
+
+async def make_course(hub: HubClient, name: str, instructors: tuple[str, ...]) -> bool:
+    """Make the group `name` a course taught by `instructors` (created if missing, adopted
+    otherwise; instructors created and made members); whether the group was created."""
+    group = await _group_to_adopt(hub, name)
+    # Users first: the hub checks every name before it creates any, so a name it refuses
+    # leaves no group behind either.
+    await hub.create_users(instructors)
+    if group is None:
+        await hub.create_group(name)
+    await hub.add_group_users(name, instructors)
+    await _mark(hub, name, instructors)
+    return group is None
+
+
+async def set_roster(hub: HubClient, course: Course, roster: Roster) -> None:
+    """Make the course's members exactly the roster's (checked whole before: rosters.py)."""
+    wanted = set(roster.members)
+    await hub.create_users(roster.members)
+    await hub.add_group_users(course.name, [u for u in roster.members if u not in course.members])
+    await hub.remove_group_users(course.name, [u for u in course.members if u not in wanted])
+    await _mark(hub, course.name, roster.instructors)
+
+
+async def _group_to_adopt(hub: HubClient, name: str) -> dict | None:
+    """The existing group `name` if it may become a course, None if there is none."""
+    try:
+        group = await hub.group_now(name)
+    except HubError as e:
+        if e.status != 404:
+            raise
+        return None
+    if group.get("roles"):
+        # A roster adds people to the group: they would get its roles' scopes from the hub.
+        raise Refusal(
+            f"The group {name!r} holds the hub roles {', '.join(group['roles'])}: its instructors "
+            f"could hand them to anyone on a roster. Make the course another group.",
+            "conflict",
+        )
+    return group
+
+
+async def _mark(hub: HubClient, name: str, instructors) -> None:
+    """Record the instructors in the group's properties, keeping every other property as the
+    hub has it (the admin panel's text values stay text)."""
+    properties = dict((await hub.group_now(name)).get("properties") or {})
+    properties[COURSE_PROPERTY] = {"instructors": list(instructors)}
+    await hub.set_group_properties(name, properties)
