@@ -14,8 +14,10 @@ from sqlalchemy.exc import OperationalError
 
 from image_catalog.catalog import DEFAULT_CATALOG_PATH
 
-# The browser fixtures serve every module that drives Chromium.
 from .browser import browser, page, pages  # noqa: F401
+
+# The browser fixtures serve every module that drives Chromium.
+from .databases import drop_database
 from .harness import ROOT, QueueUser, docker_client, queue_option, running_hub
 
 # A hub's two databases on SQLite and PostgreSQL, for the backup and restore tests.
@@ -277,5 +279,4 @@ def db_url(request, tmp_path):
     try:
         yield admin.url.set(database=name).render_as_string(hide_password=False)
     finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_database(admin, name)

@@ -25,6 +25,8 @@ from queue_service.store import state_dir
 from queue_service.store.db import open_database
 from queue_service.store.models import ImageRecord, SessionRecord
 
+from .databases import drop_database
+
 GROUP = "course-a"
 GROUP_QUOTA = {"fgpu": 1}
 EDITED_IMAGE = "edited-image"
@@ -161,8 +163,7 @@ def hub_dbs(db_url, request, monkeypatch):
     try:
         yield hub_url, db_url
     finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_database(admin, name)
 
 
 @pytest.fixture

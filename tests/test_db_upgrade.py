@@ -35,6 +35,8 @@ from queue_service.store.db_upgrade import (
 )
 from queue_service.store.models import ImageRecord, SessionRecord, UsageDay
 
+from .databases import drop_database
+
 HEAD = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 
 T0 = "2026-11-20 09:00:00+00:00"
@@ -195,8 +197,7 @@ def restored(backup: Path, db_url: str, request):
         )
         yield url.render_as_string(hide_password=False)
     finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
+        drop_database(admin, url.database)
 
 
 def backup_settings(db_url: str, tmp_path: Path) -> BackupSettings:

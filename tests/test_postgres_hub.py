@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from queue_service.store.db_upgrade import alembic_config
 
+from .databases import drop_database
 from .harness import VENV_BIN, QueueUser, logged_in, running_hub, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -43,9 +44,8 @@ def databases(postgres_admin):
     try:
         yield urls
     finally:
-        with postgres_admin.connect() as connection:
-            for name in names:
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        for name in names:
+            drop_database(postgres_admin, name)
 
 
 def with_psycopg(url: str) -> str:
