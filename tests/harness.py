@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import secrets
 import signal
@@ -50,21 +51,24 @@ def free_port() -> int:
             return port
 
 
+#: Where test servers listen: below Linux's ephemeral range (ip_local_port_range, 32768–60999),
+#: whose ports outgoing connections take. A hub on the session network's gateway once could not
+#: bind a port that a connection from that gateway to a session held.
+PORTS = range(20000, 32768)
+
+
 def _bindable_port() -> int | None:
-    """A free port of this process's parity, or None to try again. Linux hands out odd ports
-    for bind(0) (leaving even ones to connect()), so an even one is its neighbour, if free."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    if _PARITY in (None, port % 2):
-        return port
-    neighbour = port + 1 if port + 1 < 65536 else port - 1
+    """A port of this process's parity (the two halves of a run never pick the same one) that
+    nothing is bound to on any address, or None to try again."""
+    port = random.choice(PORTS)
+    if _PARITY is not None and port % 2 != _PARITY:
+        port = port + 1 if port + 1 in PORTS else port - 1
     with socket.socket() as sock:
         try:
-            sock.bind(("127.0.0.1", neighbour))
+            sock.bind(("", port))
         except OSError:
             return None
-    return neighbour
+    return port
 
 
 def docker_client() -> docker.DockerClient:
