@@ -58,7 +58,7 @@ class SiteConfigError(ValueError):
 def service_config_text(config: Config) -> str:
     """The service's part of the hub's merged `config`, as JSON: its own section, with the
     shared settings and the session limits taken from the spawner's sections."""
-    own = {name: _plain(f"c.{SERVICE}.{name}", value) for name, value in config[SERVICE].items()}
+    own = _section(config, SERVICE)
     limits = dict(own.get("session_limits") or {})
     for name, sections in SHARED.items():
         _take_spawners(config, name, sections, own, f"c.{SERVICE}.{name}")
@@ -73,10 +73,15 @@ def service_config_text(config: Config) -> str:
 def _engine_sections(config: Config) -> dict:
     """The engine backends' sections of `config`, as JSON holds them."""
     return {
-        section: {name: _plain(f"c.{section}.{name}", value) for name, value in values.items()}
-        for section, values in config.items()
+        section: _section(config, section)
+        for section in config
         if section.endswith(ENGINE_SUFFIX) or section == ENGINE_BASE
     }
+
+
+def _section(config: Config, section: str) -> dict:
+    """`config`'s `section`, as JSON holds it."""
+    return {name: _plain(f"c.{section}.{name}", value) for name, value in config[section].items()}
 
 
 def service_config(text: str) -> Config:

@@ -20,11 +20,10 @@ from traitlets.config import Config
 
 from fgpu_shared.registry_auth import read_registry_auth
 from queue_service.app import QueueService
-from queue_service.engine.backend import EngineBackend, NodeReading, ServiceHooks
+from queue_service.engine.backend import EngineBackend, NodeReading
 from queue_service.engine.frozen_containers import FreezeWatch
-from queue_service.engine.node_reports import NodeReports
 
-from .harness import docker_client
+from .harness import docker_client, engine_backend
 from .swarm_lab import engine_client
 
 pytestmark = [pytest.mark.docker]
@@ -40,20 +39,6 @@ def skeleton_class() -> type:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.SkeletonEngine
-
-
-def hooks(registry_auth=None) -> ServiceHooks:
-    return ServiceHooks(
-        running_ids=lambda: [],
-        registry_auth=lambda: registry_auth,
-        image_digests=lambda: {},
-        deployment_id="contract-test",
-        container_calls=None,
-        container_locks=None,
-        node_reports=NodeReports(stale_after=20),
-        node_credentials=None,
-        agent_service="fgpu-node-agent",
-    )
 
 
 @pytest.fixture(params=["docker", "swarm", "skeleton"])
@@ -73,7 +58,7 @@ def made(request, tmp_path, monkeypatch):
         auth = read_registry_auth(env["FGPU_SWARM_REGISTRY_AUTH_FILE"])
     service = QueueService(engine_class=engine_class, config=config)
     service.init_engine()
-    backend = service.engine_class(client, hooks(auth), parent=service)
+    backend = engine_backend(service.engine_class, client, registry_auth=auth, parent=service)
     return service, backend
 
 

@@ -160,10 +160,6 @@ class SwarmEngine(EngineBackend):
         self._agents_lock = asyncio.Lock()
 
     @property
-    def registry(self) -> str:
-        return self.node_agent_registry
-
-    @property
     def commit_registry(self) -> str:
         return self.node_agent_registry
 
@@ -227,11 +223,11 @@ class SwarmEngine(EngineBackend):
     @property
     def images_listable(self) -> bool:
         # Without a registry, the nodes' images are the site's business: all are offered.
-        return bool(self.registry)
+        return bool(self.node_agent_registry)
 
     def runnable_images(self, wanted: Iterable[str]) -> dict[str, str | None]:
         return registry_digests(
-            self.registry, wanted, self.hooks.registry_auth(), self.registry_ca or None
+            self.node_agent_registry, wanted, self.hooks.registry_auth(), self.registry_ca or None
         )
 
     def job_exit(self, session_id: str) -> JobExit | None:
