@@ -17,6 +17,7 @@ role per course would need a hub restart for every new course.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from fgpu_shared import group_properties
@@ -110,7 +111,9 @@ async def courses_of(hub: HubClient, person: dict) -> list[Course]:
     if person["admin"]:
         found = [course_of(group) for group in await hub.groups()]
     else:
-        found = [await course_named(hub, name) for name in person.get("groups") or ()]
+        # One read per group, at once: a user in many groups waits for the slowest, not the sum.
+        names = person.get("groups") or ()
+        found = await asyncio.gather(*(course_named(hub, name) for name in names))
     return sorted((c for c in found if c is not None), key=lambda course: course.name)
 
 
