@@ -391,7 +391,8 @@ def _shut_down(hub: Hub) -> None:
 
 def containers_with(labels: dict[str, str]) -> list:
     filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
-    return docker_client().containers.list(all=True, filters=filters)
+    # A container removed between the listing and its inspection is gone, not an error.
+    return docker_client().containers.list(all=True, filters=filters, ignore_removed=True)
 
 
 def remove_containers(labels: dict[str, str]) -> None:

@@ -43,7 +43,9 @@ def is_spawn_post(response: Response) -> bool:
 
 
 def user_containers(docker_engine, username: str) -> list:
-    return docker_engine.containers.list(all=True, filters={"label": f"fgpu.user={username}"})
+    return docker_engine.containers.list(
+        all=True, filters={"label": f"fgpu.user={username}"}, ignore_removed=True
+    )
 
 
 def test_form_spawns_jupyterlab_in_a_limited_container(
