@@ -365,7 +365,8 @@ c.JupyterHub.load_roles = [
     {
         "name": "fgpu-queue",
         "description": "The queue service: reads users and groups, starts and stops servers,"
-        " makes courses (groups, their members, the users a roster names)",
+        " makes courses (groups, their members, the users a roster names), shares a"
+        " student's session with the instructor who opens it",
         # admin:groups and admin:users for courses (queue_service/courses.py): a course is a
         # group the service creates and fills, and a roster creates missing users. The service
         # checks who asks (admins, the course's instructors) before it uses them.
@@ -377,6 +378,9 @@ c.JupyterHub.load_roles = [
             "access:servers",
             "admin:groups",
             "admin:users",
+            # An instructor opens a student's session through a share of that one server
+            # (queue_service/instructor_visits.py), granted and revoked by the service.
+            "shares",
         ],
         "services": ["queue"],
     },
@@ -534,6 +538,12 @@ raise_open_file_limit(open_files_needed(c.JupyterHub.concurrent_spawn_limit))
 from templates import TEMPLATES_DIR  # noqa: E402
 
 c.JupyterHub.template_paths = [str(TEMPLATES_DIR / "hub")]
+# A course's message to its members (Course page) is the hub's announcement for them, read from
+# their groups by the hub itself and escaped (fgpu_shared/course_messages.py). A site that sets
+# its own announcement replaces this one.
+from fgpu_shared.course_messages import announcement_of  # noqa: E402
+
+c.JupyterHub.template_vars = {"announcement": announcement_of}
 
 # After logging in, a student lands on the queue's Sessions page, where their sessions, the
 # indicator and the launch dialog are (docs/source/explanation/sessions-and-queue.md, "Using the hub"), not on the hub's spawn form. This

@@ -83,6 +83,7 @@ from .handlers.folders import CHUNK_BYTES
 from .health import HealthMonitor, containers_check, node_daemons_check, select_one
 from .hub_client import HubClient
 from .image_builds import BackgroundBuilds
+from .instructor_visits import VisitCloser
 from .job_ends import JobEnds
 from .job_files import HomeSettings, JobFiles
 from .jobs import JOBS_WAITING_PER_USER, JobRules
@@ -571,6 +572,20 @@ class QueueService(Application):
         Example::
 
             c.QueueService.server_removal_interval = 30
+        """,
+    )
+    visit_check_interval = Float(
+        60.0,
+        config=True,
+        help="""
+        Seconds between two rounds that end instructors' visits of students' sessions: a
+        session an instructor opened from the Course page is shared with them (JupyterHub's
+        shares) until it ends or they stop teaching its owner; the round revokes what is left
+        (instructor_visits.py). 0 turns the round off.
+
+        Example::
+
+            c.QueueService.visit_check_interval = 30
         """,
     )
     start_grace = Float(
@@ -1091,7 +1106,7 @@ class QueueService(Application):
         self.server_remover = ServerRemover(
             self.db,
             self.hub,
-            lambda: {(r.user, r.server_name) for r in self.manager.active_records()},
+            self.active_servers,
             log=self.log,
         )
         self.job_ends = JobEnds(
@@ -1213,6 +1228,10 @@ class QueueService(Application):
         self.start_rounds()
         await self.reconciler.run(self.reconcile_interval)
 
+    def active_servers(self) -> set[tuple[str, str]]:
+        """(user, server name) of the sessions that have not ended."""
+        return {(r.user, r.server_name) for r in self.manager.active_records()}
+
     def start_rounds(self) -> None:
         """Start the rounds `init_rounds` made (the reconciler's own runs in `serve`), and the
         stats, the looks at the engine's images and the background builds."""
@@ -1220,6 +1239,9 @@ class QueueService(Application):
             self._removal_task = asyncio.create_task(
                 self.server_remover.run(self.server_removal_interval)
             )
+        if self.visit_check_interval > 0:
+            closer = VisitCloser(self.hub, self.active_servers, self.log)
+            self._visits_task = asyncio.create_task(closer.run(self.visit_check_interval))
         if self.utilization_interval > 0:
             self._utilization_task = asyncio.create_task(self.utilization.run())
         self._ends_task = asyncio.create_task(self.automatic_ends.run(self.ends_interval))

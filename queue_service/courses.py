@@ -21,13 +21,13 @@ import asyncio
 from dataclasses import dataclass
 
 from fgpu_shared import group_properties
+from fgpu_shared.course_messages import COURSE_PROPERTY, message_of
 from queue_service.core.errors import Refusal
 from queue_service.core.rosters import Roster, user_name_problem
 
 from .hub_client import HubClient, HubError
 from .quotas import QUOTA_PROPERTY
 
-COURSE_PROPERTY = "fgpu_course"
 #: The instructors a course may name in `POST api/courses`.
 MAX_INSTRUCTORS = 50
 
@@ -41,6 +41,8 @@ class Course:
     instructors: tuple[str, ...]
     members: tuple[str, ...]
     allowance: dict | None
+    #: The message its instructors posted to its members (fgpu_shared/course_messages.py).
+    message: dict | None = None
 
     def role_of(self, user: str) -> str | None:
         """A member's role. An instructor named in `fgpu_course` who is no member has none: the
@@ -58,7 +60,13 @@ class Course:
             "role": self.role_of(user),
             "members": len(self.members),
             "allowance": self.allowance,
+            "message": self.message,
         }
+
+    def roster(self) -> list[dict]:
+        """Its members with their roles, instructors first, as its Course page lists them."""
+        ordered = sorted(self.members, key=lambda name: (self.role_of(name) != "instructor", name))
+        return [{"name": name, "role": self.role_of(name)} for name in ordered]
 
 
 def course_of(group: dict) -> Course | None:
@@ -75,6 +83,7 @@ def course_of(group: dict) -> Course | None:
         instructors=tuple(name for name in instructors if isinstance(name, str)),
         members=tuple(group.get("users") or ()),
         allowance=allowance if isinstance(allowance, dict) else None,
+        message=message_of(group["properties"]),
     )
 
 
@@ -171,9 +180,22 @@ async def _group_to_adopt(hub: HubClient, name: str) -> dict | None:
     return group
 
 
+async def set_message(hub: HubClient, name: str, message: dict | None) -> None:
+    """Post `message` ({text, by, at}) to the course's members, or take it down (None)."""
+    await _update_mark(hub, name, message=message)
+
+
 async def _mark(hub: HubClient, name: str, instructors) -> None:
-    """Record the instructors in the group's properties, keeping every other property as the
-    hub has it (the admin panel's text values stay text)."""
+    """Record the instructors in the group's properties."""
+    await _update_mark(hub, name, instructors=list(instructors))
+
+
+async def _update_mark(hub: HubClient, name: str, **changes) -> None:
+    """Change keys of the course mark, keeping its other keys and every other property as the
+    hub has it (the admin panel's text values stay text); a None value removes its key."""
     properties = dict((await hub.group_now(name)).get("properties") or {})
-    properties[COURSE_PROPERTY] = {"instructors": list(instructors)}
+    mark = group_properties.decoded({COURSE_PROPERTY: properties.get(COURSE_PROPERTY)})
+    mark = dict(mark[COURSE_PROPERTY]) if isinstance(mark[COURSE_PROPERTY], dict) else {}
+    mark.update(changes)
+    properties[COURSE_PROPERTY] = {k: v for k, v in mark.items() if v is not None}
     await hub.set_group_properties(name, properties)

@@ -193,6 +193,23 @@ class HubClient:
         path = f"/users/{quote(user)}/servers/{quote(server_name)}"
         return (await self._call("DELETE", path, {"remove": True} if remove else None))[0]
 
+    async def share_server(self, owner: str, server_name: str, user: str) -> None:
+        """Let `user` open `owner`'s server (JupyterHub's shares: `access:servers` on that one
+        server, nothing else of the owner's)."""
+        await self._call("POST", f"/shares/{quote(owner)}/{quote(server_name)}", {"user": user})
+
+    async def revoke_share(self, owner: str, server_name: str, user: str) -> None:
+        await self._call("PATCH", f"/shares/{quote(owner)}/{quote(server_name)}", {"user": user})
+
+    async def shared_with(self, user: str) -> list[tuple[str, str]]:
+        """The servers shared with `user` itself (not through a group), as (owner, server name)."""
+        answer = (await self._call("GET", f"/users/{quote(user)}/shared", accept=PAGINATED))[1]
+        return [
+            (share["server"]["user"]["name"], share["server"]["name"])
+            for share in answer["items"]
+            if share["kind"] == "user"
+        ]
+
     def _http(self) -> AsyncHTTPClient:
         """A client of our own (made in the event loop on first use), apart from tornado's
         shared one."""

@@ -89,6 +89,8 @@ def hub(tmp_path_factory, docker_engine, test_catalog):
     env = {"FGPU_CATALOG_PATH": str(test_catalog)}
     group_data = tmp_path_factory.mktemp("group-data")
     extra = f"c.FGPUSpawner.group_data_dir = {str(group_data)!r}\n" + FAST_THAW
+    # Instructors' visits end within seconds of their session (test_course_page.py).
+    extra += "c.QueueService.visit_check_interval = 3\n"
     yield from shared_hub("hub", tmp_path_factory, env=env, extra_config=extra)
 
 

@@ -266,3 +266,136 @@ def test_a_new_account_under_a_deleted_instructors_name_does_not_run_the_course(
     assert newcomer.call("GET", f"courses/{course}/sessions").status_code == 404
     assert put_roster(newcomer, course, f"{teacher},instructor\n").status_code == 404
     assert members(hub, course) == {ann}
+
+
+def shared_with(hub, user: str) -> set[str]:
+    response = hub.request("GET", f"users/{user}/shared")
+    assert response.status_code == 200, response.text
+    servers = (share["server"] for share in response.json()["items"])
+    return {f"{server['user']['name']}/{server['name']}" for server in servers}
+
+
+def test_a_course_reads_back_with_its_roster_and_budgets_for_its_instructors_only(hub):
+    teacher, ann, eve = fresh("tim"), fresh("ann"), fresh("eve")
+    course = make_course(hub, teacher, [ann])
+    properties = {
+        "fgpu_quota": {"fgpu": 4, "fgpu_hours_per_week": 20},
+        "fgpu_course": {"instructors": [teacher]},
+    }
+    assert hub.request("PUT", f"groups/{course}/properties", json=properties).status_code == 200
+    response = QueueUser(hub, teacher).call("GET", f"courses/{course}")
+    assert response.status_code == 200, response.text
+    detail = response.json()
+    assert detail["roster"] == [
+        {"name": teacher, "role": "instructor"},
+        {"name": ann, "role": "student"},
+    ]
+    assert [(b["figure"], b["period"], b["limit"]) for b in detail["budgets"]] == [
+        ("fgpu_hours", "week", 20)
+    ]
+    assert QueueUser(hub, ann).call("GET", f"courses/{course}").status_code == 403
+    assert QueueUser(hub, eve).call("GET", f"courses/{course}").status_code == 404
+    assert QueueUser(hub, "admin").call("GET", f"courses/{course}").status_code == 200
+    # Its instructors read its members' usage, nobody else's; a student only their own.
+    response = QueueUser(hub, teacher).call("GET", f"usage?group={course}")
+    assert response.status_code == 200, response.text
+    assert {row["user"] for row in response.json()["usage"]} <= {teacher, ann}
+    response = QueueUser(hub, teacher).call("GET", f"usage?group={course}&user={eve}")
+    assert response.json()["usage"] == []
+    assert (
+        QueueUser(hub, ann).call("GET", f"usage?group={course}&user={teacher}").status_code == 403
+    )
+
+
+def test_a_message_reaches_the_members_banner_escaped_and_only_instructors_post_it(hub):
+    teacher, ann, eve = fresh("tim"), fresh("ann"), fresh("eve")
+    course = make_course(hub, teacher, [ann])
+    hub.create_user(eve)
+    text = "Lab 3 is out <script>alert(1)</script>"
+    response = QueueUser(hub, teacher).call(
+        "POST", f"courses/{course}/message", json={"text": text}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["message"]["by"] == teacher
+    # The hub's own page and the service's show it to members, as text, never as markup.
+    student = Browser(hub, ann)
+    for path in ("/hub/home", "/services/queue/usage"):
+        page = student.http.get(hub.url + path, timeout=60).text
+        assert "Lab 3 is out &lt;script&gt;alert(1)&lt;/script&gt;" in page, path
+        assert "<script>alert(1)" not in page
+    assert "Lab 3 is out" not in Browser(hub, eve).http.get(hub.url + "/hub/home", timeout=60).text
+    # A student, a stranger, a narrow token and a cross-site request may not post.
+    body = {"text": "no class today"}
+    assert (
+        QueueUser(hub, ann).call("POST", f"courses/{course}/message", json=body).status_code == 403
+    )
+    assert (
+        QueueUser(hub, eve).call("POST", f"courses/{course}/message", json=body).status_code == 404
+    )
+    narrow = narrow_admin_token(hub, ["access:services!service=queue"])
+    api = f"{hub.url}/services/queue/api"
+    assert narrow.post(f"{api}/courses/{course}/message", json=body, timeout=60).status_code == 404
+    response = Browser(hub, teacher).call(
+        "POST", f"courses/{course}/message", headers=EVIL, json=body
+    )
+    assert response.status_code == 403, response.text
+    # Too long, or not text: 400, the message unchanged.
+    for bad in ({"text": "x" * 501}, {"text": 5}):
+        response = QueueUser(hub, teacher).call("POST", f"courses/{course}/message", json=bad)
+        assert response.status_code == 400, response.text
+    listed = QueueUser(hub, ann).call("GET", "courses").json()["courses"]
+    assert [c["message"]["text"] for c in listed if c["name"] == course] == [text]
+    # An empty text takes it down.
+    response = QueueUser(hub, teacher).call("POST", f"courses/{course}/message", json={"text": ""})
+    assert response.status_code == 200 and response.json()["message"] is None
+    assert "Lab 3 is out" not in student.http.get(hub.url + "/hub/home", timeout=60).text
+
+
+def test_an_instructor_opens_a_students_session_until_it_ends_and_no_one_else_can(hub):
+    teacher, ann, tb, sb = fresh("tim"), fresh("ann"), fresh("tb"), fresh("sb")
+    course = make_course(hub, teacher, [ann])
+    other = make_course(hub, tb, [sb])
+    student = QueueUser(hub, ann)
+    session = start(student)
+    student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=120)
+    (record,) = student.sessions()
+    path = f"courses/{course}/sessions/{session}/open"
+    # Not its student, not another course's instructor, not through another course.
+    assert student.call("POST", path).status_code == 403
+    assert QueueUser(hub, tb).call("POST", path).status_code == 404
+    assert (
+        QueueUser(hub, tb).call("POST", f"courses/{other}/sessions/{session}/open").status_code
+        == 404
+    )
+    response = Browser(hub, teacher).call("POST", path, headers=EVIL)
+    assert response.status_code == 403, response.text
+    assert shared_with(hub, teacher) == set()
+
+    response = QueueUser(hub, teacher).call("POST", path)
+    assert response.status_code == 200, response.text
+    server = f"{ann}/{record['server_name']}"
+    assert response.json()["url"] == f"/user/{server}/"
+    assert shared_with(hub, teacher) == {server}
+    # The share is the hub's: the instructor's own token now opens that server, and no other.
+    visitor = QueueUser(hub, teacher).http
+    assert visitor.get(f"{hub.url}/user/{server}/api/status", timeout=60).status_code == 200
+    # The session ends: the visit ends with it.
+    assert QueueUser(hub, teacher).call("DELETE", f"sessions/{session}").status_code == 200
+    wait_until(lambda: shared_with(hub, teacher) == set(), 90, "the visit's share revoked")
+
+
+def test_a_visit_of_a_default_server_ends_when_the_student_leaves_the_course(hub):
+    teacher, ann = fresh("tim"), fresh("ann")
+    course = make_course(hub, teacher, [ann])
+    assert hub.start_server(ann, {}).status_code in (201, 202)
+    hub.wait_ready(ann, "")
+    student = QueueUser(hub, ann)
+    (record,) = student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], timeout=120)
+    path = f"courses/{course}/sessions/{record['id']}/open"
+    response = QueueUser(hub, teacher).call("POST", path)
+    assert response.status_code == 200, response.text
+    assert response.json()["url"] == f"/user/{ann}/"
+    assert shared_with(hub, teacher) == {f"{ann}/"}
+    assert put_roster(QueueUser(hub, teacher), course, f"{teacher},instructor\n").status_code == 200
+    wait_until(lambda: shared_with(hub, teacher) == set(), 90, "the visit's share revoked")
+    assert record["id"] in {s["id"] for s in student.sessions()}  # their session goes on

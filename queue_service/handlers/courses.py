@@ -6,7 +6,13 @@
 - `PUT api/courses/{name}/roster` (admins and the course's instructors), a CSV body
   (`text/csv`, `user,role` lines: core/rosters.py): its members become exactly the roster's;
 - `GET api/courses/{name}/sessions` (admins and the course's instructors): its members' live
-  sessions and jobs.
+  sessions and jobs;
+- `GET api/courses/{name}` (admins and its instructors): the course with its roster (members and
+  roles) and its budgets with this window's use;
+- `POST api/courses/{name}/message {text}` (admins and its instructors): the message its members
+  see as the hub's announcement (fgpu_shared/course_messages.py); an empty text takes it down;
+- `POST api/courses/{name}/sessions/{id}/open` (its instructors): share a member's running
+  session with the instructor, to help (instructor_visits.py); answers the server's URL.
 
 A course a caller is not in answers 404, as a missing one does (no course names are revealed
 to strangers); its students get 403 on what only its instructors may do.
@@ -14,13 +20,20 @@ to strangers); its students get 403 on what only its instructors may do.
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime
+from urllib.parse import quote
+
 from tornado import web
 
-from queue_service import courses
+from fgpu_shared.course_messages import message_problem
+from queue_service import courses, instructor_visits
 from queue_service.core import rosters
 from queue_service.core.errors import Refusal
+from queue_service.core.status import Status
+from queue_service.store.accounts import Account
 
-from .base import BaseHandler
+from .base import BaseHandler, session_or_none
 
 
 class CourseHandlerBase(BaseHandler):
@@ -88,9 +101,74 @@ class CourseSessionsHandler(CourseHandlerBase):
         self.write_json({"course": course.name, "sessions": sessions})
 
 
+class CourseHandler(CourseHandlerBase):
+    """GET one course for its Course page: roster, allowance, budgets with their use."""
+
+    @web.authenticated
+    async def get(self, name):
+        person, course = await self.course_to_run(name)
+        # The budgets count every member's use: the quota book must know the members, which it
+        # learns from a member's groups (an admin running the course may be none).
+        member = person if course.role_of(person["name"]) else None
+        member = member or await self.from_hub(self.hub.user(course.members[0]))
+        await self.refresh_quotas(member)
+        budgets = await self.usage.budget_status(Account.of(member), (course.name,))
+        self.write_json(
+            {**course.listing(person["name"]), "roster": course.roster(), "budgets": budgets}
+        )
+
+
+class CourseMessageHandler(CourseHandlerBase):
+    """POST the course's message to its members (an empty text takes it down)."""
+
+    @web.authenticated
+    async def post(self, name):
+        person, course = await self.course_to_run(name)
+        text = self.body().get("text")
+        problem = message_problem(text)
+        if problem:
+            raise Refusal(problem)
+        text = " ".join(text.split())  # one banner line: the hub's announcement is one paragraph
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        message = {"text": text, "by": person["name"], "at": at} if text else None
+        await self.from_hub(courses.set_message(self.hub, course.name, message))
+        self.write_json({"course": course.name, "message": message})
+
+
+class CourseVisitHandler(CourseHandlerBase):
+    """POST: share a member's running session with the calling instructor, to help."""
+
+    @web.authenticated
+    async def post(self, name, session_id):
+        person, course = await self.course_to_run(name)
+        record = await session_or_none(self.manager, session_id)
+        if record is None or record["user"] not in course.members:
+            raise web.HTTPError(404, "No such session in this course.")
+        if record["user"] == person["name"]:
+            raise Refusal("This session is your own: open it from your Sessions page.")
+        if course.role_of(person["name"]) != "instructor":
+            raise web.HTTPError(403, "Only the course's instructors open their students' sessions.")
+        if record["status"] != Status.RUNNING or record.get("type") == "batch":
+            raise Refusal("Only a running session (not a batch job) can be opened.", "conflict")
+        if not await self.from_hub(courses.may_act_on(self.hub, person, record["user"])):
+            raise web.HTTPError(403, "An admin's session is not opened from a course.")
+        owner, server = record["user"], record["server_name"]
+        await self.from_hub(instructor_visits.open_for(self.hub, person["name"], owner, server))
+        self.write_json({"url": server_url(owner, server), "user": owner, "server_name": server})
+
+
+def server_url(owner: str, server: str) -> str:
+    """The hub-relative path of a user's server, as the hub's proxy routes it."""
+    base = os.environ.get("JUPYTERHUB_BASE_URL", "/")
+    return f"{base}user/{quote(owner)}/{quote(server) + '/' if server else ''}"
+
+
 def routes(prefix: str) -> list:
     return [
         (prefix + r"api/courses", CoursesHandler),
+        (prefix + r"api/courses/([^/]+)", CourseHandler),
+        (prefix + r"api/courses/([^/]+)/message", CourseMessageHandler),
+        (prefix + r"api/courses/([^/]+)/sessions/([^/]+)/open", CourseVisitHandler),
         (prefix + r"api/courses/([^/]+)/roster", RosterHandler),
         (prefix + r"api/courses/([^/]+)/sessions", CourseSessionsHandler),
     ]

@@ -1,4 +1,4 @@
-"""The queue service's pages: Sessions, Storage, Images, Usage, the resource indicator and the admin's cluster view.
+"""The queue service's pages: Sessions, Storage, Images, Usage, Courses, the resource indicator and the admin's cluster view.
 
 They extend JupyterHub's own `page.html`, so they look like the hub and carry its navigation bar:
 the Jinja loader searches the repository's templates first and JupyterHub's templates after, and
@@ -11,15 +11,21 @@ Errors: a browser gets the hub's HTML error page; anything under `api/` gets JSO
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
 
 import jinja2
 from jupyterhub._data import DATA_FILES_PATH
+from markupsafe import Markup
 from tornado import web
 
+from fgpu_shared.course_messages import announcement, message_of
+from queue_service import courses
 from templates import TEMPLATES_DIR
+
+from ..hub_client import HubError
 
 from .base import ADMIN_SCOPE, BaseHandler, scope_holds
 from .folders import CHUNK_BYTES
@@ -120,10 +126,25 @@ class PageHandler(BaseHandler):
             "xsrf": self.xsrf_text,
         }
 
-    def render_page(self, name: str, person: dict | None, **extra) -> None:
-        html = self.env.get_template(name).render(**self.namespace(person), **extra)
+    async def render_page(self, name: str, person: dict | None, **extra) -> None:
+        """Render a page, with the messages of the person's courses as the hub's announcement
+        (as the hub's own pages show them: fgpu_shared/course_messages.py)."""
+        self.render_now(name, person, announcement=await self.announcement(person), **extra)
+
+    def render_now(self, name: str, person: dict | None, **extra) -> None:
+        html = self.env.get_template(name).render(**{**self.namespace(person), **extra})
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(html)
+
+    async def announcement(self, person: dict | None) -> Markup:
+        """The banner of the person's courses' messages; a hub that fails to answer shows none
+        rather than no page."""
+        names = (person or {}).get("groups") or ()
+        try:
+            groups = await asyncio.gather(*(self.hub.group(name) for name in names))
+        except (HubError, OSError):
+            return Markup("")
+        return announcement((g["name"], message_of(g.get("properties"))) for g in groups)
 
     def write_error_page(self, status_code: int, message: str) -> None:
         # The nav bar needs a user; an error before we know who it is shows the page without one.
@@ -131,7 +152,7 @@ class PageHandler(BaseHandler):
         person = identity if isinstance(identity, dict) and "name" in identity else None
         if person is not None:
             person = {**person, "admin": scope_holds(person.get("scopes", []), ADMIN_SCOPE)}
-        self.render_page(
+        self.render_now(
             "error.html",
             person,
             status_code=status_code,
@@ -175,7 +196,7 @@ class SessionsPage(PageHandler):
                 created=person.get("created"),
             ),
         }
-        self.render_page("sessions.html", person, page_config=config)
+        await self.render_page("sessions.html", person, page_config=config)
 
 
 class IndicatorPage(PageHandler):
@@ -204,7 +225,7 @@ class ClusterPage(PageHandler):
             **self.page_config(person),
             "quotas": self.page_prefix + "cluster/quotas",
         }
-        self.render_page("cluster.html", person, page_config=config)
+        await self.render_page("cluster.html", person, page_config=config)
 
 
 class ImagesPage(PageHandler):
@@ -217,7 +238,7 @@ class ImagesPage(PageHandler):
         person = await self.person()
         manager = person["admin"] or has_manage_scope(self.identity())
         config = {**self.page_config(person), "manager": manager}
-        self.render_page("images.html", person, page_config=config)
+        await self.render_page("images.html", person, page_config=config)
 
 
 class UsagePage(PageHandler):
@@ -228,7 +249,7 @@ class UsagePage(PageHandler):
     @web.authenticated
     async def get(self):
         person = await self.person()
-        self.render_page("usage.html", person, page_config=self.page_config(person))
+        await self.render_page("usage.html", person, page_config=self.page_config(person))
 
 
 class StoragePage(PageHandler):
@@ -246,7 +267,29 @@ class StoragePage(PageHandler):
             # How long a deleted folder is kept, for the delete dialog to say.
             "graceDays": self.folders.grace / (24 * 3600),
         }
-        self.render_page("storage.html", person, page_config=config)
+        await self.render_page("storage.html", person, page_config=config)
+
+
+class CoursesPage(PageHandler):
+    """The Courses page: the courses you are in or teach (all for admins), each with its
+    allowance; `courses/{name}`, for its instructors and admins, is the course's own page: its
+    roster with each member's live sessions and jobs, its budgets, its message, and the actions
+    (stop, open, message, a new roster). `static/courses.js` does it all through `api/courses`,
+    which decides who may see and do what; a course the caller does not run answers as the API
+    does (404 for strangers, 403 for its students)."""
+
+    @web.authenticated
+    async def get(self, name=None):
+        person = await self.person()
+        if name is not None:
+            course = await self.from_hub(courses.course_named(self.hub, name))
+            role = course.role_of(person["name"]) if course else None
+            if course is None or (role is None and not person["admin"]):
+                raise web.HTTPError(404, f"No such course: {name}.")
+            if role != "instructor" and not person["admin"]:
+                raise web.HTTPError(403, "A course's page is for its instructors and admins.")
+        config = {**self.page_config(person), "course": name}
+        await self.render_page("courses.html", person, page_config=config)
 
 
 class NotFound(PageHandler):
@@ -271,6 +314,8 @@ def routes(prefix: str) -> list:
         (prefix + "images", ImagesPage),
         (prefix + "usage", UsagePage),
         (prefix + "storage", StoragePage),
+        (prefix + "courses", CoursesPage),
+        (prefix + r"courses/([^/]+)", CoursesPage),
         (prefix + r"static/(.*)", web.StaticFileHandler, {"path": str(STATIC_DIR)}),
     ]
 

@@ -2,7 +2,8 @@
 
 `GET api/usage?user=&group=&resource_group=&from=&to=&format=csv`:
 - students read their own (naming another user is refused; `group` then narrows their own rows
-  to a group they are in); admins (the token's `admin:servers`) read everyone's;
+  to a group they are in); a course's instructors read its members' with `group=<course>`
+  (and `user=` one of them); admins (the token's `admin:servers`) read everyone's;
 - `from`, `to`: ISO dates, both days included (default: the last 30 days up to today, UTC);
 - `format=csv`: the same rows as a CSV download.
 
@@ -18,6 +19,7 @@ from datetime import date, timedelta
 
 from tornado import web
 
+from queue_service import courses
 from queue_service.core import query_args, usage
 from queue_service.store.accounts import Account
 
@@ -81,6 +83,9 @@ class UsageHandler(BaseHandler):
         name = self.get_argument("user", "")
         group = self.get_argument("group", "")
         if not self.is_admin():
+            taught = await self.taught_members(group)
+            if taught is not None:
+                return {name} & taught if name else taught
             if name and name != identity["name"]:
                 raise web.HTTPError(403, "Only admins may read another user's usage.")
             person = await self.person()
@@ -92,6 +97,16 @@ class UsageHandler(BaseHandler):
             members = set((await self.from_hub(self.hub.group(group))).get("users") or ())
             users = members if users is None else users & members
         return users
+
+    async def taught_members(self, group: str) -> set[str] | None:
+        """The members of course `group` if the caller is one of its instructors, else None."""
+        if not group:
+            return None
+        person = await self.person()
+        course = await self.from_hub(courses.course_named(self.hub, group))
+        if course is None or course.role_of(person["name"]) != "instructor":
+            return None
+        return set(course.members)
 
     def write_csv(self, rows: list[dict], first: date, last: date) -> None:
         out = io.StringIO()

@@ -1,0 +1,228 @@
+// The Courses page: your courses (GET api/courses); and a course's own page for its instructors
+// and admins: roster with each member's live sessions and jobs (api/courses/{name}/sessions,
+// polled), budgets, fGPU-hours per member (api/usage?group=), the message, a new roster.
+"use strict";
+
+(function () {
+  var config = fgpu.config, el = fgpu.element;
+  var errorBox = document.getElementById("fgpu-error");
+  var doneBox = document.getElementById("fgpu-done");
+
+  function showError(message) {
+    errorBox.textContent = message || "";
+    errorBox.classList.toggle("d-none", !message);
+  }
+
+  function showDone(message) {
+    doneBox.textContent = message || "";
+    doneBox.classList.toggle("d-none", !message);
+  }
+
+  function coursePath(name) {
+    return "courses/" + encodeURIComponent(name);
+  }
+
+  // An allowance (the course group's fgpu_quota) in words: "2 sessions, 4 fGPU, 20 fGPU-hours a week".
+  var ALLOWANCE = [
+    ["sessions", function (v) { return v + (Number(v) === 1 ? " session" : " sessions"); }],
+    ["pending", function (v) { return v + " waiting"; }],
+    ["cpu", fgpu.cores],
+    ["mem", function (v) { return typeof v === "number" ? fgpu.size(v) + " memory" : v + " memory"; }],
+    ["fgpu", function (v) { return fgpu.trim(v) + " fGPU"; }],
+    ["fgpu_hours_per_day", function (v) { return v + " fGPU-hours a day"; }],
+    ["fgpu_hours_per_week", function (v) { return v + " fGPU-hours a week"; }],
+    ["cpu_hours_per_week", function (v) { return v + " CPU core-hours a week"; }],
+    ["storage", function (v) { return v + " storage"; }],
+  ];
+
+  function allowanceText(allowance) {
+    if (!allowance) return "No course limit (your own quota applies)";
+    var parts = ALLOWANCE.filter(function (pair) { return allowance[pair[0]] !== undefined; })
+      .map(function (pair) { return pair[1](allowance[pair[0]]); });
+    return parts.length ? parts.join(", ") : "No course limit (your own quota applies)";
+  }
+
+  // --- the list -------------------------------------------------------------------------------
+
+  function renderList(data) {
+    var table = document.getElementById("fgpu-courses");
+    var rows = data.courses.map(function (c) {
+      var runs = c.role === "instructor" || config.admin;
+      var link = runs ? el("a", { href: coursePath(c.name), className: "btn btn-sm btn-outline-primary", text: "Course page" }) : null;
+      return el("tr", { "data-course": c.name }, [
+        fgpu.nameCell(c.name),
+        el("td", { text: c.role || "admin" }),
+        el("td", { text: c.instructors.join(", ") }),
+        el("td", { text: String(c.members) }),
+        el("td", { text: allowanceText(c.allowance) }),
+        el("td", {}, [link]),
+      ]);
+    });
+    table.querySelector("tbody").replaceChildren.apply(table.querySelector("tbody"), rows);
+    table.classList.toggle("d-none", !rows.length);
+    document.getElementById("fgpu-courses-empty").classList.toggle("d-none", rows.length > 0);
+    table.setAttribute("data-ready", "1");
+  }
+
+  // --- a course's page --------------------------------------------------------------------------
+
+  var course = config.course, roster = [], sessionsByUser = {}, hoursByUser = {};
+
+  function statusLine(s) {
+    var label = s.type === "batch" ? "Job " + s.status.toLowerCase() : s.status;
+    var name = s.server_name || "default";
+    var children = [
+      el("span", { className: "fgpu-status fgpu-status-" + s.status, text: label }), " ",
+      el("span", { className: "fgpu-id", text: name }), " · " + s.image + " · " +
+        fgpu.cores(s.cpu) + ", " + fgpu.size(s.mem) + (Number(s.fgpu) ? ", " + fgpu.trim(s.fgpu) + " fGPU" : ""),
+    ];
+    if (s.status === "RUNNING" && s.started) children.push(" · for " + fgpu.duration(s.started));
+    if (s.status === "PENDING") {
+      var why = (s.position ? fgpu.ordinal(s.position) + " in line" : "waiting") + (s.reason ? ": " + s.reason : "");
+      children.push(el("div", { className: "fgpu-pending-detail", text: why }));
+    }
+    return children;
+  }
+
+  function sessionItem(member, s) {
+    var stop = el("button", { type: "button", className: "btn btn-sm btn-outline-danger", text: s.status === "PENDING" ? "Cancel" : "Stop" });
+    stop.addEventListener("click", function () {
+      fgpu.endSession(s, stop, false, function () {
+        showDone((s.status === "PENDING" ? "Cancelled " : "Stopped ") + member + "’s " + (s.server_name || "default") + ".");
+        sessions.now();
+      }, function (e) { showError(e.message); });
+    });
+    var buttons = [stop];
+    var mayOpen = s.status === "RUNNING" && s.type !== "batch" && member !== config.user && roleOf(config.user) === "instructor";
+    if (mayOpen) {
+      var open = el("button", { type: "button", className: "btn btn-sm btn-outline-primary", text: "Open" });
+      open.addEventListener("click", function () { openSession(s, open); });
+      buttons.unshift(open);
+    }
+    return el("li", { className: "mb-1", "data-session": s.id }, [
+      el("div", {}, statusLine(s)),
+      el("div", { className: "fgpu-buttons" }, buttons),
+    ]);
+  }
+
+  function openSession(s, button) {
+    button.disabled = true;
+    // Opened before the answer, so that the browser does not take the new tab for a pop-up.
+    var tab = window.open("about:blank", "_blank");
+    fgpu.api("POST", coursePath(course) + "/sessions/" + encodeURIComponent(s.id) + "/open").then(function (answer) {
+      button.disabled = false;
+      if (tab) tab.location = answer.url; else window.location = answer.url;
+    }, function (e) {
+      button.disabled = false;
+      if (tab) tab.close();
+      showError(e.message);
+    });
+  }
+
+  function roleOf(name) {
+    var found = roster.filter(function (m) { return m.name === name; })[0];
+    return found ? found.role : null;
+  }
+
+  function renderRoster() {
+    var tbody = document.querySelector("#fgpu-roster tbody");
+    tbody.replaceChildren.apply(tbody, roster.map(function (m) {
+      var mine = sessionsByUser[m.name] || [];
+      var list = mine.length
+        ? el("ul", { className: "list-unstyled mb-0" }, mine.map(function (s) { return sessionItem(m.name, s); }))
+        : el("span", { className: "text-muted", text: "none" });
+      return el("tr", { "data-member": m.name }, [
+        fgpu.nameCell(m.name),
+        el("td", { text: m.role }),
+        el("td", {}, [list]),
+        el("td", { text: fgpu.amount(hoursByUser[m.name] || 0) }),
+      ]);
+    }));
+    document.getElementById("fgpu-roster").setAttribute("data-ready", "1");
+  }
+
+  function renderCourse(data) {
+    roster = data.roster;
+    var students = roster.filter(function (m) { return m.role === "student"; }).length;
+    document.getElementById("fgpu-course-summary").textContent =
+      "Taught by " + data.instructors.join(", ") + " · " + students + (students === 1 ? " student" : " students");
+    document.getElementById("fgpu-course-allowance").textContent = allowanceText(data.allowance);
+    var budgets = document.getElementById("fgpu-course-budgets");
+    budgets.replaceChildren.apply(budgets, (data.budgets || []).map(function (b) {
+      return el("div", { className: "alert py-1 px-2 mb-1 mt-1 " + (b.used_up ? "alert-warning" : "alert-light"), "data-budget": b.figure + ":" + b.period }, [
+        fgpu.amount(b.used) + " of " + fgpu.amount(b.limit) + " " + b.label + " used this " + b.period +
+          (b.used_up ? ": used up until " : "; renews ") + fgpu.time(b.frees_at) + ".",
+      ]);
+    }));
+    var text = document.getElementById("fgpu-message-text");
+    if (document.activeElement !== text) text.value = data.message ? data.message.text : "";
+    document.getElementById("fgpu-message-clear").disabled = !data.message;
+    renderRoster();
+  }
+
+  function loadCourse() {
+    return fgpu.api("GET", coursePath(course)).then(renderCourse, function (e) { showError(e.message); });
+  }
+
+  function loadHours() {
+    var to = new Date(), from = new Date(Date.now() - 6 * 86400000);
+    var query = "usage?group=" + encodeURIComponent(course) + "&from=" + from.toISOString().slice(0, 10) + "&to=" + to.toISOString().slice(0, 10);
+    return fgpu.api("GET", query).then(function (data) {
+      hoursByUser = {};
+      data.usage.forEach(function (row) { hoursByUser[row.user] = (hoursByUser[row.user] || 0) + row.fgpu_hours; });
+      renderRoster();
+    }, function (e) { showError(e.message); });
+  }
+
+  var sessions = null;
+
+  function startCoursePage() {
+    loadCourse().then(function () {
+      loadHours();
+      sessions = fgpu.poll(coursePath(course) + "/sessions", 5, function (data) {
+        sessionsByUser = {};
+        data.sessions.forEach(function (s) { (sessionsByUser[s.user] = sessionsByUser[s.user] || []).push(s); });
+        renderRoster();
+      }, function (e) { showError(e.message); });
+    });
+
+    document.getElementById("fgpu-message-form").addEventListener("submit", function (event) {
+      event.preventDefault();
+      postMessage(document.getElementById("fgpu-message-text").value);
+    });
+    document.getElementById("fgpu-message-clear").addEventListener("click", function () { postMessage(""); });
+    document.getElementById("fgpu-roster-form").addEventListener("submit", function (event) {
+      event.preventDefault();
+      uploadRoster();
+    });
+  }
+
+  function postMessage(text) {
+    showError("");
+    fgpu.api("POST", coursePath(course) + "/message", { text: text }).then(function (answer) {
+      showDone(answer.message ? "Posted: every member sees it on top of the hub's pages." : "The message is taken down.");
+      loadCourse();
+    }, function (e) { showError(e.message); });
+  }
+
+  function uploadRoster() {
+    var file = document.getElementById("fgpu-roster-file").files[0];
+    showError("");
+    if (!file) { showError("Choose a CSV file first."); return; }
+    file.text().then(function (text) {
+      var headers = fgpu.headers();
+      headers["Content-Type"] = "text/csv";
+      return fetch(config.api + coursePath(course) + "/roster", { method: "PUT", credentials: "same-origin", headers: headers, body: text });
+    }).then(function (response) {
+      return response.json().then(function (data) {
+        if (!response.ok) throw new Error(data.message || response.statusText);
+        showDone("The roster is in: " + data.members + " members.");
+        loadCourse().then(loadHours);
+        sessions.now();
+      });
+    }).catch(function (e) { showError(e.message); });
+  }
+
+  if (course) startCoursePage();
+  else fgpu.api("GET", "courses").then(renderList, function (e) { showError(e.message); });
+})();
