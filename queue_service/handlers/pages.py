@@ -26,7 +26,6 @@ from queue_service import courses
 from templates import TEMPLATES_DIR
 
 from ..hub_client import HubError
-
 from .base import ADMIN_SCOPE, BaseHandler, scope_holds
 from .folders import CHUNK_BYTES
 from .images import has_manage_scope
