@@ -18,7 +18,7 @@ role per course would need a hub restart for every new course.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fgpu_shared import group_properties
 from fgpu_shared.course_messages import COURSE_PROPERTY, message_of
@@ -43,6 +43,8 @@ class Course:
     allowance: dict | None
     #: The message its instructors posted to its members (fgpu_shared/course_messages.py).
     message: dict | None = None
+    #: Display names the latest roster gave (user → name).
+    names: dict = field(default_factory=dict)
 
     def role_of(self, user: str) -> str | None:
         """A member's role. An instructor named in `fgpu_course` who is no member has none: the
@@ -66,7 +68,10 @@ class Course:
     def roster(self) -> list[dict]:
         """Its members with their roles, instructors first, as its Course page lists them."""
         ordered = sorted(self.members, key=lambda name: (self.role_of(name) != "instructor", name))
-        return [{"name": name, "role": self.role_of(name)} for name in ordered]
+        return [
+            {"name": name, "role": self.role_of(name), "display_name": self.names.get(name)}
+            for name in ordered
+        ]
 
 
 def course_of(group: dict) -> Course | None:
@@ -84,7 +89,15 @@ def course_of(group: dict) -> Course | None:
         members=tuple(group.get("users") or ()),
         allowance=allowance if isinstance(allowance, dict) else None,
         message=message_of(group["properties"]),
+        names=_names_in(mark),
     )
+
+
+def _names_in(mark: dict) -> dict[str, str]:
+    names = mark.get("names")
+    if not isinstance(names, dict):
+        return {}
+    return {user: name for user, name in names.items() if isinstance(name, str)}
 
 
 def check_new_course(data: dict) -> tuple[str, tuple[str, ...]]:
@@ -159,7 +172,10 @@ async def set_roster(hub: HubClient, course: Course, roster: Roster) -> None:
     await hub.create_users(roster.members)
     await hub.add_group_users(course.name, [u for u in roster.members if u not in course.members])
     await hub.remove_group_users(course.name, [u for u in course.members if u not in wanted])
-    await _mark(hub, course.name, roster.instructors)
+    # The display names are the latest roster's: one without any drops them.
+    await _update_mark(
+        hub, course.name, instructors=list(roster.instructors), names=roster.names or None
+    )
 
 
 async def _group_to_adopt(hub: HubClient, name: str) -> dict | None:

@@ -287,9 +287,14 @@ def test_a_course_reads_back_with_its_roster_and_budgets_for_its_instructors_onl
     assert response.status_code == 200, response.text
     detail = response.json()
     assert detail["roster"] == [
-        {"name": teacher, "role": "instructor"},
-        {"name": ann, "role": "student"},
+        {"name": teacher, "role": "instructor", "display_name": None},
+        {"name": ann, "role": "student", "display_name": None},
     ]
+    # A roster with display names: the page shows them; the next roster's replace them.
+    roster = f"user,name,role\n{teacher},Tim Berners,instructor\n{ann},,student\n"
+    assert put_roster(QueueUser(hub, teacher), course, roster).status_code == 200
+    listed = QueueUser(hub, teacher).call("GET", f"courses/{course}").json()["roster"]
+    assert [m["display_name"] for m in listed] == ["Tim Berners", None]
     assert [(b["figure"], b["period"], b["limit"]) for b in detail["budgets"]] == [
         ("fgpu_hours", "week", 20)
     ]

@@ -33,8 +33,14 @@ def test_a_header_is_read_in_any_case_but_only_as_the_first_line():
         ("tim,instructor\nann/../x,student\n", "line 2: 'ann/../x' is not a user name"),
         ("tim,instructor\n,student\n", "line 2: a user name is missing"),
         ("tim,instructor\nann,student\nann,instructor\n", "line 3: 'ann' is on the roster twice"),
-        ("tim,instructor\nann\n", "line 2: write `user,role` (found 1 columns)"),
-        ("tim,instructor\nann,Ann Lee,student\n", "line 2: write `user,role` (found 3"),
+        (
+            "tim,instructor\nann\n",
+            "line 2: write `user,role` or `user,name,role` (found 1 columns)",
+        ),
+        (
+            "tim,instructor\nann,Ann,Lee,student\n",
+            "line 2: write `user,role` or `user,name,role` (found 4",
+        ),
         ("tim,instructor\nann,stu\x00dent\n", "line 2: "),
         ("ann,student\n", "names no instructor"),
         ("", "names no instructor"),
@@ -72,6 +78,7 @@ def test_a_group_is_a_course_only_with_its_property():
         "role": "student",
         "members": 2,
         "allowance": {"fgpu": 8},
+        "message": None,
     }
 
 
@@ -91,3 +98,26 @@ def test_a_group_is_a_course_only_with_its_property():
 def test_a_new_course_is_checked_before_anything(body):
     with pytest.raises(Refusal):
         check_new_course(body)
+
+
+def test_a_roster_may_give_display_names_in_a_middle_column():
+    roster = parse_roster(
+        "user,name,role\ntim,Tim Berners,instructor\nann,,student\nbob,Bob Ng,student\n"
+    )
+    assert roster.members == ("tim", "ann", "bob")
+    assert roster.names == {"tim": "Tim Berners", "bob": "Bob Ng"}
+    # The two forms mix: a two-column line has no display name.
+    assert parse_roster("tim,instructor\nann,Ann Lee,student\n").names == {"ann": "Ann Lee"}
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("tim,instructor\nann,A\tL,student\n", "line 2: a display name is printable text"),
+        ("tim,instructor\nann," + "x" * 101 + ",student\n", "line 2: a display name"),
+        ("tim,instructor\nann,Ann,Lee,student\n", "line 2: write `user,role` or `user,name,role`"),
+    ],
+)
+def test_a_bad_display_name_is_refused_with_its_line(text, found):
+    with pytest.raises(Refusal, match=re.escape(found)):
+        parse_roster(text)

@@ -1,9 +1,13 @@
-"""A course's roster as an instructor uploads it: CSV text, one `user,role` line per person.
+"""A course's roster as an instructor uploads it: CSV text, one `user,role` line per person,
+or `user,display name,role` (an LMS's or a registrar's export names people too).
 
 Pure (no I/O): the whole roster is read and checked here before the service makes its first
 call to the hub, so a roster with one bad line changes nothing. A refusal names the line.
 
-- `role` is `student` or `instructor`; a first line `user,role` is a header and skipped;
+- `role` is `student` or `instructor`; a first line `user,role` (or `user,name,role`) is a header
+  and skipped;
+- a display name is optional, at most `MAX_DISPLAY_NAME` characters of printable text; the
+  Course page shows it beside the user name (the hub itself keeps no display names);
 - user names are hub names as the hub keeps them: lower case (JupyterHub lower-cases a name it
   creates, so `Ann` on a roster would make `ann` and then never match), letters, digits and
   `._@-`, at most `MAX_USER_NAME` characters;
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import Refusal
 
@@ -26,7 +30,8 @@ MAX_USER_NAME = 64
 #: The largest roster body: MAX_ROWS lines of a long name and a role fit with room to spare.
 MAX_BYTES = 256 * 1024
 USER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9._@-]*")
-_HEADER = ("user", "role")
+MAX_DISPLAY_NAME = 100
+_HEADERS = {("user", "role"), ("user", "name", "role"), ("user", "display name", "role")}
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,8 @@ class Roster:
 
     students: tuple[str, ...]
     instructors: tuple[str, ...]
+    #: Display names, for those the roster gave one.
+    names: dict[str, str] = field(default_factory=dict)
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -56,17 +63,20 @@ def user_name_problem(name: object) -> str | None:
 def parse_roster(text: str) -> Roster:
     """The roster in `text`, or a Refusal ("invalid") naming the first bad line."""
     people: dict[str, str] = {}
+    names: dict[str, str] = {}
     for number, row in _rows(text):
         cells = tuple(cell.strip() for cell in row)
         if not any(cells) or (not people and _is_header(cells)):
             continue
-        user, role = _person(number, cells)
+        user, name, role = _person(number, cells)
         if user in people:
             raise _bad(number, f"{user!r} is on the roster twice")
         people[user] = role
+        if name:
+            names[user] = name
         if len(people) > MAX_ROWS:
             raise _bad(number, f"a roster holds at most {MAX_ROWS} people")
-    return _roster_of(people)
+    return _roster_of(people, names)
 
 
 def _rows(text: str):
@@ -83,27 +93,32 @@ def _rows(text: str):
 
 
 def _is_header(cells: tuple[str, ...]) -> bool:
-    return tuple(cell.lower() for cell in cells) == _HEADER
+    return tuple(cell.lower().replace("_", " ") for cell in cells) in _HEADERS
 
 
-def _person(number: int, cells: tuple[str, ...]) -> tuple[str, str]:
-    if len(cells) != 2:
-        raise _bad(number, f"write `user,role` (found {len(cells)} columns)")
-    user, role = cells
+def _person(number: int, cells: tuple[str, ...]) -> tuple[str, str, str]:
+    """(user, display name or "", role) of a line."""
+    if len(cells) not in (2, 3):
+        raise _bad(number, f"write `user,role` or `user,name,role` (found {len(cells)} columns)")
+    user, name, role = (cells[0], "", cells[1]) if len(cells) == 2 else cells
     problem = user_name_problem(user)
     if problem:
         raise _bad(number, problem)
+    if len(name) > MAX_DISPLAY_NAME or not name.isprintable():
+        raise _bad(
+            number, f"a display name is printable text of at most {MAX_DISPLAY_NAME} characters"
+        )
     if role not in ROLES:
         raise _bad(number, f"the role {role[:32]!r} is neither student nor instructor")
-    return user, role
+    return user, name, role
 
 
-def _roster_of(people: dict[str, str]) -> Roster:
+def _roster_of(people: dict[str, str], names: dict[str, str]) -> Roster:
     instructors = tuple(user for user, role in people.items() if role == "instructor")
     if not instructors:
         raise Refusal("The roster names no instructor: a course needs at least one.")
     students = tuple(user for user, role in people.items() if role == "student")
-    return Roster(students=students, instructors=instructors)
+    return Roster(students=students, instructors=instructors, names=names)
 
 
 def _bad(number: int, problem: str) -> Refusal:

@@ -131,8 +131,9 @@
       var list = mine.length
         ? el("ul", { className: "list-unstyled mb-0" }, mine.map(function (s) { return sessionItem(m.name, s); }))
         : el("span", { className: "text-muted", text: "none" });
+      var who = m.display_name ? m.display_name + " (" + m.name + ")" : m.name;
       return el("tr", { "data-member": m.name }, [
-        fgpu.nameCell(m.name),
+        fgpu.nameCell(who),
         el("td", { text: m.role }),
         el("td", {}, [list]),
         el("td", { text: fgpu.amount(hoursByUser[m.name] || 0) }),
