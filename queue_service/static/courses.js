@@ -192,6 +192,16 @@
       postMessage(document.getElementById("fgpu-message-text").value);
     });
     document.getElementById("fgpu-message-clear").addEventListener("click", function () { postMessage(""); });
+    document.getElementById("fgpu-link-form").addEventListener("submit", function (event) {
+      event.preventDefault();
+      makeLink(event.target);
+    });
+    document.getElementById("fgpu-link-copy").addEventListener("click", function () {
+      var output = document.getElementById("fgpu-link-output");
+      output.select();
+      (navigator.clipboard ? navigator.clipboard.writeText(output.value) : Promise.reject())
+        .then(function () { showDone("The link is copied."); }, function () { document.execCommand("copy"); });
+    });
     document.getElementById("fgpu-roster-form").addEventListener("submit", function (event) {
       event.preventDefault();
       uploadRoster();
@@ -203,6 +213,20 @@
     fgpu.api("POST", coursePath(course) + "/message", { text: text }).then(function (answer) {
       showDone(answer.message ? "Posted: every member sees it on top of the hub's pages." : "The message is taken down.");
       loadCourse();
+    }, function (e) { showError(e.message); });
+  }
+
+  // GET api/courses/{name}/link: the service checks the repository, branch, file and app.
+  function makeLink(form) {
+    showError("");
+    var query = new URLSearchParams();
+    ["repo", "branch", "path", "app"].forEach(function (key) {
+      if (form.elements[key].value.trim()) query.set(key, form.elements[key].value.trim());
+    });
+    fgpu.api("GET", coursePath(course) + "/link?" + query.toString()).then(function (answer) {
+      var link = new URL(answer.link, window.location.href).href;
+      document.getElementById("fgpu-link-output").value = link;
+      document.getElementById("fgpu-link-result").classList.remove("d-none");
     }, function (e) { showError(e.message); });
   }
 
