@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from .harness import QueueUser, containers_with, logged_in
+from .test_courses_hub import make_course
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SKLEARN_14 = "fgpu/scikit-learn:1.4.2"
@@ -293,3 +294,35 @@ def test_students_see_no_build_states(instructor, course_a_student):
     )
     assert course_a_student.call("GET", "images?all=1").status_code == 403
     assert not any("build" in i for i in course_a_student.call("GET", "images").json()["images"])
+
+
+def test_a_course_instructor_manages_their_courses_images_and_nothing_else(hub, image_name):
+    teacher = Person(hub, "tim")
+    course = make_course(hub, teacher.name)
+    other = make_course(hub, Person(hub, "tb").name)
+    student = Person(hub, "ann", groups=(course,))
+    outsider = Person(hub, "eve")
+    mine = {"name": image_name, "image": SKLEARN_14, "groups": [course]}
+    # Not for everyone, not for another class too: 403 naming the courses, nothing added.
+    for groups in ([], [course, other]):
+        response = teacher.call("POST", "images", json={**mine, "groups": groups})
+        assert response.status_code == 403, response.text
+        assert course in response.json()["message"]
+        assert image_name not in teacher.image_names("?all=1")
+    response = teacher.call("POST", "images", json=mine)
+    assert response.status_code == 201, response.text
+    assert image_name in student.image_names()
+    assert image_name not in outsider.image_names()
+    # They list and change their own; widening it to everyone is refused, unchanged.
+    assert teacher.image_names("?all=1") == [image_name]
+    assert teacher.call("PATCH", f"images/{image_name}", json={"description": "Lab 3"}).ok
+    response = teacher.call("PATCH", f"images/{image_name}", json={"groups": []})
+    assert response.status_code == 403, response.text
+    assert image_name not in outsider.image_names()
+    # The shared catalog is not theirs; a student and a stranger change nothing.
+    assert teacher.call("PATCH", "images/python-3.11", json={"hidden": True}).status_code == 403
+    assert teacher.call("DELETE", "images/python-3.11").status_code == 403
+    for caller in (student, outsider):
+        response = caller.call("PATCH", f"images/{image_name}", json={"hidden": True})
+        assert response.status_code == 403, response.text
+    assert teacher.call("DELETE", f"images/{image_name}").status_code == 200

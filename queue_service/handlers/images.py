@@ -12,7 +12,8 @@ With `?all=1`, each entry also carries `build`: the background build of a heavy 
 (`image_builds.py`: queued, building with its step, built, failed with the reason), or null.
 
 Managers are admins and holders of the `custom:images:manage` scope (the hub's `instructors`
-group). Adding an image, or pointing one at a new reference, checks it on the engine first:
+group), and a course's instructors for the images offered only to courses they teach
+(course_images.py). Adding an image, or pointing one at a new reference, checks it on the engine first:
 nothing is written unless the image is there and starts jupyterhub-singleuser.
 """
 
@@ -29,6 +30,7 @@ from queue_service.core.scopes import MANAGE_SCOPE
 from queue_service.store.images import CheckResult, ImageError, entry_of
 from queue_service.store.models import utcnow
 
+from .. import course_images
 from ..image_check import check_singleuser, image_labels
 from ..private_images import refuse_private_image
 from .base import BaseHandler, filtered_grant, scope_holds
@@ -74,14 +76,23 @@ class ImageAPIHandler(BaseHandler):
         person = await self.person()
         return person, person["admin"] or has_manage_scope(identity)
 
-    async def curator(self) -> dict:
-        """The calling person, if they curate the catalog; else 403."""
+    async def curator(self, *entries: dict | None) -> dict:
+        """The calling person, if they may change these catalog entries (as they are and as
+        they would be): the whole catalog's curators (the scope, admins) any, a course's
+        instructors those offered only to courses they teach (course_images.py); else 403."""
         person, manages = await self.caller()
-        if person is None or not manages:
-            raise web.HTTPError(
-                403, f"Changing the image catalog needs the {MANAGE_SCOPE} scope (instructors)."
-            )
-        return person
+        if person is not None and manages:
+            return person
+        if person is not None:
+            taught = await self.from_hub(course_images.courses_taught(self.hub, person))
+            refusal = course_images.refusal(taught, [e for e in entries if e is not None])
+            if refusal is None:
+                return {**person, "courses_taught": taught}
+            if taught:
+                raise web.HTTPError(403, refusal)
+        raise web.HTTPError(
+            403, f"Changing the image catalog needs the {MANAGE_SCOPE} scope (instructors)."
+        )
 
     async def refuse_private_changes(self, person: dict, body: dict, current: dict | None = None):
         """Instructors curate the shared catalog; a private image is its owner's, and only admins
@@ -159,6 +170,7 @@ class ImagesHandler(ImageAPIHandler):
             images = [
                 {**image, "build": builds.get(image["name"])}
                 for image in self.images.manageable_by(person["name"], person["admin"])
+                if course_images.may_manage(person.get("courses_taught"), image)
             ]
         else:
             user = await self.subject()
@@ -172,8 +184,8 @@ class ImagesHandler(ImageAPIHandler):
 
     @web.authenticated
     async def post(self):
-        person = await self.curator()
         body = self.body()
+        person = await self.curator(body)
         await self.refuse_private_changes(person, body)
         try:
             parse_image(body)
@@ -197,9 +209,10 @@ class ImageHandler(ImageAPIHandler):
 
     @web.authenticated
     async def patch(self, name):
-        person = await self.curator()
-        current = self.images.get(name)
         changes = self.body()
+        found = self.images.find(name)  # the catalog's curators learn of a missing one, not others
+        person = await self.curator(found, found and {**found, **changes})
+        current = self.images.get(name)
         await self.refuse_private_changes(person, changes, current)
         if changes.get("name", name) != name:
             raise web.HTTPError(400, "An image cannot be renamed; add it under the new name.")
@@ -221,8 +234,9 @@ class ImageHandler(ImageAPIHandler):
 
     @web.authenticated
     async def delete(self, name):
-        person = await self.curator()
-        await self.refuse_private_changes(person, {}, self.images.get(name))
+        person = await self.curator(self.images.find(name))
+        current = self.images.get(name)
+        await self.refuse_private_changes(person, {}, current)
         self.write_json(await asyncio.to_thread(self.images.delete, name))
 
 
@@ -231,7 +245,7 @@ class ImageCheckHandler(ImageAPIHandler):
 
     @web.authenticated
     async def post(self, name):
-        await self.curator()
+        await self.curator(self.images.find(name))
         reference = self.images.get(name)["image"]
         client = self.docker
         try:

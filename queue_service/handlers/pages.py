@@ -23,6 +23,7 @@ from tornado import web
 
 from fgpu_shared.course_messages import announcement, message_of
 from queue_service import courses
+from queue_service.course_images import courses_taught
 from templates import TEMPLATES_DIR
 
 from ..hub_client import HubError
@@ -236,7 +237,9 @@ class ImagesPage(PageHandler):
     async def get(self):
         person = await self.person()
         manager = person["admin"] or has_manage_scope(self.identity())
-        config = {**self.page_config(person), "manager": manager}
+        # A course's instructors manage their courses' images (course_images.py).
+        taught = [] if manager else sorted(await self.from_hub(courses_taught(self.hub, person)))
+        config = {**self.page_config(person), "manager": manager or bool(taught), "taught": taught}
         await self.render_page("images.html", person, page_config=config)
 
 

@@ -159,7 +159,8 @@
     field("name").readOnly = Boolean(image);
     var resources = (image && image.resources) || {};
     var min = resources.min || {}, max = resources.max || {};
-    field("groups").value = image ? image.groups.join(", ") : "";
+    // A course's instructor adds images for their courses only: the field starts with them.
+    field("groups").value = image ? image.groups.join(", ") : (config.taught || []).join(", ");
     field("min_cpu").value = min.cpu || "";
     field("min_mem").value = min.mem ? fgpu.size(min.mem) : "";
     field("max_cpu").value = max.cpu || "";
