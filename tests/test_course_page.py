@@ -107,7 +107,7 @@ def test_an_instructor_runs_a_course_from_its_page(hub, pages, tmp_path):
     screenshot(student, "courses-student")
     answer = student.goto(f"{hub.url}/services/queue/courses/{course}")
     assert answer.status == 403
-    expect(student.locator("body")).to_contain_text("for its instructors and admins")
+    expect(student.locator("body")).to_contain_text("Only the course's instructors and admins")
     stranger = pages()
     log_in(stranger, hub, fresh("eve"))
     assert stranger.goto(f"{hub.url}/services/queue/courses/{course}").status == 404

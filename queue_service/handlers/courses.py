@@ -36,17 +36,23 @@ from queue_service.store.accounts import Account
 from .base import BaseHandler, session_or_none
 
 
+async def course_to_run(handler: BaseHandler, name: str) -> tuple[dict, courses.Course]:
+    """The caller and the course `name`, if they are an admin or one of its instructors: 404
+    for a course the caller is not in (as for none), 403 for its students. The API and the
+    Course page decide alike."""
+    person = await handler.person()
+    course = await handler.from_hub(courses.course_named(handler.hub, name))
+    role = course.role_of(person["name"]) if course else None
+    if course is None or (role is None and not person["admin"]):
+        raise web.HTTPError(404, f"No such course: {name}.")
+    if role != "instructor" and not person["admin"]:
+        raise web.HTTPError(403, "Only the course's instructors and admins may do this.")
+    return person, course
+
+
 class CourseHandlerBase(BaseHandler):
     async def course_to_run(self, name: str) -> tuple[dict, courses.Course]:
-        """The caller and the course `name`, if they are an admin or one of its instructors."""
-        person = await self.person()
-        course = await self.from_hub(courses.course_named(self.hub, name))
-        role = course.role_of(person["name"]) if course else None
-        if course is None or (role is None and not person["admin"]):
-            raise web.HTTPError(404, f"No such course: {name}.")
-        if role != "instructor" and not person["admin"]:
-            raise web.HTTPError(403, "Only the course's instructors and admins may do this.")
-        return person, course
+        return await course_to_run(self, name)
 
 
 class CoursesHandler(CourseHandlerBase):

@@ -22,12 +22,12 @@ from markupsafe import Markup
 from tornado import web
 
 from fgpu_shared.course_messages import announcement, message_of
-from queue_service import courses
 from queue_service.course_images import courses_taught
 from templates import TEMPLATES_DIR
 
 from ..hub_client import HubError
 from .base import ADMIN_SCOPE, BaseHandler, scope_holds
+from .courses import course_to_run
 from .folders import CHUNK_BYTES
 from .images import has_manage_scope
 
@@ -284,12 +284,7 @@ class CoursesPage(PageHandler):
     async def get(self, name=None):
         person = await self.person()
         if name is not None:
-            course = await self.from_hub(courses.course_named(self.hub, name))
-            role = course.role_of(person["name"]) if course else None
-            if course is None or (role is None and not person["admin"]):
-                raise web.HTTPError(404, f"No such course: {name}.")
-            if role != "instructor" and not person["admin"]:
-                raise web.HTTPError(403, "A course's page is for its instructors and admins.")
+            await course_to_run(self, name)
         config = {**self.page_config(person), "course": name}
         await self.render_page("courses.html", person, page_config=config)
 

@@ -248,6 +248,25 @@
     }).catch(function (e) { showError(e.message); });
   }
 
+  function loadList() {
+    return fgpu.api("GET", "courses").then(renderList, function (e) { showError(e.message); });
+  }
+
+  // Admins: POST api/courses makes the group a course (or adopts an existing one).
+  function makeCourse(form) {
+    showError("");
+    var instructors = form.elements.instructors.value.split(",").map(function (n) { return n.trim(); }).filter(Boolean);
+    fgpu.api("POST", "courses", { name: form.elements.name.value.trim(), instructors: instructors }).then(function (made) {
+      showDone("The course " + made.name + " is ready; its instructors run it from its page.");
+      form.reset();
+      loadList();
+    }, function (e) { showError(e.message); });
+  }
+
   if (course) startCoursePage();
-  else fgpu.api("GET", "courses").then(renderList, function (e) { showError(e.message); });
+  else {
+    loadList();
+    var newCourse = document.getElementById("fgpu-new-course-form");
+    if (newCourse) newCourse.addEventListener("submit", function (event) { event.preventDefault(); makeCourse(newCourse); });
+  }
 })();
