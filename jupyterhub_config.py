@@ -307,6 +307,11 @@ c.JupyterHub.services = [
 from fgpu_spawner import managed_services  # noqa: E402
 
 managed_services.install()
+# A stop from the hub's admin panel (or its REST API) by an admin ends the session with
+# `end_reason` `admin`, as a stop from the Sessions page does (fgpu_spawner/stop_requests.py).
+from fgpu_spawner import stop_requests  # noqa: E402
+
+stop_requests.install()
 # In Swarm mode the queue service deploys the node agent on every node (a service per node); the
 # agents report to this URL, the service as a node reaches it: by default the service's own
 # address on the nodes' network (above); a site may name its proxy instead, e.g.

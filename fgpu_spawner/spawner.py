@@ -34,7 +34,7 @@ from image_catalog import Catalog, parse_image
 from image_catalog.catalog import API_KEYS
 from image_catalog.launch_options import SESSION_LIMITS
 
-from . import form, idle
+from . import form, idle, stop_requests
 from .container_spec import (
     ContainerContext,
     LayerLimitSupport,
@@ -1001,7 +1001,11 @@ class FGPUSpawner(DockerSpawner):
             db.commit()
 
     def stop_reason(self) -> str | None:
-        """`idle` if the idle culler's test holds for this server now (idle.py), else None."""
+        """`admin` when another user (an admin) asked the hub to stop it (stop_requests.py),
+        `idle` if the idle culler's test holds for this server now (idle.py), else None."""
+        asked = stop_requests.end_reason_for(self.user.name, stop_requests.STOPPED_BY.get())
+        if asked is not None:
+            return asked
         orm_spawner = self.orm_spawner
         if orm_spawner is None:
             return None

@@ -146,6 +146,9 @@ def test_a_named_server_is_stopped_from_its_row_and_then_leaves_the_panel(hub, p
     assert container.labels["fgpu.server_name"] == "proj"
     row.get_by_role("button", name="Stop Server").click()
     wait_until(lambda: not containers_with({"fgpu.user": user}), 150, "the container gone")
+    # The student's Finished tab says an admin stopped it, as for a stop from the Sessions page.
+    (ended,) = QueueUser(hub, user).call("GET", "sessions?finished=1").json()["sessions"]
+    assert ended["end_reason"] == "admin", ended
     wait_until(
         lambda: (
             "proj"

@@ -11,6 +11,8 @@ from __future__ import annotations
 from queue_service.core.status import Status
 
 USER = "user"
+#: An admin stopped it: from the Sessions page, or the hub's admin panel and REST API
+#: (fgpu_spawner/stop_requests.py).
 ADMIN = "admin"
 #: A course's instructor stopped a student's session (courses.py).
 INSTRUCTOR = "instructor"
