@@ -13,7 +13,6 @@ import pytest
 import requests
 
 from .harness import QueueUser, containers_with, logged_in
-from .test_courses_hub import make_course
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 SKLEARN_14 = "fgpu/scikit-learn:1.4.2"
@@ -298,8 +297,7 @@ def test_students_see_no_build_states(instructor, course_a_student):
 
 def test_a_course_instructor_manages_their_courses_images_and_nothing_else(hub, image_name):
     teacher = Person(hub, "tim")
-    course = make_course(hub, teacher.name)
-    other = make_course(hub, Person(hub, "tb").name)
+    course, other = make_course(hub, teacher.name), make_course(hub, Person(hub, "tb").name)
     student = Person(hub, "ann", groups=(course,))
     outsider = Person(hub, "eve")
     mine = {"name": image_name, "image": SKLEARN_14, "groups": [course]}
@@ -326,3 +324,12 @@ def test_a_course_instructor_manages_their_courses_images_and_nothing_else(hub, 
         response = caller.call("PATCH", f"images/{image_name}", json={"hidden": True})
         assert response.status_code == 403, response.text
     assert teacher.call("DELETE", f"images/{image_name}").status_code == 200
+
+
+def make_course(hub, teacher: str) -> str:
+    """A new course taught by `teacher`, made by the admin (api/courses); its name."""
+    name = f"course-{secrets.token_hex(3)}"
+    body = {"name": name, "instructors": [teacher]}
+    response = QueueUser(hub, "admin").call("POST", "courses", json=body)
+    assert response.status_code == 201, response.text
+    return name
