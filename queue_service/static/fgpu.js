@@ -403,6 +403,29 @@ var fgpu = (function () {
     return { now: tick };
   }
 
+  // Stacking tables (pages.css, fgpu-stack): each cell carries its column's heading as
+  // data-label, which the narrow layout shows beside the value. Rows come and go as the pages
+  // poll, so an observer labels new cells as they arrive.
+  function labelCells(table) {
+    var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) { return th.textContent.trim(); });
+    Array.prototype.forEach.call(table.tBodies[0] ? table.tBodies[0].rows : [], function (row) {
+      var column = 0;
+      Array.prototype.forEach.call(row.cells, function (cell) {
+        if (cell.colSpan === 1 && heads[column] && cell.getAttribute("data-label") !== heads[column]) {
+          cell.setAttribute("data-label", heads[column]);
+        }
+        column += cell.colSpan;
+      });
+    });
+  }
+
+  document.querySelectorAll("table.fgpu-stack").forEach(function (table) {
+    labelCells(table);
+    if (table.tBodies[0]) {
+      new MutationObserver(function () { labelCells(table); }).observe(table.tBodies[0], { childList: true });
+    }
+  });
+
   return {
     config: config,
     api: api,
