@@ -21,13 +21,13 @@ import asyncio
 from dataclasses import dataclass
 
 from fgpu_shared import group_properties
+from fgpu_shared.course_mark import COURSE_PROPERTY, marked_instructors
 from queue_service.core.errors import Refusal
 from queue_service.core.rosters import Roster, user_name_problem
 
 from .hub_client import HubClient, HubError
 from .quotas import QUOTA_PROPERTY
 
-COURSE_PROPERTY = "fgpu_course"
 #: The instructors a course may name in `POST api/courses`.
 MAX_INSTRUCTORS = 50
 
@@ -63,16 +63,13 @@ class Course:
 
 def course_of(group: dict) -> Course | None:
     """The course a hub group model (HubClient.group: properties decoded) is, or None."""
-    mark = (group.get("properties") or {}).get(COURSE_PROPERTY)
-    if not isinstance(mark, dict):
+    instructors = marked_instructors((group.get("properties") or {}).get(COURSE_PROPERTY))
+    if instructors is None:
         return None
-    instructors = mark.get("instructors")
-    if not isinstance(instructors, list):
-        instructors = []
     allowance = group["properties"].get(QUOTA_PROPERTY)
     return Course(
         name=group["name"],
-        instructors=tuple(name for name in instructors if isinstance(name, str)),
+        instructors=tuple(instructors),
         members=tuple(group.get("users") or ()),
         allowance=allowance if isinstance(allowance, dict) else None,
     )
