@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 #: A group that holds a hub role, and the LMS course an admin mapped to it by mistake.
 POWER_GROUP, POWER_CONTEXT = "lti-power", "ctx-power"
+#: An existing course an admin made, and the LMS course mapped to it.
+MAPPED_GROUP, MAPPED_CONTEXT = "cs101-fall", "ctx-cs101"
 
 
 def lti_config(platform: Platform) -> str:
@@ -45,7 +47,8 @@ c.LTI13Authenticator.jwks_endpoint = "{platform.url}/jwks"
 c.LTI13Authenticator.username_key = "sub"
 c.LTI11Authenticator.consumers = {{{CONSUMER_KEY!r}: {CONSUMER_SECRET!r}}}
 c.LTI11Authenticator.username_key = "user_id"
-c.LTICourseAuthenticator.course_groups = {{{POWER_CONTEXT!r}: {POWER_GROUP!r}}}
+c.LTICourseAuthenticator.course_groups = {{
+    {POWER_CONTEXT!r}: {POWER_GROUP!r}, {MAPPED_CONTEXT!r}: {MAPPED_GROUP!r}}}
 c.JupyterHub.load_groups[{POWER_GROUP!r}] = {{"users": []}}
 c.JupyterHub.load_roles.append({{"name": "lti-power", "scopes": ["list:users"],
     "groups": [{POWER_GROUP!r}]}})
@@ -186,6 +189,29 @@ def test_a_launch_into_a_group_with_hub_roles_is_refused(lms, page):
     expect(page.locator("body")).to_contain_text("it holds hub roles")
     assert not exists(lms.hub, "users", teacher)
     assert members(lms.hub, POWER_GROUP) == set()
+
+
+def test_a_mapped_lms_course_joins_the_existing_course_and_keeps_its_settings(lms, pages):
+    hub = lms.hub
+    # An admin made the course in the admin panel, which stores what is typed there as text:
+    # the launch reads it and keeps it so.
+    hub.create_user("prof-kim")
+    assert hub.request("POST", f"groups/{MAPPED_GROUP}").status_code == 201
+    members_ = {"users": ["prof-kim"]}
+    assert hub.request("POST", f"groups/{MAPPED_GROUP}/users", json=members_).ok
+    text_quota = '{"fgpu": 2}'
+    properties = {"fgpu_course": '{"instructors": ["prof-kim"]}', "fgpu_quota": text_quota}
+    assert hub.request("PUT", f"groups/{MAPPED_GROUP}/properties", json=properties).ok
+    student, assistant = fresh("ann"), fresh("tim")
+    launched(pages(), lms.launch13_url(student, MAPPED_CONTEXT, [LEARNER]))
+    launched(pages(), lms.launch13_url(assistant, MAPPED_CONTEXT, [INSTRUCTOR]))
+    group = hub.request("GET", f"groups/{MAPPED_GROUP}").json()
+    assert set(group["users"]) == {"prof-kim", student, assistant}
+    assert group["properties"]["fgpu_course"] == {"instructors": ["prof-kim", assistant]}
+    assert group["properties"]["fgpu_quota"] == text_quota
+    assert course_roles(hub, student) == {MAPPED_GROUP: "student"}
+    assert course_roles(hub, assistant) == {MAPPED_GROUP: "instructor"}
+    assert not exists(hub, "groups", f"lti-{MAPPED_CONTEXT}")
 
 
 def test_lti11_a_signed_launch_logs_in_and_a_forged_one_is_refused(lms, pages):
