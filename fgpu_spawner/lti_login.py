@@ -20,7 +20,7 @@ from jupyterhub.handlers import BaseHandler
 from ltiauthenticator.lti11.auth import LTI11Authenticator
 from ltiauthenticator.lti11.handlers import LTI11AuthenticateHandler
 from ltiauthenticator.lti13.auth import LTI13Authenticator
-from ltiauthenticator.lti13.error import ValidationError
+from ltiauthenticator.lti13.error import InvalidAudienceError, ValidationError
 from ltiauthenticator.lti13.handlers import LTI13CallbackHandler, LTI13LoginInitHandler
 from ltiauthenticator.utils import convert_request_to_dict
 from tornado import web
@@ -121,7 +121,7 @@ def token_refusal(error: ValidationError) -> web.HTTPError:
         return refusal(401, EXPIRED)
     if isinstance(cause, jwt.InvalidSignatureError | jwt.PyJWKClientError | jwt.DecodeError):
         return refusal(401, SIGNATURE)
-    if isinstance(cause, jwt.InvalidIssuerError | jwt.InvalidAudienceError) or "aud" in str(error):
+    if isinstance(error, InvalidAudienceError) or isinstance(cause, jwt.InvalidIssuerError):
         return refusal(401, UNKNOWN_PLATFORM)
     return refusal(400, f"This launch lacks what the hub needs ({error}). Tell your instructor.")
 

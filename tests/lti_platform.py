@@ -5,7 +5,7 @@ Its pages do what Canvas or Moodle do in the browser: a launch page posts the OI
 initiation to the hub, the authorization endpoint the hub redirects to signs an id_token and
 form-posts it to the hub's launch URL; an LTI 1.1 launch page form-posts OAuth 1 signed
 parameters. A launch's `mode` makes it go wrong the ways tests need: signed with another key,
-expired, a replay of the last good id_token, an LTI 1.1 parameter changed after signing.
+expired, for another tool (client id), a replay of the last good id_token, an LTI 1.1 parameter changed after signing.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Platform:
         now = int(time.time())
         claims = {
             "iss": self.url,
-            "aud": CLIENT_ID,
+            "aud": "another-tool" if hint["mode"] == "other-client" else CLIENT_ID,
             "sub": hint["user"],
             "iat": now - 300 if hint["mode"] == "expired" else now,
             "exp": now - 60 if hint["mode"] == "expired" else now + 300,

@@ -129,6 +129,7 @@ def test_an_instructor_launch_makes_the_course_instructor(lms, pages):
     [
         ("bad-signature", "not signed with your course platform's key"),
         ("expired", "This launch has expired"),
+        ("other-client", "a course platform the hub does not know"),
     ],
 )
 def test_a_launch_the_hub_cannot_trust_is_refused(lms, page, mode, words):
