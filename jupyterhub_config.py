@@ -163,6 +163,15 @@ c.DemoAuthenticator.admin_users = {"admin"}
 c.DemoAuthenticator.allow_non_loopback = os.environ.get("FGPU_DEMO_LOGIN_ON_NETWORK") == "1"
 if os.environ.get("FGPU_DUMMY_PASSWORD"):
     c.DemoAuthenticator.password = os.environ["FGPU_DUMMY_PASSWORD"]
+# A site's own config file (which loads this one) sets its real login instead: LMS launches
+# that put students in their course's group (docs/source/howto/logins.md, "Logins"):
+#   c.JupyterHub.authenticator_class = "fgpu_spawner.lti_login.LTICourseAuthenticator"
+#   c.LTI13Authenticator.issuer = "https://canvas.instructure.com"
+#   c.LTI13Authenticator.client_id = ["125900000000000123"]
+#   c.LTI13Authenticator.authorize_url = "https://canvas.instructure.com/api/lti/authorize_redirect"
+#   c.LTI13Authenticator.jwks_endpoint = "https://canvas.instructure.com/api/lti/security/jwks"
+#   c.LTI11Authenticator.consumers = {"fgpu-hub": "a long random secret"}  # LTI 1.1, if any
+# or OAuth ("github", "generic-oauth") or "pam", as that page shows.
 
 # The queue service owns every allocation. The spawner talks to it with a token of its own,
 # whose only scope is access to that service.

@@ -20,9 +20,8 @@ from collections.abc import Iterable
 from markupsafe import Markup
 
 from fgpu_shared import group_properties
+from fgpu_shared.course_mark import COURSE_PROPERTY
 
-#: The group property that makes a hub group a course (queue_service/courses.py reads the rest).
-COURSE_PROPERTY = "fgpu_course"
 #: The longest message, in characters: a banner, not a page.
 MAX_MESSAGE = 500
 

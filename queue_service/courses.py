@@ -21,7 +21,8 @@ import asyncio
 from dataclasses import dataclass, field
 
 from fgpu_shared import group_properties
-from fgpu_shared.course_messages import COURSE_PROPERTY, message_of
+from fgpu_shared.course_mark import COURSE_PROPERTY, marked_instructors
+from fgpu_shared.course_messages import message_of
 from queue_service.core.errors import Refusal
 from queue_service.core.rosters import Roster, user_name_problem
 
@@ -76,20 +77,17 @@ class Course:
 
 def course_of(group: dict) -> Course | None:
     """The course a hub group model (HubClient.group: properties decoded) is, or None."""
-    mark = (group.get("properties") or {}).get(COURSE_PROPERTY)
-    if not isinstance(mark, dict):
+    instructors = marked_instructors((group.get("properties") or {}).get(COURSE_PROPERTY))
+    if instructors is None:
         return None
-    instructors = mark.get("instructors")
-    if not isinstance(instructors, list):
-        instructors = []
     allowance = group["properties"].get(QUOTA_PROPERTY)
     return Course(
         name=group["name"],
-        instructors=tuple(name for name in instructors if isinstance(name, str)),
+        instructors=tuple(instructors),
         members=tuple(group.get("users") or ()),
         allowance=allowance if isinstance(allowance, dict) else None,
         message=message_of(group["properties"]),
-        names=_names_in(mark),
+        names=_names_in(group["properties"][COURSE_PROPERTY]),
     )
 
 

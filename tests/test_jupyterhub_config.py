@@ -13,6 +13,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from fgpu_shared import site_config
 from fgpu_spawner import FGPUSpawner, managed_services
 from fgpu_spawner.demo_login import DemoAuthenticator
+from fgpu_spawner.lti_login import LTICourseAuthenticator
 from fgpu_spawner.managed_services import ManagedServiceSpawner
 from fgpu_spawner.network import ICC_OPTION
 from queue_service.core.scopes import ADMIN_SCOPE, MANAGE_SCOPE, check_roles
@@ -172,6 +173,23 @@ def test_the_demo_settings_reach_no_other_authenticator(tmp_path):
     pam = PAMAuthenticator(config=site)
     assert pam.allow_all is False
     assert pam.admin_users == set()
+
+
+def test_the_lms_login_takes_its_lti_lines_and_none_of_the_demo_settings(tmp_path):
+    """The LMS login's lines, as docs/source/howto/logins.md shows them, after the shipped file."""
+    site = load_site_config(
+        tmp_path,
+        'load_subconfig("jupyterhub_config.py")\n'
+        'c.JupyterHub.authenticator_class = "fgpu_spawner.lti_login.LTICourseAuthenticator"\n'
+        'c.LTI13Authenticator.client_id = ["125900000000000123"]\n'
+        'c.LTI11Authenticator.consumers = {"fgpu-hub": "secret"}\n',
+    )
+    lti = LTICourseAuthenticator(config=site)
+    assert lti.client_id == {"125900000000000123"}
+    assert lti.lti11.consumers == {"fgpu-hub": "secret"}
+    # The LMS decides who launches; nobody is a hub admin by the demo's list.
+    assert lti.allow_all is True
+    assert lti.admin_users == set()
 
 
 def test_the_guide_site_recipe_lets_in_only_its_own_users(tmp_path):

@@ -17,6 +17,7 @@ from traitlets.config import LoggingConfigurable
 from fgpu_shared import site_config
 from fgpu_spawner import FGPUSpawner, FGPUSwarmSpawner
 from fgpu_spawner.demo_login import DemoAuthenticator
+from fgpu_spawner.lti_login import LTICourseAuthenticator
 from queue_service.app import QueueService
 from queue_service.engine.backend import EngineBackend
 from queue_service.engine.docker_engine import DockerEngine
@@ -30,6 +31,7 @@ CONFIGURABLES = (
     FGPUSpawner,
     FGPUSwarmSpawner,
     DemoAuthenticator,
+    LTICourseAuthenticator,
     QueueService,
     EngineBackend,
     DockerEngine,
