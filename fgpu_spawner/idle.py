@@ -34,6 +34,15 @@ def stop_reason(
     return IDLE if inactive >= idle_timeout else None
 
 
+def reason_of(orm_spawner, idle_timeout: float) -> str | None:
+    """`stop_reason` of the hub's record of a server (None for none), now."""
+    if orm_spawner is None:
+        return None
+    return stop_reason(
+        orm_spawner.last_activity, orm_spawner.started, idle_timeout, datetime.now(UTC)
+    )
+
+
 def _aware(moment: datetime) -> datetime:
     """The hub's ORM keeps naive UTC datetimes."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -1001,17 +1001,10 @@ class FGPUSpawner(DockerSpawner):
             db.commit()
 
     def stop_reason(self) -> str | None:
-        """`admin` when another user (an admin) asked the hub to stop it (stop_requests.py),
-        `idle` if the idle culler's test holds for this server now (idle.py), else None."""
+        """`admin` when an admin asked the hub to stop it (stop_requests.py), `idle` when the
+        idle culler's test holds now (idle.py), else None."""
         asked = stop_requests.end_reason_for(self.user.name, stop_requests.STOPPED_BY.get())
-        if asked is not None:
-            return asked
-        orm_spawner = self.orm_spawner
-        if orm_spawner is None:
-            return None
-        return idle.stop_reason(
-            orm_spawner.last_activity, orm_spawner.started, self.idle_timeout, datetime.now(UTC)
-        )
+        return asked or idle.reason_of(self.orm_spawner, self.idle_timeout)
 
     async def _still_there(self, container_id: str) -> bool:
         """True unless the engine says the container is gone (or, kept by `remove = False`,

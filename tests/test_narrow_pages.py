@@ -41,7 +41,7 @@ def test_a_session_row_reflows_at_800_px_with_its_buttons_in_sight(hub, page):
     expect(page.locator("#fgpu-sessions thead")).to_be_hidden()
     # Each value says what it is: the column's heading is the card's label.
     expect(session.locator('td[data-label="Memory"]')).to_have_text("256 MiB")
-    for button in (stop, session.get_by_role("button", name="JupyterLab")):
+    for button in (stop, session.get_by_role("link", name="JupyterLab")):
         box = button.bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= 800, box
     assert sideways_overflow(page) == []
