@@ -327,3 +327,34 @@ def test_a_job_from_the_dialog_may_start_not_before_a_time_and_waits_until_then(
     # The service's reason says the same in UTC: the row shows the reader's clock alone.
     expect(row.locator(".fgpu-reason")).to_have_count(0)
     screenshot(page, "jobs-pending-start-after")
+
+
+def test_the_dialog_says_what_happens_to_jobs_and_a_job_starts_from_a_jobs_defaults(gpu_hub, page):
+    """Jobs wait under their own limit (jobs_waiting_per_user), not the `pending` quota: where
+    sessions beyond the pending quota are refused, the same number of jobs all wait, and the
+    dialog says so. Switching to a job resets the count and the fGPU a session had."""
+    name = f"jobs-{int(time.time() * 1000) % 100000}"
+    user = QueueUser(gpu_hub, name)
+    gpu_hub.join_group(name, {"fgpu_quota": {"sessions": 1}})
+    assert user.call("POST", "sessions", json={**SLOTS, "count": 1}).status_code == 201
+    user.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], 150)
+    open_sessions(page, gpu_hub, name)
+    launch(page, "python-3.11", cpu=0.5, mem_gib=0.25, fgpu=1, count=3)
+    warning = page.locator("#fgpu-launch-warning")
+    expect(warning).to_contain_text("1 will be refused")  # sessions: the pending quota of 2
+
+    page.click('label[for="fgpu-launch-type-batch"]')
+    expect(page.locator("#fgpu-launch-count")).to_have_value("1")
+    expect(page.locator("#fgpu-launch-fgpu")).to_have_value("0")
+    page.check("#fgpu-launch-kind-command")
+    page.fill("#fgpu-launch-command", "sleep 60")
+    page.fill("#fgpu-launch-count", "3")
+    expect(warning).to_contain_text("3 will wait in the queue (PENDING)")
+    expect(warning).not_to_contain_text("refused")
+    screenshot(page, "jobs-dialog-waiting")
+    page.click("#fgpu-launch-submit")
+    expect(page.locator("#fgpu-launch")).to_be_hidden(timeout=SPAWN_TIMEOUT_MS)
+    waiting = [s for s in user.sessions() if s["type"] == "batch"]
+    assert [s["status"] for s in waiting] == ["PENDING"] * 3, waiting
+    for job in waiting:
+        assert user.call("DELETE", f"sessions/{job['id']}").status_code == 200

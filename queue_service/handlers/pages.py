@@ -168,6 +168,7 @@ def job_limits(rules) -> dict | None:
         "time_limit": rules.time_limit,
         "time_limit_max": rules.time_limit_max,
         "start_after_max": rules.start_after_max,
+        "waiting_per_user": rules.waiting_per_user,
     }
 
 

@@ -224,7 +224,10 @@ var fgpu = (function () {
 
   // How many of `r.count` sessions of r's slots start now, and why the rest wait or are refused.
   // {now, waiting, refused, text} or null when all start now.
-  function launchOutlook(r, scope, limits) {
+  // `jobRoom`: for batch jobs, how many more may wait (QueueService.jobs_waiting_per_user less
+  // those waiting now); jobs are not bound by the `pending` quota, sessions are (jobs.py).
+  function launchOutlook(r, scope, limits, jobRoom) {
+    var jobs = jobRoom !== undefined && jobRoom !== null;
     function fit(room) {
       var n = r.count;
       SLOTS.forEach(function (s) { if (r[s.key] > 0) n = Math.min(n, Math.floor((Number(room[s.key]) + 1e-9) / r[s.key])); });
@@ -244,16 +247,19 @@ var fgpu = (function () {
     var quota = byCluster > now || binding.length > 0;
     var clusterShort = byCluster < r.count;
     var waiting = r.count - now, refused = 0;
-    (limits || []).filter(function (l) { return l.kind === "pending" && l.left < waiting; }).forEach(function (l) {
+    if (jobs) refused = Math.max(0, waiting - Math.max(0, jobRoom));
+    (limits || []).filter(function (l) { return !jobs && l.kind === "pending" && l.left < waiting; }).forEach(function (l) {
       refused = Math.max(refused, waiting - Math.max(0, Math.floor(l.left)));
       binding.push(l);
     });
     waiting -= refused;
+    var what = jobs ? "job" : "request";
     var text = (now ? now + " will start now; " : "") +
       (waiting ? waiting + " will wait in the queue (PENDING) until " +
         (quota ? "your quota has room" + (clusterShort ? " and others end" : "") : "others end") +
         ". " : "") +
-      (refused ? refused + " will be refused: no more requests may wait. " : "") +
+      (refused ? refused + " will be refused: no more " + what + "s may wait" +
+        (jobs ? " (at most " + (jobRoom + waiting) + " more " + (jobRoom + waiting === 1 ? "job" : "jobs") + " of yours now)" : "") + ". " : "") +
       (quota || refused ? binding.map(function (l) { return l.text; }).join(" ") : "");
     return { now: now, waiting: waiting, refused: refused, quota: quota, text: text.trim() };
   }

@@ -741,6 +741,16 @@
   function batchMode() { return form.querySelector("input[name=type]:checked").value === "batch"; }
   function jobKind() { return form.querySelector("input[name=job_kind]:checked").value; }
 
+  // How many more jobs of the user's may wait now (null when the page was not told the limit).
+  function jobRoom() {
+    var limit = config.jobLimits && config.jobLimits.waiting_per_user;
+    if (limit === undefined || limit === null) return null;
+    var waiting = latest.sessions.filter(function (s) {
+      return s.type === "batch" && s.user === config.user && (s.status === "PENDING" || s.status === "SCHEDULED");
+    }).length;
+    return Math.max(0, limit - waiting);
+  }
+
   function jobFields() {
     var job = { type: "batch" };
     if (jobKind() === "command") job.command = field("command").value;
@@ -872,7 +882,7 @@
     }
     // How many start now, and which limit holds the rest: a quota's (named, with its figures)
     // or the cluster's.
-    var outlook = fgpu.launchOutlook(r, scope, resources.limits);
+    var outlook = fgpu.launchOutlook(r, scope, resources.limits, batchMode() ? jobRoom() : null);
     return outlook && { never: false, text: outlook.text };
   }
 
@@ -944,6 +954,9 @@
   });
   form.addEventListener("input", function () { followPreset(); showValues(); updateLaunchAdvice(); });
   form.addEventListener("change", function (event) {
+    // Another kind starts from that kind's defaults: three GPU jobs must not follow from a
+    // session's count and fGPU by accident.
+    if (event.target.name === "type") { setSliders(); field("count").value = "1"; followPreset(); updateLaunchAdvice(); }
     if (event.target.name === "type" || event.target.name === "job_kind") { showMode(); showValues(); }
   });
   field("notebook").addEventListener("input", tickNotebookFolder);
