@@ -90,6 +90,16 @@ _DURATION_RE = re.compile(r"(?:(\d+(?:\.\d+)?)\s*([smhd]))\s*", re.IGNORECASE)
 _NOT_A_DURATION = "is not a duration (seconds, or e.g. 90m, 8h, 1d, 1h30m)"
 
 
+def format_duration(seconds: float) -> str:
+    """3600 → "1 h", 5400 → "1 h 30 min", 45 → "45 s": every duration the pages and messages
+    show (the pages' `spoken` gives the same text)."""
+    seconds = round(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    parts = [f"{h} h" if h else "", f"{m} min" if m else "", f"{s} s" if s else ""]
+    return " ".join(p for p in parts if p) or "0 s"
+
+
 def parse_duration(value) -> float | None:
     """Seconds from a number (seconds) or a string ("3600", "90m", "8h", "1d", "1h30m"); None for
     0 (no limit). A ValueError for anything else (negative, not finite, unknown unit)."""

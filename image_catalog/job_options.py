@@ -21,7 +21,7 @@ import json
 import keyword
 from datetime import UTC, datetime
 
-from fgpu_shared.units import parse_duration
+from fgpu_shared.units import format_duration, parse_duration
 
 BATCH = "batch"
 INTERACTIVE = "interactive"
@@ -159,19 +159,31 @@ def check_parameters(value: object) -> dict:
 
 
 def check_time_limit(value: object) -> float | None:
-    """Seconds (None: the site's default), from a number or a text such as "90m" or "2h"."""
+    """Seconds (None: the site's default), from a number or a text such as "90m" or "2h". The
+    hub's range for the user (`time_limit_rule`) is checked where it is known (queue_service/
+    jobs.py); here only what no hub allows: under a minute, over `TIME_LIMIT_MAX`."""
     if value in (None, ""):
         return None
     try:
         seconds = parse_duration(value) or 0.0
     except ValueError as e:
         raise JobOptionError(f"time_limit: {e}.") from None
-    if not TIME_LIMIT_MIN <= seconds <= TIME_LIMIT_MAX:
-        raise JobOptionError(
-            f"time_limit must be between {TIME_LIMIT_MIN:g} s and {TIME_LIMIT_MAX / 86400:g} "
-            f"days, not {seconds:g} s."
-        )
+    given = f"time_limit {format_duration(seconds)}: a job's time limit is"
+    if seconds < TIME_LIMIT_MIN:
+        raise JobOptionError(f"{given} at least {format_duration(TIME_LIMIT_MIN)}.")
+    if seconds > TIME_LIMIT_MAX:
+        raise JobOptionError(f"{given} at most {format_duration(TIME_LIMIT_MAX)} on any hub.")
     return seconds
+
+
+def time_limit_rule(maximum: float) -> str:
+    """The one wording of a job's time limit on this hub, for the form (static/sessions.js says
+    the same) and the service's refusal: "a job's time limit is from 1 min to 24 h on this hub"
+    (`maximum`: the hub's for the user)."""
+    return (
+        f"a job's time limit is from {format_duration(TIME_LIMIT_MIN)} to "
+        f"{format_duration(min(maximum, TIME_LIMIT_MAX))} on this hub"
+    )
 
 
 def check_start_after(value: object) -> str | None:

@@ -209,13 +209,8 @@ def tightest(limits: dict[str, float | None]) -> tuple[float, str] | None:
     return min(set_) if set_ else None
 
 
-def describe(seconds: float) -> str:
-    """3600 → "1 h", 5400 → "1 h 30 min", 45 → "45 s"."""
-    seconds = round(seconds)
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    parts = [f"{h} h" if h else "", f"{m} min" if m else "", f"{s} s" if s else ""]
-    return " ".join(p for p in parts if p) or "0 s"
+#: How every duration reads (fgpu_shared/units.py).
+describe = units.format_duration
 
 
 @dataclass(frozen=True)

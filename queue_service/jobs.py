@@ -19,7 +19,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 
 from fgpu_shared import units
-from image_catalog.job_options import parse_job, start_after_of
+from image_catalog.job_options import parse_job, start_after_of, time_limit_rule
 from queue_service.core.errors import Refusal
 from queue_service.core.status import Status
 from queue_service.store.models import SessionRecord, utcnow
@@ -101,10 +101,7 @@ class JobRules:
         asked = job.get("time_limit")
         _, maximum = self.bounds(request["user"])
         if asked and asked > maximum:
-            return Refusal(
-                f"time_limit {describe(asked)} is over this hub's maximum for your jobs, "
-                f"{describe(maximum)}."
-            )
+            return Refusal(f"time_limit {describe(asked)}: {time_limit_rule(maximum)}.")
         if why := self.start_after_refusal(start_after_of(job), utcnow()):
             return Refusal(why)
         if self.waiting_per_user and self._waiting(db, request["user"]) >= self.waiting_per_user:

@@ -92,7 +92,7 @@ def ask(user="alice", server="s", cpu=4.0, **job) -> dict:
 async def test_a_time_limit_over_the_maximum_is_refused_with_both_in_the_message(open_manager):
     manager = open_manager(JobRules(time_limit_max=4 * 3600.0))
     with pytest.raises(
-        Refused, match=r"^time_limit 5 h is over this hub's maximum for your jobs, 4 h\.$"
+        Refused, match=r"^time_limit 5 h: a job's time limit is from 1 min to 4 h on this hub\.$"
     ):
         await manager.submit(ask(command="x", time_limit="5h"), groups=())
     assert manager.sessions() == []

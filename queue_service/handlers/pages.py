@@ -22,6 +22,7 @@ from markupsafe import Markup
 from tornado import web
 
 from fgpu_shared.course_messages import announcement, message_of
+from image_catalog.job_options import TIME_LIMIT_MAX, TIME_LIMIT_MIN
 from queue_service.course_images import courses_taught
 from templates import TEMPLATES_DIR
 
@@ -166,7 +167,8 @@ def job_limits(rules) -> dict | None:
         return None
     return {
         "time_limit": rules.time_limit,
-        "time_limit_max": rules.time_limit_max,
+        "time_limit_min": TIME_LIMIT_MIN,
+        "time_limit_max": min(rules.time_limit_max, TIME_LIMIT_MAX),
         "start_after_max": rules.start_after_max,
         "waiting_per_user": rules.waiting_per_user,
     }

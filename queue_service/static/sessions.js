@@ -786,8 +786,10 @@
     var limits = config.jobLimits;
     if (!limits) return;
     var fallback = Math.min(limits.time_limit, limits.time_limit_max);
+    // The rule in the words the service's refusals use (image_catalog/job_options.py).
     field("time-limit-note").textContent = "Without one: the hub’s default, " + spoken(fallback) +
-      ". At most " + spoken(limits.time_limit_max) + ". A job still running at its limit is stopped.";
+      ". A job’s time limit is from " + spoken(limits.time_limit_min) + " to " + spoken(limits.time_limit_max) +
+      " on this hub. A job still running at its limit is stopped.";
     if (limits.start_after_max) {
       var days = limits.start_after_max / 86400;
       field("start-after-note").textContent = "Your local time, at most " +
