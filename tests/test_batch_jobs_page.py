@@ -125,6 +125,11 @@ def test_a_command_job_from_the_dialog_shows_its_live_log_and_ends_finished(gpu_
     expect(done.locator("pre.fgpu-job-log")).to_contain_text("[fgpu job] exited with code 0")
     expect(done.locator(".fgpu-job-log-path code")).to_contain_text("~/jobs/job-")
     screenshot(page, "jobs-finished")
+    # The log's path is a link that opens it, as text.
+    with page.context.expect_page() as opened:
+        done.locator(".fgpu-job-log-path a").click()
+    expect(opened.value.locator("body")).to_contain_text("[fgpu job] exited with code 0")
+    opened.value.close()
     # The job's end ended the page's reading of its log: nothing is left open.
     deadline = time.monotonic() + 15
     while streams and time.monotonic() < deadline:

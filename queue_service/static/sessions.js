@@ -294,13 +294,33 @@
     return { log: kept ? kept[1] : null, copy: copy ? copy[1].trim() : null };
   }
 
+  // Where the outputs are, as links: the whole log through api/sessions/{id}/logs (a page's
+  // link carries the XSRF token itself, as the Usage page's CSV link does), a file of the home
+  // folder in JupyterLab when a session of the owner's runs to open it in.
   function outputLines(found, s) {
-    var lines = [];
-    lines.push(el("div", { className: "fgpu-job-log-path" }, [
-      "Full log: ", el("code", { text: found.log || "~/jobs/" + s.server_name + "-….log" }),
-    ]));
-    if (found.copy) lines.push(el("div", { className: "fgpu-job-copy" }, ["Executed copy: ", el("code", { text: found.copy })]));
+    var logUrl = config.api + "sessions/" + encodeURIComponent(s.id) + "/logs?tail=5000&_xsrf=" + encodeURIComponent(config.xsrf || "");
+    var lines = [el("div", { className: "fgpu-job-log-path" }, [
+      "Full log: ", el("a", { href: logUrl, target: "_blank", rel: "noopener", title: "Its last 5,000 lines here; the whole log is this file in your home folder" }, [
+        el("code", { text: found.log || "~/jobs/" + s.server_name + "-….log" }),
+      ]),
+    ])];
+    if (found.copy) {
+      var lab = inLab(s.user, found.copy), path = el("code", { text: found.copy });
+      lines.push(el("div", { className: "fgpu-job-copy" }, [
+        "Executed copy: ", lab ? el("a", { href: lab, target: "_blank", rel: "noopener", title: "Open in JupyterLab" }, [path]) : path,
+        lab ? "" : " (open it in JupyterLab from a running session)",
+      ]));
+    }
     return lines;
+  }
+
+  // A home folder file (`~/…`) in JupyterLab of one of `user`'s running sessions, or null.
+  function inLab(user, homePath) {
+    var session = latest.sessions.filter(function (x) {
+      return x.user === user && x.type !== "batch" && x.status === "RUNNING";
+    })[0];
+    if (!session || homePath.indexOf("~/") !== 0) return null;
+    return serverUrl(session) + "lab/tree/" + homePath.slice(2).split("/").map(encodeURIComponent).join("/");
   }
 
   function logHead(log, s) {
