@@ -107,7 +107,6 @@ def _run_notebook(job: dict, stamp: str, say) -> int:
         say(f"[fgpu job] notebook ~/{path} not found: nothing to run")
         return 2
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     warnings.filterwarnings("ignore", module="nbformat")  # a cell id missing: it still runs
@@ -115,10 +114,8 @@ def _run_notebook(job: dict, stamp: str, say) -> int:
     _inject_parameters(notebook, job.get("parameters") or {}, nbformat)
     out_path = _output_path(path, job.get("output") or "", stamp)
     cells = len(notebook.cells)
-    client = NotebookClient(
-        notebook, timeout=None, resources={"metadata": {"path": os.path.dirname(path) or "."}}
-    )
-    client.on_cell_executed = lambda cell, cell_index, **_: _say_cell(cell, cell_index, cells, say)
+    client = _live_client(notebook, os.path.dirname(path) or ".", say)
+    client.on_cell_executed = lambda cell, cell_index, **_: _say_cell(cell_index, cells, say)
     say(
         f"[fgpu job] notebook: ~/{path} ({cells} cells), parameters: {json.dumps(job.get('parameters') or {})}"
     )
@@ -156,11 +153,31 @@ def _output_path(path: str, output: str, stamp: str) -> str:
     return os.path.join(output or folder, f"{stem}-output-{stamp}.ipynb")
 
 
-def _say_cell(cell, index: int, cells: int, say) -> None:
+def _live_client(notebook, cwd: str, say):
+    """An nbclient client that says each piece of a cell's printed output as the kernel sends
+    it (as papermill's `--log-output` does), not when the cell ends: a long training cell's
+    progress is in the log while it runs. A Python kernel logs only its errors: its start-up
+    warnings (TCP without encryption) are not the notebook's and said nothing to its owner."""
+    from nbclient import NotebookClient
+
+    class LiveClient(NotebookClient):
+        def output(self, outs, msg, display_id, cell_index):
+            if msg["msg_type"] == "stream":
+                say(msg["content"].get("text", "").rstrip("\n"))
+            return super().output(outs, msg, display_id, cell_index)
+
+    python = notebook.metadata.get("kernelspec", {}).get("language", "python") == "python"
+    return LiveClient(
+        notebook,
+        timeout=None,
+        # IPKernelApp's own option: another language's kernel would not know it.
+        extra_arguments=["--IPKernelApp.log_level=ERROR"] if python else [],
+        resources={"metadata": {"path": cwd}},
+    )
+
+
+def _say_cell(index: int, cells: int, say) -> None:
     say(f"[fgpu job] cell {index + 1}/{cells} done")
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "stream":
-            say(output.get("text", ""))
 
 
 def _serve_readiness() -> None:

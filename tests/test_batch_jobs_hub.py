@@ -113,7 +113,7 @@ def test_a_notebook_job_runs_with_its_parameter_and_its_executed_copy_lands_besi
         student, notebook="folders/runs/train.ipynb", parameters={"epochs": 7}, folders=["runs"]
     )
     done = ended(student, job["id"], timeout=180)
-    assert done["end_reason"] == "finished", done["reason"]
+    assert done["end_reason"] == "finished", student.call("GET", f"sessions/{job['id']}/logs").text
     listing = student.call("GET", f"folders/{folder['id']}/files/").json()["entries"]
     (copy,) = [e["name"] for e in listing if e["name"].startswith("train-output-")]
     executed = student.call("GET", f"folders/{folder['id']}/files/{copy}").json()
@@ -122,6 +122,28 @@ def test_a_notebook_job_runs_with_its_parameter_and_its_executed_copy_lands_besi
     assert "trained for 70\n" in outputs
     tags = [cell["metadata"].get("tags", []) for cell in executed["cells"]]
     assert tags[1] == ["injected-parameters"]  # right after the cell tagged `parameters`
+
+
+def test_a_notebook_jobs_printed_lines_are_in_its_log_while_the_cell_runs(gpu_hub, student):
+    """A cell's prints reach the log as the kernel sends them (not when the cell ends), and the
+    log holds what the notebook wrote and the runner's own lines, no kernel warning."""
+    first = "print('first half', flush=True)\nimport time\ntime.sleep(20)\n"
+    folder = student.call("POST", "folders", json={"name": "live"}).json()
+    url = f"folders/{folder['id']}/files/train.ipynb"
+    body = json.dumps(training_notebook(first))
+    assert student.call("PUT", url, data=body, headers=OCTETS).status_code == 201
+    job = submit(student, notebook="folders/live/train.ipynb", folders=["live"])
+
+    def log() -> str:
+        return student.call("GET", f"sessions/{job['id']}/logs").text
+
+    wait_until(lambda: "first half" in log(), 120, "the cell's first line in the log")
+    running = log()
+    assert "cell 2/" not in running, running  # the cell that printed it still runs
+    done = ended(student, job["id"], timeout=180)
+    assert done["end_reason"] == "finished", done["reason"]
+    whole = student.call("GET", f"sessions/{job['id']}/logs").text
+    assert "trained for 10" in whole and "without encryption" not in whole, whole
 
 
 def test_a_job_past_its_time_limit_ends_timeout(gpu_hub, student, service_clock):
