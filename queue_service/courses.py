@@ -22,8 +22,11 @@ from dataclasses import dataclass
 
 from fgpu_shared import group_properties
 from queue_service.core.errors import Refusal
+from queue_service.core.presets import PRESETS_PROPERTY
 from queue_service.core.rosters import Roster, user_name_problem
 
+from .course_bounds import BOUNDS_PROPERTY
+from .course_folders import folder_setting
 from .hub_client import HubClient, HubError
 from .quotas import QUOTA_PROPERTY
 
@@ -41,6 +44,12 @@ class Course:
     instructors: tuple[str, ...]
     members: tuple[str, ...]
     allowance: dict | None
+    #: The admin's bounds on the allowance (course_bounds.py), None when unset.
+    bounds: dict | None = None
+    #: The group's own presets (`fgpu_presets`), None when it has none.
+    presets: list | None = None
+    #: The course folder's `{"id", "automount"}` (course_folders.py), None before it has one.
+    folder: dict | None = None
 
     def role_of(self, user: str) -> str | None:
         """A member's role. An instructor named in `fgpu_course` who is no member has none: the
@@ -58,6 +67,9 @@ class Course:
             "role": self.role_of(user),
             "members": len(self.members),
             "allowance": self.allowance,
+            "bounds": self.bounds,
+            "presets": self.presets,
+            "folder": self.folder,
         }
 
 
@@ -69,13 +81,24 @@ def course_of(group: dict) -> Course | None:
     instructors = mark.get("instructors")
     if not isinstance(instructors, list):
         instructors = []
-    allowance = group["properties"].get(QUOTA_PROPERTY)
+    properties = group["properties"]
     return Course(
         name=group["name"],
         instructors=tuple(name for name in instructors if isinstance(name, str)),
         members=tuple(group.get("users") or ()),
-        allowance=allowance if isinstance(allowance, dict) else None,
+        allowance=_mapping(properties.get(QUOTA_PROPERTY)),
+        bounds=_mapping(properties.get(BOUNDS_PROPERTY)),
+        presets=_list(properties.get(PRESETS_PROPERTY)),
+        folder=folder_setting(group),
     )
+
+
+def _mapping(value) -> dict | None:
+    return value if isinstance(value, dict) else None
+
+
+def _list(value) -> list | None:
+    return value if isinstance(value, list) else None
 
 
 def check_new_course(data: dict) -> tuple[str, tuple[str, ...]]:

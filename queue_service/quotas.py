@@ -27,7 +27,9 @@ from .hub_client import HubClient, HubError
 from .jobs import JOB_TIME_PROPERTY, GroupJobTimes, parse_job_time_limit, tightest
 
 QUOTA_PROPERTY = "fgpu_quota"
-_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups", "storage"} | BUDGET_KEYS
+#: Every key a `fgpu_quota` mapping may hold (a course's bounds name some of them: course_bounds.py).
+QUOTA_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups", "storage"}
+QUOTA_KEYS |= BUDGET_KEYS
 
 
 #: What one user may hold unless the site says otherwise: enough for a class's work (a notebook, a
@@ -48,7 +50,7 @@ def parse_quota(data: dict | None, where: str) -> resource_model.Quota | None:
         return None
     if not isinstance(data, dict):
         raise QuotaError(f"{where}: {QUOTA_PROPERTY} must be a mapping")
-    unknown = set(data) - _KEYS
+    unknown = set(data) - QUOTA_KEYS
     if unknown:
         raise QuotaError(f"{where}: unknown quota key(s) {', '.join(sorted(unknown))}")
     try:
@@ -98,7 +100,10 @@ def active_session_limit(quota: dict) -> int:
 def _number(value) -> float | None:
     if value is None:
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan  # said below as people read it, not as float() does
     # inf and nan are no amount; the scheduler would fail on them in every pass.
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"{value!r} is not an amount (a finite number, zero or more)")
@@ -108,7 +113,10 @@ def _number(value) -> float | None:
 def _count(value) -> int | None:
     if value is None:
         return None
-    count = int(value)
+    try:
+        count = int(value)
+    except (TypeError, ValueError, OverflowError):
+        count = -1  # said below as people read it, not as int() does
     if count < 0:
         raise ValueError(f"{value!r} is not a count (a whole number, zero or more)")
     return count

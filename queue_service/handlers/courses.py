@@ -2,9 +2,13 @@
 
 - `GET api/courses`: the courses you are in or teach (every course for admins), each with its
   instructors, your role, its member count and its allowance (the group's `fgpu_quota`);
-- `POST api/courses {name, instructors}` (admins): make a group a course, or adopt one;
+- `POST api/courses {name, instructors, bounds?}` (admins): make a group a course, or adopt one,
+  with its folder (course_folders.py) and, optionally, its bounds (course_bounds.py);
+- `PATCH api/courses/{name}` (admins and the course's instructors): its bounds (admins only),
+  allowance, presets, and whether its folder is automounted (course_settings.py);
 - `PUT api/courses/{name}/roster` (admins and the course's instructors), a CSV body
-  (`text/csv`, `user,role` lines: core/rosters.py): its members become exactly the roster's;
+  (`text/csv`, `user,role` lines: core/rosters.py): its members become exactly the roster's,
+  and its folder's read-write shares its instructors;
 - `GET api/courses/{name}/sessions` (admins and the course's instructors): its members' live
   sessions and jobs.
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 from tornado import web
 
-from queue_service import courses
+from queue_service import course_bounds, course_folders, course_settings, courses
 from queue_service.core import rosters
 from queue_service.core.errors import Refusal
 
@@ -48,10 +52,29 @@ class CoursesHandler(CourseHandlerBase):
     @web.authenticated
     async def post(self):
         self.require_admin("Making a course")
-        name, instructors = courses.check_new_course(self.body())
+        body = self.body()
+        name, instructors = courses.check_new_course(body)
+        bounds = course_bounds.read_quota(body.get("bounds"), "bounds")  # before any change
         created = await self.from_hub(courses.make_course(self.hub, name, instructors))
         course = await self.from_hub(courses.course_named(self.hub, name))
+        await self.from_hub(course_folders.provide(self.hub, self.folders, course))
+        if bounds is not None:
+            change = {"bounds": bounds}
+            await self.from_hub(course_settings.change_course(self.hub, name, change, True))
+        course = await self.from_hub(courses.course_named(self.hub, name))
         self.write_json(course.listing(self.identity()["name"]), 201 if created else 200)
+
+
+class CourseHandler(CourseHandlerBase):
+    """PATCH a course's bounds (admins), allowance, presets and folder automount."""
+
+    @web.authenticated
+    async def patch(self, name):
+        person, _ = await self.course_to_run(name)
+        change = course_settings.check_change(self.body(), person["admin"])
+        await self.from_hub(course_settings.change_course(self.hub, name, change, person["admin"]))
+        course = await self.from_hub(courses.course_named(self.hub, name))
+        self.write_json(course.listing(person["name"]))
 
 
 class RosterHandler(CourseHandlerBase):
@@ -67,6 +90,8 @@ class RosterHandler(CourseHandlerBase):
         person, course = await self.course_to_run(name)
         roster = rosters.parse_roster(self._text())  # all of it checked before any change
         await self.from_hub(courses.set_roster(self.hub, course, roster))
+        course = await self.from_hub(courses.course_named(self.hub, name))
+        await self.from_hub(course_folders.provide(self.hub, self.folders, course))
         course = await self.from_hub(courses.course_named(self.hub, name))
         self.write_json(course.listing(person["name"]))
 
@@ -91,6 +116,7 @@ class CourseSessionsHandler(CourseHandlerBase):
 def routes(prefix: str) -> list:
     return [
         (prefix + r"api/courses", CoursesHandler),
+        (prefix + r"api/courses/([^/]+)", CourseHandler),
         (prefix + r"api/courses/([^/]+)/roster", RosterHandler),
         (prefix + r"api/courses/([^/]+)/sessions", CourseSessionsHandler),
     ]
