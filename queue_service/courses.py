@@ -8,7 +8,9 @@ A course is a JupyterHub group whose properties hold `fgpu_course`:
 Its members (the group's users) are its students and its instructors alike, so the group's
 quota, budgets and presets (quotas.py) are the course's allowance for everyone in it. Only the
 service writes `fgpu_course` (`POST api/courses`, `PUT api/courses/{name}/roster`); an admin who
-edits it in the admin panel by hand writes the same thing.
+edits it in the admin panel by hand writes the same thing. Beside it, `fgpu_course_bounds` holds
+the admin's bounds on what its instructors may set (course_bounds.py, course_settings.py) and
+`fgpu_course_folder` its folder (course_folders.py).
 
 An instructor's powers come from that property, checked by the service on every request
 (`may_act_on`), not from a hub role: JupyterHub keeps its roles in its configuration, so a

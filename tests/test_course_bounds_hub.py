@@ -98,8 +98,12 @@ def test_instructors_change_nothing_without_bounds_and_never_the_bounds(hub):
     response = patch(instructor, course, {"allowance": {"fgpu": 1}})
     assert response.status_code == 403, response.text
     assert "An admin must set this course's bounds" in response.json()["message"]
-    for body in ({"bounds": {"fgpu": 100}}, {"instructors": [teacher, "eve"]}):
-        assert patch(instructor, course, body).status_code in (400, 403)
+    response = patch(instructor, course, {"bounds": {"fgpu": 100}})
+    assert response.status_code == 403, response.text
+    assert "Only an admin sets a course's bounds" in response.json()["message"]
+    response = patch(instructor, course, {"instructors": [teacher, fresh("eve")]})
+    assert response.status_code == 400, response.text
+    assert "roster" in response.json()["message"]
     assert properties(hub, course) == before
     # With bounds, a key they do not name stays the admin's.
     QueueUser(hub, "admin").call("PATCH", f"courses/{course}", json={"bounds": {"fgpu": 2}})
@@ -109,14 +113,16 @@ def test_instructors_change_nothing_without_bounds_and_never_the_bounds(hub):
 
 
 def test_nobody_outside_a_courses_instructors_changes_it(hub):
-    ta, sa, tb = fresh("ta"), fresh("sa"), fresh("tb")
+    ta, sa, tb, sb = fresh("ta"), fresh("sa"), fresh("tb"), fresh("sb")
     course = bounded_course(hub, ta, [sa])
-    make_course(hub, tb)
+    make_course(hub, tb, [sb])
     before = properties(hub, course)
     change = {"allowance": {"fgpu": 1}}
-    # Its student: 403; an instructor of another course: 404, as for no course.
+    # Its student: 403; an instructor or a student of another course: 404, as for no course.
     assert patch(QueueUser(hub, sa), course, change).status_code == 403
-    assert patch(QueueUser(hub, tb), course, change).status_code == 404
+    assert patch(QueueUser(hub, sa), course, {"automount": True}).status_code == 403
+    for stranger in (tb, sb):
+        assert patch(QueueUser(hub, stranger), course, change).status_code == 404
     # An admin's narrow token: no admin powers, and no course of its own.
     narrow = narrow_admin_token(hub, ["access:services!service=queue"])
     api = f"{hub.url}/services/queue/api"

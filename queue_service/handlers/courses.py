@@ -39,6 +39,13 @@ class CourseHandlerBase(BaseHandler):
             raise web.HTTPError(403, "Only the course's instructors and admins may do this.")
         return person, course
 
+    async def with_folder(self, name: str) -> courses.Course:
+        """The course `name` once its folder is made and shared as its members and
+        instructors now are (course_folders.py)."""
+        course = await self.from_hub(courses.course_named(self.hub, name))
+        await self.from_hub(course_folders.provide(self.hub, self.folders, course))
+        return await self.from_hub(courses.course_named(self.hub, name))
+
 
 class CoursesHandler(CourseHandlerBase):
     """GET your courses (all for admins); POST makes or adopts a course (admins)."""
@@ -56,12 +63,10 @@ class CoursesHandler(CourseHandlerBase):
         name, instructors = courses.check_new_course(body)
         bounds = course_bounds.read_quota(body.get("bounds"), "bounds")  # before any change
         created = await self.from_hub(courses.make_course(self.hub, name, instructors))
-        course = await self.from_hub(courses.course_named(self.hub, name))
-        await self.from_hub(course_folders.provide(self.hub, self.folders, course))
         if bounds is not None:
             change = {"bounds": bounds}
             await self.from_hub(course_settings.change_course(self.hub, name, change, True))
-        course = await self.from_hub(courses.course_named(self.hub, name))
+        course = await self.with_folder(name)
         self.write_json(course.listing(self.identity()["name"]), 201 if created else 200)
 
 
@@ -90,9 +95,7 @@ class RosterHandler(CourseHandlerBase):
         person, course = await self.course_to_run(name)
         roster = rosters.parse_roster(self._text())  # all of it checked before any change
         await self.from_hub(courses.set_roster(self.hub, course, roster))
-        course = await self.from_hub(courses.course_named(self.hub, name))
-        await self.from_hub(course_folders.provide(self.hub, self.folders, course))
-        course = await self.from_hub(courses.course_named(self.hub, name))
+        course = await self.with_folder(name)
         self.write_json(course.listing(person["name"]))
 
     def _text(self) -> str:
