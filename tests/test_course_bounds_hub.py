@@ -7,9 +7,12 @@ instructor of another course, a narrow token nor a cross-site request may change
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .harness import QueueUser, containers_with
+from .job_helpers import job_ended, training_notebook
 from .test_courses_hub import fresh, make_course, put_roster
 from .test_security_handlers import EVIL, SESSION, Browser, narrow_admin_token
 
@@ -229,3 +232,26 @@ def test_an_automounted_course_folder_is_in_every_students_session_read_only(hub
         ]
     finally:
         hub.stop_server(ann)
+
+
+def test_a_students_job_runs_a_notebook_from_the_automounted_course_folder(hub):
+    teacher, ann = fresh("tim"), fresh("ann")
+    course = make_course(hub, teacher, [ann])
+    instructor, student = QueueUser(hub, teacher), QueueUser(hub, ann)
+    folder = folder_of(instructor, course)
+    notebook = json.dumps(training_notebook()).encode()
+    assert put_file(instructor, folder["id"], "train.ipynb", notebook).status_code == 201
+    assert patch(instructor, course, {"automount": True}).status_code == 200
+    # Not chosen at launch: the launch's notebook check sees the folder the job will mount.
+    job = {
+        **SESSION,
+        "count": 1,
+        "type": "batch",
+        "notebook": f"folders/{course}/train.ipynb",
+        "output": "runs",  # the course folder is read-only for its students
+    }
+    response = student.call("POST", "sessions", json=job)
+    assert response.status_code == 201, response.text
+    (server,) = response.json()["servers"]
+    done = job_ended(student, server["session"]["id"], timeout=180)
+    assert done["end_reason"] == "finished", done["reason"]
