@@ -1,7 +1,8 @@
 """`api/courses` (contract 8): courses on hub groups (courses.py).
 
 - `GET api/courses`: the courses you are in or teach (every course for admins), each with its
-  instructors, your role, its member count and its allowance (the group's `fgpu_quota`);
+  instructors, your role, its member count, its allowance (the group's `fgpu_quota`), bounds,
+  presets and folder (courses.py: `Course.listing`);
 - `POST api/courses {name, instructors, bounds?}` (admins): make a group a course, or adopt one,
   with its folder (course_folders.py) and, optionally, its bounds (course_bounds.py);
 - `PATCH api/courses/{name}` (admins and the course's instructors): its bounds (admins only),
