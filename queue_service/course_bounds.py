@@ -6,16 +6,17 @@ api/courses`, `PATCH api/courses/{name}`, or the admin panel). They are a quota 
 (quotas.py) whose every key is the highest value of that key of the course's allowance, the
 group's `fgpu_quota`:
 
-    {"fgpu": 8, "cpu": 16, "mem": "64G", "sessions": 3, "fgpu_hours_per_week": 40,
-     "resource_groups": ["default"]}
+    {"fgpu": 8, "cpu": 16, "mem": "64G", "sessions": 30, "fgpu_hours_per_week": 40,
+     "resource_groups": ["default"], "per_member": {"fgpu": 2, "sessions": 2}}
 
 A group's quota counts all its members together, so `"fgpu": 8` means the course's members
-hold at most 8 fGPU at once between them. The rules:
-- An instructor changes only the keys the bounds name (any other is an admin's), and each to a
-  value within its bound; no bound means "unlimited" is beyond it. A course with no bounds lets
+hold at most 8 fGPU at once between them; its `per_member` mapping holds each member on their own
+(quotas.py), so `"per_member": {"fgpu": 2}` bounds it to "at most 2 fGPU per student". The rules:
+- An instructor changes only the keys the bounds name (any other is an admin's; inside
+  `per_member` too), and each to a value within its bound; no bound means "unlimited" is beyond it. A course with no bounds lets
   its instructors change nothing of its allowance or presets.
-- A preset's cpu, mem and fgpu stay within the bounds of those keys too, and a course has at
-  most MAX_PRESETS of them.
+- A preset's cpu, mem and fgpu stay within the bounds of those keys too (the course's and
+  each member's), and a course has at most MAX_PRESETS of them.
 - Setting bounds lowers the allowance to them where it is above (or unlimited), so that the
   allowance is always within the bounds an admin set through the service.
 
@@ -66,10 +67,13 @@ def read_presets(data: object, bounds: dict | None) -> list | None:
         raise Refusal(f"{e}.") from None
     if len(presets) > MAX_PRESETS:
         raise Refusal(f"A course has at most {MAX_PRESETS} presets.")
+    member = (bounds or {}).get("per_member") or {}
     for preset in presets:
         for key in ("cpu", "mem", "fgpu"):
-            if bounds and key in bounds and _beyond(key, getattr(preset, key), bounds[key]):
-                raise Refusal(f"Preset {preset.name}: {key}: {limit_phrase(key, bounds[key])}.")
+            for limits, each in ((bounds or {}, False), (member, True)):
+                if key in limits and _beyond(key, getattr(preset, key), limits[key]):
+                    phrase = limit_phrase(key, limits[key], each)
+                    raise Refusal(f"Preset {preset.name}: {key}: {phrase}.")
     return data
 
 
@@ -83,6 +87,9 @@ def changed_allowance(
         raise Refusal("allowance must be a mapping of quota keys, like {'fgpu': 4}.")
     if instructor:
         unbounded = sorted(set(change) - set(bounds or {}))
+        if isinstance(change.get("per_member"), dict) and "per_member" in (bounds or {}):
+            inner = set(change["per_member"]) - set(bounds["per_member"])
+            unbounded += [f"per_member.{key}" for key in sorted(inner)]
         if unbounded:
             raise Refusal(
                 f"No bound is set on {', '.join(unbounded)}: only an admin may change it.",
@@ -92,8 +99,9 @@ def changed_allowance(
     merged.update({key: value for key, value in change.items() if value is not None})
     read_quota(merged, "allowance")
     for key in sorted(set(change) & set(bounds or {})):
-        if _beyond(key, merged.get(key), bounds[key]):
-            raise Refusal(f"allowance: {key}: {limit_phrase(key, bounds[key])}.")
+        problem = _problem(key, merged.get(key), bounds[key])
+        if problem:
+            raise Refusal(f"allowance: {problem}.")
     return merged
 
 
@@ -105,18 +113,33 @@ def within_bounds(allowance: dict | None, bounds: dict) -> dict:
             allowed = _names(bound)
             mine = _names(lowered[key]) if lowered.get(key) is not None else allowed
             lowered[key] = [name for name in mine if name in allowed]
+        elif key == "per_member":
+            mine = lowered.get(key)
+            lowered[key] = within_bounds(mine if isinstance(mine, dict) else None, bound)
         elif _beyond(key, lowered.get(key), bound):
             lowered[key] = bound
     return lowered
 
 
-def limit_phrase(key: str, bound) -> str:
-    """ "at most 8 fGPU for the course (all its members together), set by an admin"."""
+def limit_phrase(key: str, bound, each: bool = False) -> str:
+    """ "at most 8 fGPU for the course (all its members together), set by an admin", or with
+    `each` (a `per_member` bound) "at most 2 fGPU for each member, set by an admin"."""
     if key == "resource_groups":
         return f"only the resource groups {', '.join(_names(bound)) or '(none)'}, set by an admin"
-    return (
-        f"at most {_amount(key, bound)} for the course (all its members together), set by an admin"
-    )
+    whom = "each member" if each else "the course (all its members together)"
+    return f"at most {_amount(key, bound)} for {whom}, set by an admin"
+
+
+def _problem(key: str, value, bound, each: bool = False) -> str | None:
+    """ "fgpu: at most ..." for the first bound that `value` passes, or None."""
+    if key == "per_member":
+        mine = value if isinstance(value, dict) else {}
+        for inner in sorted(bound):
+            problem = _problem(inner, mine.get(inner), bound[inner], each=True)
+            if problem:
+                return f"per_member: {problem}"
+        return None
+    return f"{key}: {limit_phrase(key, bound, each)}" if _beyond(key, value, bound) else None
 
 
 def _beyond(key: str, value, bound) -> bool:

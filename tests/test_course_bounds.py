@@ -13,7 +13,7 @@ from queue_service.course_bounds import (
     read_quota,
     within_bounds,
 )
-from queue_service.quotas import parse_quota
+from queue_service.quotas import parse_member_quota, parse_quota
 
 BOUNDS = {"fgpu": 8, "mem": "64G", "sessions": 3, "fgpu_hours_per_week": 40}
 
@@ -100,3 +100,25 @@ def test_presets_are_read_as_the_service_reads_them_and_kept_within_the_bounds()
     many = [{"name": f"p{i}", "cpu": 1, "mem": "1G"} for i in range(21)]
     assert "at most 20 presets" in str(refusal(read_presets, many, BOUNDS))
     assert refusal(read_presets, {"name": "x"}, BOUNDS).cause == "invalid"
+
+
+def test_per_member_bounds_hold_what_each_student_may_be_given():
+    bounds = {"fgpu": 8, "per_member": {"fgpu": 2, "sessions": 2}}
+    given = changed_allowance(
+        {"fgpu": 4}, {"per_member": {"fgpu": 1, "sessions": 2}}, bounds, instructor=True
+    )
+    assert given == {"fgpu": 4, "per_member": {"fgpu": 1, "sessions": 2}}
+    assert parse_member_quota(given, "course").max_slots.fgpu == 1  # what the book reads
+    for change, words in [
+        ({"per_member": {"fgpu": 3, "sessions": 1}}, "per_member: fgpu: at most 2 fGPU for each"),
+        ({"per_member": {"fgpu": 1}}, "per_member: sessions: at most 2 sessions for each member"),
+        ({"per_member": None}, "per_member: fgpu: at most 2 fGPU"),
+    ]:
+        problem = refusal(changed_allowance, given, change, bounds, instructor=True)
+        assert problem.cause == "invalid" and words in str(problem), str(problem)
+    problem = refusal(changed_allowance, given, {"per_member": {"cpu": 1}}, bounds, True)
+    assert problem.cause == "forbidden" and "per_member.cpu" in str(problem)
+    # New bounds lower it; a preset bigger than one member may hold is refused.
+    assert within_bounds({"per_member": {"fgpu": 4}}, bounds)["per_member"] == bounds["per_member"]
+    big = [{"name": "big", "cpu": 1, "mem": "1G", "fgpu": 3}]
+    assert "at most 2 fGPU for each member" in str(refusal(read_presets, big, bounds))

@@ -73,6 +73,24 @@ def test_an_instructor_changes_the_allowance_within_the_bounds_and_a_session_mee
     assert started.status_code == 201, started.text
 
 
+def test_a_per_member_allowance_holds_each_student_on_their_own(hub):
+    teacher, ann = fresh("tim"), fresh("ann")
+    course = make_course(hub, teacher, [ann])
+    admin, instructor = QueueUser(hub, "admin"), QueueUser(hub, teacher)
+    bounds = {"per_member": {"cpu": 2, "sessions": 2}}
+    assert admin.call("PATCH", f"courses/{course}", json={"bounds": bounds}).status_code == 200
+    response = patch(instructor, course, {"allowance": {"per_member": {"cpu": 4, "sessions": 1}}})
+    assert response.status_code == 400, response.text
+    assert "per_member: cpu: at most 2 cores for each member" in response.json()["message"]
+    change = {"allowance": {"per_member": {"cpu": 0.25, "sessions": 1}}}
+    response = patch(instructor, course, change)
+    assert response.status_code == 200, response.text
+    # Each student's own quota now: one session of 0.25 cores, whatever the others hold.
+    refused = QueueUser(hub, ann).call("POST", "sessions", json={**SESSION, "count": 1})
+    assert refused.status_code == 403, refused.text
+    assert "your quota" in refused.json()["message"], refused.text
+
+
 @pytest.mark.parametrize(
     "body, words",
     [
