@@ -13,8 +13,8 @@ A group's quota counts all its members together, so `"fgpu": 8` means the course
 hold at most 8 fGPU at once between them; its `per_member` mapping holds each member on their own
 (quotas.py), so `"per_member": {"fgpu": 2}` bounds it to "at most 2 fGPU per student". The rules:
 - An instructor changes only the keys the bounds name (any other is an admin's; inside
-  `per_member` too), and each to a value within its bound; no bound means "unlimited" is beyond it. A course with no bounds lets
-  its instructors change nothing of its allowance or presets.
+  `per_member` too), and each to a value within its bound; "unlimited" is beyond any bound.
+  A course with no bounds lets its instructors change nothing of its allowance or presets.
 - A preset's cpu, mem and fgpu stay within the bounds of those keys too (the course's and
   each member's), and a course has at most MAX_PRESETS of them.
 - Setting bounds lowers the allowance to them where it is above (or unlimited), so that the
