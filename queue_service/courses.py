@@ -8,7 +8,9 @@ A course is a JupyterHub group whose properties hold `fgpu_course`:
 Its members (the group's users) are its students and its instructors alike, so the group's
 quota, budgets and presets (quotas.py) are the course's allowance for everyone in it. Only the
 service writes `fgpu_course` (`POST api/courses`, `PUT api/courses/{name}/roster`); an admin who
-edits it in the admin panel by hand writes the same thing.
+edits it in the admin panel by hand writes the same thing. Beside it, `fgpu_course_bounds` holds
+the admin's bounds on what its instructors may set (course_bounds.py, course_settings.py) and
+`fgpu_course_folder` its folder (course_folders.py).
 
 An instructor's powers come from that property, checked by the service on every request
 (`may_act_on`), not from a hub role: JupyterHub keeps its roles in its configuration, so a
@@ -24,8 +26,11 @@ from fgpu_shared import group_properties
 from fgpu_shared.course_mark import COURSE_PROPERTY, marked_instructors
 from fgpu_shared.course_messages import message_of
 from queue_service.core.errors import Refusal
+from queue_service.core.presets import PRESETS_PROPERTY
 from queue_service.core.rosters import Roster, user_name_problem
 
+from .course_bounds import BOUNDS_PROPERTY
+from .course_folders import folder_setting
 from .hub_client import HubClient, HubError
 from .quotas import QUOTA_PROPERTY
 
@@ -46,6 +51,12 @@ class Course:
     message: dict | None = None
     #: Display names the latest roster gave (user → name).
     names: dict = field(default_factory=dict)
+    #: The admin's bounds on the allowance (course_bounds.py), None when unset.
+    bounds: dict | None = None
+    #: The group's own presets (`fgpu_presets`), None when it has none.
+    presets: list | None = None
+    #: The course folder's `{"id", "automount"}` (course_folders.py), None before it has one.
+    folder: dict | None = None
 
     def role_of(self, user: str) -> str | None:
         """A member's role. An instructor named in `fgpu_course` who is no member has none: the
@@ -64,6 +75,9 @@ class Course:
             "members": len(self.members),
             "allowance": self.allowance,
             "message": self.message,
+            "bounds": self.bounds,
+            "presets": self.presets,
+            "folder": self.folder,
         }
 
     def roster(self) -> list[dict]:
@@ -80,14 +94,17 @@ def course_of(group: dict) -> Course | None:
     instructors = marked_instructors((group.get("properties") or {}).get(COURSE_PROPERTY))
     if instructors is None:
         return None
-    allowance = group["properties"].get(QUOTA_PROPERTY)
+    properties = group["properties"]
     return Course(
         name=group["name"],
         instructors=tuple(instructors),
         members=tuple(group.get("users") or ()),
-        allowance=allowance if isinstance(allowance, dict) else None,
-        message=message_of(group["properties"]),
-        names=_names_in(group["properties"][COURSE_PROPERTY]),
+        allowance=_mapping(properties.get(QUOTA_PROPERTY)),
+        message=message_of(properties),
+        names=_names_in(properties[COURSE_PROPERTY]),
+        bounds=_mapping(properties.get(BOUNDS_PROPERTY)),
+        presets=_list(properties.get(PRESETS_PROPERTY)),
+        folder=folder_setting(group),
     )
 
 
@@ -96,6 +113,14 @@ def _names_in(mark: dict) -> dict[str, str]:
     if not isinstance(names, dict):
         return {}
     return {user: name for user, name in names.items() if isinstance(name, str)}
+
+
+def _mapping(value) -> dict | None:
+    return value if isinstance(value, dict) else None
+
+
+def _list(value) -> list | None:
+    return value if isinstance(value, list) else None
 
 
 def check_new_course(data: dict) -> tuple[str, tuple[str, ...]]:

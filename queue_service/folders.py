@@ -188,13 +188,22 @@ class Folders:
         self._tag(folder_id, account)
         return folder
 
-    def mounts(self, reader: Reader, keys) -> list[dict]:
-        """What a session of the reader mounts: the folders named (by id or name) and the
-        reader's own automount folders, each with its directory (`source`), where it appears
-        under the session's home folder (`path`) and whether it is read-only."""
+    def mounts(self, reader: Reader, keys, courses=()) -> list[dict]:
+        """What a session of the reader mounts: the folders named (by id or name), the
+        reader's own automount folders and those of `courses` (course folder ids,
+        course_folders.py) the reader may see, each with its directory (`source`), where it
+        appears under the session's home folder (`path`) and whether it is read-only."""
         visible = self.store.visible(reader)  # read once: the grant path runs this per spawn
         chosen = pick_named(visible, keys)
         automount = [f for f in visible if f["own"] and f["automount"]]
+        # A course's folder mounts where a chosen one would (~/folders/NAME), never over the
+        # home, and gives way to a folder of that name the reader chose.
+        taken = {f["name"] for f in chosen if not f["automount"]}
+        automount += [
+            f
+            for f in visible
+            if f["id"] in set(courses) and not f["own"] and f["name"] not in taken
+        ]
         # A folder whose owner is past a storage quota is mounted read-only for every writer,
         # sharers included: the owner's quota bounds what anyone puts in it.
         past: dict[str, str | None] = {}

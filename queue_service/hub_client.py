@@ -161,11 +161,23 @@ class HubClient:
 
     async def add_group_users(self, name: str, users) -> None:
         if users:
-            await self._group_call("POST", name, "/users", {"users": list(users)})
+            try:
+                await self._group_call("POST", name, "/users", {"users": list(users)})
+            finally:
+                self._forget_users(users)
 
     async def remove_group_users(self, name: str, users) -> None:
         if users:
-            await self._group_call("DELETE", name, "/users", {"users": list(users)})
+            try:
+                await self._group_call("DELETE", name, "/users", {"users": list(users)})
+            finally:
+                self._forget_users(users)
+
+    def _forget_users(self, users) -> None:
+        """Forget these users' cached models (per token too): their groups changed, and one
+        dropped from a course loses its folder and allowance now, not when the cache ages."""
+        paths = {f"/users/{quote(user)}" for user in users}
+        self._cache = {k: hit for k, hit in self._cache.items() if k.split("#")[0] not in paths}
 
     async def create_users(self, names) -> None:
         """Create those of `names` the hub does not have yet (it skips the others)."""

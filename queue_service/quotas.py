@@ -5,7 +5,9 @@ Admins edit them in the hub's admin panel, as a group property named `fgpu_quota
     {"cpu": 8, "mem": "16G", "fgpu": 2, "sessions": 4, "pending": 4, "resource_groups": ["default"],
      "storage": "50G"}
 
-Every key is optional; a missing key means no limit from that group. `storage` bounds the size of
+Every key is optional; a missing key means no limit from that group. `per_member`
+(`{"fgpu": 2, "sessions": 2}`) holds each member on their own: it tightens the member's per-user
+quota (a course's "at most 2 fGPU per student"). `storage` bounds the size of
 storage folders: a user's own folders under the user quota, all members' own folders under a
 group's (folders.py). The same mapping holds the
 group's budgets over a time window (`fgpu_hours_per_week`, ...: budgets.py). Each user also has the
@@ -27,7 +29,11 @@ from .hub_client import HubClient, HubError
 from .jobs import JOB_TIME_PROPERTY, GroupJobTimes, parse_job_time_limit, tightest
 
 QUOTA_PROPERTY = "fgpu_quota"
-_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups", "storage"} | BUDGET_KEYS
+#: Every key a `fgpu_quota` mapping may hold (a course's bounds name some of them: course_bounds.py).
+QUOTA_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending", "resource_groups", "storage"}
+QUOTA_KEYS |= BUDGET_KEYS | {"per_member"}
+#: The keys of a group's `per_member` mapping: what each member may hold at once.
+MEMBER_KEYS = {"cpu", "mem", "fgpu", "sessions", "pending"}
 
 
 #: What one user may hold unless the site says otherwise: enough for a class's work (a notebook, a
@@ -42,15 +48,17 @@ class QuotaError(ValueError):
     pass
 
 
-def parse_quota(data: dict | None, where: str) -> resource_model.Quota | None:
-    """A `fgpu_quota` mapping → Quota; a clear error naming the group for a malformed one."""
+def parse_quota(data: dict | None, where: str, keys=QUOTA_KEYS) -> resource_model.Quota | None:
+    """A `fgpu_quota` mapping → Quota (its `per_member` checked: parse_member_quota); a clear
+    error naming the group for a malformed one."""
     if data is None:
         return None
     if not isinstance(data, dict):
         raise QuotaError(f"{where}: {QUOTA_PROPERTY} must be a mapping")
-    unknown = set(data) - _KEYS
+    unknown = set(data) - keys
     if unknown:
         raise QuotaError(f"{where}: unknown quota key(s) {', '.join(sorted(unknown))}")
+    parse_member_quota(data, where)
     try:
         mem = parse_size(data["mem"]) if data.get("mem") is not None else None
         if mem is not None and mem < 0:
@@ -68,6 +76,34 @@ def parse_quota(data: dict | None, where: str) -> resource_model.Quota | None:
         )
     except (TypeError, ValueError, OverflowError) as e:
         raise QuotaError(f"{where}: {e}") from None
+
+
+def parse_member_quota(data: dict | None, where: str) -> resource_model.Quota | None:
+    """A group quota's `per_member` → the Quota each member is held to on their own, on top of
+    the per-user quota (`{"fgpu": 2, "sessions": 2}`: no member holds more than 2 fGPU or runs
+    more than 2 sessions); None when it has none."""
+    if not isinstance(data, dict) or data.get("per_member") is None:
+        return None
+    return parse_quota(data["per_member"], f"{where}: per_member", keys=MEMBER_KEYS)
+
+
+def tightest_quota(quotas) -> resource_model.Quota:
+    """One Quota holding each limit at its lowest among `quotas` (None: no limit there); the
+    resource groups are the first's (a member quota never names them)."""
+    quotas = list(quotas)
+
+    def lowest(values):
+        return min((v for v in values if v is not None), default=None)
+
+    slots = [q.max_slots for q in quotas]
+    return resource_model.Quota(
+        max_slots=resource_model.SlotLimits(
+            *(lowest(getattr(s, key) for s in slots) for key in ("cpu", "mem", "fgpu"))
+        ),
+        max_sessions=lowest(q.max_sessions for q in quotas),
+        max_pending=lowest(q.max_pending for q in quotas),
+        resource_groups=quotas[0].resource_groups,
+    )
 
 
 def parse_storage(data: dict | None, where: str) -> int | None:
@@ -98,7 +134,10 @@ def active_session_limit(quota: dict) -> int:
 def _number(value) -> float | None:
     if value is None:
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan  # said below as people read it, not as float() does
     # inf and nan are no amount; the scheduler would fail on them in every pass.
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"{value!r} is not an amount (a finite number, zero or more)")
@@ -108,7 +147,10 @@ def _number(value) -> float | None:
 def _count(value) -> int | None:
     if value is None:
         return None
-    count = int(value)
+    try:
+        count = int(value)
+    except (TypeError, ValueError, OverflowError):
+        count = -1  # said below as people read it, not as int() does
     if count < 0:
         raise ValueError(f"{value!r} is not a count (a whole number, zero or more)")
     return count
@@ -122,6 +164,10 @@ class QuotaBook:
         self._group_storage: dict[str, int | None] = {}
         self._groups: dict[str, tuple[str, ...]] = {}
         self._group_quotas: dict[str, resource_model.Quota | None] = {}
+        self._member_quotas: dict[str, resource_model.Quota | None] = {}
+        #: Each member's own quota where a group of theirs has `per_member`, made again after
+        #: a refresh (None: to be made), not on each of the scheduler's passes.
+        self._user_quotas: dict[str, resource_model.Quota] | None = None
         self._group_budgets: dict[str, tuple[Budget, ...]] = {}
         self._group_presets: dict[str, tuple[Preset, ...]] = {}
         self._members: dict[str, tuple[str, ...]] = {}
@@ -136,18 +182,19 @@ class QuotaBook:
             properties = model.get("properties") or {}
             self._members[group] = tuple(model.get("users") or ())
             try:
-                self._group_quotas[group] = parse_quota(
-                    properties.get(QUOTA_PROPERTY), f"group {group}"
-                )
+                data = properties.get(QUOTA_PROPERTY)
+                self._group_quotas[group] = parse_quota(data, f"group {group}")
+                self._member_quotas[group] = parse_member_quota(data, f"group {group}")
             except QuotaError as e:
                 # A typo in the admin panel must not stop every spawn: ignore it, loudly.
                 if self.log:
                     self.log.error("Ignoring a malformed quota: %s", e)
-                self._group_quotas[group] = None
+                self._group_quotas[group] = self._member_quotas[group] = None
             self._group_storage[group] = self._parse_storage(properties, group)
             self._group_budgets[group] = self._parse_budgets(properties, group)
             self._group_presets[group] = self._parse_presets(properties, group)
             self._group_job_times[group] = self._parse_job_times(properties, group)
+        self._user_quotas = None  # the user's groups, or a group's per_member, may have changed
 
     def _parse_job_times(self, properties: dict, group: str) -> GroupJobTimes:
         try:
@@ -228,8 +275,22 @@ class QuotaBook:
         """What the scheduler checks: the default user quota and every known group's quota."""
         groups = {name: quota for name, quota in self._group_quotas.items() if quota is not None}
         return resource_model.Quotas(
-            groups=groups, default_user=self.user_default or resource_model.UNLIMITED
+            users=self._members_own_quotas(),
+            groups=groups,
+            default_user=self.user_default or resource_model.UNLIMITED,
         )
+
+    def _members_own_quotas(self) -> dict[str, resource_model.Quota]:
+        """The per-user quota, tightened by the `per_member` quotas of each user's groups, for
+        every known user in such a group."""
+        if self._user_quotas is None:
+            default = self.user_default or resource_model.UNLIMITED
+            self._user_quotas = {}
+            for user, groups in self._groups.items():
+                members = [self._member_quotas[g] for g in groups if self._member_quotas.get(g)]
+                if members:
+                    self._user_quotas[user] = tightest_quota([default, *members])
+        return self._user_quotas
 
     def user_limit(self, user: str, groups: tuple[str, ...]) -> dict:
         """The tightest cpu/mem/fgpu totals among the quotas that apply to this user."""

@@ -188,6 +188,20 @@ def test_two_folders_of_one_name_cannot_meet_at_one_mount_point(folders):
     assert "~/folders/data" in says
 
 
+def test_a_course_folder_is_mounted_for_those_who_see_it_and_gives_way_to_a_chosen_one(folders):
+    course = folders.create(reader(ANN), "cs101")
+    folders.share(reader(ANN), course["id"], {"group": "cs101"}, "ro")
+    student, stranger = reader(BOB, "cs101"), reader(BOB)
+    (mount,) = folders.mounts(student, [], courses=[course["id"]])
+    assert (mount["path"], mount["read_only"], mount["id"]) == ("folders/cs101", True, course["id"])
+    # One outside the group is not mounted it (nor told it exists), and a spawn still starts.
+    assert folders.mounts(stranger, [], courses=[course["id"]]) == []
+    # A folder of the student's own of that name, chosen, takes the place.
+    mine = folders.create(reader(BOB), "cs101")
+    mounts = folders.mounts(student, ["cs101"], courses=[course["id"]])
+    assert [(m["path"], m["id"]) for m in mounts] == [("folders/cs101", mine["id"])]
+
+
 def test_a_storage_quota_refuses_what_would_pass_it_and_mounts_own_folders_read_only(
     db_url, tmp_path
 ):

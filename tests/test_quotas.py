@@ -89,6 +89,9 @@ def test_memory_sizes_follow_docker(mem, nbytes):
         ({"mem": True}, ["group students", "is not a size"]),
         ({"sessions": "2.5"}, ["group students", "2.5"]),
         ({"pending": "many"}, ["group students", "many"]),
+        ({"per_member": {"storage": "1G"}}, ["group students: per_member", "storage"]),
+        ({"per_member": 2}, ["group students: per_member", "must be a mapping"]),
+        ({"per_member": {"fgpu": -1}}, ["group students: per_member", "-1"]),
     ],
     ids=[
         "list",
@@ -101,6 +104,9 @@ def test_memory_sizes_follow_docker(mem, nbytes):
         "mem-bool",
         "sessions-fraction",
         "pending-word",
+        "per-member-storage",
+        "per-member-number",
+        "per-member-negative",
     ],
 )
 def test_a_malformed_quota_names_the_group(data, words):
@@ -212,6 +218,39 @@ async def test_refresh_follows_the_admins_edits():
 
     await book.refresh({"name": "carol", "groups": []}, hub)
     assert book.groups_of("carol") == ()
+
+
+async def test_a_groups_per_member_quota_holds_each_member_on_their_own():
+    book = QuotaBook({"sessions": 3, "fgpu": 4})
+    hub = FakeHub(
+        {
+            "cs101": {QUOTA_PROPERTY: {"fgpu": 20, "per_member": {"fgpu": 2, "sessions": 5}}},
+            "lab": {QUOTA_PROPERTY: {"per_member": {"cpu": 1}}},
+        }
+    )
+    await book.refresh({"name": "ann", "groups": ["cs101", "lab"]}, hub)
+    await book.refresh({"name": "bob", "groups": []}, hub)
+    snapshot = book.snapshot()
+    ann = snapshot.for_user("ann")
+    # The tightest of the site's per-user quota and each group's per_member.
+    assert (ann.max_slots.fgpu, ann.max_slots.cpu, ann.max_sessions, ann.max_pending) == (
+        2,
+        1,
+        3,
+        None,
+    )
+    assert snapshot.for_user("bob") == book.user_default
+    assert snapshot.for_group("cs101").max_slots.fgpu == 20  # all members together, as before
+    assert book.user_limit("ann", ("cs101", "lab"))["fgpu"] == 2
+    # The scheduler's admission holds a member to it.
+    request = resource_model.Request("r1", "ann", ("cs101", "lab"), resource_model.Slots(1, GIB, 3))
+    node = resource_model.Node("node-1", "default", 4, 8 * GIB)
+    refusal = admission.admission_error(request, [node], snapshot)
+    assert refusal and "your quota" in refusal and "2 fGPU" in refusal, refusal
+    # Removed by the admin: ann is held to the site's quota alone again.
+    hub.properties.update(cs101={QUOTA_PROPERTY: {"fgpu": 20}}, lab={})
+    await book.refresh({"name": "ann", "groups": ["cs101", "lab"]}, hub)
+    assert book.snapshot().for_user("ann") == book.user_default
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,15 @@
 """`api/courses` (contract 8): courses on hub groups (courses.py).
 
 - `GET api/courses`: the courses you are in or teach (every course for admins), each with its
-  instructors, your role, its member count and its allowance (the group's `fgpu_quota`);
-- `POST api/courses {name, instructors}` (admins): make a group a course, or adopt one;
+  instructors, your role, its member count, its allowance (the group's `fgpu_quota`), bounds,
+  presets and folder (courses.py: `Course.listing`);
+- `POST api/courses {name, instructors, bounds?}` (admins): make a group a course, or adopt one,
+  with its folder (course_folders.py) and, optionally, its bounds (course_bounds.py);
+- `PATCH api/courses/{name}` (admins and the course's instructors): its bounds (admins only),
+  allowance, presets, and whether its folder is automounted (course_settings.py);
 - `PUT api/courses/{name}/roster` (admins and the course's instructors), a CSV body
-  (`text/csv`, `user,role` lines: core/rosters.py): its members become exactly the roster's;
+  (`text/csv`, `user,role` lines: core/rosters.py): its members become exactly the roster's,
+  and its folder's read-write shares its instructors;
 - `GET api/courses/{name}/sessions` (admins and the course's instructors): its members' live
   sessions and jobs;
 - `GET api/courses/{name}` (admins and its instructors): the course with its roster (members and
@@ -27,7 +32,7 @@ from urllib.parse import quote
 from tornado import web
 
 from fgpu_shared.course_messages import message_problem
-from queue_service import courses, instructor_visits
+from queue_service import course_bounds, course_folders, course_settings, courses, instructor_visits
 from queue_service.core import rosters
 from queue_service.core.errors import Refusal
 from queue_service.core.status import Status
@@ -54,6 +59,13 @@ class CourseHandlerBase(BaseHandler):
     async def course_to_run(self, name: str) -> tuple[dict, courses.Course]:
         return await course_to_run(self, name)
 
+    async def with_folder(self, name: str) -> courses.Course:
+        """The course `name` once its folder is made and shared as its members and
+        instructors now are (course_folders.py)."""
+        course = await self.from_hub(courses.course_named(self.hub, name))
+        await self.from_hub(course_folders.provide(self.hub, self.folders, course))
+        return await self.from_hub(courses.course_named(self.hub, name))
+
 
 class CoursesHandler(CourseHandlerBase):
     """GET your courses (all for admins); POST makes or adopts a course (admins)."""
@@ -67,10 +79,41 @@ class CoursesHandler(CourseHandlerBase):
     @web.authenticated
     async def post(self):
         self.require_admin("Making a course")
-        name, instructors = courses.check_new_course(self.body())
+        body = self.body()
+        name, instructors = courses.check_new_course(body)
+        bounds = course_bounds.read_quota(body.get("bounds"), "bounds")  # before any change
         created = await self.from_hub(courses.make_course(self.hub, name, instructors))
-        course = await self.from_hub(courses.course_named(self.hub, name))
+        if bounds is not None:
+            change = {"bounds": bounds}
+            await self.from_hub(course_settings.change_course(self.hub, name, change, True))
+        course = await self.with_folder(name)
         self.write_json(course.listing(self.identity()["name"]), 201 if created else 200)
+
+
+class CourseHandler(CourseHandlerBase):
+    """GET one course for its Course page (roster, allowance, budgets with their use); PATCH
+    its bounds (admins), allowance, presets and folder automount."""
+
+    @web.authenticated
+    async def get(self, name):
+        person, course = await self.course_to_run(name)
+        # The budgets count every member's use: the quota book must know the members, which it
+        # learns from a member's groups (an admin running the course may be none).
+        member = person if course.role_of(person["name"]) or not course.members else None
+        member = member or await self.from_hub(self.hub.user(course.members[0]))
+        await self.refresh_quotas(member)
+        budgets = await self.usage.budget_status(Account.of(member), (course.name,))
+        self.write_json(
+            {**course.listing(person["name"]), "roster": course.roster(), "budgets": budgets}
+        )
+
+    @web.authenticated
+    async def patch(self, name):
+        person, _ = await self.course_to_run(name)
+        change = course_settings.check_change(self.body(), person["admin"])
+        await self.from_hub(course_settings.change_course(self.hub, name, change, person["admin"]))
+        course = await self.from_hub(courses.course_named(self.hub, name))
+        self.write_json(course.listing(person["name"]))
 
 
 class RosterHandler(CourseHandlerBase):
@@ -86,7 +129,7 @@ class RosterHandler(CourseHandlerBase):
         person, course = await self.course_to_run(name)
         roster = rosters.parse_roster(self._text())  # all of it checked before any change
         await self.from_hub(courses.set_roster(self.hub, course, roster))
-        course = await self.from_hub(courses.course_named(self.hub, name))
+        course = await self.with_folder(name)
         self.write_json(course.listing(person["name"]))
 
     def _text(self) -> str:
@@ -105,23 +148,6 @@ class CourseSessionsHandler(CourseHandlerBase):
         members = set(course.members)
         sessions = [s for s in self.manager.sessions(user=None) if s["user"] in members]
         self.write_json({"course": course.name, "sessions": sessions})
-
-
-class CourseHandler(CourseHandlerBase):
-    """GET one course for its Course page: roster, allowance, budgets with their use."""
-
-    @web.authenticated
-    async def get(self, name):
-        person, course = await self.course_to_run(name)
-        # The budgets count every member's use: the quota book must know the members, which it
-        # learns from a member's groups (an admin running the course may be none).
-        member = person if course.role_of(person["name"]) else None
-        member = member or await self.from_hub(self.hub.user(course.members[0]))
-        await self.refresh_quotas(member)
-        budgets = await self.usage.budget_status(Account.of(member), (course.name,))
-        self.write_json(
-            {**course.listing(person["name"]), "roster": course.roster(), "budgets": budgets}
-        )
 
 
 class CourseMessageHandler(CourseHandlerBase):

@@ -17,6 +17,7 @@ import asyncio
 
 from tornado import web
 
+from queue_service import course_folders
 from queue_service.core import end_reasons, query_args
 from queue_service.engine.registry_images import pinned_reference
 from queue_service.store.accounts import Account
@@ -60,7 +61,9 @@ class GrantsHandler(SpawnerHandler):
         # Folders the user may not mount are refused before the request joins the queue (an
         # admin mounts what they own or were given, as anyone does).
         reader = Reader.of({**user, "admin": False})
-        mounts = await asyncio.to_thread(self.folders.mounts, reader, data.get("folders") or [])
+        courses = await self.from_hub(course_folders.automounted(self.hub, reader.groups))
+        keys = data.get("folders") or []
+        mounts = await asyncio.to_thread(self.folders.mounts, reader, keys, courses)
         if self._new_request(data):
             # A job started through the hub's own API: its notebook is looked for, as a launch's
             # is (POST api/sessions). A launched or waiting record was checked when it was made.

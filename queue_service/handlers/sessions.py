@@ -17,7 +17,7 @@ import asyncio
 
 from tornado import web
 
-from queue_service import launches
+from queue_service import course_folders, launches
 from queue_service.core import end_reasons, query_args
 from queue_service.core.status import Status
 from queue_service.store.accounts import Account
@@ -107,7 +107,8 @@ class SessionsHandler(BaseHandler):
         person = {**person, "account": (await self.account_of(person["name"])).key}
         # Folders it may not mount are refused now, before any record exists.
         reader = Reader.of({**person, "admin": False})
-        mounts = await asyncio.to_thread(self.folders.mounts, reader, extras["folders"])
+        courses = await self.from_hub(course_folders.automounted(self.hub, reader.groups))
+        mounts = await asyncio.to_thread(self.folders.mounts, reader, extras["folders"], courses)
         # So is a job whose notebook is not there (in those folders, or in the home).
         await self.check_notebook(
             Account(person["name"], person["account"]), request["job"], mounts
