@@ -79,6 +79,9 @@ def test_a_group_is_a_course_only_with_its_property():
         "members": 2,
         "allowance": {"fgpu": 8},
         "message": None,
+        "bounds": None,
+        "presets": None,
+        "folder": None,
     }
 
 
