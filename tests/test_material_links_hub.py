@@ -22,7 +22,7 @@ from fgpu_spawner.network import SESSION_NETWORK
 from .browser import SPAWN_TIMEOUT_MS, log_in, screenshot
 from .harness import QueueUser
 from .test_courses_hub import fresh, make_course
-from .test_security_handlers import narrow_admin_token
+from .test_security_handlers import SESSION, narrow_admin_token
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -202,6 +202,41 @@ def test_a_student_follows_the_link_edits_and_gets_the_instructors_change(hub, g
     assert data.ok and data.json()["content"] == "a,b\n1,2\n"
     # Still one session: the second click used the running one.
     assert [s["id"] for s in QueueUser(hub, ann).sessions()] == [session["id"]]
+
+
+@pytest.mark.browser
+def test_on_a_full_cluster_the_link_shows_pending_then_opens_the_file(hub, git_server, page):
+    teacher, cat, bob = fresh("tim"), fresh("cat"), fresh("bob")
+    course = make_course(hub, teacher, [cat])
+    free = QueueUser(hub, "admin").call("GET", "resources").json()["free"]["cpu"]
+    # Someone else holds a core; the course's preset asks for more than is left.
+    holder = QueueUser(hub, bob)
+    response = holder.call("POST", "sessions", json={**SESSION, "cpu": 1})
+    assert response.status_code == 201, response.text
+    held = response.json()["servers"][0]["session"]["id"]
+    holder.wait_for(lambda sessions: sessions[0]["status"] in ("SCHEDULED", "RUNNING"))
+    preset = {**PRESET, "name": "most of the cluster", "cpu": free - 0.5}
+    group = hub.request("GET", f"groups/{course}").json()
+    properties = {**group["properties"], "fgpu_presets": [preset]}
+    assert hub.request("PUT", f"groups/{course}/properties", json=properties).status_code == 200
+    made = link_of(QueueUser(hub, teacher), course, repo=git_server.url, path=NOTEBOOK)
+
+    log_in(page, hub, cat)
+    page.goto(made["link"])
+    pending = page.locator("#fgpu-material-pending")
+    expect(pending).to_contain_text("PENDING")
+    expect(page.locator("#fgpu-material")).to_contain_text(course)
+    screenshot(page, "material-link-pending")
+    (waiting,) = QueueUser(hub, cat).sessions()
+    assert (waiting["status"], waiting["cpu"]) == ("PENDING", free - 0.5), waiting
+
+    # The core is given back: the page, looking again, lands in the file.
+    assert holder.call("DELETE", f"sessions/{held}").status_code in (200, 202)
+    page.wait_for_url(f"**/lab/tree/course/{NOTEBOOK}", timeout=SPAWN_TIMEOUT_MS)
+    expect(page.locator(".jp-Notebook .jp-Cell .cm-content").first).to_have_text(
+        "x = 1", timeout=SPAWN_TIMEOUT_MS
+    )
+    assert [s["id"] for s in QueueUser(hub, cat).sessions()] == [waiting["id"]]
 
 
 def test_only_the_courses_instructors_and_admins_make_a_link(hub, git_server):
