@@ -12,8 +12,12 @@ this service and what keeps it safe):
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+from urllib.parse import urlsplit
 
+from jupyterhub.utils import get_browser_protocol
 from tornado import web
 
 from queue_service import courses
@@ -47,9 +51,11 @@ def hub_base() -> str:
 
 
 def signing_key(handler: web.RequestHandler) -> bytes:
-    """The service's own secret (QueueService.cookie_secret_file), also the links' key."""
+    """The links' key, derived from the service's own secret (QueueService.cookie_secret_file)
+    so that no link signature is ever a valid cookie signature or the other way round."""
     secret = handler.settings["cookie_secret"]
-    return secret if isinstance(secret, bytes) else secret.encode()
+    secret = secret if isinstance(secret, bytes) else secret.encode()
+    return hmac.new(secret, b"fgpu material links", hashlib.sha256).digest()
 
 
 class MaterialLinkHandler(CourseHandlerBase):
@@ -74,12 +80,13 @@ class MaterialLinkHandler(CourseHandlerBase):
         )
 
     def _public_origin(self) -> str:
-        """The hub's public origin: JupyterHub's `public_url` when the site set one, else the
-        host the instructor reached the hub at."""
-        public = os.environ.get("JUPYTERHUB_PUBLIC_URL", "").rstrip("/")
-        if public:
-            return public.removesuffix(hub_base().rstrip("/"))
-        return f"{self.request.protocol}://{self.request.host}"
+        """The hub's public origin: from JupyterHub's `public_url` when the site set one (the
+        hub hands this service its public URL), else the host and protocol the instructor's
+        browser reached the hub at."""
+        public = urlsplit(os.environ.get("JUPYTERHUB_PUBLIC_URL", ""))
+        if public.scheme and public.netloc:
+            return f"{public.scheme}://{public.netloc}"
+        return f"{get_browser_protocol(self.request)}://{self.request.host}"
 
 
 class MaterialOpenPage(PageHandler):
