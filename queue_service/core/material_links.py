@@ -11,7 +11,7 @@ hands out the link it answers. That link is a service page,
   them a spawn that fails instead of a place in the queue;
 - the service page starts the session through the queue, as the Sessions page does (same
   quota, admission and images), with the course's preset when the course's group has presets;
-  while the request is PENDING it shows why and looks again; once the session runs it
+  while the request is PENDING it shows why and looks again; once the session is granted it
   redirects to that session's nbgitpuller, `/user/<name>/<server>/git-pull?...` (`pull_query`),
   which clones the repository into the home, or merges it into the clone already there by
   nbgitpuller's rules (a student's edits win a conflict, a file they deleted comes back), and
@@ -48,8 +48,8 @@ PATH_MAX = 1000
 APPS = ("lab", "notebook")
 #: A branch name git takes (`git check-ref-format --branch`), narrowed to plain characters.
 _BRANCH_CHARS = re.compile(r"[A-Za-z0-9._/-]+")
-#: Characters no part of a link may carry: controls and whitespace (they would end the URL, or
-#: hide what it names from the person reading it).
+#: Characters a repository's URL may not carry: controls and whitespace (they would end the URL,
+#: or hide what it names from the person reading it). A file's path may hold spaces.
 _UNPRINTABLE = re.compile(r"[\x00-\x20\x7f]")
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
 #: Signs a file's path may not hold: nbgitpuller opens it by appending it to the session's URL.
