@@ -52,6 +52,8 @@ ROOTFS_PACKAGES = (
     "less",
     "vim-tiny",
     "curl",
+    # nbgitpuller's material links pull a course's repository into the home with git.
+    "git",
 )
 # Removed from the root filesystem before it is tar'd: apt's downloaded .debs and package lists
 # (about 100 MB that `apt-get update` recreates), manuals and message translations.

@@ -4,6 +4,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `base`: authentication, XSRF, the body cap, scopes and the refusal → status table;
 - `grants`: the spawner's `api/grants`;
 - `courses`: `api/courses`, courses on hub groups, their rosters and their sessions;
+- `material_links`: a course's material by one link (`api/courses/{name}/link`, `courses/{name}/open`);
 - `sessions`: people's `api/sessions` (launch, stop, save as an image);
 - `session_logs`: `api/sessions/{id}/logs`, a batch job's log (followed live with `follow=1`);
 - `resources`: `api/resources`, the cluster page's quota table, `/metrics`;
@@ -31,6 +32,7 @@ from . import (
     grants,
     health,
     images,
+    material_links,
     nodes,
     pages,
     presets,
@@ -50,6 +52,7 @@ def routes(prefix: str) -> list:
         *grants.routes(prefix),
         *sessions.routes(prefix),
         *courses.routes(prefix),
+        *material_links.routes(prefix),
         *session_logs.routes(prefix),
         *resources.routes(prefix),
         *presets.routes(prefix),

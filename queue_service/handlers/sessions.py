@@ -85,49 +85,54 @@ class SessionsHandler(BaseHandler):
         count = data.pop("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_LAUNCH:
             raise web.HTTPError(400, f"count must be a whole number from 1 to {MAX_LAUNCH}.")
-        await self.refresh_quotas(person)
-        presets = offered_presets(self, person)
-        data = launches.with_launch_defaults(
-            data,
-            lambda: self.images.visible_to(
-                person["name"],
-                tuple(person.get("groups", [])),
-                bool(person.get("admin")),
-                created=person.get("created"),
-            ),
-            presets,
-            self.session_limits,
-        )
-        data = launches.with_preset(data, presets)
-        name, extras = launches.launch_extras(data, count)
-        request = launches.launch_request(data)
-        self.images.admit_options(person, request)
-        self._check_name_free(person["name"], name)
-        # The account as the hub has it now, not as cached: its sessions are that account's.
-        person = {**person, "account": (await self.account_of(person["name"])).key}
-        # Folders it may not mount are refused now, before any record exists.
-        reader = Reader.of({**person, "admin": False})
-        courses = await self.from_hub(course_folders.automounted(self.hub, reader.groups))
-        mounts = await asyncio.to_thread(self.folders.mounts, reader, extras["folders"], courses)
-        # So is a job whose notebook is not there (in those folders, or in the home).
-        await self.check_notebook(
-            Account(person["name"], person["account"]), request["job"], mounts
-        )
-        # A refusal of the first start carries the hub's own message (FGPUSpawner's checks).
-        launch = self.launcher.launch(person, request, count, name=name, extras=extras)
-        servers = await self.from_hub(launch)
+        servers = await launch_sessions(self, person, data, count)
         self.write_json({"servers": servers}, 201)
 
-    def _check_name_free(self, user: str, name: str | None) -> None:
-        """A name is unique among the user's live sessions (a launch of several: its prefix)."""
-        if name is None:
-            return
-        for session in self.manager.sessions(user=user):
-            taken = session["server_name"]
-            if taken == name or taken.startswith(f"{name}-"):
-                raise web.HTTPError(
-                    409, f"You already have a live session named {taken!r}; pick another name."
-                )
+
+async def launch_sessions(handler: BaseHandler, person: dict, data: dict, count: int) -> list[dict]:
+    """Launch `count` servers of `person` with the options `data` (a preset resolved, defaults
+    filled in, every check made before any record exists); the servers with their records."""
+    await handler.refresh_quotas(person)
+    presets = offered_presets(handler, person)
+    data = launches.with_launch_defaults(
+        data,
+        lambda: handler.images.visible_to(
+            person["name"],
+            tuple(person.get("groups", [])),
+            bool(person.get("admin")),
+            created=person.get("created"),
+        ),
+        presets,
+        handler.session_limits,
+    )
+    data = launches.with_preset(data, presets)
+    name, extras = launches.launch_extras(data, count)
+    request = launches.launch_request(data)
+    handler.images.admit_options(person, request)
+    check_name_free(handler.manager, person["name"], name)
+    # The account as the hub has it now, not as cached: its sessions are that account's.
+    person = {**person, "account": (await handler.account_of(person["name"])).key}
+    # Folders it may not mount are refused now, before any record exists.
+    reader = Reader.of({**person, "admin": False})
+    courses = await handler.from_hub(course_folders.automounted(handler.hub, reader.groups))
+    mounts = await asyncio.to_thread(handler.folders.mounts, reader, extras["folders"], courses)
+    # So is a job whose notebook is not there (in those folders, or in the home).
+    await handler.check_notebook(Account(person["name"], person["account"]), request["job"], mounts)
+    # A refusal of the first start carries the hub's own message (FGPUSpawner's checks).
+    launch = handler.launcher.launch(person, request, count, name=name, extras=extras)
+    return await handler.from_hub(launch)
+
+
+def check_name_free(manager, user: str, name: str | None) -> None:
+    """A name is unique among the user's live sessions (a launch of several: its prefix)."""
+    if name is None:
+        return
+    for session in manager.sessions(user=user):
+        taken = session["server_name"]
+        if taken == name or taken.startswith(f"{name}-"):
+            raise web.HTTPError(
+                409, f"You already have a live session named {taken!r}; pick another name."
+            )
 
 
 class SessionHandler(BaseHandler):
