@@ -1,0 +1,72 @@
+"""The SSH listener: logins by hub API token (`hub_logins.py`), a shell or command in the login's
+session (`shell.py`), SFTP to its files (`sftp.py`). Nothing else: no port forwarding, no agent
+or X11 forwarding, and no legacy `scp -O` (today's scp speaks SFTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncssh
+
+from .file_areas import FileAreas
+from .host_key import host_key
+from .hub_logins import TokenLogins
+from .sftp import FolderSFTP
+from .shell import Shells
+
+#: Seconds a client has to log in.
+LOGIN_SECONDS = 60
+
+
+class HubLogin(asyncssh.SSHServer):
+    """One connection's logins: by password (a hub API token) alone."""
+
+    def __init__(self, logins: TokenLogins):
+        self.logins = logins
+        self.conn = None
+
+    def connection_made(self, conn) -> None:
+        self.conn = conn
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def password_auth_supported(self) -> bool:
+        return True
+
+    async def validate_password(self, username: str, password: str) -> bool:
+        login = await self.logins.check(username, password)
+        if login is None:
+            return False
+        self.conn.set_extra_info(fgpu_login=login)
+        return True
+
+
+class SSHService:
+    def __init__(self, logins: TokenLogins, shells: Shells, areas: FileAreas, measure, log):
+        self.logins, self.shells, self.areas, self.measure = logins, shells, areas, measure
+        self.log = log
+        self.server = None
+
+    async def listen(self, host: str, port: int, key_path: str) -> None:
+        """Listen on `host`:`port` with the host key at `key_path` (made there when missing)."""
+        key = await asyncio.to_thread(host_key, key_path)
+        self.server = await asyncssh.create_server(
+            lambda: HubLogin(self.logins),
+            host or None,
+            port,
+            server_host_keys=[key],
+            process_factory=self.shells.run,
+            sftp_factory=lambda chan: FolderSFTP(chan, self.areas, self.measure),
+            allow_scp=False,
+            encoding=None,
+            line_editor=False,
+            agent_forwarding=False,
+            x11_forwarding=False,
+            login_timeout=LOGIN_SECONDS,
+        )
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
