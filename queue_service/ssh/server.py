@@ -6,6 +6,7 @@ or X11 forwarding, and no legacy `scp -O` (today's scp speaks SFTP).
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import asyncssh
 
@@ -17,6 +18,8 @@ from .shell import Shells
 
 #: Seconds a client has to log in.
 LOGIN_SECONDS = 60
+#: Threads for SFTP's file and database calls, apart from the queue service's.
+SFTP_THREADS = 8
 
 
 class HubLogin(asyncssh.SSHServer):
@@ -48,6 +51,7 @@ class SSHService:
         self.logins, self.shells, self.areas, self.measure = logins, shells, areas, measure
         self.log = log
         self.server = None
+        self.threads = ThreadPoolExecutor(SFTP_THREADS, thread_name_prefix="fgpu-sftp")
 
     async def listen(self, host: str, port: int, key_path: str) -> None:
         """Listen on `host`:`port` with the host key at `key_path` (made there when missing)."""
@@ -58,7 +62,7 @@ class SSHService:
             port,
             server_host_keys=[key],
             process_factory=self.shells.run,
-            sftp_factory=lambda chan: FolderSFTP(chan, self.areas, self.measure),
+            sftp_factory=lambda chan: FolderSFTP(chan, self.areas, self.measure, self.threads),
             allow_scp=False,
             encoding=None,
             line_editor=False,
@@ -70,3 +74,4 @@ class SSHService:
     def close(self) -> None:
         if self.server is not None:
             self.server.close()
+        self.threads.shutdown(wait=False)

@@ -12,8 +12,8 @@
 - **No links.** `stat` is `lstat` (a link shows as a link), a link is never opened, listed through
   or made, and `..` is refused (`realpath` folds it for a client's `cd`, never above `/`).
 
-Every call runs in a thread (the database, the disk): the queue service's event loop serves its
-pages meanwhile. Refusals reach the client as SFTP statuses with the Storage page's message.
+Every call runs in a thread of the SSH service's own (the database, the disk): the queue
+service's event loop and its threads serve its pages meanwhile. Refusals reach the client as SFTP statuses with the Storage page's message.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import functools
 import os
 import stat
 import time
+from concurrent.futures import Executor
 
 import asyncssh
 
@@ -55,12 +56,22 @@ class OpenFile:
 class FolderSFTP(asyncssh.SFTPServer):
     """One SFTP session of a checked login (its `Login` is the connection's `fgpu_login`)."""
 
-    def __init__(self, chan, areas: FileAreas, measure):
+    def __init__(self, chan, areas: FileAreas, measure, threads: Executor):
         super().__init__(chan)
         self.login: Login = chan.get_extra_info("fgpu_login")
         self.areas = areas
-        #: Measures a storage folder (by id) after it changed (Folders.measure).
+        #: Measures a storage folder (by id) after it changed (Folders.measure_after_change).
         self.measure = measure
+        self.threads = threads
+
+    async def _call(self, function, *args):
+        """`function(*args)` in the SSH service's own threads (the queue service's stay free for
+        its pages and grants during a long transfer), its refusal told as an SFTP status."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.threads, functools.partial(function, *args))
+        except Refusal as e:
+            raise _status(e) from None
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -75,7 +86,7 @@ class FolderSFTP(asyncssh.SFTPServer):
                     f"/{FOLDERS} lists your storage folders; make folders on the Storage page."
                 )
             raise asyncssh.SFTPPermissionDenied(f"/{FOLDERS} is not a file.")
-        spot = await _call(self.areas.locate, self.login.reader, place)
+        spot = await self._call(self.areas.locate, self.login.reader, place)
         if write and spot.read_only:
             raise asyncssh.SFTPPermissionDenied(spot.read_only)
         return spot
@@ -86,8 +97,8 @@ class FolderSFTP(asyncssh.SFTPServer):
         place = _place(path)
         if place.area == "folders" or (place.area == "home" and not place.parts):
             return _directory_attrs()
-        spot = await _call(self.areas.locate, self.login.reader, place)
-        return await _call(spot.files.lstat, spot.key, spot.parts)
+        spot = await self._call(self.areas.locate, self.login.reader, place)
+        return await self._call(spot.files.lstat, spot.key, spot.parts)
 
     stat = lstat  # links are never followed
 
@@ -95,16 +106,19 @@ class FolderSFTP(asyncssh.SFTPServer):
         place = _place(path)
         reader = self.login.reader
         if place.area == "folders":
-            for folder in await _call(self.areas.visible, reader):
-                attrs = await _call(self.areas.folders.files.lstat, folder["id"], ())
+            for folder in await self._call(self.areas.visible, reader):
+                try:
+                    attrs = await self._call(self.areas.folders.files.lstat, folder["id"], ())
+                except asyncssh.SFTPError:  # its files missing on this host: listed all the same
+                    attrs = _directory_attrs()
                 yield _name(folder["name"], attrs)
             return
         if place.area == "home" and not place.parts:
             yield _name(FOLDERS, _directory_attrs())
-            if not await _call(self.areas.has_home, reader):
+            if not await self._call(self.areas.has_home, reader):
                 return
-        spot = await _call(self.areas.locate, reader, place)
-        for name, info in await _call(spot.files.stats, spot.key, spot.parts):
+        spot = await self._call(self.areas.locate, reader, place)
+        for name, info in await self._call(spot.files.stats, spot.key, spot.parts):
             if not (name == FOLDERS and not spot.parts and spot.folder is None):
                 yield _name(name, info)
 
@@ -117,13 +131,13 @@ class FolderSFTP(asyncssh.SFTPServer):
         writable = bool(pflags & _WRITE_FLAGS)
         spot = await self._spot(path, write=writable)
         if not writable:
-            fd, _ = await _call(spot.files.open_file, spot.key, spot.parts)
+            fd, _ = await self._call(spot.files.open_file, spot.key, spot.parts)
             return OpenFile(fd, spot, None, False)
         create, new = bool(pflags & asyncssh.FXF_CREAT), bool(pflags & asyncssh.FXF_EXCL)
         truncate = bool(pflags & asyncssh.FXF_TRUNC)
-        fd = await _call(spot.files.open_to_write, spot.key, spot.parts, create, truncate, new)
+        fd = await self._call(spot.files.open_to_write, spot.key, spot.parts, create, truncate, new)
         try:
-            room = await _call(self._room, spot)
+            room = await self._call(self._room, spot)
             return OpenFile(fd, spot, room, True)
         except BaseException:
             os.close(fd)
@@ -135,21 +149,21 @@ class FolderSFTP(asyncssh.SFTPServer):
         return self.areas.folders.room(spot.folder, self.login.reader)
 
     async def read(self, file_obj: OpenFile, offset: int, size: int) -> bytes:
-        return await asyncio.to_thread(os.pread, file_obj.fd, size, offset)
+        return await self._call(os.pread, file_obj.fd, size, offset)
 
     async def write(self, file_obj: OpenFile, offset: int, data: bytes) -> int:
         if not file_obj.writable:
             raise asyncssh.SFTPPermissionDenied("The file is open to read only.")
         growth = max(0, offset + len(data) - file_obj.size)
         if file_obj.room is not None and file_obj.grown + growth > file_obj.room:
-            refusal = await _call(
+            refusal = await self._call(
                 self.areas.folders.refusal_to_add,
                 file_obj.spot.folder,
                 self.login.reader,
                 file_obj.grown + growth,
             )
             raise asyncssh.SFTPFailure(str(refusal))
-        written = await asyncio.to_thread(os.pwrite, file_obj.fd, data, offset)
+        written = await self._call(os.pwrite, file_obj.fd, data, offset)
         file_obj.size = max(file_obj.size, offset + written)
         file_obj.grown += growth
         file_obj.written = True
@@ -161,15 +175,15 @@ class FolderSFTP(asyncssh.SFTPServer):
     async def fsetstat(self, file_obj: OpenFile, attrs) -> None:
         if not file_obj.writable:
             raise asyncssh.SFTPPermissionDenied("The file is open to read only.")
-        await asyncio.to_thread(_set_attrs, file_obj.fd, attrs)
+        await self._call(_set_attrs, file_obj.fd, attrs)
 
     async def setstat(self, path: bytes, attrs) -> None:
         spot = await self._spot(path, write=True)
-        info = await _call(spot.files.lstat, spot.key, spot.parts)
+        info = await self._call(spot.files.lstat, spot.key, spot.parts)
         if stat.S_ISREG(info.st_mode):  # a directory's modes and times are left as they are
-            fd, _ = await _call(spot.files.open_file, spot.key, spot.parts)
+            fd, _ = await self._call(spot.files.open_file, spot.key, spot.parts)
             try:
-                await asyncio.to_thread(_set_attrs, fd, attrs)
+                await self._call(_set_attrs, fd, attrs)
             finally:
                 os.close(fd)
 
@@ -182,22 +196,22 @@ class FolderSFTP(asyncssh.SFTPServer):
 
     async def _measured(self, spot: Spot) -> None:
         if spot.folder is not None:
-            await asyncio.to_thread(self.measure, spot.folder["id"])
+            await self._call(self.measure, spot.folder["id"])
 
     # -- directories and names ----------------------------------------------------------------
 
     async def mkdir(self, path: bytes, attrs) -> None:
         spot = await self._spot(path, write=True)
-        await _call(spot.files.make_directory, spot.key, spot.parts)
+        await self._call(spot.files.make_directory, spot.key, spot.parts)
 
     async def rmdir(self, path: bytes) -> None:
         spot = await self._spot(path, write=True)
-        await _call(spot.files.remove_directory, spot.key, spot.parts)
+        await self._call(spot.files.remove_directory, spot.key, spot.parts)
         await self._measured(spot)
 
     async def remove(self, path: bytes) -> None:
         spot = await self._spot(path, write=True)
-        await _call(spot.files.remove_file, spot.key, spot.parts)
+        await self._call(spot.files.remove_file, spot.key, spot.parts)
         await self._measured(spot)
 
     async def rename(self, oldpath: bytes, newpath: bytes) -> None:
@@ -207,7 +221,7 @@ class FolderSFTP(asyncssh.SFTPServer):
             raise asyncssh.SFTPFailure(
                 "Files move within one folder (or the home); copy them to another."
             )
-        await _call(source.files.rename, source.key, source.parts, target.parts)
+        await self._call(source.files.rename, source.key, source.parts, target.parts)
 
     posix_rename = rename
 
@@ -221,14 +235,6 @@ class FolderSFTP(asyncssh.SFTPServer):
 def _place(path: bytes) -> Place:
     try:
         return place_of(os.fsdecode(path))
-    except Refusal as e:
-        raise _status(e) from None
-
-
-async def _call(function, *args):
-    """`function(*args)` in a thread, its refusal told as an SFTP status."""
-    try:
-        return await asyncio.to_thread(functools.partial(function, *args))
     except Refusal as e:
         raise _status(e) from None
 
