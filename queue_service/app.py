@@ -74,6 +74,7 @@ from queue_service.store.history import History
 from queue_service.store.images import ImageStore
 from queue_service.store.mount_flags import missing_flags
 from queue_service.store.project_quotas import ProjectQuotas
+from queue_service.store.ssh_keys import SSHKeyStore
 from queue_service.store.state_dir import queue_db_url, with_driver
 from queue_service.store.usage import UsageBook
 from queue_service.store.utilization import UtilizationLog, cluster_figures
@@ -1105,8 +1106,9 @@ class QueueService(Application):
         # The page's path on the hub's address (the service does not know the address people
         # type: the login that reads this does).
         sessions_url = f"{self.service_prefix}sessions"
+        self.ssh_keys = SSHKeyStore(self.db)
         self.ssh = SSHService(
-            TokenLogins(self.hub, self.log),
+            TokenLogins(self.hub, self.ssh_keys, self.log),
             Shells(self.engine_backend.session_exec(), sessions_url, self.log),
             FileAreas(self.folders, self.job_files),
             self.folders.measure_after_change,
@@ -1267,6 +1269,7 @@ class QueueService(Application):
             session_limits=self.session_limits,
             job_rules=self.jobs,
             job_files=self.job_files,
+            ssh_keys=self.ssh_keys,
             agent_service=self.agent_service,
             node_reports=self.node_reports,
             node_identity=NodeIdentity(self.node_credentials),

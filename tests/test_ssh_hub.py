@@ -19,22 +19,26 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import requests
 
-from .harness import QueueUser
+from .harness import QueueUser, logged_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 MIB = 1024 * 1024
+#: What a browser sends with a request another site's page makes (as test_security_handlers.py).
+CROSS_SITE = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
 #: Half the simulated GPU (2 fGPU units a GPU), half a core, 512 MiB.
 SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "512M", "fgpu": 1}
 LAB = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
 CLIENT_OPTIONS = [
     "-o", "StrictHostKeyChecking=no",
     "-o", "UserKnownHostsFile=/dev/null",
-    "-o", "PubkeyAuthentication=no",
     "-o", "NumberOfPasswordPrompts=1",
     "-o", "LogLevel=ERROR",
 ]  # fmt: skip
+#: A login by password alone (the keys of whoever runs the tests stay out of it).
+PASSWORD_ONLY = [*CLIENT_OPTIONS, "-o", "PubkeyAuthentication=no"]
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +63,13 @@ class Client:
         }
 
     def ssh(self, *command: str, terminal: bool = False, stdin: str = ""):
-        target = [*CLIENT_OPTIONS, "-p", self.port, f"{self.login}@127.0.0.1"]
+        target = [*PASSWORD_ONLY, "-p", self.port, f"{self.login}@127.0.0.1"]
         tty = ["-tt"] if terminal else ["-T"]
         return self._run(["/usr/bin/ssh", *tty, *target, *command], stdin)
 
     def sftp(self, commands: str, cwd: Path | None = None):
         """`commands` read by sftp from its input (not `-b`, which forbids a password)."""
-        target = [*CLIENT_OPTIONS, "-P", self.port, f"{self.login}@127.0.0.1"]
+        target = [*PASSWORD_ONLY, "-P", self.port, f"{self.login}@127.0.0.1"]
         return self._run(["/usr/bin/sftp", *target], commands, cwd)
 
     def _run(self, argv: list[str], stdin: str, cwd: Path | None = None):
@@ -262,3 +266,94 @@ def test_sftp_writes_stop_at_the_storage_quota(gpu_hub, askpass, tmp_path):
     assert "Failure" in run.stderr or "quota" in run.stderr, run.stderr
     stored = folder_dir(gpu_hub, folder) / "big.bin"
     assert stored.stat().st_size <= 1 * MIB
+
+
+def new_key(folder: Path, name: str) -> tuple[Path, str]:
+    """A fresh Ed25519 key pair: (its private key's path, its public key line)."""
+    path = folder / name
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{name}@laptop", "-f", path],
+        check=True,
+    )
+    return path, path.with_suffix(".pub").read_text().strip()
+
+
+def by_key(hub, login: str, key: Path, *command: str):
+    """ssh with the key alone (no password asked)."""
+    options = [
+        *CLIENT_OPTIONS,
+        "-o", "PubkeyAuthentication=yes",
+        "-o", "PasswordAuthentication=no",
+        "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes",
+    ]  # fmt: skip
+    argv = ["/usr/bin/ssh", "-T", *options, "-i", key, "-p", hub.env["FGPU_SSH_PORT"]]
+    return subprocess.run(
+        [*argv, f"{login}@127.0.0.1", *command], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_key_the_user_adds_logs_in_until_it_is_removed(gpu_hub, ann, bob, tmp_path):
+    key, public = new_key(tmp_path, "ann")
+    added = ann.call("POST", "ssh-keys", json={"key": public})
+    assert added.status_code == 201, added.text
+    assert (added.json()["title"], added.json()["key"]) == ("ann@laptop", public)
+    listed = ann.call("GET", "ssh-keys").json()["keys"]
+    assert [k["id"] for k in listed] == [added.json()["id"]]
+    shell = by_key(gpu_hub, ann.name, key, "echo $FGPU_SESSION_ID")
+    assert shell.stdout.split() == [session_id(ann)], shell.stderr
+    # Her key reaches her named servers too, and nobody else's account.
+    lab = by_key(gpu_hub, f"{ann.name}-lab", key, "true")
+    assert lab.returncode == 1
+    assert "no running session on the server 'lab'" in lab.stderr
+    assert by_key(gpu_hub, bob.name, key, "true").returncode == 255
+    # Bob can neither see nor remove it; ann removes it, and it logs in no more.
+    assert bob.call("GET", "ssh-keys").json()["keys"] == []
+    assert bob.call("DELETE", f"ssh-keys/{added.json()['id']}").status_code == 404
+    assert bob.call("GET", f"ssh-keys?user={ann.name}").status_code == 403
+    assert ann.call("DELETE", f"ssh-keys/{added.json()['id']}").status_code == 204
+    refused = by_key(gpu_hub, ann.name, key, "true")
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr
+
+
+def test_bad_keys_are_refused_with_a_reason_and_kept_nowhere(gpu_hub, bob, tmp_path):
+    key, public = new_key(tmp_path, "bob")
+    cases = {
+        "": 400,
+        "ssh-ed25519 not-base64": 400,
+        key.read_text(): 400,  # the private key
+    }
+    for text, status in cases.items():
+        response = bob.call("POST", "ssh-keys", json={"key": text})
+        assert response.status_code == status, response.text
+    assert "private key" in bob.call("POST", "ssh-keys", json={"key": key.read_text()}).text
+    assert bob.call("POST", "ssh-keys", json={"key": public}).status_code == 201
+    again = bob.call("POST", "ssh-keys", json={"key": public})
+    assert again.status_code == 409, again.text
+    assert len(bob.call("GET", "ssh-keys").json()["keys"]) == 1
+
+
+def test_an_admin_puts_a_key_in_for_a_user_and_nobody_else_can(gpu_hub, bob, tmp_path):
+    admin = f"admin-{secrets.token_hex(3)}"
+    made = gpu_hub.request("POST", f"users/{admin}", json={"admin": True})
+    assert made.status_code == 201, made.text
+    key, public = new_key(tmp_path, "for-bob")
+    by_admin = QueueUser(gpu_hub, admin).call(
+        "POST", f"ssh-keys?user={bob.name}", json={"key": public}
+    )
+    assert by_admin.status_code == 201, by_admin.text
+    assert by_key(gpu_hub, bob.name, key, "true").returncode == 1  # in: no session, told so
+    # A token without the service's scope, and a cross-site request with bob's cookie.
+    narrow = gpu_hub.request(
+        "POST", f"users/{bob.name}/tokens", json={"scopes": [f"read:users!user={bob.name}"]}
+    ).json()["token"]
+    url = f"{gpu_hub.url}/services/queue/api/ssh-keys"
+    _, other = new_key(tmp_path, "other")
+    answer = requests.post(url, json={"key": other}, headers={"Authorization": f"token {narrow}"})
+    assert answer.status_code == 403, answer.text
+    browser = logged_in(gpu_hub, bob.name)
+    assert browser.get(f"{gpu_hub.url}/services/queue/sessions", timeout=60).status_code == 200
+    forged = browser.post(url, headers=CROSS_SITE, json={"key": other}, timeout=60)
+    assert forged.status_code == 403, forged.text
+    titles = [k["title"] for k in bob.call("GET", "ssh-keys").json()["keys"]]
+    assert "other@laptop" not in titles

@@ -6,7 +6,7 @@
   may reach that server (`hub_logins.py`); the shell enters the session's container by the
   engine's exec (`shell.py`, engine/session_exec.py). No running session: a message that says to
   start one on the Sessions page, and a non-zero exit; a session is never started behind the
-  user's back.
+  user's back. A public key the account keeps (`api/ssh-keys`, store/ssh_keys.py) logs in too.
 - `sftp` (and `scp`, which speaks SFTP) reaches the home folder at `/` and the storage folders at
   `/folders/<name>`, session or not, with the Storage page's permissions and quotas and its file
   layer, which never follows a link (`sftp.py`, `file_areas.py`, store/folder_files.py).

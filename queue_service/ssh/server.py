@@ -12,7 +12,7 @@ import asyncssh
 
 from .file_areas import FileAreas
 from .host_key import host_key
-from .hub_logins import TokenLogins
+from .hub_logins import TokenLogins, extra_info_name
 from .sftp import FolderSFTP
 from .shell import Shells
 
@@ -23,7 +23,8 @@ SFTP_THREADS = 8
 
 
 class HubLogin(asyncssh.SSHServer):
-    """One connection's logins: by password (a hub API token) alone."""
+    """One connection's logins: by password (a hub API token) or by a public key the account
+    keeps."""
 
     def __init__(self, logins: TokenLogins):
         self.logins = logins
@@ -38,12 +39,20 @@ class HubLogin(asyncssh.SSHServer):
     def password_auth_supported(self) -> bool:
         return True
 
-    async def validate_password(self, username: str, password: str) -> bool:
-        login = await self.logins.check(username, password)
-        if login is None:
-            return False
-        self.conn.set_extra_info(fgpu_login=login)
+    def public_key_auth_supported(self) -> bool:
         return True
+
+    async def validate_password(self, username: str, password: str) -> bool:
+        return self._logged_in(username, await self.logins.check(username, password))
+
+    async def validate_public_key(self, username: str, key) -> bool:
+        # asyncssh checks the client's signature with this key once this says yes.
+        return self._logged_in(username, await self.logins.check_key(username, key))
+
+    def _logged_in(self, username: str, login) -> bool:
+        if login is not None:
+            self.conn.set_extra_info(**{extra_info_name(username): login})
+        return login is not None
 
 
 class SSHService:

@@ -31,7 +31,7 @@ from queue_service.core.errors import Refusal
 from queue_service.core.sftp_paths import FOLDERS, Place, place_of, real_path
 
 from .file_areas import FileAreas, Spot
-from .hub_logins import Login
+from .hub_logins import Login, channel_login
 
 #: How a refusal's cause is told to an SFTP client.
 _STATUS = {
@@ -54,11 +54,11 @@ class OpenFile:
 
 
 class FolderSFTP(asyncssh.SFTPServer):
-    """One SFTP session of a checked login (its `Login` is the connection's `fgpu_login`)."""
+    """One SFTP session of a checked login (its `Login`: hub_logins.channel_login)."""
 
     def __init__(self, chan, areas: FileAreas, measure, threads: Executor):
         super().__init__(chan)
-        self.login: Login = chan.get_extra_info("fgpu_login")
+        self.login: Login = channel_login(chan)
         self.areas = areas
         #: Measures a storage folder (by id) after it changed (Folders.measure_after_change).
         self.measure = measure

@@ -23,7 +23,7 @@ from queue_service.core.ssh_logins import login_of
 from queue_service.engine.errors import ENGINE_ERRORS
 from queue_service.engine.session_exec import Frames, SessionBusy
 
-from .hub_logins import Login
+from .hub_logins import Login, channel_login
 
 #: A login shell: bash where the image has it, else sh.
 LOGIN_SHELL = ["/bin/sh", "-c", 'exec "$(command -v bash || echo /bin/sh)" -l']
@@ -42,7 +42,7 @@ class Shells:
         self.log = log
 
     async def run(self, process: asyncssh.SSHServerProcess) -> None:
-        login: Login = process.get_extra_info("fgpu_login")
+        login: Login = channel_login(process)
         try:
             code = await self._run(process, login)
         except Exception as e:
