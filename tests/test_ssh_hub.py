@@ -13,13 +13,17 @@ The password goes to `ssh` as VS Code's and scripts' do without a terminal: by S
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import subprocess
 from pathlib import Path
 
+import asyncssh
 import pytest
 import requests
+
+from queue_service.ssh.sftp import MAX_OPEN_FILES
 
 from .harness import QueueUser, logged_in
 
@@ -357,3 +361,30 @@ def test_an_admin_puts_a_key_in_for_a_user_and_nobody_else_can(gpu_hub, bob, tmp
     assert forged.status_code == 403, forged.text
     titles = [k["title"] for k in bob.call("GET", "ssh-keys").json()["keys"]]
     assert "other@laptop" not in titles
+
+
+def test_one_sftp_session_holds_a_bounded_number_of_files_open(gpu_hub, bob):
+    """The descriptors are the queue service's: a client that opens without end is refused past
+    the bound (asyncssh's client here, which can hold files open as OpenSSH's sftp cannot)."""
+    make_folder(bob, "many")
+
+    async def hold_open() -> tuple[int, str]:
+        port = int(gpu_hub.env["FGPU_SSH_PORT"])
+        async with asyncssh.connect(
+            "127.0.0.1", port, username=bob.name, password=bob.token, known_hosts=None,
+            client_keys=None,
+        ) as connection, connection.start_sftp_client() as sftp:  # fmt: skip
+            held, refusal = [], ""
+            try:
+                for i in range(MAX_OPEN_FILES + 1):
+                    held.append(await sftp.open(f"/folders/many/f{i}", "w"))
+            except asyncssh.SFTPError as e:
+                refusal = e.reason
+            for file in held:
+                await file.close()
+            again = await sftp.open("/folders/many/again", "w")  # room again once closed
+            await again.close()
+            return len(held), refusal
+
+    held, refusal = asyncio.run(hold_open())
+    assert (held, refusal) == (MAX_OPEN_FILES, f"At most {MAX_OPEN_FILES} files are open at once.")

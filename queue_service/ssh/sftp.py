@@ -39,6 +39,9 @@ _STATUS = {
     "forbidden": asyncssh.SFTPPermissionDenied,
     "read_only": asyncssh.SFTPPermissionDenied,
 }
+#: Files one SFTP session holds open at once: the descriptors are the queue service's own, and a
+#: session that opened without end would leave the service none (clients open a few at a time).
+MAX_OPEN_FILES = 64
 _WRITE_FLAGS = asyncssh.FXF_WRITE | asyncssh.FXF_APPEND | asyncssh.FXF_CREAT | asyncssh.FXF_TRUNC
 
 
@@ -63,6 +66,7 @@ class FolderSFTP(asyncssh.SFTPServer):
         #: Measures a storage folder (by id) after it changed (Folders.measure_after_change).
         self.measure = measure
         self.threads = threads
+        self.open_files = 0
 
     async def _call(self, function, *args):
         """`function(*args)` in the SSH service's own threads (the queue service's stay free for
@@ -128,6 +132,13 @@ class FolderSFTP(asyncssh.SFTPServer):
     # -- files ------------------------------------------------------------------------------
 
     async def open(self, path: bytes, pflags: int, attrs):
+        if self.open_files >= MAX_OPEN_FILES:
+            raise asyncssh.SFTPFailure(f"At most {MAX_OPEN_FILES} files are open at once.")
+        opened = await self._open(path, pflags)
+        self.open_files += 1
+        return opened
+
+    async def _open(self, path: bytes, pflags: int) -> OpenFile:
         writable = bool(pflags & _WRITE_FLAGS)
         spot = await self._spot(path, write=writable)
         if not writable:
@@ -191,6 +202,7 @@ class FolderSFTP(asyncssh.SFTPServer):
 
     async def close(self, file_obj: OpenFile) -> None:
         os.close(file_obj.fd)
+        self.open_files -= 1
         if file_obj.written and file_obj.spot.folder is not None:
             await self._measured(file_obj.spot)
 
