@@ -1,6 +1,6 @@
 """The SSH keys an account keeps (store/ssh_keys.py), on SQLite and PostgreSQL: a key is checked
 before it is kept, belongs to one account (not to a later account of the same name), and is
-found by its fingerprint at a login."""
+found by its fingerprint at a login; and the service's host key, made once."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncssh
 import pytest
 
 from queue_service.core.errors import Refusal
+from queue_service.ssh.host_key import host_key
 from queue_service.store.accounts import Account
 from queue_service.store.db import open_database
 from queue_service.store.ssh_keys import MAX_KEYS, SSHKeyStore
@@ -63,3 +64,11 @@ def test_an_account_keeps_a_bounded_number_of_keys(keys):
         keys.add(ANN, public()[1])
     with pytest.raises(Refusal, match=f"at most {MAX_KEYS}"):
         keys.add(ANN, public()[1])
+
+
+def test_the_host_key_is_made_once_private_and_read_again(tmp_path):
+    path = tmp_path / "fgpu_ssh_host_key"
+    made = host_key(str(path))
+    assert path.stat().st_mode & 0o777 == 0o600
+    again = host_key(str(path))
+    assert again.export_public_key() == made.export_public_key()
