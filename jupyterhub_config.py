@@ -12,6 +12,7 @@ Environment variables (every one the file reads, with its default: docs/source/r
   FGPU_DUMMY_PASSWORD  shared password for the demo login (default: none asked)
   FGPU_DEMO_LOGIN_ON_NETWORK  1: let the demo login run on a non-loopback FGPU_HUB_IP
   FGPU_QUEUE_PORT      port of the queue service on 127.0.0.1 (default 10101)
+  FGPU_SSH_PORT        port of SSH and SFTP into the hub, on FGPU_HUB_IP (default 8022; 0: none)
   FGPU_HUB_DB_URL      the hub's database, e.g. postgresql://fgpu:secret@db/fgpu_hub (default:
                        jupyterhub.sqlite in the state directory)
   FGPU_QUEUE_DB_URL    the queue service's database (default: fgpu_queue.sqlite there)
@@ -286,6 +287,9 @@ c.QueueService.proxy_url = c.JupyterHub.bind_url.replace("//0.0.0.0:", "//127.0.
 c.QueueService.lifetime_warning = end_warning
 # The heavy framework images are built behind the hub (queue_service/image_builds.py).
 c.QueueService.build_in_background = build_images
+# SSH and SFTP (queue_service/ssh/) on the hub's public address: ssh -p 8022 <user>@<hub>.
+c.QueueService.ssh_port = int(os.environ.get("FGPU_SSH_PORT") or 8022)
+c.QueueService.ssh_host = os.environ.get("FGPU_HUB_IP", "127.0.0.1")
 c.JupyterHub.services = [
     {
         "name": "queue",

@@ -74,6 +74,7 @@ from queue_service.store.history import History
 from queue_service.store.images import ImageStore
 from queue_service.store.mount_flags import missing_flags
 from queue_service.store.project_quotas import ProjectQuotas
+from queue_service.store.ssh_keys import SSHKeyStore
 from queue_service.store.state_dir import queue_db_url, with_driver
 from queue_service.store.usage import UsageBook
 from queue_service.store.utilization import UtilizationLog, cluster_figures
@@ -94,6 +95,11 @@ from .quotas import DEFAULT_USER_QUOTA, QuotaBook
 from .reconciler import Reconciler
 from .server_removal import ServerRemover
 from .session_end_notice import EndNotice, end_notice_key
+from .ssh.file_areas import FileAreas
+from .ssh.host_key import HOST_KEY_FILE
+from .ssh.hub_logins import TokenLogins
+from .ssh.server import SSHService
+from .ssh.shell import Shells
 
 #: Largest body the server reads at all: an upload's chunk and a little more (each handler
 #: refuses more than its own cap with a message: 64 KiB, or the chunk for uploads).
@@ -455,6 +461,45 @@ class QueueService(Application):
         Example::
 
             c.FGPUSpawner.home_volume = "cs101-home-{username}"
+        """,
+    )
+    ssh_port = Integer(
+        0,
+        config=True,
+        help="""
+        Port of the SSH and SFTP service (docs/source/explanation/contracts.md, contract 9): `ssh -p <port> user@hub` opens
+        a shell in the user's running session (`user-server@hub`: a named server's), and `sftp`
+        reaches their home and storage folders, session or not; the password is a hub API token
+        of that user. 0: no SSH service. The shipped config sets it from FGPU_SSH_PORT (default
+        8022).
+
+        Example::
+
+            c.QueueService.ssh_port = 2222
+        """,
+    )
+    ssh_host = Unicode(
+        "",
+        config=True,
+        help="""
+        Address the SSH service listens on; empty: every address of the host.
+
+        Example::
+
+            c.QueueService.ssh_host = "10.0.0.5"
+        """,
+    )
+    ssh_host_key_file = Unicode(
+        HOST_KEY_FILE,
+        config=True,
+        help="""
+        File holding the SSH service's host key, made (Ed25519, mode 0600) when missing. Relative
+        paths are in the state directory (where the hub starts), so that clients see the same
+        host after a restart.
+
+        Example::
+
+            c.QueueService.ssh_host_key_file = "/var/lib/fgpu-hub/fgpu_ssh_host_key"
         """,
     )
     home_root = Unicode(
@@ -926,6 +971,7 @@ class QueueService(Application):
         self.init_images()
         self.init_folders()
         self.init_rounds()
+        self.init_ssh()
         return self.init_app()
 
     def init_registry_auth(self) -> None:
@@ -1053,6 +1099,33 @@ class QueueService(Application):
             volume=self.home_volume, root=self.home_root, volumes_here=inspect_volume is not None
         )
         self.job_files = JobFiles(homes, inspect_volume)
+
+    def init_ssh(self) -> None:
+        """SSH and SFTP (queue_service/ssh/): logins checked with the hub, shells in sessions
+        where the engine backend reaches them, files through the storage folders' parts."""
+        # The page's path on the hub's address (the service does not know the address people
+        # type: the login that reads this does).
+        sessions_url = f"{self.service_prefix}sessions"
+        self.ssh_keys = SSHKeyStore(self.db)
+        self.ssh = SSHService(
+            TokenLogins(self.hub, self.ssh_keys, self.log),
+            Shells(self.engine_backend.session_exec(), sessions_url, self.log),
+            FileAreas(self.folders, self.job_files),
+            self.folders.measure_after_change,
+            self.log,
+        )
+
+    async def start_ssh(self) -> None:
+        """Listen for SSH, if a port is set; a port taken or a host key unreadable leaves the
+        service without SSH (logged), never without its pages."""
+        if not self.ssh_port:
+            return
+        try:
+            await self.ssh.listen(self.ssh_host, self.ssh_port, self.ssh_host_key_file)
+        except (OSError, ValueError) as e:
+            self.log.error("No SSH service on port %s: %s", self.ssh_port, e)
+            return
+        self.log.info("SSH and SFTP listening on port %s", self.ssh_port)
 
     def say_mount_flags(self, root: str) -> None:
         """Warn when the folders root's mount lacks nosuid,nodev: the sessions' binds of
@@ -1196,6 +1269,7 @@ class QueueService(Application):
             session_limits=self.session_limits,
             job_rules=self.jobs,
             job_files=self.job_files,
+            ssh_keys=self.ssh_keys,
             agent_service=self.agent_service,
             node_reports=self.node_reports,
             node_identity=NodeIdentity(self.node_credentials),
@@ -1217,6 +1291,7 @@ class QueueService(Application):
         await listen_when_free(app, url.port or 80, url.hostname, self.log)
         self.log.info("Queue service listening on %s%s", self.service_url, self.service_prefix)
         await self.engine_backend.start()
+        await self.start_ssh()
         try:
             await self.reconciler.reconcile()
         except Exception as e:  # the engine is down: the reconciler's rounds try again

@@ -138,6 +138,19 @@ class Folders:
         (told to `reader`, who may be a sharer); None while there is room."""
         return self.over_quota(self._owner_of(folder, reader), 0, asker=reader)
 
+    def room(self, folder: dict, reader: Reader) -> int | None:
+        """Bytes the storage quotas of the folder's owner leave for writes to it, as last
+        measured (None: no quota): what `write` lets a writer add, counted per file by SFTP."""
+        rooms = [
+            q["limit_bytes"] - q["used_bytes"] for q in self.quotas(self._owner_of(folder, reader))
+        ]
+        return min(rooms) if rooms else None
+
+    def refusal_to_add(self, folder: dict, reader: Reader, adding: int) -> Refusal:
+        """The refusal of a write that would add `adding` bytes past the owner's quota."""
+        reason = self.over_quota(self._owner_of(folder, reader), adding, reader)
+        return Refusal(reason or "The folder's owner has no room left.", "full")
+
     # -- folders ------------------------------------------------------------------------------
 
     def visible(self, reader: Reader, everyone: bool) -> list[dict]:
@@ -289,25 +302,25 @@ class Folders:
         # Counted against the owner's quotas; a writer of a shared folder fills the owner's.
         self._refuse_past_quota(self._owner_of(folder, reader), len(data), reader, "full")
         size = self.files.write(folder_id, parts, data, offset)
-        self._measure_after_change(folder_id)
+        self.measure_after_change(folder_id)
         return size
 
     def make_directory(self, reader: Reader, folder_id: str, path: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         self.files.make_directory(folder_id, parts)
-        self._measure_after_change(folder_id)
+        self.measure_after_change(folder_id)
 
     def rename_path(self, reader: Reader, folder_id: str, path: str, to: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         if not isinstance(to, str):
             raise Refusal('Say the new path as text: {"to": "..."}.', "invalid")
         self.files.rename(folder_id, parts, path_parts(to))
-        self._measure_after_change(folder_id)
+        self.measure_after_change(folder_id)
 
     def remove_path(self, reader: Reader, folder_id: str, path: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
         self.files.remove(folder_id, parts)
-        self._measure_after_change(folder_id)
+        self.measure_after_change(folder_id)
 
     def _owner_of(self, folder: dict, reader: Reader) -> Reader:
         if folder["own"]:
@@ -370,7 +383,7 @@ class Folders:
         project = self.store.project_of(self.store.owner_account(folder_id))
         self.projects.assign(self.files.source(folder_id), project)
 
-    def _measure_after_change(self, folder_id: str) -> None:
+    def measure_after_change(self, folder_id: str) -> None:
         """Measure a folder the request just changed: the change is made, so a measure that
         fails (a session moving a tree meanwhile) is the round's to redo, not the request's."""
         try:

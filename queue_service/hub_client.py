@@ -68,6 +68,12 @@ class HubClient:
             raise HubError(f"The hub has no user {name!r} any more.", 403)
         return model
 
+    async def token_owner(self, token: str) -> dict:
+        """The hub's model of whoever holds `token` (`GET /user` with that token, never cached:
+        a revoked token is refused at once), with the token's `scopes`; HubError (403) for a
+        token the hub does not take."""
+        return (await self._call("GET", "/user", token=token))[1]
+
     async def user_now(self, name: str) -> dict:
         """The user as the hub has it this moment (servers and their pending state included)."""
         return (await self._call("GET", f"/users/{quote(name)}"))[1]
@@ -242,12 +248,17 @@ class HubClient:
         return model
 
     async def _call(
-        self, method: str, path: str, body: dict | None = None, accept: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        accept: str = "application/json",
+        token: str = "",
     ) -> tuple[int, dict]:
         request = HTTPRequest(
             self.api_url + path,
             method=method,
-            headers={"Authorization": f"token {self.token}", "Accept": accept},
+            headers={"Authorization": f"token {token or self.token}", "Accept": accept},
             body=None if body is None else json.dumps(body),
             allow_nonstandard_methods=True,
             request_timeout=30,

@@ -310,6 +310,8 @@ def running_hub(
         "FGPU_HUB_PORT": str(port),
         "FGPU_HUB_IP": "127.0.0.1",
         "FGPU_QUEUE_PORT": str(free_port()),
+        # Each hub its own SSH port (tests/test_ssh_hub.py): hubs of a run live side by side.
+        "FGPU_SSH_PORT": str(free_port()),
         # No test hub builds the heavy images behind itself unless a test asks (scripts/test
         # builds them before the suite; test_image_builds.py tests the builds themselves).
         "FGPU_BUILD_IMAGES": "0",

@@ -192,6 +192,11 @@ class EngineBackend(LoggingConfigurable, metaclass=_ConfigurableABC):
         its container; None where sessions are warned on their pages only."""
         return None
 
+    def session_exec(self):
+        """What starts a process inside a running session (session_exec.py: the SSH service's
+        shells), where the service reaches its container; None elsewhere."""
+        return None
+
     def reported_nodes(self) -> Callable[[], list[dict]] | None:
         """What reads the nodes as their agents report them (NodeReports.nodes), for the health
         check of their engines, where sessions run on other nodes; None where they run on the

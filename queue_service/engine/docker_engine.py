@@ -20,6 +20,7 @@ from .container_commits import commit_container
 from .frozen_containers import THAW_AFTER_SECONDS, FreezeWatch
 from .local_images import remove_image
 from .session_containers import DockerSessionLister
+from .session_exec import SessionExec
 from .session_warnings import DockerNotifier
 from .stats import StatsSampler
 from .volumes import inspect_volume_with
@@ -129,6 +130,10 @@ class DockerEngine(EngineBackend):
 
     def volume_inspector(self):
         return inspect_volume_with(self.client)
+
+    def session_exec(self) -> SessionExec:
+        hooks = self.hooks
+        return SessionExec(self.client, hooks.container_locks, hooks.deployment_id)
 
     def session_notifier(self) -> DockerNotifier:
         hooks = self.hooks

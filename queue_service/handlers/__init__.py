@@ -15,6 +15,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `utilization`: `api/utilization`, the cluster's capacity, allocation and use over time (admins);
 - `health`: `api/health`, the service's health (a status for anyone, the checks for admins);
 - `settings`: `api/settings`, the settings the running service holds (admins);
+- `ssh_keys`: `api/ssh-keys`, the public keys that log a user in over SSH;
 - `nodes`: the node agents' `api/nodes/{hostname}/report`, and `api/nodes` for admins;
 - `pages`: the HTML pages and their static files (and the 404 for anything else).
 
@@ -40,6 +41,7 @@ from . import (
     session_logs,
     sessions,
     settings,
+    ssh_keys,
     usage,
     utilization,
 )
@@ -63,6 +65,7 @@ def routes(prefix: str) -> list:
         *utilization.routes(prefix),
         *health.routes(prefix),
         *settings.routes(prefix),
+        *ssh_keys.routes(prefix),
         (prefix + r"oauth_callback", HubOAuthCallbackHandler),
         *pages.routes(prefix),
     ]

@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # the service's parts, as QueueService.init_app puts them in 
     from queue_service.quotas import QuotaBook
     from queue_service.store.history import History
     from queue_service.store.images import ImageStore
+    from queue_service.store.ssh_keys import SSHKeyStore
     from queue_service.store.usage import UsageBook
     from queue_service.store.utilization import UtilizationLog
 
@@ -209,6 +210,10 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     @property
     def session_limits(self) -> dict:
         return self.settings["session_limits"]
+
+    @property
+    def ssh_keys(self) -> SSHKeyStore:
+        return self.settings["ssh_keys"]
 
     @property
     def job_files(self) -> JobFiles | None:

@@ -191,6 +191,22 @@ class FolderFiles:
             raise
         return fd, info.st_size
 
+    def lstat(self, folder_id: str, parts: tuple[str, ...]) -> os.stat_result:
+        """What is at `parts` (a link itself, never what it points to), reached link-free."""
+        with self._parent(folder_id, parts) as parent:
+            if not parts:
+                return os.fstat(parent)
+            return _lstat(parts[-1], parent)
+
+    def stats(self, folder_id: str, parts: tuple[str, ...]) -> list[tuple[str, os.stat_result]]:
+        """Every entry of the directory at `parts` with what it is (links as links), by name."""
+        with self._directory(folder_id, parts) as fd:
+            found = []
+            for name in sorted(os.listdir(fd)):
+                with contextlib.suppress(FileNotFoundError):  # gone since it was listed
+                    found.append((name, os.lstat(name, dir_fd=fd)))
+        return found
+
     def measure(self, folder_id: str) -> Measure:
         """Bytes, files and the newest change in the folder, walking without following links."""
         total = files = 0
@@ -247,6 +263,65 @@ class FolderFiles:
             return offset + len(data)
         finally:
             os.close(fd)
+
+    def open_to_write(
+        self, folder_id: str, parts: tuple[str, ...], create: bool, truncate: bool, new: bool
+    ) -> int:
+        """A descriptor of the regular file at `parts`, open to read and write (`create` makes
+        it when missing, `new` refuses one that exists, `truncate` empties it); what is made
+        belongs to the session user. The caller closes it."""
+        if not parts:
+            raise Refusal("Name a file to write, inside the folder.", "invalid")
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        made = False
+        with self._parent(folder_id, parts) as parent:
+            if not new:
+                try:
+                    fd = _open(parts[-1], flags, parent)
+                except Refusal as e:
+                    if not (create and e.cause == "not_found"):
+                        raise
+                    new = True
+            if new:
+                try:
+                    fd = _open(parts[-1], flags | os.O_CREAT | os.O_EXCL, parent, 0o600)
+                except FileExistsError:
+                    raise Refusal(f"{'/'.join(parts)} exists already.", "conflict") from None
+                made = True
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise Refusal(f"{'/'.join(parts)} is not a file.", "invalid")
+            if truncate and not made:
+                os.ftruncate(fd, 0)
+            if made:
+                self._chown(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def remove_directory(self, folder_id: str, parts: tuple[str, ...]) -> None:
+        """Remove the empty directory at `parts` (a link or file there is refused)."""
+        if not parts:
+            raise Refusal("The folder itself is not removed here.", "invalid")
+        with self._parent(folder_id, parts) as parent:
+            if not stat.S_ISDIR(_lstat(parts[-1], parent).st_mode):
+                raise Refusal(f"{'/'.join(parts)} is not a directory.", "invalid")
+            try:
+                os.rmdir(parts[-1], dir_fd=parent)
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY:
+                    raise
+                raise Refusal(f"{'/'.join(parts)} is not empty.", "conflict") from None
+
+    def remove_file(self, folder_id: str, parts: tuple[str, ...]) -> None:
+        """Remove the file (or link, itself) at `parts`; a directory is refused."""
+        if not parts:
+            raise Refusal("The folder itself is not removed here.", "invalid")
+        with self._parent(folder_id, parts) as parent:
+            if stat.S_ISDIR(_lstat(parts[-1], parent).st_mode):
+                raise Refusal(f"{'/'.join(parts)} is a directory.", "invalid")
+            os.unlink(parts[-1], dir_fd=parent)
 
     def make_directory(self, folder_id: str, parts: tuple[str, ...]) -> None:
         if not parts:

@@ -259,3 +259,24 @@ class SessionMount(Base):
     owner: Mapped[str] = mapped_column(String(255), nullable=False)
     read_only: Mapped[bool] = mapped_column(Boolean, nullable=False)
     note: Mapped[str] = mapped_column(Text, nullable=False, default="")
+
+
+class SSHKey(Base):
+    """A public key that logs its owner's account in over SSH (queue_service/ssh/): the owner or
+    an admin adds it (`api/ssh-keys`); it ends with the account."""
+
+    __tablename__ = "ssh_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(255), nullable=False)
+    account: Mapped[str] = mapped_column(String(32), nullable=False, default="")
+    #: The key's SHA256 fingerprint, as `ssh-keygen -l` shows it: how a login finds it.
+    fingerprint: Mapped[str] = mapped_column(String(64), nullable=False)
+    key: Mapped[str] = mapped_column(Text, nullable=False)
+    title: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    created: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    __table_args__ = (
+        Index("ix_ssh_keys_fingerprint", "fingerprint"),
+        Index("ix_ssh_keys_owner", "owner", "account"),
+    )

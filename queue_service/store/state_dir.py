@@ -76,6 +76,7 @@ STATE_FILES = (
     StateFile("fgpu_queue_cookie_secret", "the queue service's cookie secret", secret=True),
     StateFile("fgpu_node_agent_token", "the node agents' token", secret=True),
     StateFile("fgpu_deployment_id", "which containers are this hub's", secret=False),
+    StateFile("fgpu_ssh_host_key", "the SSH service's host key", secret=True),
 )
 
 

@@ -1,0 +1,86 @@
+"""The SSH listener: logins by hub API token (`hub_logins.py`), a shell or command in the login's
+session (`shell.py`), SFTP to its files (`sftp.py`). Nothing else: no port forwarding, no agent
+or X11 forwarding, and no legacy `scp -O` (today's scp speaks SFTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import asyncssh
+
+from .file_areas import FileAreas
+from .host_key import host_key
+from .hub_logins import TokenLogins, extra_info_name
+from .sftp import FolderSFTP
+from .shell import Shells
+
+#: Seconds a client has to log in.
+LOGIN_SECONDS = 60
+#: Threads for SFTP's file and database calls, apart from the queue service's.
+SFTP_THREADS = 8
+
+
+class HubLogin(asyncssh.SSHServer):
+    """One connection's logins: by password (a hub API token) or by a public key the account
+    keeps."""
+
+    def __init__(self, logins: TokenLogins):
+        self.logins = logins
+        self.conn = None
+
+    def connection_made(self, conn) -> None:
+        self.conn = conn
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def password_auth_supported(self) -> bool:
+        return True
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    async def validate_password(self, username: str, password: str) -> bool:
+        return self._logged_in(username, await self.logins.check(username, password))
+
+    async def validate_public_key(self, username: str, key) -> bool:
+        # asyncssh checks the client's signature with this key once this says yes.
+        return self._logged_in(username, await self.logins.check_key(username, key))
+
+    def _logged_in(self, username: str, login) -> bool:
+        if login is not None:
+            self.conn.set_extra_info(**{extra_info_name(username): login})
+        return login is not None
+
+
+class SSHService:
+    def __init__(self, logins: TokenLogins, shells: Shells, areas: FileAreas, measure, log):
+        self.logins, self.shells, self.areas, self.measure = logins, shells, areas, measure
+        self.log = log
+        self.server = None
+        self.threads = ThreadPoolExecutor(SFTP_THREADS, thread_name_prefix="fgpu-sftp")
+
+    async def listen(self, host: str, port: int, key_path: str) -> None:
+        """Listen on `host`:`port` with the host key at `key_path` (made there when missing)."""
+        key = await asyncio.to_thread(host_key, key_path)
+        self.server = await asyncssh.create_server(
+            lambda: HubLogin(self.logins),
+            host or None,
+            port,
+            server_host_keys=[key],
+            process_factory=self.shells.run,
+            sftp_factory=lambda chan: FolderSFTP(chan, self.areas, self.measure, self.threads),
+            allow_scp=False,
+            encoding=None,
+            line_editor=False,
+            agent_forwarding=False,
+            x11_forwarding=False,
+            login_timeout=LOGIN_SECONDS,
+        )
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        self.threads.shutdown(wait=False)
