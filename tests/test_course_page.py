@@ -5,6 +5,7 @@ page. Students see their courses and each course's allowance, and not the course
 
 from __future__ import annotations
 
+import re
 import secrets
 
 import pytest
@@ -31,10 +32,14 @@ def member_row(page: Page, name: str):
 
 
 def test_an_instructor_runs_a_course_from_its_page(hub, pages, tmp_path):
+    """The whole course, by an instructor who is no hub admin: roster in, students' sessions
+    seen (a waiting one with its reason), one opened, the allowance raised within the admin's
+    bounds (the waiting one starts), one stopped, a material link made, a message posted."""
     teacher, ann, bob = fresh("tim"), fresh("ann"), fresh("bob")
     course = make_course(hub, teacher)
-    properties = {"fgpu_quota": {"sessions": 2}, "fgpu_course": {"instructors": [teacher]}}
-    assert hub.request("PUT", f"groups/{course}/properties", json=properties).status_code == 200
+    admin = QueueUser(hub, "admin")
+    bounds = {"bounds": {"sessions": 4}, "allowance": {"sessions": 2}}
+    assert admin.call("PATCH", f"courses/{course}", json=bounds).status_code == 200
     page = pages()
     log_in(page, hub, teacher)
 
@@ -48,18 +53,19 @@ def test_an_instructor_runs_a_course_from_its_page(hub, pages, tmp_path):
 
     # The roster goes in as a file.
     roster = tmp_path / "roster.csv"
-    roster.write_text(f"user,role\n{teacher},instructor\n{ann},student\n{bob},student\n")
+    roster.write_text(
+        f"user,name,role\n{teacher},Tim Berners,instructor\n{ann},Ann Lee,student\n{bob},,student\n"
+    )
     page.set_input_files("#fgpu-roster-file", str(roster))
     page.click("#fgpu-roster-upload")
     expect(page.locator("#fgpu-done")).to_contain_text("3 members")
-    expect(member_row(page, ann)).to_contain_text("student")
+    expect(member_row(page, ann)).to_contain_text("Ann Lee")
 
     # The students' sessions show up: ann's running, bob's second one waiting on the course's
     # allowance of two sessions, with its reason.
-    first = QueueUser(hub, ann).call("POST", "sessions", json={**SESSION, "count": 1})
-    assert first.status_code == 201, first.text
-    bobs = QueueUser(hub, bob).call("POST", "sessions", json={**SESSION, "count": 1})
-    assert bobs.status_code == 201, bobs.text
+    for student in (ann, bob):
+        started = QueueUser(hub, student).call("POST", "sessions", json={**SESSION, "count": 1})
+        assert started.status_code == 201, started.text
     QueueUser(hub, ann).wait_for(lambda s: [x["status"] for x in s] == ["RUNNING"], 150)
     waiting = QueueUser(hub, bob).call("POST", "sessions", json={**SESSION, "count": 1})
     assert waiting.status_code == 201, waiting.text
@@ -85,10 +91,34 @@ def test_an_instructor_runs_a_course_from_its_page(hub, pages, tmp_path):
     assert any(name.startswith(f"{ann}/") for name in shared_with(hub, teacher))
     visit.close()
 
-    # Stop bob's waiting request, with the page's question first.
-    pending = member_row(page, bob).locator("li", has_text="PENDING")
-    end_with_confirmation(page, pending.get_by_role("button", name="Cancel"))
-    expect(member_row(page, bob)).not_to_contain_text("PENDING")
+    # The allowance, within the admin's bounds: beyond them refused, within them saved, and
+    # bob's waiting session starts.
+    sessions = page.locator("#fgpu-allowance-course-sessions")
+    expect(page.locator("#fgpu-course-bounds")).to_contain_text("An admin set the bounds")
+    sessions.fill("5")
+    page.click("#fgpu-allowance-save")
+    expect(page.locator("#fgpu-error")).to_contain_text("at most 4")
+    assert admin.call("GET", f"courses/{course}").json()["allowance"] == {"sessions": 2}
+    sessions.fill("3")
+    page.click("#fgpu-allowance-save")
+    expect(page.locator("#fgpu-done")).to_contain_text("The allowance is saved")
+    expect(member_row(page, bob).locator(".fgpu-status-PENDING")).to_have_count(
+        0, timeout=SPAWN_TIMEOUT_MS
+    )
+    screenshot(page, "course-allowance")
+
+    # Stop one of bob's sessions, with the page's question first.
+    running = member_row(page, bob).locator("li", has_text="RUNNING").first
+    end_with_confirmation(page, running.get_by_role("button", name="Stop"))
+    expect(member_row(page, bob).locator("li", has_text="RUNNING")).to_have_count(1)
+
+    # Material by one link: the service's signed link for the repository and file.
+    page.fill("#fgpu-link-repo", "https://git.example.edu/cs101/labs.git")
+    page.fill("#fgpu-link-path", "lab1/start.ipynb")
+    page.click("#fgpu-link-make")
+    link = page.locator("#fgpu-link-output")
+    expect(link).to_have_value(re.compile(rf"/services/queue/courses/{course}/open\?.*sig="))
+    screenshot(page, "course-link")
 
     # A message: every member sees it on top of the hub's pages.
     page.fill("#fgpu-message-text", "Lab 3 is out: <b>read</b> the README first.")
@@ -103,7 +133,9 @@ def test_an_instructor_runs_a_course_from_its_page(hub, pages, tmp_path):
 
     # The student's Courses page: the course and its allowance; its own page is not theirs.
     student.goto(f"{hub.url}/services/queue/courses")
-    expect(student.locator(f'#fgpu-courses tr[data-course="{course}"]')).to_contain_text("student")
+    listed = student.locator(f'#fgpu-courses tr[data-course="{course}"]')
+    expect(listed).to_contain_text("student")
+    expect(listed).to_contain_text("3 sessions")
     screenshot(student, "courses-student")
     answer = student.goto(f"{hub.url}/services/queue/courses/{course}")
     assert answer.status == 403

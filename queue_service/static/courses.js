@@ -35,10 +35,16 @@
     ["storage", function (v) { return v + " storage"; }],
   ];
 
+  function allowanceParts(allowance) {
+    return ALLOWANCE.filter(function (pair) { return allowance[pair[0]] !== undefined && allowance[pair[0]] !== null; })
+      .map(function (pair) { return pair[1](allowance[pair[0]]); });
+  }
+
   function allowanceText(allowance) {
     if (!allowance) return "No course limit (your own quota applies)";
-    var parts = ALLOWANCE.filter(function (pair) { return allowance[pair[0]] !== undefined; })
-      .map(function (pair) { return pair[1](allowance[pair[0]]); });
+    var parts = allowanceParts(allowance);
+    var each = allowance.per_member ? allowanceParts(allowance.per_member) : [];
+    if (each.length) parts.push("each member at most " + each.join(", "));
     return parts.length ? parts.join(", ") : "No course limit (your own quota applies)";
   }
 
@@ -158,7 +164,69 @@
     var text = document.getElementById("fgpu-message-text");
     if (document.activeElement !== text) text.value = data.message ? data.message.text : "";
     document.getElementById("fgpu-message-clear").disabled = !data.message;
+    renderAllowanceForm(data);
     renderRoster();
+  }
+
+  // The allowance an instructor may change: the keys an admin bounded, each up to its bound
+  // (course_bounds.py); `per_member` keys are each member's own.
+  var LABELS = {
+    sessions: "Sessions at once", pending: "Waiting requests", cpu: "CPU cores", mem: "Memory (e.g. 16G)",
+    fgpu: "fGPU", storage: "Storage (e.g. 50G)", fgpu_hours_per_day: "fGPU-hours a day",
+    fgpu_hours_per_week: "fGPU-hours a week", cpu_hours_per_day: "CPU core-hours a day",
+    cpu_hours_per_week: "CPU core-hours a week", mem_gib_hours_per_day: "Memory GiB-hours a day",
+    mem_gib_hours_per_week: "Memory GiB-hours a week",
+  };
+
+  function boundedFields(bounds, allowance, scope) {
+    return Object.keys(bounds || {}).filter(function (key) { return LABELS[key]; }).map(function (key) {
+      var id = "fgpu-allowance-" + scope + "-" + key;
+      var value = allowance && allowance[key] !== undefined ? String(allowance[key]) : "";
+      return el("div", { className: "col-sm-6" }, [
+        el("label", { className: "form-label small mb-0", for: id, text: LABELS[key] + (scope === "member" ? ", each member" : "") }),
+        el("input", { className: "form-control form-control-sm", id: id, value: value, "data-key": key, "data-scope": scope,
+          placeholder: "at most " + bounds[key], "aria-describedby": id + "-bound" }),
+        el("div", { className: "form-text", id: id + "-bound", text: "At most " + bounds[key] + (scope === "member" ? " for each member" : " for the course") + ", set by an admin." }),
+      ]);
+    });
+  }
+
+  function renderAllowanceForm(data) {
+    var bounds = data.bounds, form = document.getElementById("fgpu-allowance-form");
+    var boundsText = document.getElementById("fgpu-course-bounds");
+    boundsText.textContent = bounds
+      ? "An admin set the bounds; you may change the allowance within them."
+      : "An admin sets this course's bounds; until then its allowance is theirs to change.";
+    if (document.activeElement && form.contains(document.activeElement)) return;
+    var allowance = data.allowance || {};
+    var fields = boundedFields(bounds, allowance, "course")
+      .concat(boundedFields((bounds || {}).per_member, allowance.per_member, "member"));
+    var target = document.getElementById("fgpu-allowance-fields");
+    target.replaceChildren.apply(target, fields);
+    form.classList.toggle("d-none", !fields.length);
+    var folder = data.folder, row = document.getElementById("fgpu-automount-row");
+    row.classList.toggle("d-none", !folder);
+    if (folder) document.getElementById("fgpu-automount").checked = Boolean(folder.automount);
+  }
+
+  function allowanceChange() {
+    var change = {}, member = {};
+    document.querySelectorAll("#fgpu-allowance-fields input").forEach(function (input) {
+      var text = input.value.trim(), number = Number(text);
+      var value = text === "" ? null : (isNaN(number) ? text : number);
+      if (input.dataset.scope === "member") { if (value !== null) member[input.dataset.key] = value; }
+      else change[input.dataset.key] = value;
+    });
+    if (document.querySelector('#fgpu-allowance-fields input[data-scope="member"]')) change.per_member = member;
+    return change;
+  }
+
+  function patchCourse(body, done) {
+    showError("");
+    return fgpu.api("PATCH", coursePath(course), body).then(function () {
+      showDone(done);
+      loadCourse();
+    }, function (e) { showError(e.message); loadCourse(); });
   }
 
   function loadCourse() {
@@ -192,6 +260,14 @@
       postMessage(document.getElementById("fgpu-message-text").value);
     });
     document.getElementById("fgpu-message-clear").addEventListener("click", function () { postMessage(""); });
+    document.getElementById("fgpu-allowance-form").addEventListener("submit", function (event) {
+      event.preventDefault();
+      patchCourse({ allowance: allowanceChange() }, "The allowance is saved; it holds for the next request.");
+    });
+    document.getElementById("fgpu-automount").addEventListener("change", function (event) {
+      var on = event.target.checked;
+      patchCourse({ automount: on }, on ? "The course folder is mounted in every member's next session." : "The course folder is no longer mounted by itself.");
+    });
     document.getElementById("fgpu-link-form").addEventListener("submit", function (event) {
       event.preventDefault();
       makeLink(event.target);
