@@ -206,6 +206,13 @@ class QueueUser:
         assert response.status_code == 200, response.text
         return response.json()["sessions"]
 
+    def end_all(self) -> None:
+        """Stop or cancel every live session and job of this user: a test on a shared hub
+        leaves its capacity as it found it."""
+        for session in self.sessions():
+            response = self.call("DELETE", f"sessions/{session['id']}")
+            assert response.status_code in (200, 404), response.text
+
     def wait_for(self, predicate, timeout: float = 90) -> list[dict]:
         """The user's sessions, once `predicate` holds for them."""
         deadline = time.monotonic() + timeout

@@ -299,7 +299,7 @@ def test_a_groups_job_time_limit_is_its_members_default_and_maximum(gpu_hub, stu
     body = {**SLOTS, "type": "batch", "command": "sleep 600", "time_limit": "10m"}
     refused = student.call("POST", "sessions", json=body)
     assert refused.status_code == 400
-    assert "maximum for your jobs, 5 min" in refused.json()["message"]
+    assert "a job's time limit is from 1 min to 5 min on this hub" in refused.json()["message"]
     assert student.sessions() == []
     job = submit(student, command="sleep 600")
     (running,) = student.wait_for(lambda s: s and s[0]["status"] == "RUNNING" and s[0]["ends"])

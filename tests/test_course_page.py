@@ -143,6 +143,8 @@ def test_an_instructor_runs_a_course_from_its_page(hub, pages, tmp_path):
     stranger = pages()
     log_in(stranger, hub, fresh("eve"))
     assert stranger.goto(f"{hub.url}/services/queue/courses/{course}").status == 404
+    for name in (ann, bob):
+        QueueUser(hub, name).end_all()
 
 
 def test_the_course_page_of_an_empty_course_and_the_list_of_none(hub, pages):

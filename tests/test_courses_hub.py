@@ -177,6 +177,8 @@ def test_an_instructor_sees_and_stops_only_their_own_courses_sessions(hub):
     # A student who leaves the roster is out of the instructor's reach.
     assert put_roster(QueueUser(hub, tb), course_b, f"{tb},instructor\n").status_code == 200
     assert QueueUser(hub, tb).call("DELETE", f"sessions/{session_b}").status_code == 404
+    student_b.end_all()
+    assert QueueUser(hub, "admin").call("DELETE", f"sessions/{admins_session}").status_code == 200
 
 
 def test_only_admins_make_courses(hub):
@@ -404,3 +406,4 @@ def test_a_visit_of_a_default_server_ends_when_the_student_leaves_the_course(hub
     assert put_roster(QueueUser(hub, teacher), course, f"{teacher},instructor\n").status_code == 200
     wait_until(lambda: shared_with(hub, teacher) == set(), 90, "the visit's share revoked")
     assert record["id"] in {s["id"] for s in student.sessions()}  # their session goes on
+    student.end_all()

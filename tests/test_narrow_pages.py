@@ -51,3 +51,4 @@ def test_a_session_row_reflows_at_800_px_with_its_buttons_in_sight(hub, page):
     expect(page.locator("#fgpu-sessions thead")).to_be_visible()
     assert sideways_overflow(page) == []
     screenshot(page, "sessions-1280")
+    student.end_all()

@@ -574,12 +574,14 @@ def test_stop_asks_first_and_nothing_stops_until_confirmed(gpu_hub, pages):
     assert [s["status"] for s in gus.sessions()] == ["RUNNING"]
     expect(rows(page, "RUNNING")).to_have_count(1)
 
-    # 800 px wide: the page itself does not scroll sideways; the table scrolls in its box.
+    # 800 px wide: nothing scrolls sideways, the page nor the table's box: each row is a card
+    # (pages.css, fgpu-stack; tests/test_narrow_pages.py).
     page.set_viewport_size({"width": 800, "height": 900})
     expect(page.locator("#fgpu-sessions[data-updated]")).to_be_attached()
     assert page.evaluate("document.documentElement.scrollWidth") <= 800
     wrap = page.locator("#fgpu-active-pane .fgpu-table-wrap")
-    assert wrap.evaluate("e => getComputedStyle(e).overflowX") == "auto"
+    assert wrap.evaluate("e => e.scrollWidth <= e.clientWidth + 1")
+    expect(page.locator("#fgpu-sessions thead")).to_be_hidden()
     # The session's name and image each on one line ("s-/99b9b4" no more).
     for cell in rows(page, "RUNNING").first.locator("td.fgpu-name span").all():
         line = cell.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)")

@@ -242,7 +242,10 @@ def test_a_batch_launch_carries_its_jobs_canonical_text():
         ({"command": "x"}, 'belong\\(s\\) to a batch job: add "type": "batch"'),
         ({"type": "batch"}, "either a notebook or a command"),
         ({"type": "batch", "notebook": "../x.ipynb"}, "may not leave your home folder"),
-        ({"type": "batch", "command": "x", "time_limit": 5}, "time_limit must be between"),
+        (
+            {"type": "batch", "command": "x", "time_limit": 5},
+            "a job's time limit is at least 1 min",
+        ),
         ({"type": "batch", "notebook": "a.ipynb", "parameters": "{"}, "parameters are not JSON"),
     ],
 )

@@ -23,7 +23,7 @@ def upgrade() -> None:
         sa.Column("fingerprint", sa.String(64), nullable=False),
         sa.Column("key", sa.Text(), nullable=False),
         sa.Column("title", sa.String(255), nullable=False),
-        sa.Column("created", sa.DateTime(timezone=True)),
+        sa.Column("created", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_index("ix_ssh_keys_fingerprint", "ssh_keys", ["fingerprint"])
     op.create_index("ix_ssh_keys_owner", "ssh_keys", ["owner", "account"])
