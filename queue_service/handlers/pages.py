@@ -191,6 +191,9 @@ class SessionsPage(PageHandler):
             "sessionLimits": self.session_limits,
             # A batch job's time limit when it names none, and the longest it may ask (seconds).
             "jobLimits": job_limits(self.job_rules),
+            # The SSH service's port for each running session's SSH dialog; 0: SSH is off.
+            "sshPort": self.settings.get("ssh_port", 0),
+            "tokenPage": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "hub/token",
             # What this user may start (groups, hidden, private), as api/images answers it.
             "images": self.images.visible_to(
                 person["name"],
