@@ -57,7 +57,7 @@ def test_the_ssh_dialog_shows_commands_that_log_in_to_that_session(
     for server, login in (("", cara.name), ("lab", f"{cara.name}-lab")):
         ssh, sftp = ssh_dialog(page, server)
         assert ssh == f"ssh -p {port} {login}@127.0.0.1"
-        assert sftp == f"sftp -P {port} {login}@127.0.0.1"
+        assert sftp == f"sftp -P {port} {cara.name}@127.0.0.1"
         page.click("#fgpu-ssh .fgpu-copy[data-copy=fgpu-ssh-command]")
         expect(page.locator("#fgpu-ssh-copied")).to_have_text(f"Copied: {ssh}")
         token_link = page.get_attribute("#fgpu-ssh-token-link", "href")

@@ -13,8 +13,9 @@ var fgpuSsh = (function () {
   }
 
   function commands(session) {
-    var target = login(session) + "@" + window.location.hostname;
-    return { ssh: "ssh -p " + config.sshPort + " " + target, sftp: "sftp -P " + config.sshPort + " " + target };
+    var host = "@" + window.location.hostname;
+    // SFTP reaches the user's files, whichever session: the plain user name.
+    return { ssh: "ssh -p " + config.sshPort + " " + login(session) + host, sftp: "sftp -P " + config.sshPort + " " + session.user + host };
   }
 
   function open(session) {
