@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 
 from .browser import SESSIONS_PAGE, log_in, rows, screenshot
 from .harness import QueueUser
-from .test_ssh_hub import LAB, PASSWORD_ONLY, Client, askpass, session_id  # noqa: F401
+from .test_ssh_hub import LAB, PASSWORD_ONLY, Client, askpass, by_key, new_key, session_id  # noqa: F401
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -91,3 +91,44 @@ def test_the_ssh_buttons_wrap_with_the_apps_at_800_px(gpu_hub, page, cara):
     screenshot(page, "ssh-sessions-800")
     ssh_dialog(page, "lab")
     screenshot(page, "ssh-dialog-800")
+
+
+def test_a_key_added_on_the_keys_page_logs_in_until_it_is_removed(gpu_hub, page, cara, tmp_path):
+    key, public = new_key(tmp_path, "laptop")
+    log_in(page, gpu_hub, cara.name)
+    page.goto(f"{gpu_hub.url}{SESSIONS_PAGE}")
+    ssh_dialog(page, "")
+    page.click("#fgpu-ssh-keys-link")
+    expect(page.locator("h1")).to_have_text("Your SSH keys")
+    page.fill("#fgpu-ssh-key-text", public)
+    page.click("#fgpu-ssh-key-add")
+    listed = page.locator("#fgpu-ssh-keys tbody tr")
+    expect(listed).to_have_count(1)
+    expect(listed).to_contain_text("ssh-ed25519")
+    expect(listed).to_contain_text("SHA256:")
+    screenshot(page, "ssh-keys")
+    page.set_viewport_size({"width": 800, "height": 900})
+    screenshot(page, "ssh-keys-800")
+    run = by_key(gpu_hub, cara.name, key, "echo $FGPU_SESSION_ID")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [session_id(cara)]
+
+    page.click(".fgpu-ssh-key-remove")
+    expect(page.locator("#fgpu-confirm")).to_contain_text("Remove this key?")
+    page.click("#fgpu-confirm-go")
+    expect(listed).to_have_count(0)
+    assert by_key(gpu_hub, cara.name, key, "true").returncode == 255
+
+
+def test_a_bad_key_shows_the_services_reason_and_adds_nothing(gpu_hub, page, cara):
+    log_in(page, gpu_hub, cara.name)
+    page.goto(f"{gpu_hub.url}{SESSIONS_PAGE.rstrip('/')}/ssh")
+    page.fill("#fgpu-ssh-key-text", "ssh-ed25519 not-a-key me@laptop")
+    page.click("#fgpu-ssh-key-add")
+    error = page.locator("#fgpu-error")
+    expect(error).to_be_visible()
+    answer = cara.call("POST", "ssh-keys", json={"key": "ssh-ed25519 not-a-key me@laptop"})
+    assert answer.status_code == 400
+    expect(error).to_have_text(answer.json()["message"])
+    expect(page.locator("#fgpu-ssh-keys tbody tr")).to_have_count(0)
+    screenshot(page, "ssh-keys-refused")

@@ -23,6 +23,8 @@ var fgpuSsh = (function () {
     document.getElementById("fgpu-ssh-command").value = c.ssh;
     document.getElementById("fgpu-sftp-command").value = c.sftp;
     document.getElementById("fgpu-ssh-token-link").href = config.tokenPage;
+    // The service's own pages sit next to its api/ (the SSH keys page: "ssh").
+    document.getElementById("fgpu-ssh-keys-link").href = config.api.replace(/api\/$/, "ssh");
     copied.classList.add("d-none");
     dialog.showModal();
   }
