@@ -9,6 +9,7 @@ import secrets
 import shlex
 
 import pytest
+import requests
 from playwright.sync_api import Page, expect
 
 from .browser import SESSIONS_PAGE, log_in, rows, screenshot
@@ -132,3 +133,17 @@ def test_a_bad_key_shows_the_services_reason_and_adds_nothing(gpu_hub, page, car
     expect(error).to_have_text(answer.json()["message"])
     expect(page.locator("#fgpu-ssh-keys tbody tr")).to_have_count(0)
     screenshot(page, "ssh-keys-refused")
+
+
+def test_the_keys_page_sends_a_stranger_to_the_login_and_shows_only_ones_own_keys(
+    gpu_hub, page, cara, tmp_path
+):
+    anonymous = requests.get(f"{gpu_hub.url}/services/queue/ssh", allow_redirects=False, timeout=60)
+    assert anonymous.status_code == 302
+    _, public = new_key(tmp_path, "cara")
+    assert cara.call("POST", "ssh-keys", json={"key": public}).status_code == 201
+    other = QueueUser(gpu_hub, f"dan-{secrets.token_hex(3)}")
+    log_in(page, gpu_hub, other.name)
+    page.goto(f"{gpu_hub.url}/services/queue/ssh")
+    expect(page.locator("#fgpu-ssh-keys-none")).to_be_visible()
+    expect(page.locator("#fgpu-ssh-keys tbody tr")).to_have_count(0)
