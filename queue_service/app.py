@@ -1270,6 +1270,7 @@ class QueueService(Application):
             job_rules=self.jobs,
             job_files=self.job_files,
             ssh_keys=self.ssh_keys,
+            ssh_port=self.ssh_port,
             agent_service=self.agent_service,
             node_reports=self.node_reports,
             node_identity=NodeIdentity(self.node_credentials),

@@ -191,6 +191,9 @@ class SessionsPage(PageHandler):
             "sessionLimits": self.session_limits,
             # A batch job's time limit when it names none, and the longest it may ask (seconds).
             "jobLimits": job_limits(self.job_rules),
+            # The SSH service's port for each running session's SSH dialog; 0: SSH is off.
+            "sshPort": self.settings.get("ssh_port", 0),
+            "tokenPage": os.environ.get("JUPYTERHUB_BASE_URL", "/") + "hub/token",
             # What this user may start (groups, hidden, private), as api/images answers it.
             "images": self.images.visible_to(
                 person["name"],
@@ -275,6 +278,17 @@ class StoragePage(PageHandler):
         await self.render_page("storage.html", person, page_config=config)
 
 
+class SSHKeysPage(PageHandler):
+    """Your SSH keys: list, add (a pasted `.pub` line), remove. `static/ssh_keys.js` does it
+    through `api/ssh-keys`, which checks each key and says why it refuses one."""
+
+    @web.authenticated
+    async def get(self):
+        person = await self.person()
+        config = {**self.page_config(person), "sshPort": self.settings.get("ssh_port", 0)}
+        await self.render_page("ssh_keys.html", person, page_config=config)
+
+
 class CoursesPage(PageHandler):
     """The Courses page: the courses you are in or teach (all for admins), each with its
     allowance; `courses/{name}`, for its instructors and admins, is the course's own page: its
@@ -314,6 +328,7 @@ def routes(prefix: str) -> list:
         (prefix + "images", ImagesPage),
         (prefix + "usage", UsagePage),
         (prefix + "storage", StoragePage),
+        (prefix + "ssh", SSHKeysPage),
         (prefix + "courses", CoursesPage),
         (prefix + r"courses/([^/]+)", CoursesPage),
         (prefix + r"static/(.*)", web.StaticFileHandler, {"path": str(STATIC_DIR)}),

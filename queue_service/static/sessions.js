@@ -107,6 +107,7 @@
           text: app.name,
         });
       }));
+      if (config.sshPort) apps.appendChild(fgpuSsh.button(s));
       cell.appendChild(apps);
     }
     if (config.admin && s.status === "RUNNING") {
