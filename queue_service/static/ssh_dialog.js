@@ -45,7 +45,7 @@ var fgpuSsh = (function () {
 
   // The button next to a running session's apps.
   function button(session) {
-    var b = el("button", { type: "button", className: "btn btn-sm btn-outline-primary fgpu-app fgpu-ssh", text: "SSH" });
+    var b = el("button", { type: "button", className: "btn btn-sm btn-outline-primary fgpu-ssh", text: "SSH" });
     b.addEventListener("click", function () { open(session); });
     return b;
   }
