@@ -32,7 +32,7 @@ from queue_service.core.material_links import (
 )
 from queue_service.core.status import ALLOCATED, FINAL
 
-from .courses import CourseHandlerBase
+from .courses import CourseHandlerBase, server_url
 from .pages import PageHandler
 from .presets import offered_presets
 from .sessions import launch_sessions
@@ -44,10 +44,6 @@ LOOK_AGAIN = 3
 
 def link_of(handler: web.RequestHandler) -> MaterialLink:
     return parse_link({key: handler.get_argument(key, "") for key in LINK_ARGUMENTS})
-
-
-def hub_base() -> str:
-    return os.environ.get("JUPYTERHUB_BASE_URL", "/")
 
 
 def signing_key(handler: web.RequestHandler) -> bytes:
@@ -154,8 +150,7 @@ class MaterialOpenPage(PageHandler):
         return servers[0]["session"]
 
     def _pull_url(self, user: str, server: str, link: MaterialLink) -> str:
-        session_url = f"{hub_base()}user/{user}/" + (f"{server}/" if server else "")
-        return f"{session_url}git-pull?{pull_query(link)}"
+        return f"{server_url(user, server)}git-pull?{pull_query(link)}"
 
     async def _render_waiting(
         self, person: dict, course, link: MaterialLink, session: dict
