@@ -958,8 +958,13 @@
     if (latest.resources) fitSliders(latest.resources);
     renderRecent();
     dialog.showModal();
+    // Nothing to choose or send until the lists are in: options a reopened dialog still shows
+    // from last time are replaced when they come, and a choice made on them would be lost.
+    var loading = [field("image"), field("submit")];
+    loading.forEach(function (f) { f.disabled = true; });
     // The recent launches again once the folders are known: they name their folders.
-    return Promise.all([loadImages(), loadPresets(), loadFolders()]).then(function () { renderRecent(); followPreset(); showValues(); updateLaunchAdvice(); });
+    return Promise.all([loadImages(), loadPresets(), loadFolders()]).then(function () { renderRecent(); followPreset(); showValues(); updateLaunchAdvice(); })
+      .finally(function () { loading.forEach(function (f) { f.disabled = false; }); });
   }
   document.getElementById("fgpu-start").addEventListener("click", function () {
     field("from").classList.add("d-none");
