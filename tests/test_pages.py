@@ -687,5 +687,17 @@ def test_at_the_session_quota_the_pages_name_it_while_the_gpu_is_free(gpu_hub, p
     screenshot(page, "pages-at-session-quota-dialog")
     page.click("#fgpu-launch-cancel")
 
+    # The hub's Home page frames the same indicator, reason included, whole: the frame grows to
+    # what it holds (the reason line was cut off below a fixed height), at 800 px too.
+    for width in (1280, 800):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(f"{gpu_hub.url}/hub/home")
+        home_why = page.frame_locator("#fgpu-indicator-frame").locator(".fgpu-indicator-why")
+        expect(home_why).to_contain_text("Nothing more starts for you now. " + quota_words)
+        frame_box = page.locator("#fgpu-indicator-frame").bounding_box()
+        why_box = home_why.bounding_box()  # in the page's coordinates
+        assert why_box["y"] + why_box["height"] <= frame_box["y"] + frame_box["height"], width
+        screenshot(page, f"pages-at-session-quota-home-{width}")
+
     for session in hana.sessions():
         assert hana.call("DELETE", f"sessions/{session['id']}").status_code == 200
