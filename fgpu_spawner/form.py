@@ -64,6 +64,7 @@ def render_spawn_form(
         selected_group=selected_group(previous, groups),
         cpu=limits.cpu,
         cpu_value=initial["cpu"],
+        cpu_text=slot_text("cpu", initial["cpu"]),
         cpu_step=cpu_step,
         mem_gib={
             "min": round(limits.mem.min / _GIB, 2),
@@ -75,6 +76,7 @@ def render_spawn_form(
         mem_min=format_size(int(limits.mem.min)),
         mem_max=format_size(int(limits.mem.max)),
         fgpu=limits.fgpu,
+        fgpu_text=slot_text("fgpu", limits.fgpu.default),
         fgpu_step=0.1,
         units_per_gpu=units_per_gpu,
         simulated=simulated,

@@ -51,6 +51,16 @@ def test_fgpu_slider_appears_when_offered():
     assert "1/2 of a GPU" in html and "simulated" in html
 
 
+def test_the_shown_figures_read_as_the_sessions_dialogs():
+    """ "1 core" and "0.5 fGPU", never "1.0 cores" or "0.0 fGPU"."""
+    limits = RequestLimits(LIMITS.cpu, LIMITS.mem, Range(0, 2, 0.5))
+    html = render_spawn_form(limits, CATALOG, units_per_gpu=2)
+    assert re.search(r'id="fgpu-cpu-value"[^>]*>1 core<', html)
+    assert re.search(r'id="fgpu-fgpu-value"[^>]*>0.5 fGPU<', html)
+    zero = render_spawn_form(RequestLimits(LIMITS.cpu, LIMITS.mem, Range(0, 2, 0)), CATALOG)
+    assert re.search(r'id="fgpu-fgpu-value"[^>]*>0 fGPU<', zero)
+
+
 def test_form_values_are_flattened_and_xsrf_dropped():
     data = {"image": ["sk"], "cpu": ["1.5"], "mem": ["1G"], "_xsrf": ["x"], "extra": ["1"]}
     assert options_from_form(data) == {"image": "sk", "cpu": "1.5", "mem": "1G", "extra": "1"}
