@@ -63,10 +63,14 @@
   }
 
   function tickLabel(hours) {
-    return function (value) {
+    return function (value, index, ticks) {
       var when = new Date(value);
       if (hours > 24) return when.toLocaleDateString([], { month: "short", day: "numeric" });
-      return when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+      // Ticks less than a minute apart (a young hub's half minutes) need their seconds, or two
+      // of them read the same minute.
+      var parts = { hour: "2-digit", minute: "2-digit" };
+      if (ticks.length > 1 && ticks[1].value - ticks[0].value < 60000) parts.second = "2-digit";
+      return when.toLocaleTimeString([], parts);
     };
   }
 
