@@ -206,6 +206,9 @@ def test_walkthrough_a_indicator_rises_and_falls_by_exactly_the_session(gpu_hub,
         frame = other.frame_locator("#fgpu-indicator-frame")
         expect(frame.locator("#fgpu-indicator[data-ready]")).to_be_attached()
         assert indicator(frame) == after, url
+        if "/spawn/" in url:  # the form points to where the rest is started
+            elsewhere = other.locator("#fgpu-spawn-elsewhere a")
+            expect(elsewhere).to_have_attribute("href", "/services/queue/sessions")
     screenshot(other, "pages-spawn-form-indicator")
 
     end_with_confirmation(page, page.locator("#fgpu-sessions .fgpu-stop").first)
