@@ -4,6 +4,7 @@ memory chosen → the list shows that configuration → a notebook kernel reads 
 limits → the web terminal prints the framework's version and `ls` shows the notebook's file → a
 0.5 fGPU session whose `nvidia-smi` shows its share → 3 × 1 fGPU: two run, one waits → a Stop asks
 first → the waiting one runs by itself → the other TensorFlow version and PyTorch print theirs.
+At 800 px wide, with the page's console clean throughout (no uncaught error, error or warning).
 
 Each framework image is checked here as the seeds check it (tests/test_frameworks.py holds the
 table and the training cells). The terminal and the kernel are reached as JupyterLab reaches them (terminado's and the kernel's
@@ -33,6 +34,7 @@ from .browser import (
 )
 from .harness import QueueUser, in_kernel, in_terminal
 from .test_frameworks import FRAMEWORKS, trained_one_epoch
+from .test_jupyter_console import EVERY_PAGE, recording
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -86,6 +88,10 @@ def prints_its_version_and_trains(hub, name: str, server: str, image: str) -> No
 def test_the_seeds_walkthrough_as_a_student(gpu_hub, pages):
     name = f"seed-{secrets.token_hex(3)}"
     student, page = QueueUser(gpu_hub, name), pages()
+    # On a laptop's 800 px, where the sessions are cards (the other page tests use 1,400), with
+    # the console watched from the login to the end.
+    page.set_viewport_size({"width": 800, "height": 900})
+    console = recording(page)
 
     # Log in: the student lands where the work is.
     log_in(page, gpu_hub, name)
@@ -146,3 +152,4 @@ def test_the_seeds_walkthrough_as_a_student(gpu_hub, pages):
         prints_its_version_and_trains(gpu_hub, name, server_of(student, "RUNNING", image), image)
         stop_everything(page)
     screenshot(page, "seeds-07-done")
+    assert console.problems(EVERY_PAGE) == []
