@@ -38,6 +38,7 @@ engine pushes with them; unset: without credentials).
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import hashlib
 import hmac
@@ -47,6 +48,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -63,6 +65,15 @@ REPORT_VERSION = 2
 ENGINE_API = "v1.41"
 #: The orders the queue service may give an agent in its answer to a report (see `run_order`).
 ORDER_KINDS = ("commit",)
+#: The orders of its shell channel (`ExecChannel`): a process in a session, a terminal's size.
+EXEC_ORDER_KINDS = ("exec", "exec_resize")
+#: A process in a session runs as the images' session user, in its home, whatever the order says.
+SESSION_USER = "1000"
+SESSION_HOME = "/home/jovyan"
+#: The shell channel's long poll: the service holds it up to 20 s; this is the agent's patience.
+EXEC_POLL_TIMEOUT = 60.0
+#: How long an ended process's exit code is waited for on the engine.
+EXEC_EXIT_WAIT = 5.0
 NVML_LIBRARY = "libnvidia-ml.so.1"
 #: The default bridge's option that mirrors the engine's `"icc"` setting.
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
@@ -196,6 +207,82 @@ def orders_of(answer):
         and order.get("kind") in ORDER_KINDS
         and isinstance(order.get("id"), str)
     ]
+
+
+def _strings(value):
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def exec_orders_of(answer):
+    """The well-formed orders of the shell channel's answer (others are skipped)."""
+    orders = answer.get("orders") if isinstance(answer, dict) else None
+    found = []
+    for order in orders if isinstance(orders, list) else []:
+        if not isinstance(order, dict) or not isinstance(order.get("token"), str):
+            continue
+        if order.get("kind") == "exec_resize":
+            size = (order.get("width"), order.get("height"))
+            if all(isinstance(n, int) and 0 < n < 10_000 for n in size):
+                found.append(order)
+        elif order.get("kind") == "exec":
+            command = order.get("command")
+            if (
+                isinstance(order.get("container"), str)
+                and isinstance(order.get("session_id"), str)
+                and isinstance(command, list)
+                and command
+                and all(isinstance(part, str) for part in command)
+                and isinstance(order.get("tty"), bool)
+                and _strings(order.get("env"))
+            ):
+                found.append(order)
+    return found
+
+
+def exec_config(order):
+    """The engine's exec of an order: its command, as the session's user in its home."""
+    return {
+        "AttachStdin": True,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Tty": order["tty"],
+        "Cmd": order["command"],
+        "Env": [f"{key}={value}" for key, value in order["env"].items()],
+        "User": SESSION_USER,
+        "WorkingDir": SESSION_HOME,
+    }
+
+
+def upgrade_request(method, target, host, headers, body=b""):
+    """An HTTP/1.1 request asking to turn its connection into a raw stream (`Upgrade: tcp`, as
+    the docker CLI's `exec -i` asks its engine)."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: Upgrade", "Upgrade: tcp"]
+    lines += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class UpgradeRefused(OSError):
+    """The other end answered an upgrade with no raw stream."""
+
+
+def upgraded(sock, request, statuses=(101,)):
+    """Send `request` on `sock` and read the answer's head: the bytes of the raw stream that came
+    after it. UpgradeRefused, with the answer's status line, for a status not in `statuses`."""
+    sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk or len(data) > 65536:
+            raise UpgradeRefused("the connection ended before an answer")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[1].isdigit() or int(parts[1]) not in statuses:
+        raise UpgradeRefused(f"{status_line}: {rest[:500].decode(errors='replace')}")
+    return rest
 
 
 #: X-Registry-Auth without credentials: `{}`, base64 (the engine wants the header valid).
@@ -392,6 +479,44 @@ class Engine:
         raw = self.call("POST", path, query={"tag": tag}, headers=headers, timeout=600)
         return push_digest(raw)
 
+    # -- a process in a session (the shell channel) -----------------------------------------
+
+    def exec_create(self, container_id, config):
+        return self.json("POST", f"/containers/{container_id}/exec", body=config)["Id"]
+
+    def exec_attach(self, exec_id, tty):
+        """Start the exec, hijacked: (its connection, the stream's first bytes)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            body = json.dumps({"Detach": False, "Tty": tty}).encode()
+            headers = {"Content-Type": "application/json"}
+            target = f"/{ENGINE_API}/exec/{exec_id}/start"
+            # An engine that cannot upgrade answers 200 and streams on the same connection.
+            rest = upgraded(
+                sock, upgrade_request("POST", target, "docker", headers, body), (101, 200)
+            )
+            sock.settimeout(None)
+            return sock, rest
+        except BaseException:
+            sock.close()
+            raise
+
+    def exec_resize(self, exec_id, width, height):
+        self.call("POST", f"/exec/{exec_id}/resize", query={"h": height, "w": width})
+
+    def exec_exit_code(self, exec_id, wait=EXEC_EXIT_WAIT):
+        """The exec's exit code once it has ended; -1 when the engine does not say in time."""
+        deadline = time.monotonic() + wait
+        while True:
+            found = self.json("GET", f"/exec/{exec_id}/json")
+            if not found.get("Running") and found.get("ExitCode") is not None:
+                return found["ExitCode"]
+            if time.monotonic() > deadline:
+                return -1
+            time.sleep(0.05)
+
 
 def push_digest(stream):
     """The digest an engine's push stream ends with; its error line raises EngineError."""
@@ -496,6 +621,8 @@ class Agent:
         self.previous_cpu = {}
         self.results = []  # of orders carried out, for the next report
         self.running_orders = set()
+        #: Sessions whose container a commit order holds: no process enters them meanwhile.
+        self.committing = set()
         self.lock = threading.Lock()
 
     def collect(self):
@@ -545,6 +672,8 @@ class Agent:
             thread.join()
 
     def _run_order(self, order):
+        with self.lock:
+            self.committing.add(order.get("session_id"))
         try:
             result = run_order(self.engine, order, self.node)
         except Exception as e:  # whatever went wrong, the order is answered and may run again
@@ -553,6 +682,7 @@ class Agent:
         with self.lock:
             self.results.append(result)
             self.running_orders.discard(order["id"])
+            self.committing.discard(order.get("session_id"))
 
     def give_back(self, results):
         """Results a report failed to deliver go out with the next one."""
@@ -596,7 +726,13 @@ class UnsignedAnswer(ValueError):
 def post_report(url, token, key, node_id, report, timeout=30.0):
     """POST the report, signed; the queue service's answer (orders, maybe) as a dict, once its
     signature is checked."""
-    body = json.dumps(report).encode()
+    return post_signed(url, token, key, node_id, report, timeout)
+
+
+def post_signed(url, token, key, node_id, data, timeout):
+    """POST `data` as JSON, signed with the node's key; the answer, once its signature is
+    checked."""
+    body = json.dumps(data).encode()
     signed = signed_headers(key, node_id, "POST", urllib.parse.urlsplit(url).path, body)
     request = urllib.request.Request(
         url,
@@ -615,7 +751,144 @@ def post_report(url, token, key, node_id, report, timeout=30.0):
 
 
 def report_url(base, node):
-    return f"{base.rstrip('/')}/api/nodes/{urllib.parse.quote(node, safe='')}/report"
+    return node_url(base, node, "report")
+
+
+def node_url(base, node, what):
+    return f"{base.rstrip('/')}/api/nodes/{urllib.parse.quote(node, safe='')}/{what}"
+
+
+# -- I/O: the shell channel ----------------------------------------------------------------------
+
+CHANNEL_ERRORS = (OSError, http.client.HTTPException, EngineError, ValueError, KeyError)
+
+
+class SessionBusy(Exception):
+    """A commit holds the session's container: no process may enter it now."""
+
+
+class ExecChannel:
+    """Processes in this node's sessions for the queue service's shells (SSH). The service cannot
+    reach this node's engine (queue_service/engine/exec_rendezvous.py), so the agent long-polls
+    `exec-orders`, starts each `exec` order's process on its engine, hijacked, opens a connection
+    back to the service (`exec/<token>`, signed with the node's key) and pipes bytes both ways;
+    once the process's output ends, it posts the exit code, then closes. In threads of their own,
+    beside the reports: a shell opens one round trip after it is asked for."""
+
+    def __init__(self, agent, base, token, key, node_id):
+        self.agent, self.engine, self.node = agent, agent.engine, agent.node
+        self.base, self.token, self.key, self.node_id = base, token, key, node_id
+        self.running = {}  # order token → exec id, for a terminal's resizes
+
+    def poll_forever(self, pause):
+        while True:
+            try:
+                self.post([], EXEC_POLL_TIMEOUT)
+            except CHANNEL_ERRORS as e:  # the service may be restarting
+                log(f"shell channel: {e}")
+                time.sleep(pause)
+
+    def post(self, results, timeout=30.0):
+        """Post `results`, signed, and carry out the orders of the answer."""
+        url = node_url(self.base, self.node, "exec-orders")
+        answer = post_signed(url, self.token, self.key, self.node_id, {"results": results}, timeout)
+        for order in exec_orders_of(answer):
+            if order["kind"] == "exec":
+                threading.Thread(target=self.run_exec, args=(order,), daemon=True).start()
+            elif order["token"] in self.running:
+                with contextlib.suppress(*CHANNEL_ERRORS):  # the process may have ended
+                    self.engine.exec_resize(
+                        self.running[order["token"]], order["width"], order["height"]
+                    )
+
+    def answer(self, result):
+        try:
+            self.post([result])
+        except CHANNEL_ERRORS as e:
+            log(f"shell channel: result of {result['token'][:8]}… not delivered: {e}")
+
+    def run_exec(self, order):
+        token = order["token"]
+        try:
+            exec_id, process, first = self.start(order)
+        except (*CHANNEL_ERRORS, SessionBusy) as e:
+            busy = isinstance(e, SessionBusy)
+            return self.answer({"token": token, "ok": False, "error": str(e), "busy": busy})
+        try:
+            back, back_first = self.dial_back(token)
+        except CHANNEL_ERRORS as e:
+            process.close()
+            return self.answer({"token": token, "ok": False, "error": f"no way back: {e}"})
+        self.running[token] = exec_id
+        try:
+            pipe(process, first, back, back_first, order["tty"])
+            try:
+                code = self.engine.exec_exit_code(exec_id)
+            except CHANNEL_ERRORS:
+                code = -1
+            self.answer({"token": token, "exit_code": code})
+        finally:
+            self.running.pop(token, None)
+            for sock in (back, process):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def start(self, order):
+        """The order's process, started and attached: (exec id, connection, first bytes). Only
+        in a running session container of this hub, and never while a commit holds it."""
+        with self.agent.lock:
+            if order["session_id"] in self.agent.committing:
+                raise SessionBusy(f"session {order['session_id']} is being saved as an image")
+        details = self.engine.inspect_container(order["container"])
+        labels = (details.get("Config") or {}).get("Labels") or {}
+        deployment = self.agent.deployment
+        if labels.get(SESSION_LABEL) != order["session_id"] or (
+            deployment and labels.get(DEPLOYMENT_LABEL) != deployment
+        ):
+            raise ValueError("no such session container on this node")
+        if not (details.get("State") or {}).get("Running"):
+            raise ValueError("the session's container is not running")
+        exec_id = self.engine.exec_create(order["container"], exec_config(order))
+        return (exec_id, *self.engine.exec_attach(exec_id, order["tty"]))
+
+    def dial_back(self, token):
+        """The connection back to the service for `token`: (its socket, first bytes)."""
+        url = urllib.parse.urlsplit(node_url(self.base, self.node, f"exec/{token}"))
+        https = url.scheme == "https"
+        sock = socket.create_connection((url.hostname, url.port or (443 if https else 80)), 30)
+        try:
+            if https:
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=url.hostname)
+            signed = signed_headers(self.key, self.node_id, "GET", url.path, b"")
+            headers = {"Authorization": f"token {self.token}", **signed}
+            first = upgraded(sock, upgrade_request("GET", url.path, url.netloc, headers))
+            sock.settimeout(None)
+            return sock, first
+        except BaseException:
+            sock.close()
+            raise
+
+
+def pipe(process, first, back, back_first, tty):
+    """Bytes both ways until the process's output ends. The service's end of input closes the
+    process's input; with a terminal it is the shell's end (a terminal has no end of input), so
+    the process's connection is closed whole."""
+
+    def inward():
+        with contextlib.suppress(OSError):
+            if back_first:
+                process.sendall(back_first)
+            while data := back.recv(65536):
+                process.sendall(data)
+            process.shutdown(socket.SHUT_RDWR if tty else socket.SHUT_WR)
+
+    threading.Thread(target=inward, daemon=True).start()
+    with contextlib.suppress(OSError):
+        if first:
+            back.sendall(first)
+        while data := process.recv(65536):
+            back.sendall(data)
 
 
 def _secret(environ, variable):
@@ -665,6 +938,8 @@ def main(environ=os.environ):
     url = report_url(environ["FGPU_AGENT_URL"], node)
     nvml = Nvml.load()
     agent = Agent(engine, nvml, node, environ.get("FGPU_DEPLOYMENT") or None)
+    channel = ExecChannel(agent, environ["FGPU_AGENT_URL"], token, key, node_id)
+    threading.Thread(target=channel.poll_forever, args=(interval,), daemon=True).start()
     log(
         f"node {node}: reporting to {url} every {interval:g} s; NVML {'found' if nvml else 'absent'}"
     )
