@@ -23,6 +23,15 @@ async def opened(rendezvous: ExecRendezvous, node: str = "w1", timeout: float = 
     return opening, order
 
 
+async def connected(rendezvous: ExecRendezvous, opening, order):
+    """The agent's connection for `order`, as the shell gets it: (token, its end, the agent's)."""
+    ours, theirs = socket.socketpair()
+    rendezvous.claim("w1", order["token"]).set_result(ours)
+    token, sock = await opening
+    assert (token, sock) == (order["token"], ours)
+    return token, ours, theirs
+
+
 def test_an_order_wakes_the_waiting_poll_of_its_node_only():
     async def run():
         rendezvous = ExecRendezvous()
@@ -46,12 +55,9 @@ def test_a_connection_is_taken_once_for_its_own_node_while_its_shell_waits():
             rendezvous.claim("w1", "no-such-token")
         with pytest.raises(Refusal, match="another node"):
             rendezvous.claim("w2", order["token"])
-        ours, theirs = socket.socketpair()
-        rendezvous.claim("w1", order["token"]).set_result(ours)
+        token, ours, theirs = await connected(rendezvous, opening, order)
         with pytest.raises(Refusal, match="used already"):
-            rendezvous.claim("w1", order["token"])
-        token, sock = await opening
-        assert (token, sock) == (order["token"], ours)
+            rendezvous.claim("w1", token)
         rendezvous.report("w2", [{"token": token, "exit_code": 9}])  # not its node's
         rendezvous.report("w1", [{"token": token, "exit_code": 3}])
         assert await rendezvous.exit_code(token, 30) == 3
@@ -88,10 +94,7 @@ def test_a_start_the_agent_refuses_reaches_the_shell_and_a_lost_exit_code_is_min
         with pytest.raises(ExecStartRefused, match="being saved") as refused:
             await opening
         assert refused.value.busy
-        opening, order = await opened(rendezvous)
-        ours, theirs = socket.socketpair()
-        rendezvous.claim("w1", order["token"]).set_result(ours)
-        token, _ = await opening
+        token, ours, theirs = await connected(rendezvous, *await opened(rendezvous))
         assert await rendezvous.exit_code(token, 0.05) == -1
         ours.close()
         theirs.close()

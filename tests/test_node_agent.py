@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import json
 import secrets
+import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from node_agent import agent
 from queue_service import private_images
 from queue_service.engine import container_commits, stats
 from queue_service.engine.node_reports import parse_report
+from queue_service.engine.session_exec import Frames
 
 from .harness import TEST_LABEL, remove_containers
 from .harness import wait_until as _poll
@@ -102,8 +104,8 @@ def test_the_agent_is_one_file_of_the_standard_library_alone():
             assert node.level == 0, "a relative import would not exist on the node"
             imported.add(node.module.split(".")[0])
     assert imported - {"__future__"} <= sys.stdlib_module_names, imported
-    # Swarm configs are at most 500 KB; the agent is far below.
-    assert AGENT_FILE.stat().st_size < 40_000
+    # Swarm configs are at most 500 KB; the agent (reports, commits, shells) is far below.
+    assert AGENT_FILE.stat().st_size < 50_000
 
 
 # -- pure: usage and the report -------------------------------------------------------------------
@@ -589,3 +591,70 @@ def test_an_order_whose_engine_call_fails_in_any_way_is_answered_and_may_run_aga
     (result,) = runner.results
     assert result["ok"] is False and "garbage" in result["error"]
     assert runner.running_orders == set()  # given again, it runs again
+
+
+def test_shell_orders_are_taken_only_whole():
+    exec_order = {
+        "kind": "exec",
+        "token": "t1",
+        "container": "c1",
+        "session_id": "s1",
+        "command": ["sh"],
+        "tty": True,
+        "env": {"TERM": "xterm"},
+    }
+    resize = {"kind": "exec_resize", "token": "t1", "width": 80, "height": 24}
+    broken = [
+        {**exec_order, "command": "sh"},
+        {**exec_order, "command": []},
+        {**exec_order, "env": {"TERM": 1}},
+        {**exec_order, "tty": "yes"},
+        {**exec_order, "token": None},
+        {**resize, "width": 0},
+        {**exec_order, "kind": "commit"},
+    ]
+    answer = {"orders": [exec_order, *broken, resize]}
+    assert agent.exec_orders_of(answer) == [exec_order, resize]
+    # Whatever the order, the process is the session user's, in its home.
+    config = agent.exec_config({**exec_order, "User": "0"})
+    assert (config["User"], config["WorkingDir"], config["Env"]) == (
+        "1000",
+        "/home/jovyan",
+        ["TERM=xterm"],
+    )
+
+
+def test_an_exec_order_enters_only_this_hubs_running_session_and_never_during_a_commit(
+    docker_engine, session_container
+):
+    created, session_id, deployment = session_container
+    engine = agent.Engine("/var/run/docker.sock")
+    runner = agent.Agent(engine, None, "n1", deployment)
+    channel = agent.ExecChannel(runner, "http://127.0.0.1:9/services/queue/", "t", KEY, NODE_ID)
+    order = {
+        "kind": "exec",
+        "token": "t1",
+        "container": created.id,
+        "session_id": session_id,
+        "command": ["sh", "-c", 'read line; id -u; pwd; echo "$X $line"; exit 6'],
+        "tty": False,
+        "env": {"X": "given"},
+    }
+    exec_id, process, first = channel.start(order)
+    with process:
+        process.sendall(b"typed\n")
+        process.shutdown(socket.SHUT_WR)
+        stream = first
+        while data := process.recv(65536):
+            stream += data
+    output = b"".join(payload for _, payload in Frames().feed(stream)).decode()
+    assert output == "1000\n/home/jovyan\ngiven typed\n"
+    assert engine.exec_exit_code(exec_id) == 6
+    with pytest.raises(ValueError, match="no such session container"):
+        channel.start({**order, "session_id": "another"})
+    other_hub = agent.ExecChannel(agent.Agent(engine, None, "n1", "another-hub"), "", "", KEY, "")
+    with pytest.raises(ValueError, match="no such session container"):
+        other_hub.start(order)
+    runner.committing.add(session_id)
+    with pytest.raises(agent.SessionBusy, match="being saved"):
+        channel.start(order)

@@ -11,7 +11,11 @@ signature or the agents' hub token is refused.
 
 from __future__ import annotations
 
+import os
 import socket
+import statistics
+import subprocess
+import sys
 import time
 from urllib.parse import urlsplit
 
@@ -25,7 +29,7 @@ from . import test_ssh_hub
 from .harness import QueueUser, running_hub
 from .swarm_lab import Lab
 from .test_ssh_hub import Client
-from .test_swarm_hub import EXTRA_CONFIG, GPU_SESSION, session_container, session_of
+from .test_swarm_hub import EXTRA_CONFIG, GPU_SESSION, node_urls, session_container, session_of
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 askpass = test_ssh_hub.askpass  # the password script ssh reads (a fixture)
@@ -92,6 +96,41 @@ def test_input_output_and_a_terminal_go_both_ways(swarm_hub, sam, askpass):
     terminal = client.ssh("tty; stty size; exit 4", terminal=True)
     assert terminal.returncode == 4, terminal.stderr
     assert terminal.stdout.splitlines()[0].startswith("/dev/pts/"), terminal.stdout
+
+
+def test_a_file_put_by_sftp_is_in_the_session_on_its_node(swarm_hub, sam, askpass, tmp_path):
+    # SFTP serves the home from the shared storage, as the session on its node mounts it.
+    (tmp_path / "sent.txt").write_text("from sftp\n")
+    client = Client(swarm_hub, askpass, sam.name, sam.token)
+    put = client.sftp("put sent.txt\n", cwd=tmp_path)
+    assert put.returncode == 0, put.stderr
+    seen = client.ssh("cat sent.txt")
+    assert (seen.returncode, seen.stdout) == (0, "from sftp\n"), seen.stderr
+
+
+def test_time_from_ssh_to_a_command_against_docker_exec_on_the_node(swarm_hub, sam, askpass):
+    """Figures, not a check of time: the median of 5 `ssh user@hub true` (login included)
+    against `docker exec` on the session's node, printed."""
+    client = Client(swarm_hub, askpass, sam.name, sam.token)
+    container = session_container(swarm_hub.lab, sam.node, sam.session_id)
+    env = {**os.environ, **swarm_hub.lab.env, "DOCKER_HOST": node_urls()[sam.node]}
+    docker_exec = ["docker", "exec", container.id, "true"]
+
+    def median(run) -> float:
+        took = []
+        for _ in range(5):
+            start = time.monotonic()
+            assert run().returncode == 0
+            took.append(time.monotonic() - start)
+        return statistics.median(took)
+
+    ssh = median(lambda: client.ssh("true"))
+    engine = median(lambda: subprocess.run(docker_exec, env=env, capture_output=True, timeout=60))
+    print(
+        f"\nSwarm shell: ssh true {ssh:.3f} s, docker exec on the node {engine:.3f} s "
+        f"({ssh / engine:.2f}x)",
+        file=sys.stderr,
+    )
 
 
 def test_without_a_running_session_the_login_is_told_to_start_one(swarm_hub, askpass):
