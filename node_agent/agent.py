@@ -255,10 +255,11 @@ def exec_config(order):
     }
 
 
-def upgrade_request(method, target, host, headers, body=b""):
-    """An HTTP/1.1 request asking to turn its connection into a raw stream (`Upgrade: tcp`, as
-    the docker CLI's `exec -i` asks its engine)."""
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: Upgrade", "Upgrade: tcp"]
+def upgrade_request(method, target, host, headers, body=b"", protocol="tcp"):
+    """An HTTP/1.1 request asking to turn its connection into another protocol: a raw stream
+    (`tcp`, as the docker CLI's `exec -i` asks its engine) or `websocket`."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: Upgrade"]
+    lines.append(f"Upgrade: {protocol}")
     lines += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
@@ -283,6 +284,76 @@ def upgraded(sock, request, statuses=(101,)):
     if len(parts) < 2 or not parts[1].isdigit() or int(parts[1]) not in statuses:
         raise UpgradeRefused(f"{status_line}: {rest[:500].decode(errors='replace')}")
     return rest
+
+
+# -- pure: WebSocket frames (RFC 6455) of a shell's connection back to the service -------------
+
+#: The connection back is a WebSocket (proxies pass it; configurable-http-proxy no other upgrade),
+#: whose binary frames carry the process's bytes; a close frame ends one way, as a half-close.
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+CONTINUATION, BINARY, CLOSE = 0x0, 0x2, 0x8
+MAX_FRAME = 1 << 20
+
+
+def websocket_accept(key):
+    """The `Sec-WebSocket-Accept` that answers a handshake's `Sec-WebSocket-Key`."""
+    digest = hashlib.sha1((key + WEBSOCKET_GUID).encode()).digest()
+    return base64.b64encode(digest).decode()
+
+
+def websocket_frame(payload, opcode=BINARY, mask=None):
+    """One final frame of `payload`; masked with `mask` (4 bytes) as a client's must be."""
+    size = len(payload)
+    bit = 0x80 if mask else 0
+    if size < 126:
+        head = bytes([0x80 | opcode, bit | size])
+    elif size < 1 << 16:
+        head = bytes([0x80 | opcode, bit | 126]) + size.to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, bit | 127]) + size.to_bytes(8, "big")
+    return head + mask + _masked(payload, mask) if mask else head + payload
+
+
+def _masked(payload, mask):
+    size = len(payload)
+    key = (mask * (size // 4 + 1))[:size]
+    return (int.from_bytes(payload, "big") ^ int.from_bytes(key, "big")).to_bytes(size, "big")
+
+
+class WebSocketFrames:
+    """Splits a WebSocket stream into (opcode, payload) pairs, unmasked, as bytes come; a frame
+    larger than MAX_FRAME is a ValueError."""
+
+    def __init__(self):
+        self._buffer = bytearray()
+
+    def feed(self, data):
+        self._buffer += data
+        found = []
+        while (frame := self._next()) is not None:
+            found.append(frame)
+        return found
+
+    def _next(self):
+        buffer = self._buffer
+        if len(buffer) < 2:
+            return None
+        size, at = buffer[1] & 0x7F, 2
+        if size >= 126:
+            at += 2 if size == 126 else 8
+            if len(buffer) < at:
+                return None
+            size = int.from_bytes(buffer[2:at], "big")
+        if size > MAX_FRAME:
+            raise ValueError(f"a WebSocket frame of {size} bytes (at most {MAX_FRAME})")
+        mask = bytes(buffer[at : at + 4]) if buffer[1] & 0x80 else None
+        at += 4 if mask else 0
+        if len(buffer) < at + size:
+            return None
+        payload = bytes(buffer[at : at + size])
+        opcode = buffer[0] & 0x0F
+        del buffer[: at + size]
+        return opcode, _masked(payload, mask) if mask else payload
 
 
 #: X-Registry-Auth without credentials: `{}`, base64 (the engine wants the header valid).
@@ -827,6 +898,8 @@ class ExecChannel:
             except CHANNEL_ERRORS:
                 code = -1
             self.answer({"token": token, "exit_code": code})
+            with contextlib.suppress(OSError):
+                back.sendall(websocket_frame(b"", CLOSE, secrets.token_bytes(4)))
         finally:
             self.running.pop(token, None)
             for sock in (back, process):
@@ -861,8 +934,11 @@ class ExecChannel:
             if https:
                 sock = ssl.create_default_context().wrap_socket(sock, server_hostname=url.hostname)
             signed = signed_headers(self.key, self.node_id, "GET", url.path, b"")
+            key = base64.b64encode(secrets.token_bytes(16)).decode()
             headers = {"Authorization": f"token {self.token}", **signed}
-            first = upgraded(sock, upgrade_request("GET", url.path, url.netloc, headers))
+            headers.update({"Sec-WebSocket-Key": key, "Sec-WebSocket-Version": "13"})
+            request = upgrade_request("GET", url.path, url.netloc, headers, protocol="websocket")
+            first = upgraded(sock, request)
             sock.settimeout(None)
             return sock, first
         except BaseException:
@@ -871,24 +947,34 @@ class ExecChannel:
 
 
 def pipe(process, first, back, back_first, tty):
-    """Bytes both ways until the process's output ends. The service's end of input closes the
-    process's input; with a terminal it is the shell's end (a terminal has no end of input), so
-    the process's connection is closed whole."""
+    """Bytes both ways until the process's output ends, in WebSocket frames on the service's
+    side. The service's end of input (its close frame) closes the process's input; with a
+    terminal it is the shell's end (a terminal has no end of input), so the process's connection
+    is closed whole."""
 
     def inward():
-        with contextlib.suppress(OSError):
-            if back_first:
-                process.sendall(back_first)
-            while data := back.recv(65536):
-                process.sendall(data)
+        frames, data = WebSocketFrames(), back_first
+        with contextlib.suppress(OSError, ValueError):
+            while not _to_process(process, frames.feed(data)) and (data := back.recv(65536)):
+                pass
             process.shutdown(socket.SHUT_RDWR if tty else socket.SHUT_WR)
 
     threading.Thread(target=inward, daemon=True).start()
     with contextlib.suppress(OSError):
         if first:
-            back.sendall(first)
+            back.sendall(websocket_frame(first, BINARY, secrets.token_bytes(4)))
         while data := process.recv(65536):
-            back.sendall(data)
+            back.sendall(websocket_frame(data, BINARY, secrets.token_bytes(4)))
+
+
+def _to_process(process, frames):
+    """The data frames' bytes to the process; True at the service's close frame."""
+    for opcode, payload in frames:
+        if opcode == CLOSE:
+            return True
+        if opcode in (CONTINUATION, BINARY):
+            process.sendall(payload)
+    return False
 
 
 def _secret(environ, variable):

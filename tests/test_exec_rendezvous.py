@@ -1,7 +1,9 @@
 """The meeting point of a shell and its node agent's connection (engine/exec_rendezvous.py): an
 order reaches the waiting poll of its node at once, a connection is admitted once, for its own
 node, while its shell waits; a start the agent refuses, and an exit code, come back to the shell.
-The Swarm lab's hub test (test_swarm_ssh_hub.py) runs the whole path with real agents."""
+A shell on the Swarm (engine/swarm_exec.py) is refused at once on a node whose agent is silent,
+and told a commit holds its session when the agent says so. The Swarm lab's hub test
+(test_swarm_ssh_hub.py) runs the whole path with real agents."""
 
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ import pytest
 
 from queue_service.core.errors import Refusal
 from queue_service.engine.exec_rendezvous import ExecRendezvous, ExecStartRefused
+from queue_service.engine.node_reports import NodeReports
+from queue_service.engine.session_exec import SessionBusy
+from queue_service.engine.swarm_exec import NodeContainer, SwarmExec
 
 ORDER = {"container": "c1", "session_id": "s1", "command": ["sh"], "tty": False, "env": {}}
 
@@ -111,5 +116,24 @@ def test_a_resize_is_an_order_for_the_node_of_its_process():
         resize = {"kind": "exec_resize", "token": order["token"], "width": 120, "height": 40}
         assert await rendezvous.take("w1", 0) == [resize]
         opening.cancel()
+
+    asyncio.run(run())
+
+
+def test_a_swarm_shell_is_refused_at_once_on_a_silent_node_and_busy_during_a_commit():
+    async def run():
+        reports = NodeReports()
+        swarm = SwarmExec(None, reports.execs, reports, "hub", asyncio.get_running_loop())
+        start = (swarm.start, NodeContainer("w1", "c1"), "s1", ["sh"], False, {})
+        with pytest.raises(ExecStartRefused, match="w1, which runs this session, has not reported"):
+            await asyncio.to_thread(*start)
+        assert await reports.execs.take("w1", 0) == []
+        reports.stale = lambda node: False  # as after a fresh report of w1
+        starting = asyncio.create_task(asyncio.to_thread(*start))
+        (order,) = await reports.execs.take("w1", 30)
+        assert (order["container"], order["session_id"]) == ("c1", "s1")
+        reports.execs.report("w1", [{"token": order["token"], "ok": False, "busy": True}])
+        with pytest.raises(SessionBusy):
+            await starting
 
     asyncio.run(run())

@@ -658,3 +658,23 @@ def test_an_exec_order_enters_only_this_hubs_running_session_and_never_during_a_
     runner.committing.add(session_id)
     with pytest.raises(agent.SessionBusy, match="being saved"):
         channel.start(order)
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 65535, 65536, 200_000])
+@pytest.mark.parametrize("mask", [None, b"\x01\x80\xfe\x7f"])
+def test_websocket_frames_come_back_whole_however_the_bytes_are_split(size, mask):
+    payload = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    stream = agent.websocket_frame(payload, agent.BINARY, mask) + agent.websocket_frame(
+        b"", agent.CLOSE, mask
+    )
+    frames, found = agent.WebSocketFrames(), []
+    for start in range(0, len(stream), 7001):
+        found += frames.feed(stream[start : start + 7001])
+    assert found == [(agent.BINARY, payload), (agent.CLOSE, b"")]
+
+
+def test_a_websocket_frame_too_large_is_refused_and_the_handshake_is_rfc_6455s():
+    with pytest.raises(ValueError, match="at most"):
+        agent.WebSocketFrames().feed(bytes([0x82, 127]) + (agent.MAX_FRAME + 1).to_bytes(8, "big"))
+    # RFC 6455, section 1.3's example.
+    assert agent.websocket_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="

@@ -2,7 +2,8 @@
 against a hub in Swarm mode on the run's lab (tests/swarm_lab.py).
 
 The service cannot reach a worker's engine: the node's agent takes the shell's order on its long
-poll, starts the process on its engine and connects back (engine/exec_rendezvous.py). The shell
+poll, starts the process on its engine and connects back (engine/exec_rendezvous.py), here through
+the hub's proxy (configurable-http-proxy) as in a site whose hub runs in a container. The shell
 lands in the session's container on its node (its hostname, its GPU, its CPU and memory limits),
 passes input and output both ways, with or without a terminal, and ends with the command's exit
 code. A connection back that no shell waits for, a replayed one, or one without the node's
@@ -11,6 +12,7 @@ signature or the agents' hub token is refused.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import statistics
@@ -19,6 +21,7 @@ import sys
 import time
 from urllib.parse import urlsplit
 
+import asyncssh
 import pytest
 
 from node_agent import agent
@@ -37,9 +40,20 @@ askpass = test_ssh_hub.askpass  # the password script ssh reads (a fixture)
 MIB = 1024 * 1024
 
 
+#: The agents reach the service through the hub's proxy, which listens where the nodes reach it.
+THROUGH_THE_PROXY = """
+import os
+c.SwarmEngine.node_agent_url = (
+    f"http://{os.environ['FGPU_HUB_CONNECT_IP']}:{os.environ['FGPU_HUB_PORT']}/services/queue/"
+)
+"""
+
+
 @pytest.fixture(scope="module")
 def swarm_hub(lab: Lab, tmp_path_factory):
-    with running_hub(tmp_path_factory.mktemp("swarm-ssh-hub"), EXTRA_CONFIG, env=lab.env) as hub:
+    env = {**lab.env, "FGPU_HUB_IP": "0.0.0.0", "FGPU_DEMO_LOGIN_ON_NETWORK": "1"}
+    workdir = tmp_path_factory.mktemp("swarm-ssh-hub")
+    with running_hub(workdir, EXTRA_CONFIG + THROUGH_THE_PROXY, env=env) as hub:
         hub.lab = lab
         yield hub
     manager = lab.manager()
@@ -62,6 +76,11 @@ def sam(swarm_hub):
 
 
 def test_a_shell_reaches_the_session_on_its_worker_node_with_its_limits(swarm_hub, sam, askpass):
+    # The agents were given the proxy's address: every shell below goes through it.
+    agents = swarm_hub.lab.manager().services.list(filters={"label": "fgpu.role=node-agent"})
+    env = {e for s in agents for e in s.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Env"]}
+    proxy = f"{swarm_hub.env['FGPU_HUB_CONNECT_IP']}:{swarm_hub.env['FGPU_HUB_PORT']}"
+    assert f"FGPU_AGENT_URL=http://{proxy}/services/queue/" in env
     client = Client(swarm_hub, askpass, sam.name, sam.token)
     container = session_container(swarm_hub.lab, sam.node, sam.session_id)
     where = client.ssh('echo "$(hostname) $FGPU_SESSION_ID $(id -u) $PWD"')
@@ -96,6 +115,38 @@ def test_input_output_and_a_terminal_go_both_ways(swarm_hub, sam, askpass):
     terminal = client.ssh("tty; stty size; exit 4", terminal=True)
     assert terminal.returncode == 4, terminal.stderr
     assert terminal.stdout.splitlines()[0].startswith("/dev/pts/"), terminal.stdout
+
+
+async def shown(process, command: str, wanted: str) -> None:
+    """Type `command` in the terminal until its output shows `wanted` (a new size reaches the
+    node's engine an order later than the shell's start: the first answer may be the old one)."""
+    seen = ""
+    for _ in range(60):
+        process.stdin.write(command)
+        try:
+            while wanted not in seen:
+                seen += await asyncio.wait_for(process.stdout.read(4096), 1)
+            return
+        except TimeoutError:
+            continue
+    raise AssertionError(f"{wanted!r} never shown; the terminal said {seen[-500:]!r}")
+
+
+def test_a_terminal_takes_the_clients_size_and_its_changes(swarm_hub, sam):
+    async def run() -> int:
+        port = int(swarm_hub.env["FGPU_SSH_PORT"])
+        async with asyncssh.connect(
+            "127.0.0.1", port, username=sam.name, password=sam.token, known_hosts=None,
+            client_keys=None,
+        ) as connection:  # fmt: skip
+            process = await connection.create_process(term_type="xterm", term_size=(100, 30))
+            await shown(process, "stty size\n", "30 100")
+            process.change_terminal_size(120, 40)
+            await shown(process, "stty size\n", "40 120")
+            process.stdin.write("exit 2\n")
+            return (await process.wait()).exit_status
+
+    assert asyncio.run(run()) == 2
 
 
 def test_a_file_put_by_sftp_is_in_the_session_on_its_node(swarm_hub, sam, askpass, tmp_path):
@@ -152,7 +203,10 @@ def connect_back(hub, node: str, token: str, headers: dict) -> str:
     line and message (or the 101's)."""
     host, port, prefix = service_address(hub)
     path = f"{prefix}api/nodes/{node}/exec/{token}"
-    request = agent.upgrade_request("GET", path, f"{host}:{port}", headers(path))
+    handshake = {"Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
+    request = agent.upgrade_request(
+        "GET", path, f"{host}:{port}", {**handshake, **headers(path)}, protocol="websocket"
+    )
     with socket.create_connection((host, port), timeout=30) as sock:
         try:
             agent.upgraded(sock, request)

@@ -8,8 +8,8 @@ service. So a process started in a session on another node (swarm_exec.py) goes:
    `POST api/nodes/{node}/exec-orders`, held open up to `POLL_HOLD_SECONDS` until an order comes:
    the agent has it one round trip after it is given, not at its next report);
 2. the agent starts the process on its node's engine, hijacked as `docker exec -i` does, and
-   opens a connection back to `GET api/nodes/{node}/exec/{token}`, an HTTP upgrade signed with its
-   node's key. `claim` admits the token once, for the node it was given to alone, and the service
+   opens a connection back to `GET api/nodes/{node}/exec/{token}`, a WebSocket signed with its
+   node's key (exec_websocket.py). `claim` admits the token once, for the node it was given to alone, and the service
    pipes the shell through that connection as through a local exec's;
 3. a terminal's new size is another order (`exec_resize`); the agent posts the process's exit
    code (`report`) before it closes its connection, so the shell's end finds it waiting.

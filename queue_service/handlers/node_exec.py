@@ -6,10 +6,11 @@ another Swarm node, whose engine the service cannot reach.
   shell orders waiting for that node (`{"node": ..., "orders": [...]}`), signed with the node's
   key as a report's answer is. Without results it is held open until an order comes, up to
   `POLL_HOLD_SECONDS`, so that a shell starts one round trip after it is asked for.
-- `GET api/nodes/{hostname}/exec/{token}` with `Upgrade: tcp`: the connection the agent opens
-  back for the process an order started. Answered `101 Switching Protocols`, it carries the
-  process's bytes both ways from then on (handed to the waiting shell). Only for a token an order
-  gave that node, once, while its shell waits: anything else is 403, and nothing changes.
+- `GET api/nodes/{hostname}/exec/{token}`, a WebSocket handshake: the connection the agent opens
+  back for the process an order started. Answered `101 Switching Protocols`, its frames carry the
+  process's bytes both ways from then on (engine/exec_websocket.py hands them to the waiting
+  shell). Only for a token an order gave that node, once, while its shell waits: anything else is
+  403, and nothing changes.
 
 Both are the node agents' alone (their hub token, 403 for anyone else's) and signed with the key
 of the node the URL names (node_identity.py `verify_once`: these requests overlap, so each nonce
@@ -23,7 +24,9 @@ import json
 
 from tornado import web
 
+from node_agent.agent import websocket_accept
 from queue_service.engine.exec_rendezvous import POLL_HOLD_SECONDS, ExecRendezvous
+from queue_service.engine.exec_websocket import shell_socket
 
 from .nodes import NodeAgentHandler
 
@@ -58,29 +61,33 @@ class ExecOrdersHandler(ExecChannelHandler):
 
 
 class ExecConnectionHandler(ExecChannelHandler):
-    """GET, upgraded: the connection an agent opens back for a process it started."""
+    """GET, upgraded to a WebSocket: the connection an agent opens back for a process it
+    started."""
 
     @web.authenticated
     async def get(self, node, token):
         request = self.request
         self.node_identity.verify_once(node, "GET", request.path, request.headers, b"")
-        if request.headers.get("Upgrade", "").lower() != "tcp":
-            raise web.HTTPError(400, "Ask for the process's connection with Upgrade: tcp.")
+        key = request.headers.get("Sec-WebSocket-Key", "")
+        if request.headers.get("Upgrade", "").lower() != "websocket" or not key:
+            raise web.HTTPError(400, "Ask for the process's connection as a WebSocket.")
         connected = self.exec_rendezvous.claim(node, token)
         self.set_status(101)
         self.set_header("Connection", "Upgrade")
-        self.set_header("Upgrade", "tcp")
+        self.set_header("Upgrade", "websocket")
+        self.set_header("Sec-WebSocket-Accept", websocket_accept(key))
         self.finish()
         stream = request.connection.detach()
         await stream.write(b"")  # the 101 is out before the shell writes
-        # The shell's own socket (its reader and writer are asyncio's, not tornado's): the agent
-        # sends nothing before the 101, so nothing is left in tornado's buffer.
+        # A socket of the pump's own (asyncio's, not tornado's): the agent sends nothing before
+        # the 101, so nothing is left in tornado's buffer.
         sock = stream.socket.dup()
         stream.close()
-        if connected.done():  # the shell gave up waiting meanwhile
-            sock.close()
+        shells = await shell_socket(sock)
+        if connected.done():  # the shell gave up waiting meanwhile: the agent is told so
+            shells.close()
         else:
-            connected.set_result(sock)
+            connected.set_result(shells)
 
 
 def routes(prefix: str) -> list:
