@@ -96,14 +96,7 @@ def test_a_shell_reaches_the_session_on_its_worker_node_with_its_limits(swarm_hu
     smi = client.ssh("nvidia-smi")
     assert smi.returncode == 0, smi.stderr
     assert "GPU 0:" in smi.stdout, smi.stdout
-    limits = client.ssh(
-        "cat /sys/fs/cgroup/cpu.max 2>/dev/null || "
-        "echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us); "
-        "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
-        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
-    )
-    (quota, period), memory = (line.split() for line in limits.stdout.splitlines())
-    assert (int(quota) / int(period), int(memory[0])) == (0.5, 512 * MIB)
+    assert client.limits() == (0.5, 512 * MIB)
 
 
 def test_input_output_and_a_terminal_go_both_ways(swarm_hub, sam, askpass):
