@@ -46,6 +46,7 @@ import http.client
 import json
 import os
 import secrets
+import select
 import signal
 import socket
 import ssl
@@ -885,14 +886,16 @@ class ExecChannel:
         except (*CHANNEL_ERRORS, SessionBusy) as e:
             busy = isinstance(e, SessionBusy)
             return self.answer({"token": token, "ok": False, "error": str(e), "busy": busy})
+        # Known before the service is: its first resize may come as soon as it has the connection.
+        self.running[token] = exec_id
         try:
             back, back_first = self.dial_back(token)
         except CHANNEL_ERRORS as e:
+            self.running.pop(token, None)
             process.close()
             return self.answer({"token": token, "ok": False, "error": f"no way back: {e}"})
-        self.running[token] = exec_id
         try:
-            pipe(process, first, back, back_first, order["tty"])
+            Pipe(process, first, back, back_first, order["tty"]).run()
             try:
                 code = self.engine.exec_exit_code(exec_id)
             except CHANNEL_ERRORS:
@@ -946,35 +949,93 @@ class ExecChannel:
             raise
 
 
-def pipe(process, first, back, back_first, tty):
-    """Bytes both ways until the process's output ends, in WebSocket frames on the service's
-    side. The service's end of input (its close frame) closes the process's input; with a
-    terminal it is the shell's end (a terminal has no end of input), so the process's connection
-    is closed whole."""
+#: Bytes a pipe holds for a side slow to take them before it stops reading the other side.
+PIPE_BUFFER = 1 << 20
+#: A non-blocking call that could not go on now (TLS says so in its own words).
+WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
-    def inward():
-        frames, data = WebSocketFrames(), back_first
-        with contextlib.suppress(OSError, ValueError):
-            while not _to_process(process, frames.feed(data)) and (data := back.recv(65536)):
-                pass
-            process.shutdown(socket.SHUT_RDWR if tty else socket.SHUT_WR)
 
-    threading.Thread(target=inward, daemon=True).start()
-    with contextlib.suppress(OSError):
+class Pipe:
+    """Bytes both ways between a process's connection and the service's (WebSocket frames on the
+    service's side) until the process's output ends. One thread, no blocking call: a TLS
+    connection must not be read and written from two threads at once. The service's end of input
+    (its close frame) closes the process's input; with a terminal it is the shell's end (a
+    terminal has no end of input), so the process's connection is closed whole."""
+
+    def __init__(self, process, first, back, back_first, tty):
+        self.process, self.back, self.tty = process, back, tty
+        self.frames = WebSocketFrames()
+        self.to_back, self.to_process = bytearray(), bytearray()
+        self.output_open = self.input_open = True
+        self.input_closed = False
         if first:
-            back.sendall(websocket_frame(first, BINARY, secrets.token_bytes(4)))
-        while data := process.recv(65536):
-            back.sendall(websocket_frame(data, BINARY, secrets.token_bytes(4)))
+            self.output(first)
+        self.input(back_first)
 
+    def output(self, data):
+        if data:
+            self.to_back += websocket_frame(data, BINARY, secrets.token_bytes(4))
+        self.output_open = bool(data)
 
-def _to_process(process, frames):
-    """The data frames' bytes to the process; True at the service's close frame."""
-    for opcode, payload in frames:
-        if opcode == CLOSE:
-            return True
-        if opcode in (CONTINUATION, BINARY):
-            process.sendall(payload)
-    return False
+    def input(self, data):
+        for opcode, payload in self.frames.feed(data):
+            if opcode == CLOSE:
+                self.input_open = False
+            elif opcode in (CONTINUATION, BINARY) and self.input_open:
+                self.to_process += payload
+
+    def run(self):
+        for sock in (self.process, self.back):
+            sock.setblocking(False)
+        try:
+            with contextlib.suppress(OSError, ValueError):
+                while self.output_open or self.to_back:
+                    self.close_input()
+                    self.wait()
+                    for move in (self.read_process, self.write_process, self.read_back):
+                        with contextlib.suppress(*WOULD_BLOCK):
+                            move()
+                    with contextlib.suppress(*WOULD_BLOCK):
+                        self.write_back()
+        finally:
+            for sock in (self.process, self.back):
+                with contextlib.suppress(OSError):
+                    sock.setblocking(True)
+
+    def close_input(self):
+        if not self.input_open and not self.to_process and not self.input_closed:
+            self.input_closed = True
+            self.process.shutdown(socket.SHUT_RDWR if self.tty else socket.SHUT_WR)
+
+    def wait(self):
+        reading = self.output_open and len(self.to_back) < PIPE_BUFFER
+        reads = [self.process] if reading else []
+        if self.input_open and len(self.to_process) < PIPE_BUFFER:
+            if getattr(self.back, "pending", lambda: 0)():
+                return  # TLS bytes read and decrypted already: no select would say so
+            reads.append(self.back)
+        writes = [
+            s for s, data in ((self.process, self.to_process), (self.back, self.to_back)) if data
+        ]
+        select.select(reads, writes, [])
+
+    def read_process(self):
+        if self.output_open and len(self.to_back) < PIPE_BUFFER:
+            self.output(self.process.recv(65536))
+
+    def write_process(self):
+        if self.to_process:
+            del self.to_process[: self.process.send(self.to_process)]
+
+    def read_back(self):
+        if self.input_open and len(self.to_process) < PIPE_BUFFER:
+            data = self.back.recv(65536)
+            self.input_open = bool(data)
+            self.input(data)
+
+    def write_back(self):
+        if self.to_back:
+            del self.to_back[: self.back.send(self.to_back)]
 
 
 def _secret(environ, variable):

@@ -5,12 +5,14 @@ commit), with a real report posted to a real HTTP server."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import base64
 import contextlib
 import ctypes
 import json
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -678,3 +680,83 @@ def test_a_websocket_frame_too_large_is_refused_and_the_handshake_is_rfc_6455s()
         agent.WebSocketFrames().feed(bytes([0x82, 127]) + (agent.MAX_FRAME + 1).to_bytes(8, "big"))
     # RFC 6455, section 1.3's example.
     assert agent.websocket_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+def self_signed(folder: Path) -> ssl.SSLContext:
+    """A TLS server context with a certificate of its own for 127.0.0.1 (openssl's command)."""
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def as_the_service(reader, writer, sent: bytes) -> bytes:
+    """What the service does with the agent's connection: `sent` in frames, then its close
+    frame; the process's bytes read from the agent's frames until its end."""
+
+    async def send():
+        for start in range(0, len(sent), 50_000):
+            writer.write(agent.websocket_frame(sent[start : start + 50_000]))
+            await writer.drain()
+        writer.write(agent.websocket_frame(b"", agent.CLOSE))
+        await writer.drain()
+
+    sending, frames, received = asyncio.create_task(send()), agent.WebSocketFrames(), b""
+    while data := await reader.read(65536):
+        received += b"".join(p for op, p in frames.feed(data) if op == agent.BINARY)
+    await sending
+    return received
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_a_pipe_carries_megabytes_both_ways_and_each_end_over_plain_or_tls(tls, tmp_path):
+    """More than the pipe holds, both ways at once (a process that writes while it is written
+    to), over TLS too, which one thread must read and write alone."""
+    output, sent = secrets.token_bytes(3 << 20), secrets.token_bytes(3 << 20)
+    process, process_end = socket.socketpair()
+    seen_input = []
+
+    def the_process():
+        writing = threading.Thread(target=process_end.sendall, args=(output,))
+        writing.start()
+        seen_input.append(b"".join(iter(lambda: process_end.recv(65536), b"")))
+        writing.join()
+        process_end.shutdown(socket.SHUT_WR)  # the process's output ends
+
+    async def run():
+        done = asyncio.get_running_loop().create_future()
+
+        async def serve(reader, writer):
+            done.set_result(await as_the_service(reader, writer, sent))
+            writer.close()
+
+        server_tls = self_signed(tmp_path) if tls else None
+        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_tls)
+        port = server.sockets[0].getsockname()[1]
+
+        def connect():  # the TLS handshake blocks: not on the server's loop
+            back = socket.create_connection(("127.0.0.1", port))
+            if not tls:
+                return back
+            client = ssl.create_default_context(cafile=tmp_path / "cert.pem")
+            return client.wrap_socket(back, server_hostname="127.0.0.1")
+
+        back = await asyncio.to_thread(connect)
+        threading.Thread(target=the_process, daemon=True).start()
+        piping = asyncio.to_thread(agent.Pipe(process, b"first", back, b"", False).run)
+        await piping
+        back.sendall(agent.websocket_frame(b"", agent.CLOSE, b"abcd"))
+        back.close()
+        received = await done
+        server.close()
+        return received
+
+    received = asyncio.run(run())
+    assert received == b"first" + output
+    assert seen_input == [sent]  # whole, and then its end
