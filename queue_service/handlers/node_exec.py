@@ -35,6 +35,8 @@ MAX_RESULTS = 100
 
 
 class ExecChannelHandler(NodeAgentHandler):
+    """A request of the shell channel, whose orders and shells wait in the node reports' store."""
+
     @property
     def exec_rendezvous(self) -> ExecRendezvous:
         return self.node_reports.execs
