@@ -38,6 +38,7 @@ engine pushes with them; unset: without credentials).
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import hashlib
 import hmac
@@ -45,8 +46,10 @@ import http.client
 import json
 import os
 import secrets
+import select
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -63,6 +66,15 @@ REPORT_VERSION = 2
 ENGINE_API = "v1.41"
 #: The orders the queue service may give an agent in its answer to a report (see `run_order`).
 ORDER_KINDS = ("commit",)
+#: The orders of its shell channel (`ExecChannel`): a process in a session, a terminal's size.
+EXEC_ORDER_KINDS = ("exec", "exec_resize")
+#: A process in a session runs as the images' session user, in its home, whatever the order says.
+SESSION_USER = "1000"
+SESSION_HOME = "/home/jovyan"
+#: The shell channel's long poll: the service holds it up to 20 s; this is the agent's patience.
+EXEC_POLL_TIMEOUT = 60.0
+#: How long an ended process's exit code is waited for on the engine.
+EXEC_EXIT_WAIT = 5.0
 NVML_LIBRARY = "libnvidia-ml.so.1"
 #: The default bridge's option that mirrors the engine's `"icc"` setting.
 ICC_OPTION = "com.docker.network.bridge.enable_icc"
@@ -196,6 +208,153 @@ def orders_of(answer):
         and order.get("kind") in ORDER_KINDS
         and isinstance(order.get("id"), str)
     ]
+
+
+def _strings(value):
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def exec_orders_of(answer):
+    """The well-formed orders of the shell channel's answer (others are skipped)."""
+    orders = answer.get("orders") if isinstance(answer, dict) else None
+    found = []
+    for order in orders if isinstance(orders, list) else []:
+        if not isinstance(order, dict) or not isinstance(order.get("token"), str):
+            continue
+        if order.get("kind") == "exec_resize":
+            size = (order.get("width"), order.get("height"))
+            if all(isinstance(n, int) and 0 < n < 10_000 for n in size):
+                found.append(order)
+        elif order.get("kind") == "exec":
+            command = order.get("command")
+            if (
+                isinstance(order.get("container"), str)
+                and isinstance(order.get("session_id"), str)
+                and isinstance(command, list)
+                and command
+                and all(isinstance(part, str) for part in command)
+                and isinstance(order.get("tty"), bool)
+                and _strings(order.get("env"))
+            ):
+                found.append(order)
+    return found
+
+
+def exec_config(order):
+    """The engine's exec of an order: its command, as the session's user in its home."""
+    return {
+        "AttachStdin": True,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Tty": order["tty"],
+        "Cmd": order["command"],
+        "Env": [f"{key}={value}" for key, value in order["env"].items()],
+        "User": SESSION_USER,
+        "WorkingDir": SESSION_HOME,
+    }
+
+
+def upgrade_request(method, target, host, headers, body=b"", protocol="tcp"):
+    """An HTTP/1.1 request asking to turn its connection into another protocol: a raw stream
+    (`tcp`, as the docker CLI's `exec -i` asks its engine) or `websocket`."""
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}", "Connection: Upgrade"]
+    lines.append(f"Upgrade: {protocol}")
+    lines += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+class UpgradeRefused(OSError):
+    """The other end answered an upgrade with no raw stream."""
+
+
+def upgraded(sock, request, statuses=(101,)):
+    """Send `request` on `sock` and read the answer's head: the bytes of the raw stream that came
+    after it. UpgradeRefused, with the answer's status line, for a status not in `statuses`."""
+    sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk or len(data) > 65536:
+            raise UpgradeRefused("the connection ended before an answer")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[1].isdigit() or int(parts[1]) not in statuses:
+        raise UpgradeRefused(f"{status_line}: {rest[:500].decode(errors='replace')}")
+    return rest
+
+
+# -- pure: WebSocket frames (RFC 6455) of a shell's connection back to the service -------------
+
+#: The connection back is a WebSocket (proxies pass it; configurable-http-proxy no other upgrade),
+#: whose binary frames carry the process's bytes; a close frame ends one way, as a half-close.
+WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+CONTINUATION, BINARY, CLOSE = 0x0, 0x2, 0x8
+MAX_FRAME = 1 << 20
+
+
+def websocket_accept(key):
+    """The `Sec-WebSocket-Accept` that answers a handshake's `Sec-WebSocket-Key`."""
+    digest = hashlib.sha1((key + WEBSOCKET_GUID).encode()).digest()
+    return base64.b64encode(digest).decode()
+
+
+def websocket_frame(payload, opcode=BINARY, mask=None):
+    """One final frame of `payload`; masked with `mask` (4 bytes) as a client's must be."""
+    size = len(payload)
+    bit = 0x80 if mask else 0
+    if size < 126:
+        head = bytes([0x80 | opcode, bit | size])
+    elif size < 1 << 16:
+        head = bytes([0x80 | opcode, bit | 126]) + size.to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, bit | 127]) + size.to_bytes(8, "big")
+    return head + mask + _masked(payload, mask) if mask else head + payload
+
+
+def _masked(payload, mask):
+    size = len(payload)
+    key = (mask * (size // 4 + 1))[:size]
+    return (int.from_bytes(payload, "big") ^ int.from_bytes(key, "big")).to_bytes(size, "big")
+
+
+class WebSocketFrames:
+    """Splits a WebSocket stream into (opcode, payload) pairs, unmasked, as bytes come; a frame
+    larger than MAX_FRAME is a ValueError."""
+
+    def __init__(self):
+        self._buffer = bytearray()
+
+    def feed(self, data):
+        self._buffer += data
+        found = []
+        while (frame := self._next()) is not None:
+            found.append(frame)
+        return found
+
+    def _next(self):
+        buffer = self._buffer
+        if len(buffer) < 2:
+            return None
+        size, at = buffer[1] & 0x7F, 2
+        if size >= 126:
+            at += 2 if size == 126 else 8
+            if len(buffer) < at:
+                return None
+            size = int.from_bytes(buffer[2:at], "big")
+        if size > MAX_FRAME:
+            raise ValueError(f"a WebSocket frame of {size} bytes (at most {MAX_FRAME})")
+        mask = bytes(buffer[at : at + 4]) if buffer[1] & 0x80 else None
+        at += 4 if mask else 0
+        if len(buffer) < at + size:
+            return None
+        payload = bytes(buffer[at : at + size])
+        opcode = buffer[0] & 0x0F
+        del buffer[: at + size]
+        return opcode, _masked(payload, mask) if mask else payload
 
 
 #: X-Registry-Auth without credentials: `{}`, base64 (the engine wants the header valid).
@@ -392,6 +551,44 @@ class Engine:
         raw = self.call("POST", path, query={"tag": tag}, headers=headers, timeout=600)
         return push_digest(raw)
 
+    # -- a process in a session (the shell channel) -----------------------------------------
+
+    def exec_create(self, container_id, config):
+        return self.json("POST", f"/containers/{container_id}/exec", body=config)["Id"]
+
+    def exec_attach(self, exec_id, tty):
+        """Start the exec, hijacked: (its connection, the stream's first bytes)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            body = json.dumps({"Detach": False, "Tty": tty}).encode()
+            headers = {"Content-Type": "application/json"}
+            target = f"/{ENGINE_API}/exec/{exec_id}/start"
+            # An engine that cannot upgrade answers 200 and streams on the same connection.
+            rest = upgraded(
+                sock, upgrade_request("POST", target, "docker", headers, body), (101, 200)
+            )
+            sock.settimeout(None)
+            return sock, rest
+        except BaseException:
+            sock.close()
+            raise
+
+    def exec_resize(self, exec_id, width, height):
+        self.call("POST", f"/exec/{exec_id}/resize", query={"h": height, "w": width})
+
+    def exec_exit_code(self, exec_id, wait=EXEC_EXIT_WAIT):
+        """The exec's exit code once it has ended; -1 when the engine does not say in time."""
+        deadline = time.monotonic() + wait
+        while True:
+            found = self.json("GET", f"/exec/{exec_id}/json")
+            if not found.get("Running") and found.get("ExitCode") is not None:
+                return found["ExitCode"]
+            if time.monotonic() > deadline:
+                return -1
+            time.sleep(0.05)
+
 
 def push_digest(stream):
     """The digest an engine's push stream ends with; its error line raises EngineError."""
@@ -496,6 +693,8 @@ class Agent:
         self.previous_cpu = {}
         self.results = []  # of orders carried out, for the next report
         self.running_orders = set()
+        #: Sessions whose container a commit order holds: no process enters them meanwhile.
+        self.committing = set()
         self.lock = threading.Lock()
 
     def collect(self):
@@ -545,6 +744,8 @@ class Agent:
             thread.join()
 
     def _run_order(self, order):
+        with self.lock:
+            self.committing.add(order.get("session_id"))
         try:
             result = run_order(self.engine, order, self.node)
         except Exception as e:  # whatever went wrong, the order is answered and may run again
@@ -553,6 +754,7 @@ class Agent:
         with self.lock:
             self.results.append(result)
             self.running_orders.discard(order["id"])
+            self.committing.discard(order.get("session_id"))
 
     def give_back(self, results):
         """Results a report failed to deliver go out with the next one."""
@@ -596,7 +798,13 @@ class UnsignedAnswer(ValueError):
 def post_report(url, token, key, node_id, report, timeout=30.0):
     """POST the report, signed; the queue service's answer (orders, maybe) as a dict, once its
     signature is checked."""
-    body = json.dumps(report).encode()
+    return post_signed(url, token, key, node_id, report, timeout)
+
+
+def post_signed(url, token, key, node_id, data, timeout):
+    """POST `data` as JSON, signed with the node's key; the answer, once its signature is
+    checked."""
+    body = json.dumps(data).encode()
     signed = signed_headers(key, node_id, "POST", urllib.parse.urlsplit(url).path, body)
     request = urllib.request.Request(
         url,
@@ -615,7 +823,219 @@ def post_report(url, token, key, node_id, report, timeout=30.0):
 
 
 def report_url(base, node):
-    return f"{base.rstrip('/')}/api/nodes/{urllib.parse.quote(node, safe='')}/report"
+    return node_url(base, node, "report")
+
+
+def node_url(base, node, what):
+    return f"{base.rstrip('/')}/api/nodes/{urllib.parse.quote(node, safe='')}/{what}"
+
+
+# -- I/O: the shell channel ----------------------------------------------------------------------
+
+CHANNEL_ERRORS = (OSError, http.client.HTTPException, EngineError, ValueError, KeyError)
+
+
+class SessionBusy(Exception):
+    """A commit holds the session's container: no process may enter it now."""
+
+
+class ExecChannel:
+    """Processes in this node's sessions for the queue service's shells (SSH). The service cannot
+    reach this node's engine (queue_service/engine/exec_rendezvous.py), so the agent long-polls
+    `exec-orders`, starts each `exec` order's process on its engine, hijacked, opens a connection
+    back to the service (`exec/<token>`, signed with the node's key) and pipes bytes both ways;
+    once the process's output ends, it posts the exit code, then closes. In threads of their own,
+    beside the reports: a shell opens one round trip after it is asked for."""
+
+    def __init__(self, agent, base, token, key, node_id):
+        self.agent, self.engine, self.node = agent, agent.engine, agent.node
+        self.base, self.token, self.key, self.node_id = base, token, key, node_id
+        self.running = {}  # order token → exec id, for a terminal's resizes
+
+    def poll_forever(self, pause):
+        while True:
+            try:
+                self.post([], EXEC_POLL_TIMEOUT)
+            except CHANNEL_ERRORS as e:  # the service may be restarting
+                log(f"shell channel: {e}")
+                time.sleep(pause)
+
+    def post(self, results, timeout=30.0):
+        """Post `results`, signed, and carry out the orders of the answer."""
+        url = node_url(self.base, self.node, "exec-orders")
+        answer = post_signed(url, self.token, self.key, self.node_id, {"results": results}, timeout)
+        for order in exec_orders_of(answer):
+            if order["kind"] == "exec":
+                threading.Thread(target=self.run_exec, args=(order,), daemon=True).start()
+            elif order["token"] in self.running:
+                with contextlib.suppress(*CHANNEL_ERRORS):  # the process may have ended
+                    self.engine.exec_resize(
+                        self.running[order["token"]], order["width"], order["height"]
+                    )
+
+    def answer(self, result):
+        try:
+            self.post([result])
+        except CHANNEL_ERRORS as e:
+            log(f"shell channel: result of {result['token'][:8]}… not delivered: {e}")
+
+    def run_exec(self, order):
+        token = order["token"]
+        try:
+            exec_id, process, first = self.start(order)
+        except (*CHANNEL_ERRORS, SessionBusy) as e:
+            busy = isinstance(e, SessionBusy)
+            return self.answer({"token": token, "ok": False, "error": str(e), "busy": busy})
+        # Known before the service is: its first resize may come as soon as it has the connection.
+        self.running[token] = exec_id
+        try:
+            back, back_first = self.dial_back(token)
+        except CHANNEL_ERRORS as e:
+            self.running.pop(token, None)
+            process.close()
+            return self.answer({"token": token, "ok": False, "error": f"no way back: {e}"})
+        try:
+            Pipe(process, first, back, back_first, order["tty"]).run()
+            try:
+                code = self.engine.exec_exit_code(exec_id)
+            except CHANNEL_ERRORS:
+                code = -1
+            self.answer({"token": token, "exit_code": code})
+            with contextlib.suppress(OSError):
+                back.sendall(websocket_frame(b"", CLOSE, secrets.token_bytes(4)))
+        finally:
+            self.running.pop(token, None)
+            for sock in (back, process):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def start(self, order):
+        """The order's process, started and attached: (exec id, connection, first bytes). Only
+        in a running session container of this hub, and never while a commit holds it."""
+        with self.agent.lock:
+            if order["session_id"] in self.agent.committing:
+                raise SessionBusy(f"session {order['session_id']} is being saved as an image")
+        details = self.engine.inspect_container(order["container"])
+        labels = (details.get("Config") or {}).get("Labels") or {}
+        deployment = self.agent.deployment
+        if labels.get(SESSION_LABEL) != order["session_id"] or (
+            deployment and labels.get(DEPLOYMENT_LABEL) != deployment
+        ):
+            raise ValueError("no such session container on this node")
+        if not (details.get("State") or {}).get("Running"):
+            raise ValueError("the session's container is not running")
+        exec_id = self.engine.exec_create(order["container"], exec_config(order))
+        return (exec_id, *self.engine.exec_attach(exec_id, order["tty"]))
+
+    def dial_back(self, token):
+        """The connection back to the service for `token`: (its socket, first bytes)."""
+        url = urllib.parse.urlsplit(node_url(self.base, self.node, f"exec/{token}"))
+        https = url.scheme == "https"
+        sock = socket.create_connection((url.hostname, url.port or (443 if https else 80)), 30)
+        try:
+            if https:
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=url.hostname)
+            signed = signed_headers(self.key, self.node_id, "GET", url.path, b"")
+            key = base64.b64encode(secrets.token_bytes(16)).decode()
+            headers = {"Authorization": f"token {self.token}", **signed}
+            headers.update({"Sec-WebSocket-Key": key, "Sec-WebSocket-Version": "13"})
+            request = upgrade_request("GET", url.path, url.netloc, headers, protocol="websocket")
+            first = upgraded(sock, request)
+            sock.settimeout(None)
+            return sock, first
+        except BaseException:
+            sock.close()
+            raise
+
+
+#: Bytes a pipe holds for a side slow to take them before it stops reading the other side.
+PIPE_BUFFER = 1 << 20
+#: A non-blocking call that could not go on now (TLS says so in its own words).
+WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+class Pipe:
+    """Bytes both ways between a process's connection and the service's (WebSocket frames on the
+    service's side) until the process's output ends. One thread, no blocking call: a TLS
+    connection must not be read and written from two threads at once. The service's end of input
+    (its close frame) closes the process's input; with a terminal it is the shell's end (a
+    terminal has no end of input), so the process's connection is closed whole."""
+
+    def __init__(self, process, first, back, back_first, tty):
+        self.process, self.back, self.tty = process, back, tty
+        self.frames = WebSocketFrames()
+        self.to_back, self.to_process = bytearray(), bytearray()
+        self.output_open = self.input_open = True
+        self.input_closed = False
+        if first:
+            self.output(first)
+        self.input(back_first)
+
+    def output(self, data):
+        if data:
+            self.to_back += websocket_frame(data, BINARY, secrets.token_bytes(4))
+        self.output_open = bool(data)
+
+    def input(self, data):
+        for opcode, payload in self.frames.feed(data):
+            if opcode == CLOSE:
+                self.input_open = False
+            elif opcode in (CONTINUATION, BINARY) and self.input_open:
+                self.to_process += payload
+
+    def run(self):
+        for sock in (self.process, self.back):
+            sock.setblocking(False)
+        try:
+            with contextlib.suppress(OSError, ValueError):
+                while self.output_open or self.to_back:
+                    self.close_input()
+                    self.wait()
+                    for move in (self.read_process, self.write_process, self.read_back):
+                        with contextlib.suppress(*WOULD_BLOCK):
+                            move()
+                    with contextlib.suppress(*WOULD_BLOCK):
+                        self.write_back()
+        finally:
+            for sock in (self.process, self.back):
+                with contextlib.suppress(OSError):
+                    sock.setblocking(True)
+
+    def close_input(self):
+        if not self.input_open and not self.to_process and not self.input_closed:
+            self.input_closed = True
+            self.process.shutdown(socket.SHUT_RDWR if self.tty else socket.SHUT_WR)
+
+    def wait(self):
+        reading = self.output_open and len(self.to_back) < PIPE_BUFFER
+        reads = [self.process] if reading else []
+        if self.input_open and len(self.to_process) < PIPE_BUFFER:
+            if getattr(self.back, "pending", lambda: 0)():
+                return  # TLS bytes read and decrypted already: no select would say so
+            reads.append(self.back)
+        writes = [
+            s for s, data in ((self.process, self.to_process), (self.back, self.to_back)) if data
+        ]
+        select.select(reads, writes, [])
+
+    def read_process(self):
+        if self.output_open and len(self.to_back) < PIPE_BUFFER:
+            self.output(self.process.recv(65536))
+
+    def write_process(self):
+        if self.to_process:
+            del self.to_process[: self.process.send(self.to_process)]
+
+    def read_back(self):
+        if self.input_open and len(self.to_process) < PIPE_BUFFER:
+            data = self.back.recv(65536)
+            self.input_open = bool(data)
+            self.input(data)
+
+    def write_back(self):
+        if self.to_back:
+            del self.to_back[: self.back.send(self.to_back)]
 
 
 def _secret(environ, variable):
@@ -665,6 +1085,8 @@ def main(environ=os.environ):
     url = report_url(environ["FGPU_AGENT_URL"], node)
     nvml = Nvml.load()
     agent = Agent(engine, nvml, node, environ.get("FGPU_DEPLOYMENT") or None)
+    channel = ExecChannel(agent, environ["FGPU_AGENT_URL"], token, key, node_id)
+    threading.Thread(target=channel.poll_forever, args=(interval,), daemon=True).start()
     log(
         f"node {node}: reporting to {url} every {interval:g} s; NVML {'found' if nvml else 'absent'}"
     )

@@ -2,7 +2,7 @@
 
 Bringing a lab up is the slow part, so one lab, under a name and network of its own (a developer's
 lab on this machine is never touched), serves every module that needs it: `tests/test_swarm_hub.py`
-(a hub in Swarm mode) and `tests/test_swarm_lab.py` (the script itself, whose last test takes the
+(a hub in Swarm mode), `tests/test_swarm_ssh_hub.py` (SSH into sessions on its workers) and `tests/test_swarm_lab.py` (the script itself, whose last test takes the
 lab down and checks that nothing of it is left). A file lock makes two test runs on one machine take
 turns.
 """

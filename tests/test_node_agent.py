@@ -5,11 +5,14 @@ commit), with a real report posted to a real HTTP server."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import base64
 import contextlib
 import ctypes
 import json
 import secrets
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -27,6 +30,7 @@ from node_agent import agent
 from queue_service import private_images
 from queue_service.engine import container_commits, stats
 from queue_service.engine.node_reports import parse_report
+from queue_service.engine.session_exec import Frames
 
 from .harness import TEST_LABEL, remove_containers
 from .harness import wait_until as _poll
@@ -102,8 +106,8 @@ def test_the_agent_is_one_file_of_the_standard_library_alone():
             assert node.level == 0, "a relative import would not exist on the node"
             imported.add(node.module.split(".")[0])
     assert imported - {"__future__"} <= sys.stdlib_module_names, imported
-    # Swarm configs are at most 500 KB; the agent is far below.
-    assert AGENT_FILE.stat().st_size < 40_000
+    # Swarm configs are at most 500 KB; the agent (reports, commits, shells) is far below.
+    assert AGENT_FILE.stat().st_size < 50_000
 
 
 # -- pure: usage and the report -------------------------------------------------------------------
@@ -589,3 +593,170 @@ def test_an_order_whose_engine_call_fails_in_any_way_is_answered_and_may_run_aga
     (result,) = runner.results
     assert result["ok"] is False and "garbage" in result["error"]
     assert runner.running_orders == set()  # given again, it runs again
+
+
+def test_shell_orders_are_taken_only_whole():
+    exec_order = {
+        "kind": "exec",
+        "token": "t1",
+        "container": "c1",
+        "session_id": "s1",
+        "command": ["sh"],
+        "tty": True,
+        "env": {"TERM": "xterm"},
+    }
+    resize = {"kind": "exec_resize", "token": "t1", "width": 80, "height": 24}
+    broken = [
+        {**exec_order, "command": "sh"},
+        {**exec_order, "command": []},
+        {**exec_order, "env": {"TERM": 1}},
+        {**exec_order, "tty": "yes"},
+        {**exec_order, "token": None},
+        {**resize, "width": 0},
+        {**exec_order, "kind": "commit"},
+    ]
+    answer = {"orders": [exec_order, *broken, resize]}
+    assert agent.exec_orders_of(answer) == [exec_order, resize]
+    # Whatever the order, the process is the session user's, in its home.
+    config = agent.exec_config({**exec_order, "User": "0"})
+    assert (config["User"], config["WorkingDir"], config["Env"]) == (
+        "1000",
+        "/home/jovyan",
+        ["TERM=xterm"],
+    )
+
+
+def test_an_exec_order_enters_only_this_hubs_running_session_and_never_during_a_commit(
+    docker_engine, session_container
+):
+    created, session_id, deployment = session_container
+    engine = agent.Engine("/var/run/docker.sock")
+    runner = agent.Agent(engine, None, "n1", deployment)
+    channel = agent.ExecChannel(runner, "http://127.0.0.1:9/services/queue/", "t", KEY, NODE_ID)
+    order = {
+        "kind": "exec",
+        "token": "t1",
+        "container": created.id,
+        "session_id": session_id,
+        "command": ["sh", "-c", 'read line; id -u; pwd; echo "$X $line"; exit 6'],
+        "tty": False,
+        "env": {"X": "given"},
+    }
+    exec_id, process, first = channel.start(order)
+    with process:
+        process.sendall(b"typed\n")
+        process.shutdown(socket.SHUT_WR)
+        stream = first
+        while data := process.recv(65536):
+            stream += data
+    output = b"".join(payload for _, payload in Frames().feed(stream)).decode()
+    assert output == "1000\n/home/jovyan\ngiven typed\n"
+    assert engine.exec_exit_code(exec_id) == 6
+    with pytest.raises(ValueError, match="no such session container"):
+        channel.start({**order, "session_id": "another"})
+    other_hub = agent.ExecChannel(agent.Agent(engine, None, "n1", "another-hub"), "", "", KEY, "")
+    with pytest.raises(ValueError, match="no such session container"):
+        other_hub.start(order)
+    runner.committing.add(session_id)
+    with pytest.raises(agent.SessionBusy, match="being saved"):
+        channel.start(order)
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 65535, 65536, 200_000])
+@pytest.mark.parametrize("mask", [None, b"\x01\x80\xfe\x7f"])
+def test_websocket_frames_come_back_whole_however_the_bytes_are_split(size, mask):
+    payload = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    stream = agent.websocket_frame(payload, agent.BINARY, mask) + agent.websocket_frame(
+        b"", agent.CLOSE, mask
+    )
+    frames, found = agent.WebSocketFrames(), []
+    for start in range(0, len(stream), 7001):
+        found += frames.feed(stream[start : start + 7001])
+    assert found == [(agent.BINARY, payload), (agent.CLOSE, b"")]
+
+
+def test_a_websocket_frame_too_large_is_refused_and_the_handshake_is_rfc_6455s():
+    with pytest.raises(ValueError, match="at most"):
+        agent.WebSocketFrames().feed(bytes([0x82, 127]) + (agent.MAX_FRAME + 1).to_bytes(8, "big"))
+    # RFC 6455, section 1.3's example.
+    assert agent.websocket_accept("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+def self_signed(folder: Path) -> ssl.SSLContext:
+    """A TLS server context with a certificate of its own for 127.0.0.1 (openssl's command)."""
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+async def as_the_service(reader, writer, sent: bytes) -> bytes:
+    """What the service does with the agent's connection: `sent` in frames, then its close
+    frame; the process's bytes read from the agent's frames until its end."""
+
+    async def send():
+        for start in range(0, len(sent), 50_000):
+            writer.write(agent.websocket_frame(sent[start : start + 50_000]))
+            await writer.drain()
+        writer.write(agent.websocket_frame(b"", agent.CLOSE))
+        await writer.drain()
+
+    sending, frames, received = asyncio.create_task(send()), agent.WebSocketFrames(), b""
+    while data := await reader.read(65536):
+        received += b"".join(p for op, p in frames.feed(data) if op == agent.BINARY)
+    await sending
+    return received
+
+
+@pytest.mark.parametrize("tls", [False, True])
+def test_a_pipe_carries_megabytes_both_ways_and_each_end_over_plain_or_tls(tls, tmp_path):
+    """More than the pipe holds, both ways at once (a process that writes while it is written
+    to), over TLS too, which one thread must read and write alone."""
+    output, sent = secrets.token_bytes(3 << 20), secrets.token_bytes(3 << 20)
+    process, process_end = socket.socketpair()
+    seen_input = []
+
+    def the_process():
+        writing = threading.Thread(target=process_end.sendall, args=(output,))
+        writing.start()
+        seen_input.append(b"".join(iter(lambda: process_end.recv(65536), b"")))
+        writing.join()
+        process_end.shutdown(socket.SHUT_WR)  # the process's output ends
+
+    async def run():
+        done = asyncio.get_running_loop().create_future()
+
+        async def serve(reader, writer):
+            done.set_result(await as_the_service(reader, writer, sent))
+            writer.close()
+
+        server_tls = self_signed(tmp_path) if tls else None
+        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_tls)
+        port = server.sockets[0].getsockname()[1]
+
+        def connect():  # the TLS handshake blocks: not on the server's loop
+            back = socket.create_connection(("127.0.0.1", port))
+            if not tls:
+                return back
+            client = ssl.create_default_context(cafile=tmp_path / "cert.pem")
+            return client.wrap_socket(back, server_hostname="127.0.0.1")
+
+        back = await asyncio.to_thread(connect)
+        threading.Thread(target=the_process, daemon=True).start()
+        piping = asyncio.to_thread(agent.Pipe(process, b"first", back, b"", False).run)
+        await piping
+        back.sendall(agent.websocket_frame(b"", agent.CLOSE, b"abcd"))
+        back.close()
+        received = await done
+        server.close()
+        return received
+
+    received = asyncio.run(run())
+    assert received == b"first" + output
+    assert seen_input == [sent]  # whole, and then its end

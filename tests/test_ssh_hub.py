@@ -71,6 +71,18 @@ class Client:
         tty = ["-tt"] if terminal else ["-T"]
         return self._run(["/usr/bin/ssh", *tty, *target, *command], stdin)
 
+    def limits(self) -> tuple[float, int]:
+        """The session's CPUs and memory limit as its cgroup (v1 or v2) holds them."""
+        limits = self.ssh(
+            "cat /sys/fs/cgroup/cpu.max 2>/dev/null || "
+            "echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us); "
+            "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+            "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+        )
+        assert limits.returncode == 0, limits.stderr
+        (quota, period), memory = (line.split() for line in limits.stdout.splitlines())
+        return int(quota) / int(period), int(memory[0])
+
     def sftp(self, commands: str, cwd: Path | None = None):
         """`commands` read by sftp from its input (not `-b`, which forbids a password)."""
         target = [*PASSWORD_ONLY, "-P", self.port, f"{self.login}@127.0.0.1"]
@@ -127,14 +139,7 @@ def test_a_shell_runs_python_and_nvidia_smi_in_the_session_within_its_limits(gpu
     where = client.ssh('echo "$FGPU_SESSION_ID $(id -u) $HOME"')
     assert where.stdout.split() == [session_id(ann), "1000", "/home/jovyan"]
     # The session's cgroup: 0.5 CPU (v1 or v2) and 512 MiB.
-    limits = client.ssh(
-        "cat /sys/fs/cgroup/cpu.max 2>/dev/null || "
-        "echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us); "
-        "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
-        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
-    )
-    (quota, period), memory = (line.split() for line in limits.stdout.splitlines())
-    assert (int(quota) / int(period), int(memory[0])) == (0.5, 512 * MIB)
+    assert client.limits() == (0.5, 512 * MIB)
     smi = client.ssh("nvidia-smi")
     assert smi.returncode == 0, smi.stderr
     assert "GPU 0: 50% of Simulated GPU (8 GiB): 4096 MiB of 8192 MiB" in smi.stdout, smi.stdout

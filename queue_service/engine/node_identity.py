@@ -55,11 +55,42 @@ class NodeIdentity:
     ):
         self.credentials, self.max_skew, self.clock = credentials, max_skew, clock
         self._last: dict[str, float] = {}
+        self._nonces: dict[tuple[str, str], float] = {}  # (node id, nonce) → its signed time
 
     def verify(
         self, hostname: str, method: str, path: str, headers: Mapping[str, str], body: bytes
     ) -> tuple[NodeCredential, float]:
         """The credential of the node that signed this report, and its signed time."""
+        credential, signed_at = self.signed(hostname, method, path, headers, body)
+        last = self._last.get(credential.node_id)
+        if last is not None and signed_at <= last:
+            raise _refuse(
+                f"A report of node {hostname} signed no later than the last one taken: a replay."
+            )
+        self._last[credential.node_id] = signed_at
+        return credential, signed_at
+
+    def verify_once(
+        self, hostname: str, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> NodeCredential:
+        """The credential of the node that signed this request of its shell channel
+        (swarm_exec.py). Those requests overlap (a long poll, a shell's connection, a result),
+        so they may arrive out of their signed order: each nonce is taken once instead, and
+        remembered for as long as its time would pass the clock check."""
+        credential, signed_at = self.signed(hostname, method, path, headers, body)
+        now = self.clock()
+        self._nonces = {n: t for n, t in self._nonces.items() if t > now - 2 * self.max_skew}
+        nonce = (credential.node_id, headers.get(NONCE_HEADER) or "")
+        if nonce in self._nonces:
+            raise _refuse(f"A request of node {hostname} with a nonce already taken: a replay.")
+        self._nonces[nonce] = signed_at
+        return credential
+
+    def signed(
+        self, hostname: str, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[NodeCredential, float]:
+        """The credential whose key signed this request, and its signed time (within
+        `max_skew` of the clock); no replay check."""
         credential = self._credential(headers.get(NODE_ID_HEADER) or "", hostname)
         signed_at = self._signed_time(headers.get(TIME_HEADER) or "")
         expected = request_signature(
@@ -75,12 +106,6 @@ class NodeIdentity:
         given = (headers.get(SIGNATURE_HEADER) or "").encode("latin-1", "replace")
         if not headers.get(NONCE_HEADER) or not hmac.compare_digest(expected.encode(), given):
             raise _refuse(f"The report's signature does not match node {hostname}'s key.")
-        last = self._last.get(credential.node_id)
-        if last is not None and signed_at <= last:
-            raise _refuse(
-                f"A report of node {hostname} signed no later than the last one taken: a replay."
-            )
-        self._last[credential.node_id] = signed_at
         return credential, signed_at
 
     def check_sampled_at(self, sampled_at: str, signed_at: float) -> None:

@@ -28,6 +28,9 @@ results come back in a later report's `order_results` (`order_result`). A result
 it comes from the node its order was given to, and says what its order asked (the same image; ids
 that are digests): a node cannot answer another node's commits.
 
+Shells in sessions on a node go by orders too, on the agents' shell channel, whose orders
+wait in `execs` (exec_rendezvous.py).
+
 Identity: the handler takes a report only once node_identity.py has checked that it is signed
 with the key of the node the URL names, so `put(report)` trusts `report.node`. A body naming
 another node is refused too (400). A drained node still runs sessions and may report; the store
@@ -47,6 +50,7 @@ from typing import Any
 
 from node_agent.agent import REPORT_VERSION
 from queue_service.core.errors import Refusal
+from queue_service.engine.exec_rendezvous import ExecRendezvous
 from queue_service.engine.stats import Usage
 
 #: A Swarm hostname: a DNS name (labels of letters, digits, '-', '_'), at most 253 characters.
@@ -286,6 +290,8 @@ class NodeReports:
         self._results: dict[str, dict] = {}
         self._waiting: dict[str, asyncio.Future] = {}
         self._given: dict[str, tuple[str, dict]] = {}  # order id → (node, order) its agent took
+        #: The shells' orders, which the agents take on a channel of their own.
+        self.execs = ExecRendezvous()
 
     def put(self, report: NodeReport) -> None:
         if report.node not in self._nodes and len(self._nodes) >= self.max_nodes:

@@ -7,9 +7,9 @@ mounts and its environment, as a terminal in JupyterLab is. The engine hands bac
 connection, a plain socket: with a terminal (`tty`), the bytes of the pseudo-terminal both ways;
 without, the engine multiplexes stdout and stderr in frames (`Frames` splits them).
 
-Only on the engine the service talks to (one host). On a Swarm the session's container is on
-another node's engine, which the service does not reach: `DockerEngine.session_exec` names this
-class, `SwarmEngine` has none, and an SSH login is told so.
+Only on the engine the service talks to (one host): `DockerEngine.session_exec` names this class.
+On a Swarm the session's container is on another node's engine, which the service does not
+reach: swarm_exec.py's `SwarmExec` has the same methods and goes through the node's agent.
 
 An exec only starts while no commit holds the container: an exec that enters a container being
 committed is what froze a session for good (container_calls.py). A shell started before a commit

@@ -3,7 +3,7 @@
 `c.QueueService.engine_class = "swarm"` picks it; its settings are `c.SwarmEngine.…`. The nodes,
 their resource groups and GPUs come from the Swarm's node labels, read every reconciler round;
 sessions are services (session_services.py); what a node's sessions use, and how its engine is
-set up, its agent reports (node_reports.py). The service deploys those agents, a global service
+set up, its agent reports (node_reports.py); shells in sessions go through it too (swarm_exec.py). The service deploys those agents, a global service
 (node_agent_deploy.py), when `node_agent_url` is set."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .node_commits import commit_on_node
 from .node_reports import DAEMON_FIX, wrong_daemon_settings
 from .registry_images import registry_digests
 from .session_services import SwarmSessionLister
+from .swarm_exec import SwarmExec
 
 
 class SwarmEngine(EngineBackend):
@@ -215,6 +216,12 @@ class SwarmEngine(EngineBackend):
 
     def session_lister(self) -> SwarmSessionLister:
         return SwarmSessionLister(self.client, self.node_down_grace, time.time)
+
+    def session_exec(self) -> SwarmExec:
+        # Made as the service starts, on its event loop, where the agents' channel is served.
+        reports = self.node_reports
+        loop = asyncio.get_running_loop()
+        return SwarmExec(self.client, reports.execs, reports, self.hooks.deployment_id, loop)
 
     def usage_of(self, session_id: str) -> dict | None:
         # Read on the session's node, by the node's agent.

@@ -17,6 +17,7 @@ Each module serves one part and lists its own routes, as JupyterHub's `apihandle
 - `settings`: `api/settings`, the settings the running service holds (admins);
 - `ssh_keys`: `api/ssh-keys`, the public keys that log a user in over SSH;
 - `nodes`: the node agents' `api/nodes/{hostname}/report`, and `api/nodes` for admins;
+- `node_exec`: the node agents' shell channel (`exec-orders`, `exec/{token}`): shells on Swarm nodes;
 - `pages`: the HTML pages and their static files (and the 404 for anything else).
 
 Handlers only translate HTTP to the domain (`queue`, `quotas`, `images`, `private_images`,
@@ -34,6 +35,7 @@ from . import (
     health,
     images,
     material_links,
+    node_exec,
     nodes,
     pages,
     presets,
@@ -61,6 +63,7 @@ def routes(prefix: str) -> list:
         *images.routes(prefix),
         *folders.routes(prefix),
         *nodes.routes(prefix),
+        *node_exec.routes(prefix),
         *usage.routes(prefix),
         *utilization.routes(prefix),
         *health.routes(prefix),

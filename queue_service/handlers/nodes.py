@@ -32,14 +32,26 @@ from ..private_images import session_commit
 from .base import BaseHandler
 
 
-class NodeReportHandler(BaseHandler):
-    """POST a node's report; for the node agents' identity alone."""
+class NodeAgentHandler(BaseHandler):
+    """A request only the node agents' hub identity may make (their key is checked after)."""
 
     async def admit(self) -> None:
         await super().admit()
         identity = self.identity()
         if identity.get("kind") != "service" or identity.get("name") != self.agent_service:
             raise web.HTTPError(403, "Only the hub's node agents may report a node's usage.")
+
+    def finish_signed(self, credential, answer: bytes) -> None:
+        """Answer with `answer` signed with the node's key and the request's nonce: the agent
+        carries out only orders this service gave its node."""
+        nonce = self.request.headers[NONCE_HEADER]
+        self.set_header(SIGNATURE_HEADER, answer_signature(credential.key, nonce, answer))
+        self.set_header("Content-Type", "application/json")
+        self.finish(answer)
+
+
+class NodeReportHandler(NodeAgentHandler):
+    """POST a node's report; for the node agents' identity alone."""
 
     @web.authenticated
     async def post(self, node):
@@ -55,10 +67,7 @@ class NodeReportHandler(BaseHandler):
         identity.check_sampled_at(report.sampled_at, signed_at)
         store.put(report)
         answer = json.dumps({"node": node, "orders": store.take_orders(node)}).encode()
-        nonce = request.headers[NONCE_HEADER]
-        self.set_header(SIGNATURE_HEADER, answer_signature(credential.key, nonce, answer))
-        self.set_header("Content-Type", "application/json")
-        self.finish(answer)
+        self.finish_signed(credential, answer)
 
 
 class NodeKeyHandler(BaseHandler):

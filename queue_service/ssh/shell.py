@@ -7,8 +7,10 @@ code. The process is the session's user's, in the session's container: its limit
 a client's window size follows to the terminal; a client's end of input closes the process's (without a terminal).
 
 Nothing is started for a login that has no running session: it is told to start one on the
-Sessions page, and the exit code is 1. Where the service cannot reach the sessions' containers
-(a Swarm: they run on other nodes' engines), a login is told so.
+Sessions page, and the exit code is 1. The engine backend's `session_exec` starts the process: on
+one host by the engine's exec (engine/session_exec.py), on a Swarm by the agent of the session's
+node, which connects back (engine/swarm_exec.py); both hand back the same connection. A backend
+without one (none of the shipped) gets a login told so.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ class Shells:
         if self.session_exec is None:
             return _tell(
                 process,
-                "Shells reach sessions on this hub's own engine only, not on its Swarm nodes "
-                "yet. sftp to the same address reaches your files.",
+                "This hub's engine starts no shells in sessions. "
+                "sftp to the same address reaches your files.",
             )
         try:
             found = await asyncio.to_thread(self.session_exec.session_of, login.user, login.server)
