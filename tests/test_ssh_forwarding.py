@@ -10,15 +10,20 @@ a session, and `-R`, are refused with a reason, and no relay outlives its forwar
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import secrets
 import socket
 import subprocess
 import time
+from datetime import UTC, datetime
 
+import asyncssh
 import pytest
 import requests
+
+from queue_service.ssh.forwarding import MAX_FORWARDS
 
 from .harness import QueueUser, free_port
 from .test_ssh_hub import LAB, PASSWORD_ONLY, Client, ann, askpass, bob  # noqa: F401 (fixtures)
@@ -31,6 +36,8 @@ HTTP_PORT = 8765
 DIGEST_PORT = 8766
 #: Where a session's HTTP server listens on every address.
 OPEN_PORT = 8767
+#: The session's own Jupyter server's port.
+SERVER_PORT = 8888
 #: Relays running in a session (the bracket keeps the probe's own command line out).
 RELAYS = (
     "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -o '[c]reate_connection' | wc -l"
@@ -266,3 +273,70 @@ def test_remote_forwarding_is_refused(ann_servers):
         assert ssh.wait(timeout=120) == 255
         said = ssh.stderr.read()
     assert "remote port forwarding failed" in said, said
+
+
+def last_activity(hub, user: str, server: str) -> datetime:
+    model = hub.request("GET", f"users/{user}").json()["servers"][server]
+    return datetime.fromisoformat(model["last_activity"].replace("Z", "+00:00"))
+
+
+def test_use_over_ssh_counts_as_the_session_s_activity(gpu_hub, askpass):  # noqa: F811
+    """The idle culler reads the hub's last activity: a student working only in VS Code (through
+    forwards) or in an ssh shell keeps the session in use, as in JupyterLab. (One server each:
+    a server is reported at most once a minute.)"""
+    eve = QueueUser(gpu_hub, f"eve-{secrets.token_hex(3)}")
+    for server in ("", "lab"):
+        response = gpu_hub.start_server(eve.name, LAB, server=server)
+        assert response.status_code in (201, 202), response.text
+        gpu_hub.wait_ready(eve.name, server)
+    token = eve.http.headers["Authorization"].split()[1]
+    mark = datetime.now(UTC)
+    assert max(last_activity(gpu_hub, eve.name, s) for s in ("", "lab")) < mark
+    typed = Client(gpu_hub, askpass, eve.name, token).ssh("cat", stdin="typing\n")
+    assert typed.stdout == "typing\n"
+    # Bytes through a forward to the session's own server port (which answers them with an
+    # error: a request it never takes counts as no activity of its own).
+    port = free_port()
+    lab = Client(gpu_hub, askpass, f"{eve.name}-lab", token)
+    with forwarding(lab, "-L", f"{port}:127.0.0.1:{SERVER_PORT}") as ssh:
+        listening(ssh, port)
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"not http\r\n\r\n")
+            assert conn.recv(100).startswith(b"HTTP/1.1 400")
+    for server in ("", "lab"):
+        for _ in range(300):  # the report goes once the bytes have
+            if last_activity(gpu_hub, eve.name, server) >= mark:
+                break
+            time.sleep(0.1)
+        assert last_activity(gpu_hub, eve.name, server) >= mark, server
+    gpu_hub.stop_servers({(eve.name, ""), (eve.name, "lab")})
+
+
+def test_one_connection_holds_a_bounded_number_of_forwards(gpu_hub, ann, ann_servers):  # noqa: F811
+    """Each forward is a process in the session and an exec on the engine: past the bound a
+    channel is refused with the reason (asyncssh's client, which opens channels as it is told),
+    room comes back as one closes, and none outlives its connection."""
+
+    async def hold_open() -> tuple[int, str, bool]:
+        async with asyncssh.connect(
+            "127.0.0.1", int(gpu_hub.env["FGPU_SSH_PORT"]), username=ann.name,
+            password=ann.token, known_hosts=None, client_keys=None,
+        ) as connection:  # fmt: skip
+            held, refusal = [], ""
+            try:
+                for _ in range(MAX_FORWARDS + 1):
+                    held.append(await connection.open_connection("127.0.0.1", HTTP_PORT))
+            except asyncssh.ChannelOpenError as e:
+                refusal = e.reason
+            _, writer = held.pop()
+            writer.close()
+            await writer.channel.wait_closed()
+            reader, writer = await connection.open_connection("127.0.0.1", HTTP_PORT)
+            writer.write(b"GET /index.html HTTP/1.0\r\n\r\n")
+            answered = (await reader.read()).startswith(b"HTTP/1.0 200")
+            return len(held) + 1, refusal, answered
+
+    held, refusal, answered = asyncio.run(hold_open())
+    assert (held, refusal) == (MAX_FORWARDS, f"At most {MAX_FORWARDS} forwards at once.")
+    assert answered  # room again once one closed
+    assert relays_in(ann_servers) == 0

@@ -19,6 +19,8 @@ stdin (the channel closed) ends it. Its stdout comes back in the engine's frames
 its exit (the far end closed) closes the channel. Flow control holds each side while the other's
 buffer is full.
 
+What the client sends counts as the session's activity for the idle culler (activity.py).
+
 Refused, with a reason: a login without a running session (nothing is started), a session on a
 Swarm node (the service reaches only its own engine), more than `MAX_FORWARDS` channels at once
 on one connection. Remote forwarding (`-R`), agent and X11 forwarding stay refused (server.py).
@@ -36,11 +38,12 @@ from queue_service.core.ssh_logins import login_of
 from queue_service.engine.errors import ENGINE_ERRORS
 from queue_service.engine.session_exec import Frames, SessionBusy
 
+from .activity import SessionActivity
 from .hub_logins import Login
 
-#: Channels one connection may hold open at once (VS Code holds a handful): each is a process
-#: in the session and an exec on the engine.
-MAX_FORWARDS = 64
+#: Channels one connection may hold open at once (VS Code holds a handful): each is a process in
+#: the session (some 5 MiB of its memory) and an exec on the engine.
+MAX_FORWARDS = 32
 #: Seconds the relay tries to connect (an address that drops packets answers nothing).
 CONNECT_SECONDS = 20
 STDERR = 2
@@ -95,11 +98,13 @@ os._exit(0)
 class Forwards:
     """One connection's forwards (asyncssh's `SSHServer.connection_requested` hands them here)."""
 
-    def __init__(self, session_exec, no_session, log):
+    def __init__(self, session_exec, no_session, activity: SessionActivity, log):
         #: engine/session_exec.py's SessionExec, or None where the engine has none (a Swarm).
         self.session_exec = session_exec
         #: What a login without a running session is told (shell.py's `Shells.no_session`).
         self.no_session = no_session
+        #: What the client sends through a forward is the session's activity (activity.py).
+        self.activity = activity
         self.log = log
         self.open_now = 0
 
@@ -134,7 +139,8 @@ class Forwards:
     async def _start(self, login: Login, host: str, port: int) -> Relay:
         started = await self._exec(login, [str(host), str(port)])
         loop = asyncio.get_running_loop()
-        _, relay = await loop.create_connection(Relay, sock=started.sock)
+        used = functools.partial(self.activity.used, login)
+        _, relay = await loop.create_connection(lambda: Relay(used), sock=started.sock)
         said = await relay.said
         if said != "open":
             relay.close()
@@ -170,7 +176,9 @@ class Relay(asyncio.Protocol):
     `said`; then its stdout goes to the channel (`channel_side`), and its end closes the
     channel."""
 
-    def __init__(self):
+    def __init__(self, used):
+        #: Called with each piece the client sends (activity.py).
+        self.used = used
         loop = asyncio.get_running_loop()
         self.said: asyncio.Future[str] = loop.create_future()
         self.ended: asyncio.Future[None] = loop.create_future()
@@ -247,6 +255,7 @@ class ChannelSide(asyncssh.SSHTCPSession):
     def data_received(self, data: bytes, datatype) -> None:
         if data:
             self.relay.send(data)
+            self.relay.used()
 
     def eof_received(self) -> bool:
         self.relay.send(b"")  # the relay ends its sending side; its answers still come

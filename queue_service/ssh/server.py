@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import asyncssh
 
+from .activity import SessionActivity
 from .file_areas import FileAreas
 from .forwarding import Forwards
 from .host_key import host_key
@@ -68,6 +69,8 @@ class SSHService:
         self.logins, self.shells, self.areas, self.measure = logins, shells, areas, measure
         self.log = log
         self.server = None
+        self.activity = SessionActivity(logins.hub, log)
+        shells.activity = self.activity
         self.threads = ThreadPoolExecutor(SFTP_THREADS, thread_name_prefix="fgpu-sftp")
 
     async def listen(self, host: str, port: int, key_path: str) -> None:
@@ -90,7 +93,8 @@ class SSHService:
 
     def _connection(self) -> HubLogin:
         shells = self.shells
-        return HubLogin(self.logins, Forwards(shells.session_exec, shells.no_session, self.log))
+        forwards = Forwards(shells.session_exec, shells.no_session, self.activity, self.log)
+        return HubLogin(self.logins, forwards)
 
     def close(self) -> None:
         if self.server is not None:
