@@ -340,3 +340,22 @@ def test_one_connection_holds_a_bounded_number_of_forwards(gpu_hub, ann, ann_ser
     assert (held, refusal) == (MAX_FORWARDS, f"At most {MAX_FORWARDS} forwards at once.")
     assert answered  # room again once one closed
     assert relays_in(ann_servers) == 0
+
+
+def test_a_client_that_leaves_while_a_forward_opens_leaves_no_relay(gpu_hub, ann, ann_servers):  # noqa: F811
+    """The relay connects to a server that keeps an idle connection open (the HTTP server);
+    the client is gone by then, so the channel is never confirmed: the relay ends too."""
+
+    async def leave_at_once() -> None:
+        connection = await asyncssh.connect(
+            "127.0.0.1", int(gpu_hub.env["FGPU_SSH_PORT"]), username=ann.name,
+            password=ann.token, known_hosts=None, client_keys=None,
+        )  # fmt: skip
+        opening = asyncio.ensure_future(connection.open_connection("127.0.0.1", HTTP_PORT))
+        await asyncio.sleep(0.05)  # the request is on its way; the relay takes longer to start
+        connection.abort()
+        with contextlib.suppress(Exception):
+            await opening
+
+    asyncio.run(leave_at_once())
+    assert relays_in(ann_servers) == 0

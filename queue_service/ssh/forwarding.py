@@ -108,9 +108,9 @@ class Forwards:
         self.log = log
         self.open_now = 0
 
-    def open(self, login: Login, host: str, port: int):
-        """The channel's session, once the relay has connected (a coroutine asyncssh awaits
-        before it confirms the channel), or ChannelOpenError with the reason."""
+    def open(self, conn, login: Login, host: str, port: int):
+        """The channel's session on `conn`, once the relay has connected (a coroutine asyncssh
+        awaits before it confirms the channel), or ChannelOpenError with the reason."""
         if self.session_exec is None:
             raise _refused(
                 "Forwards reach sessions on this hub's own engine only, not on its Swarm nodes."
@@ -122,14 +122,17 @@ class Forwards:
                 asyncssh.OPEN_RESOURCE_SHORTAGE, f"At most {MAX_FORWARDS} forwards at once."
             )
         self.open_now += 1
-        return self._open(login, host, port)
+        return self._open(conn, login, host, port)
 
-    async def _open(self, login: Login, host: str, port: int) -> asyncssh.SSHTCPSession:
+    async def _open(self, conn, login: Login, host: str, port: int) -> asyncssh.SSHTCPSession:
         try:
             relay = await self._start(login, host, port)
         except BaseException:
             self.open_now -= 1
             raise
+        if conn.is_closed():
+            # The client left while the relay connected: asyncssh drops the channel unseen.
+            relay.close()
         relay.ended.add_done_callback(lambda _: self._closed())
         return relay.channel_side
 

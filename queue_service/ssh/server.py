@@ -56,7 +56,7 @@ class HubLogin(asyncssh.SSHServer):
 
     def connection_requested(self, dest_host: str, dest_port: int, orig_host, orig_port):
         """`ssh -L` and `ssh -D`: opened from inside the login's session, never from here."""
-        return self.forwards.open(channel_login(self.conn), dest_host, dest_port)
+        return self.forwards.open(self.conn, channel_login(self.conn), dest_host, dest_port)
 
     def _logged_in(self, username: str, login) -> bool:
         if login is not None:
