@@ -21,7 +21,7 @@ hub field (`last_activity` + the timeout, at the earliest), to show it and to wa
      "reclaim": "when_waiting"}
 
 A session is idle when the hub has seen no activity from it (kernels, terminals, pages: the
-server's reports) and its own use stayed under `cpu_percent` (of one core) and `gpu_percent` (where
+server's reports; SSH shells and forwards: the SSH service's, ssh/activity.py) and its own use stayed under `cpu_percent` (of one core) and `gpu_percent` (where
 NVML reports it) for the whole timeout: `fgpu_timeout` for sessions holding fGPU, `timeout` for
 the others. `reclaim`: `always` (the default) ends an idle session at its timeout, with reason
 `idle`; `when_waiting` keeps it while no PENDING request needs what it holds, and once one does,

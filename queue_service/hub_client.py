@@ -211,6 +211,14 @@ class HubClient:
         path = f"/users/{quote(user)}/servers/{quote(server_name)}"
         return (await self._call("DELETE", path, {"remove": True} if remove else None))[0]
 
+    async def report_activity(self, user: str, server_name: str, when: str) -> None:
+        """Tell the hub that `user`'s server was in use at `when` (ISO 8601, UTC), as the
+        server's own reports do: the idle culler reads it. The hub keeps the later time."""
+        at = {"last_activity": when}
+        await self._call(
+            "POST", f"/users/{quote(user)}/activity", {**at, "servers": {server_name: at}}
+        )
+
     async def share_server(self, owner: str, server_name: str, user: str) -> None:
         """Let `user` open `owner`'s server (JupyterHub's shares: `access:servers` on that one
         server, nothing else of the owner's)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import docker.errors
 import pytest
@@ -131,3 +132,25 @@ def test_a_commit_waits_for_an_exec_in_progress():
         order.append("exec done")
     committer.join(10)
     assert order == ["exec done", "commit"]
+
+
+def test_execs_share_the_session_and_a_waiting_commit_turns_new_ones_away():
+    """Forwards open many execs at once (one per channel); a commit still waits for them all,
+    and no exec starts while it waits."""
+    locks, order = ContainerLocks(), []
+    with locks.exec_unless_committing("s1") as first:
+        with locks.exec_unless_committing("s1") as second:
+            assert (first, second) == (True, True)
+            committer = threading.Thread(
+                target=lambda: locks.committing("s1").__enter__() or order.append("commit")
+            )
+            committer.start()
+            while not locks._lock("s1")._alone:
+                time.sleep(0.01)
+            with locks.exec_unless_committing("s1") as third:
+                assert third is False
+            order.append("second done")
+        committer.join(0.3)
+        order.append("first done")
+    committer.join(10)
+    assert order == ["second done", "first done", "commit"]

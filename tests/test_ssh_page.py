@@ -32,15 +32,26 @@ def cara(gpu_hub):
     gpu_hub.stop_servers({(user.name, ""), (user.name, "lab")})
 
 
-def ssh_dialog(page: Page, server: str):
-    """Open the SSH dialog of the running default session's row, or the named `server`'s; its
-    (ssh, sftp) commands. ("lab" is in every row's JupyterLab button: the default row is told
-    by its "(default)".)"""
+def session_row(page: Page, server: str):
+    """The running default session's row, or the named `server`'s. ("lab" is in every row's
+    JupyterLab button: the default row is told by its "(default)".)"""
     running = rows(page, "RUNNING")
-    row = (
+    return (
         running.filter(has_not_text="(default)") if server else running.filter(has_text="(default)")
     )
-    row.locator("button.fgpu-ssh").click()
+
+
+def open_sessions(page: Page, hub, user: QueueUser) -> None:
+    """The Sessions page as `user`, with their two running sessions listed."""
+    log_in(page, hub, user.name)
+    page.goto(f"{hub.url}{SESSIONS_PAGE}")
+    expect(rows(page, "RUNNING")).to_have_count(2)
+
+
+def ssh_dialog(page: Page, server: str):
+    """Open the SSH dialog of the running default session's row, or the named `server`'s; its
+    (ssh, sftp) commands."""
+    session_row(page, server).locator("button.fgpu-ssh").click()
     expect(page.locator("#fgpu-ssh")).to_be_visible()
     return page.input_value("#fgpu-ssh-command"), page.input_value("#fgpu-sftp-command")
 
@@ -52,9 +63,7 @@ def test_the_ssh_dialog_shows_commands_that_log_in_to_that_session(
     askpass,  # noqa: F811
 ):
     port = gpu_hub.env["FGPU_SSH_PORT"]
-    log_in(page, gpu_hub, cara.name)
-    page.goto(f"{gpu_hub.url}{SESSIONS_PAGE}")
-    expect(rows(page, "RUNNING")).to_have_count(2)
+    open_sessions(page, gpu_hub, cara)
     for server, login in (("", cara.name), ("lab", f"{cara.name}-lab")):
         ssh, sftp = ssh_dialog(page, server)
         assert ssh == f"ssh -p {port} {login}@127.0.0.1"
@@ -81,9 +90,7 @@ def test_the_ssh_dialog_shows_commands_that_log_in_to_that_session(
 
 def test_the_ssh_buttons_wrap_with_the_apps_at_800_px(gpu_hub, page, cara):
     page.set_viewport_size({"width": 800, "height": 900})
-    log_in(page, gpu_hub, cara.name)
-    page.goto(f"{gpu_hub.url}{SESSIONS_PAGE}")
-    expect(rows(page, "RUNNING")).to_have_count(2)
+    open_sessions(page, gpu_hub, cara)
     buttons = page.locator("button.fgpu-ssh")
     expect(buttons).to_have_count(2)
     for i in range(2):  # inside the page's width: nothing to scroll sideways for
@@ -147,3 +154,54 @@ def test_the_keys_page_sends_a_stranger_to_the_login_and_shows_only_ones_own_key
     page.goto(f"{gpu_hub.url}/services/queue/ssh")
     expect(page.locator("#fgpu-ssh-keys-none")).to_be_visible()
     expect(page.locator("#fgpu-ssh-keys tbody tr")).to_have_count(0)
+
+
+def vscode_dialog(page: Page, server: str) -> tuple[str, str]:
+    """Open the VS Code part of the dialog from the default session's row, or the named
+    `server`'s; its (config block, link)."""
+    session_row(page, server).locator("button.fgpu-vscode").click()
+    expect(page.locator("#fgpu-ssh-title")).to_have_text("VS Code")
+    expect(page.locator("#fgpu-vscode-part")).to_be_visible()
+    expect(page.locator("#fgpu-ssh-part")).to_be_hidden()
+    return page.input_value("#fgpu-vscode-config"), page.get_attribute("#fgpu-vscode-link", "href")
+
+
+def test_the_vs_code_button_gives_the_ssh_config_that_vs_code_logs_in_with(
+    gpu_hub,
+    page,
+    cara,
+    askpass,  # noqa: F811
+    tmp_path,
+):
+    """The block, as copied into an SSH config file, takes Debian's ssh into that session the
+    way VS Code's Remote-SSH goes in: `ssh -T <alias> bash`, its script on the input."""
+    port = gpu_hub.env["FGPU_SSH_PORT"]
+    open_sessions(page, gpu_hub, cara)
+    for server, login in (("", cara.name), ("lab", f"{cara.name}-lab")):
+        block, link = vscode_dialog(page, server)
+        alias = f"127.0.0.1-{login}"
+        assert block == f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {login}"
+        assert link == f"vscode://vscode-remote/ssh-remote+{alias}/home/jovyan"
+        page.click("#fgpu-ssh .fgpu-copy[data-copy=fgpu-vscode-config]")
+        expect(page.locator("#fgpu-ssh-copied")).to_contain_text(f"Host {alias}")
+        if not server:
+            screenshot(page, "vscode-dialog")
+            page.set_viewport_size({"width": 800, "height": 900})
+            screenshot(page, "vscode-dialog-800")
+            page.set_viewport_size({"width": 1280, "height": 900})
+            screenshot(page, "vscode-dialog-1280")
+        page.click("#fgpu-ssh-close")
+        # The SSH button still opens the SSH part.
+        ssh, _ = ssh_dialog(page, server)
+        expect(page.locator("#fgpu-ssh-title")).to_have_text("SSH and SFTP")
+        expect(page.locator("#fgpu-vscode-part")).to_be_hidden()
+        page.click("#fgpu-ssh-close")
+        config = tmp_path / f"config-{server or 'default'}"
+        config.write_text(block + "\n")
+        client = Client(gpu_hub, askpass, login, cara.token)
+        run = client._run(
+            ["/usr/bin/ssh", "-F", str(config), "-T", *PASSWORD_ONLY, alias, "bash"],
+            'echo "$(whoami) $FGPU_SESSION_ID"\nexit 3\n',
+        )
+        assert run.returncode == 3, run.stderr
+        assert run.stdout.split() == ["jovyan", session_id(cara, server)]

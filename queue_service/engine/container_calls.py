@@ -13,8 +13,9 @@ container must not stall the stats of every other session, the end warnings or t
   container holds one thread at most, never the pool, and later rounds do not wait on it at all.
 - The mark goes as soon as a call about that container is answered again.
 
-`ContainerLocks` holds one lock per session: a commit takes it for as long as it copies the
-container, and the end warnings' execs only try it, and skip the round when a commit holds it.
+`ContainerLocks` holds one lock per session: a commit takes it alone for as long as it copies the
+container; execs (the end warnings', the SSH service's shells and forwards) share it, only try it,
+and are turned away while a commit holds it or waits for it.
 """
 
 from __future__ import annotations
@@ -135,29 +136,68 @@ def timed_out(error: BaseException | None) -> bool:
 
 
 class ContainerLocks:
-    """One lock per session container: commits hold it, the service's execs only try it."""
+    """One lock per session container: commits hold it alone, the service's execs share it and
+    only try it (a forward per connection of VS Code starts many at once)."""
 
     def __init__(self):
         self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, _SharedLock] = {}
 
-    def _lock(self, session_id: str) -> threading.Lock:
+    def _lock(self, session_id: str) -> _SharedLock:
         with self._guard:
-            return self._locks.setdefault(session_id, threading.Lock())
+            return self._locks.setdefault(session_id, _SharedLock())
 
     @contextlib.contextmanager
     def committing(self, session_id: str):
-        """Held for a commit: waits for an exec in progress to end first."""
-        with self._lock(session_id):
+        """Held for a commit: waits for the execs in progress to end first."""
+        lock = self._lock(session_id)
+        lock.take_alone()
+        try:
             yield
+        finally:
+            lock.give_back_alone()
 
     @contextlib.contextmanager
     def exec_unless_committing(self, session_id: str):
-        """Yields True while held, or False at once when a commit holds the container."""
+        """Yields True while held (with other execs), or False at once when a commit holds the
+        container or waits for it."""
         lock = self._lock(session_id)
-        held = lock.acquire(blocking=False)
+        held = lock.try_share()
         try:
             yield held
         finally:
             if held:
-                lock.release()
+                lock.give_back_share()
+
+
+class _SharedLock:
+    """Shared by execs, held alone by a commit; a commit waiting turns new execs away, so that
+    a stream of execs never keeps a commit waiting."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._sharing = 0
+        self._alone = False
+
+    def try_share(self) -> bool:
+        with self._changed:
+            if self._alone:
+                return False
+            self._sharing += 1
+            return True
+
+    def give_back_share(self) -> None:
+        with self._changed:
+            self._sharing -= 1
+            self._changed.notify_all()
+
+    def take_alone(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._alone)
+            self._alone = True
+            self._changed.wait_for(lambda: self._sharing == 0)
+
+    def give_back_alone(self) -> None:
+        with self._changed:
+            self._alone = False
+            self._changed.notify_all()

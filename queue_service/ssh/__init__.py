@@ -10,6 +10,13 @@
 - `sftp` (and `scp`, which speaks SFTP) reaches the home folder at `/` and the storage folders at
   `/folders/<name>`, session or not, with the Storage page's permissions and quotas and its file
   layer, which never follows a link (`sftp.py`, `file_areas.py`, store/folder_files.py).
+- `ssh -L` and `ssh -D` (VS Code's Remote-SSH goes through `-D`) forward connections opened
+  from inside the login's running session, by a relay the engine's exec starts there
+  (`forwarding.py`): 127.0.0.1 is the session's, and what a session cannot reach (another
+  session, the hub's own ports) a forward cannot either. Without a running session a forward is
+  refused with the shell's message. No remote forwarding (`-R`), agent or X11 forwarding.
+- What a client sends, into a shell or through a forward, is the session's activity for the idle
+  culler (`activity.py`): the hub hears the server is in use, as from its JupyterLab.
 
 Why here, in the queue service, rather than a service of its own: SFTP must grant exactly what
 the Storage page grants, and that is the queue service's `Folders` (shares, read-only mounts of a

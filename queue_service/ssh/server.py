@@ -1,6 +1,8 @@
 """The SSH listener: logins by hub API token (`hub_logins.py`), a shell or command in the login's
-session (`shell.py`), SFTP to its files (`sftp.py`). Nothing else: no port forwarding, no agent
-or X11 forwarding, and no legacy `scp -O` (today's scp speaks SFTP).
+session (`shell.py`), SFTP to its files (`sftp.py`), local and dynamic port forwarding (`ssh -L`,
+`ssh -D`) opened from inside the login's session (`forwarding.py`). Nothing else: no remote
+forwarding (`ssh -R`: asyncssh's `server_requested` says no), no agent or X11 forwarding, and no
+legacy `scp -O` (today's scp speaks SFTP).
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import asyncssh
 
+from .activity import SessionActivity
 from .file_areas import FileAreas
+from .forwarding import Forwards
 from .host_key import host_key
-from .hub_logins import TokenLogins, extra_info_name
+from .hub_logins import TokenLogins, channel_login, extra_info_name
 from .sftp import FolderSFTP
 from .shell import Shells
 
@@ -26,8 +30,9 @@ class HubLogin(asyncssh.SSHServer):
     """One connection's logins: by password (a hub API token) or by a public key the account
     keeps."""
 
-    def __init__(self, logins: TokenLogins):
+    def __init__(self, logins: TokenLogins, forwards: Forwards):
         self.logins = logins
+        self.forwards = forwards
         self.conn = None
 
     def connection_made(self, conn) -> None:
@@ -49,6 +54,10 @@ class HubLogin(asyncssh.SSHServer):
         # asyncssh checks the client's signature with this key once this says yes.
         return self._logged_in(username, await self.logins.check_key(username, key))
 
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host, orig_port):
+        """`ssh -L` and `ssh -D`: opened from inside the login's session, never from here."""
+        return self.forwards.open(self.conn, channel_login(self.conn), dest_host, dest_port)
+
     def _logged_in(self, username: str, login) -> bool:
         if login is not None:
             self.conn.set_extra_info(**{extra_info_name(username): login})
@@ -60,13 +69,15 @@ class SSHService:
         self.logins, self.shells, self.areas, self.measure = logins, shells, areas, measure
         self.log = log
         self.server = None
+        self.activity = SessionActivity(logins.hub, log)
+        shells.activity = self.activity
         self.threads = ThreadPoolExecutor(SFTP_THREADS, thread_name_prefix="fgpu-sftp")
 
     async def listen(self, host: str, port: int, key_path: str) -> None:
         """Listen on `host`:`port` with the host key at `key_path` (made there when missing)."""
         key = await asyncio.to_thread(host_key, key_path)
         self.server = await asyncssh.create_server(
-            lambda: HubLogin(self.logins),
+            self._connection,
             host or None,
             port,
             server_host_keys=[key],
@@ -79,6 +90,11 @@ class SSHService:
             x11_forwarding=False,
             login_timeout=LOGIN_SECONDS,
         )
+
+    def _connection(self) -> HubLogin:
+        shells = self.shells
+        forwards = Forwards(shells.session_exec, shells.no_session, self.activity, self.log)
+        return HubLogin(self.logins, forwards)
 
     def close(self) -> None:
         if self.server is not None:

@@ -42,6 +42,8 @@ class Shells:
         self.session_exec = session_exec
         self.sessions_url = sessions_url
         self.log = log
+        #: What the client types counts as the session's activity (activity.py; set by server.py).
+        self.activity = None
 
     async def run(self, process: asyncssh.SSHServerProcess) -> None:
         login: Login = channel_login(process)
@@ -82,7 +84,7 @@ class Shells:
         self.log.info("SSH: %s entered session %s", login_of(login.user, login.server), session_id)
         width, height, _, _ = process.term_size
         await asyncio.to_thread(self.session_exec.resize, started, width, height)
-        return await self._bridge(process, started)
+        return await self._bridge(process, started, login)
 
     def no_session(self, login: Login) -> str:
         which = f"server {login.server!r}" if login.server else "default server"
@@ -91,9 +93,9 @@ class Shells:
             f"page ({self.sessions_url}), then ssh again; sftp reaches your files without one."
         )
 
-    async def _bridge(self, process: asyncssh.SSHServerProcess, started) -> int:
+    async def _bridge(self, process: asyncssh.SSHServerProcess, started, login: Login) -> int:
         reader, writer = await asyncio.open_connection(sock=started.sock)
-        feeding = asyncio.create_task(self._feed(process, writer, started))
+        feeding = asyncio.create_task(self._feed(process, writer, started, login))
         try:
             await _copy_out(process, reader, started.tty)
         finally:
@@ -103,7 +105,7 @@ class Shells:
             writer.close()
         return await asyncio.to_thread(self.session_exec.exit_code, started)
 
-    async def _feed(self, process: asyncssh.SSHServerProcess, writer, started) -> None:
+    async def _feed(self, process: asyncssh.SSHServerProcess, writer, started, login) -> None:
         """The client's input to the process; its end closes the process's input."""
         while True:
             try:
@@ -121,6 +123,8 @@ class Shells:
                     writer.write_eof()
                 return
             writer.write(data)
+            if self.activity is not None:
+                self.activity.used(login)
             await writer.drain()
 
 

@@ -107,7 +107,7 @@
           text: app.name,
         });
       }));
-      if (config.sshPort) apps.appendChild(fgpuSsh.button(s));
+      if (config.sshPort) apps.append(fgpuSsh.vscodeButton(s), fgpuSsh.button(s));
       cell.appendChild(apps);
     }
     if (config.admin && s.status === "RUNNING") {
