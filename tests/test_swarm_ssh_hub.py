@@ -23,14 +23,16 @@ from urllib.parse import urlsplit
 
 import asyncssh
 import pytest
+import requests
 
 from node_agent import agent
 from queue_service.engine.node_agent_deploy import TOKEN_FILE
 from queue_service.engine.node_credentials import CREDENTIALS_FILE, NodeCredentials
 
 from . import test_ssh_hub
-from .harness import QueueUser, running_hub
+from .harness import QueueUser, free_port, running_hub
 from .swarm_lab import Lab
+from .test_ssh_forwarding import HTTP_PORT, forwarding, listening, relays_in, start_servers
 from .test_ssh_hub import Client
 from .test_swarm_hub import EXTRA_CONFIG, GPU_SESSION, node_urls, session_container, session_of
 
@@ -175,6 +177,21 @@ def test_time_from_ssh_to_a_command_against_docker_exec_on_the_node(swarm_hub, s
         f"({ssh / engine:.2f}x)",
         file=sys.stderr,
     )
+
+
+def test_a_local_forward_reaches_a_server_on_the_sessions_localhost_on_its_node(
+    swarm_hub, sam, askpass
+):
+    """VS Code's path on a Swarm: the relay runs in the session on its worker, through the
+    node's agent, as a shell does."""
+    client = Client(swarm_hub, askpass, sam.name, sam.token)
+    start_servers(client)
+    port = free_port()
+    with forwarding(client, "-L", f"{port}:127.0.0.1:{HTTP_PORT}") as ssh:
+        listening(ssh, port)
+        index = requests.get(f"http://127.0.0.1:{port}/index.html", timeout=60)
+        assert index.text == f"hello from {sam.session_id}\n", index.text
+    assert relays_in(client) == 0
 
 
 def test_without_a_running_session_the_login_is_told_to_start_one(swarm_hub, askpass):

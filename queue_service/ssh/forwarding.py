@@ -21,9 +21,11 @@ buffer is full.
 
 What the client sends counts as the session's activity for the idle culler (activity.py).
 
-Refused, with a reason: a login without a running session (nothing is started), a session on a
-Swarm node (the service reaches only its own engine), more than `MAX_FORWARDS` channels at once
-on one connection. Remote forwarding (`-R`), agent and X11 forwarding stay refused (server.py).
+On a Swarm the relay runs in the session on its worker node, started by the node's agent as a
+shell is (engine/swarm_exec.py), and its bytes come back the same way.
+
+Refused, with a reason: a login without a running session (nothing is started), more than
+`MAX_FORWARDS` channels at once on one connection. Remote forwarding (`-R`), agent and X11 forwarding stay refused (server.py).
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ class Forwards:
     """One connection's forwards (asyncssh's `SSHServer.connection_requested` hands them here)."""
 
     def __init__(self, session_exec, no_session, activity: SessionActivity, log):
-        #: engine/session_exec.py's SessionExec, or None where the engine has none (a Swarm).
+        #: The engine's session exec (engine/session_exec.py, engine/swarm_exec.py), or None
+        #: where the engine has none.
         self.session_exec = session_exec
         #: What a login without a running session is told (shell.py's `Shells.no_session`).
         self.no_session = no_session
@@ -112,9 +115,7 @@ class Forwards:
         """The channel's session on `conn`, once the relay has connected (a coroutine asyncssh
         awaits before it confirms the channel), or ChannelOpenError with the reason."""
         if self.session_exec is None:
-            raise _refused(
-                "Forwards reach sessions on this hub's own engine only, not on its Swarm nodes."
-            )
+            raise _refused("This hub's engine cannot start processes in sessions.")
         if not 0 < port < 65536:
             raise _refused(f"No such port: {port}.")
         if self.open_now >= MAX_FORWARDS:
