@@ -98,6 +98,7 @@ from .session_end_notice import EndNotice, end_notice_key
 from .ssh.file_areas import FileAreas
 from .ssh.host_key import HOST_KEY_FILE
 from .ssh.hub_logins import TokenLogins
+from .ssh.login_throttle import LoginThrottle
 from .ssh.server import SSHService
 from .ssh.shell import Shells
 
@@ -500,6 +501,33 @@ class QueueService(Application):
         Example::
 
             c.QueueService.ssh_host_key_file = "/var/lib/fgpu-hub/fgpu_ssh_host_key"
+        """,
+    )
+    ssh_failed_logins_allowed = Integer(
+        10,
+        config=True,
+        help="""
+        Failed SSH logins (a wrong or refused token) one source address may make before its
+        logins are held back: refused unchecked, its new connections closed, for 1 s, then twice
+        as long after each further failure, up to `ssh_login_hold_max`. A login that succeeds, or
+        `ssh_login_hold_max` without a failure, clears the count. A class behind one NAT address
+        shares it: keep it well above a typo or two per student.
+
+        Example::
+
+            c.QueueService.ssh_failed_logins_allowed = 30
+        """,
+    )
+    ssh_login_hold_max = Float(
+        300.0,
+        config=True,
+        help="""
+        Seconds at most that a source address which keeps failing to log in over SSH is held
+        back (see `ssh_failed_logins_allowed`).
+
+        Example::
+
+            c.QueueService.ssh_login_hold_max = 60.0
         """,
     )
     home_root = Unicode(
@@ -1109,6 +1137,7 @@ class QueueService(Application):
         self.ssh_keys = SSHKeyStore(self.db)
         self.ssh = SSHService(
             TokenLogins(self.hub, self.ssh_keys, self.log),
+            LoginThrottle(self.ssh_failed_logins_allowed, self.ssh_login_hold_max, self.log),
             Shells(self.engine_backend.session_exec(), sessions_url, self.log),
             FileAreas(self.folders, self.job_files),
             self.folders.measure_after_change,

@@ -1,6 +1,7 @@
 """The SSH listener: logins by hub API token (`hub_logins.py`), a shell or command in the login's
 session (`shell.py`), SFTP to its files (`sftp.py`). Nothing else: no port forwarding, no agent
-or X11 forwarding, and no legacy `scp -O` (today's scp speaks SFTP).
+or X11 forwarding, and no legacy `scp -O` (today's scp speaks SFTP). A source that keeps failing
+to log in is held back (`login_throttle.py`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncssh
 from .file_areas import FileAreas
 from .host_key import host_key
 from .hub_logins import TokenLogins, extra_info_name
+from .login_throttle import LoginThrottle, source_of
 from .sftp import FolderSFTP
 from .shell import Shells
 
@@ -26,12 +28,18 @@ class HubLogin(asyncssh.SSHServer):
     """One connection's logins: by password (a hub API token) or by a public key the account
     keeps."""
 
-    def __init__(self, logins: TokenLogins):
+    def __init__(self, logins: TokenLogins, throttle: LoginThrottle):
         self.logins = logins
+        self.throttle = throttle
         self.conn = None
+        self.source = ""
 
     def connection_made(self, conn) -> None:
         self.conn = conn
+        self.source = source_of(conn.get_extra_info("peername"))
+        if self.throttle.held_back(self.source):
+            # Closed before the key exchange, the costly part of a connection.
+            asyncio.get_running_loop().call_soon(conn.abort)
 
     def begin_auth(self, username: str) -> bool:
         return True
@@ -43,21 +51,41 @@ class HubLogin(asyncssh.SSHServer):
         return True
 
     async def validate_password(self, username: str, password: str) -> bool:
-        return self._logged_in(username, await self.logins.check(username, password))
+        return await self._checked(username, self.logins.check, password, counted=True)
 
     async def validate_public_key(self, username: str, key) -> bool:
-        # asyncssh checks the client's signature with this key once this says yes.
-        return self._logged_in(username, await self.logins.check_key(username, key))
+        # asyncssh checks the client's signature with this key once this says yes. A key no
+        # account keeps is no failure: clients offer each of theirs in turn.
+        return await self._checked(username, self.logins.check_key, key, counted=False)
 
-    def _logged_in(self, username: str, login) -> bool:
-        if login is not None:
-            self.conn.set_extra_info(**{extra_info_name(username): login})
-        return login is not None
+    async def _checked(self, username: str, check, secret, counted: bool) -> bool:
+        """Whether `check` takes the login, in one of its source's turns; never checked while
+        the source is held back."""
+        async with self.throttle.turn(self.source):
+            if self.throttle.held_back(self.source):
+                return False
+            login = await check(username, secret)
+        if login is None:
+            if counted:
+                self.throttle.failed(self.source)
+            return False
+        self.throttle.succeeded(self.source)
+        self.conn.set_extra_info(**{extra_info_name(username): login})
+        return True
 
 
 class SSHService:
-    def __init__(self, logins: TokenLogins, shells: Shells, areas: FileAreas, measure, log):
+    def __init__(
+        self,
+        logins: TokenLogins,
+        throttle: LoginThrottle,
+        shells: Shells,
+        areas: FileAreas,
+        measure,
+        log,
+    ):
         self.logins, self.shells, self.areas, self.measure = logins, shells, areas, measure
+        self.throttle = throttle
         self.log = log
         self.server = None
         self.threads = ThreadPoolExecutor(SFTP_THREADS, thread_name_prefix="fgpu-sftp")
@@ -66,7 +94,7 @@ class SSHService:
         """Listen on `host`:`port` with the host key at `key_path` (made there when missing)."""
         key = await asyncio.to_thread(host_key, key_path)
         self.server = await asyncssh.create_server(
-            lambda: HubLogin(self.logins),
+            lambda: HubLogin(self.logins, self.throttle),
             host or None,
             port,
             server_host_keys=[key],
