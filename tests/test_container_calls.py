@@ -131,3 +131,22 @@ def test_a_commit_waits_for_an_exec_in_progress():
         order.append("exec done")
     committer.join(10)
     assert order == ["exec done", "commit"]
+
+
+def test_execs_into_one_session_share_it_and_a_commit_waits_for_them_all():
+    """Two SSH logins into one session (or a login and the end warnings) at once both enter."""
+    locks, order = ContainerLocks(), []
+    with locks.exec_unless_committing("s1") as first:
+        with locks.exec_unless_committing("s1") as second:
+            assert (first, second) == (True, True)
+            committer = threading.Thread(
+                target=lambda: locks.committing("s1").__enter__() or order.append("commit")
+            )
+            committer.start()
+            committer.join(0.3)
+            with locks.exec_unless_committing("s1") as third:
+                assert third is False  # none starts while a commit waits
+            order.append("second done")
+        order.append("first done")
+    committer.join(10)
+    assert order == ["second done", "first done", "commit"]

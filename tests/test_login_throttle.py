@@ -2,7 +2,7 @@
 a source is held back once it has used up its failures, for twice as long after each further
 one, up to the most; a success or a quiet spell clears it; one source's turns are bounded; a
 token the hub refused is known again by its digest. With a real hub and clients:
-tests/test_ssh_login_throttle.py."""
+tests/test_ssh_many_logins.py."""
 
 from __future__ import annotations
 

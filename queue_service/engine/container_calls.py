@@ -13,8 +13,10 @@ container must not stall the stats of every other session, the end warnings or t
   container holds one thread at most, never the pool, and later rounds do not wait on it at all.
 - The mark goes as soon as a call about that container is answered again.
 
-`ContainerLocks` holds one lock per session: a commit takes it for as long as it copies the
-container, and the end warnings' execs only try it, and skip the round when a commit holds it.
+`ContainerLocks` holds one lock per session: a commit takes it alone for as long as it copies the
+container; the service's execs (the end warnings', SSH shells) share it, so that two logins into
+one session do not turn each other away, and only try it: while a commit holds it the end
+warnings skip the round and a login is told to try again.
 """
 
 from __future__ import annotations
@@ -135,29 +137,67 @@ def timed_out(error: BaseException | None) -> bool:
 
 
 class ContainerLocks:
-    """One lock per session container: commits hold it, the service's execs only try it."""
+    """One lock per session container: a commit holds it alone, the service's execs share it
+    (several shells, the end warnings) and only try it: none starts while a commit holds it or
+    waits for it."""
 
     def __init__(self):
         self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, _SharedLock] = {}
 
-    def _lock(self, session_id: str) -> threading.Lock:
+    def _lock(self, session_id: str) -> _SharedLock:
         with self._guard:
-            return self._locks.setdefault(session_id, threading.Lock())
+            return self._locks.setdefault(session_id, _SharedLock())
 
     @contextlib.contextmanager
     def committing(self, session_id: str):
-        """Held for a commit: waits for an exec in progress to end first."""
-        with self._lock(session_id):
+        """Held for a commit: waits for the execs in progress to end first."""
+        lock = self._lock(session_id)
+        lock.take_alone()
+        try:
             yield
+        finally:
+            lock.release_alone()
 
     @contextlib.contextmanager
     def exec_unless_committing(self, session_id: str):
         """Yields True while held, or False at once when a commit holds the container."""
         lock = self._lock(session_id)
-        held = lock.acquire(blocking=False)
+        held = lock.try_share()
         try:
             yield held
         finally:
             if held:
-                lock.release()
+                lock.release_share()
+
+
+class _SharedLock:
+    """Shared by execs, held alone by one commit at a time, which new execs do not pass."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._execs = 0
+        self._committing = False
+
+    def try_share(self) -> bool:
+        with self._changed:
+            if self._committing:
+                return False
+            self._execs += 1
+            return True
+
+    def release_share(self) -> None:
+        with self._changed:
+            self._execs -= 1
+            self._changed.notify_all()
+
+    def take_alone(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: not self._committing)
+            self._committing = True
+            self._changed.wait_for(lambda: not self._execs)
+
+    def release_alone(self) -> None:
+        with self._changed:
+            self._committing = False
+            self._changed.notify_all()

@@ -1,9 +1,14 @@
-"""Failed SSH logins against the shared GPU hub's SSH service (queue_service/ssh/login_throttle.py),
-with asyncssh as the client on loopback addresses of their own: 100 clients failing at once
-from one address cost the hub a bounded number of token checks, while a user from another
-address logs in and runs a command; the same wrong token twice costs the hub one check. The
-rules themselves, on a clock the test moves: tests/test_login_throttle.py. The time of a good
-login during such an attack: benchmarks/ssh_sftp.py."""
+"""Many SSH logins at once against the shared GPU hub's SSH service, with asyncssh as the client on
+loopback addresses of their own.
+
+Failed ones (queue_service/ssh/login_throttle.py): 100 clients failing at once from one address
+cost the hub a bounded number of token checks, while a user from another address logs in and
+runs a command; the same wrong token twice costs the hub one check. The rules themselves, on a
+clock the test moves: tests/test_login_throttle.py. The time of a good login during such an
+attack: benchmarks/ssh_sftp.py.
+
+Good ones: logins into one session at once all enter it (as VS Code's Remote-SSH opens several),
+none told that the session is being saved (engine/container_calls.py, `ContainerLocks`)."""
 
 from __future__ import annotations
 
@@ -95,3 +100,15 @@ def test_the_same_wrong_token_again_costs_the_hub_no_check(gpu_hub, dan):
     good = asyncio.run(log_in(gpu_hub, "127.0.0.3", dan.name, dan.token, "echo in"))
     assert isinstance(good, asyncssh.SSHCompletedProcess), good
     assert good.stdout == "in\n"
+
+
+def test_logins_into_one_session_at_once_all_enter_it(gpu_hub, dan):
+    async def at_once():
+        return await asyncio.gather(
+            *(log_in(gpu_hub, "127.0.0.1", dan.name, dan.token, f"echo {n}") for n in range(8))
+        )
+
+    runs = asyncio.run(at_once())
+    assert [(r.exit_status, r.stdout, r.stderr) for r in runs] == [
+        (0, f"{n}\n", "") for n in range(8)
+    ], runs
