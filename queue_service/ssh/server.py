@@ -15,6 +15,7 @@ from .file_areas import FileAreas
 from .host_key import host_key
 from .hub_logins import TokenLogins, extra_info_name
 from .login_throttle import LoginThrottle, source_of
+from .quick_acks import acknowledge_at_once
 from .sftp import FolderSFTP
 from .shell import Shells
 
@@ -40,6 +41,8 @@ class HubLogin(asyncssh.SSHServer):
         if self.throttle.held_back(self.source):
             # Closed before the key exchange, the costly part of a connection.
             asyncio.get_running_loop().call_soon(conn.abort)
+            return
+        acknowledge_at_once(conn)
 
     def begin_auth(self, username: str) -> bool:
         return True
