@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from queue_service.hub_client import HubClient
+from queue_service.ssh.hub_logins import TokenLogins
 from queue_service.ssh.login_throttle import (
     CHECKS_PER_SOURCE,
     FAILED_TOKEN_SECONDS,
@@ -16,6 +18,9 @@ from queue_service.ssh.login_throttle import (
     RefusedTokens,
     source_of,
 )
+from queue_service.ssh.server import HubLogin
+
+from .harness import free_port
 
 LOG = logging.getLogger("test")
 
@@ -106,3 +111,18 @@ def test_a_refused_token_is_known_again_for_a_while_by_its_digest_only():
     assert all(b"0123456789abcdef" not in digest for digest in refused._until)
     clock.now += FAILED_TOKEN_SECONDS + 1
     assert "0123456789abcdef" not in refused
+
+
+def test_a_hub_that_does_not_answer_holds_back_nobody():
+    """Logins refused because the hub is down (restarting, say) are no failures of the source's:
+    a class is not held back for the hub's restart. A real HubClient, on a port nobody serves."""
+    hub = HubClient(f"http://127.0.0.1:{free_port()}/hub/api", "service-token")
+    rules, _ = throttle(allowed=1)
+    login = HubLogin(TokenLogins(hub, keys=None, log=LOG), rules)
+    login.source = "10.0.0.1"
+
+    async def three_logins() -> list[bool]:
+        return [await login.validate_password("ann", "0123456789abcdef" * 2) for _ in range(3)]
+
+    assert asyncio.run(three_logins()) == [False] * 3
+    assert not rules.held_back("10.0.0.1")

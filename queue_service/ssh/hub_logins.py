@@ -32,6 +32,10 @@ TOKEN_RE = re.compile(r"[A-Za-z0-9_.\-]{8,256}")
 TOKEN_REFUSED = (401, 403)
 
 
+class HubUnanswered(Exception):
+    """The hub did not answer about a login (down, restarting): the client is not at fault."""
+
+
 @dataclass(frozen=True)
 class Login:
     """A checked login: the hub user, the server it reaches ("" for the default one), and the
@@ -74,15 +78,17 @@ class TokenLogins:
 
     async def check(self, name: str, token: str) -> Login | None:
         """The login, or None: an unknown, expired or revoked token, another user's, or one that
-        cannot reach the server the name says."""
+        cannot reach the server the name says. HubUnanswered when the hub does not say."""
         if not TOKEN_RE.fullmatch(token) or token in self.refused_tokens:
             return None
         try:
             owner = await self.hub.token_owner(token)
         except (HubError, OSError) as e:
+            if getattr(e, "status", None) not in TOKEN_REFUSED:
+                self.log.warning("SSH login %r: the hub does not answer: %s", name, e)
+                raise HubUnanswered(name) from e
             self.log.info("SSH login %r refused by the hub: %s", name, e)
-            if getattr(e, "status", None) in TOKEN_REFUSED:
-                self.refused_tokens.add(token)
+            self.refused_tokens.add(token)
             return None
         user = owner.get("name") if owner.get("kind", "user") == "user" else None
         server = server_of_login(name, user) if user else None
@@ -93,7 +99,7 @@ class TokenLogins:
             person = await self.hub.user(user)
         except (HubError, OSError) as e:
             self.log.warning("SSH login %r: the hub does not say who %s is: %s", name, user, e)
-            return None
+            raise HubUnanswered(name) from e
         groups = frozenset(person.get("groups") or ())
         if not reaches_server(owner.get("scopes") or (), user, server, groups):
             self.log.info("SSH login %r refused: the token cannot reach that server", name)

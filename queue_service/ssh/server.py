@@ -13,7 +13,7 @@ import asyncssh
 
 from .file_areas import FileAreas
 from .host_key import host_key
-from .hub_logins import TokenLogins, extra_info_name
+from .hub_logins import HubUnanswered, TokenLogins, extra_info_name
 from .login_throttle import LoginThrottle, source_of
 from .quick_acks import acknowledge_at_once
 from .sftp import FolderSFTP
@@ -63,11 +63,14 @@ class HubLogin(asyncssh.SSHServer):
 
     async def _checked(self, username: str, check, secret, counted: bool) -> bool:
         """Whether `check` takes the login, in one of its source's turns; never checked while
-        the source is held back."""
+        the source is held back. A hub that does not answer is no failure of the source's."""
         async with self.throttle.turn(self.source):
             if self.throttle.held_back(self.source):
                 return False
-            login = await check(username, secret)
+            try:
+                login = await check(username, secret)
+            except HubUnanswered:
+                return False
         if login is None:
             if counted:
                 self.throttle.failed(self.source)
