@@ -9,6 +9,9 @@ each against its baseline measured in the same run:
   `docker exec <session container> true` (goal ≤ 2×), median of `--rounds`;
 - the same `ssh true` while `--attackers` clients (default 100) keep failing to log in from
   another loopback address (127.0.0.2), against the same login alone.
+
+With `--gcm` the service offers AES-GCM alone (`QueueService.ssh_ciphers`), which OpenSSH's
+client then takes instead of chacha20-poly1305.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import asyncssh
 
-from tests.harness import TEST_LABEL, containers_with, running_hub
+from tests.harness import TEST_LABEL, containers_with, queue_option, running_hub
 from tests.test_ssh_hub import PASSWORD_ONLY
 
 MIB = 1024 * 1024
@@ -33,6 +36,8 @@ SESSION = {"image": "python-3.11", "cpu": 0.5, "mem": "256M"}
 #: The tests' OpenSSH options: a login by password alone, no host key kept.
 OPTIONS = PASSWORD_ONLY
 ATTACK_ADDRESS = "127.0.0.2"
+#: `--gcm`: the ciphers that make OpenSSH's client take AES-GCM (QueueService.ssh_ciphers).
+GCM = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com"]
 
 
 def make_file(path: Path, size: int) -> None:
@@ -126,8 +131,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="ssh and docker exec runs timed")
     parser.add_argument("--attackers", type=int, default=100, help="clients failing at once")
     parser.add_argument("--skip-sftp", action="store_true", help="only the logins")
+    parser.add_argument("--gcm", action="store_true", help="the service offers AES-GCM alone")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as name, running_hub(Path(name) / "hub") as hub:
+    config = queue_option("ssh_ciphers", GCM) if args.gcm else ""
+    with tempfile.TemporaryDirectory() as name, running_hub(Path(name) / "hub", config) as hub:
         tmp = Path(name)
         hub.create_user("bench")
         token = hub.user_token("bench")

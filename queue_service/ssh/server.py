@@ -10,6 +10,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import asyncssh
+from asyncssh.encryption import get_encryption_algs
 
 from .file_areas import FileAreas
 from .host_key import host_key
@@ -96,8 +97,9 @@ class SSHService:
         self.server = None
         self.threads = ThreadPoolExecutor(SFTP_THREADS, thread_name_prefix="fgpu-sftp")
 
-    async def listen(self, host: str, port: int, key_path: str) -> None:
-        """Listen on `host`:`port` with the host key at `key_path` (made there when missing)."""
+    async def listen(self, host: str, port: int, key_path: str, ciphers=()) -> None:
+        """Listen on `host`:`port` with the host key at `key_path` (made there when missing),
+        offering `ciphers` (empty: asyncssh's)."""
         key = await asyncio.to_thread(host_key, key_path)
         self.server = await asyncssh.create_server(
             lambda: HubLogin(self.logins, self.throttle),
@@ -112,9 +114,15 @@ class SSHService:
             agent_forwarding=False,
             x11_forwarding=False,
             login_timeout=LOGIN_SECONDS,
+            encryption_algs=list(ciphers) or (),
         )
 
     def close(self) -> None:
         if self.server is not None:
             self.server.close()
         self.threads.shutdown(wait=False)
+
+
+def cipher_names() -> list[str]:
+    """The ciphers asyncssh can offer (`QueueService.ssh_ciphers` picks among them)."""
+    return [name.decode() for name in get_encryption_algs()]
