@@ -98,7 +98,8 @@ from .session_end_notice import EndNotice, end_notice_key
 from .ssh.file_areas import FileAreas
 from .ssh.host_key import HOST_KEY_FILE
 from .ssh.hub_logins import TokenLogins
-from .ssh.server import SSHService
+from .ssh.login_throttle import LoginThrottle
+from .ssh.server import SSHService, cipher_names
 from .ssh.shell import Shells
 
 #: Largest body the server reads at all: an upload's chunk and a little more (each handler
@@ -502,6 +503,50 @@ class QueueService(Application):
             c.QueueService.ssh_host_key_file = "/var/lib/fgpu-hub/fgpu_ssh_host_key"
         """,
     )
+    ssh_ciphers = List(
+        Unicode(),
+        [],
+        config=True,
+        help="""
+        The ciphers the SSH service offers, in its order; empty: asyncssh's (chacha20-poly1305
+        first, which OpenSSH's client picks). A client takes the first of its own list that the
+        service offers, so offering only AES-GCM makes OpenSSH's client use it: the service then
+        spends about half the CPU on a transfer (asyncssh's AES-GCM is the processor's, its
+        chacha20 is not), and SFTP goes up to twice as fast (benchmarks/README.md). Clients
+        without AES-GCM (paramiko, PuTTY before 0.76) can then not connect.
+
+        Example::
+
+            c.QueueService.ssh_ciphers = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com"]
+        """,
+    )
+    ssh_failed_logins_allowed = Integer(
+        10,
+        config=True,
+        help="""
+        Failed SSH logins (a wrong or refused token) one source address may make before its
+        logins are held back: refused unchecked, its new connections closed, for 1 s, then twice
+        as long after each further failure, up to `ssh_login_hold_max`. A login that succeeds, or
+        `ssh_login_hold_max` without a failure, clears the count. A class behind one NAT address
+        shares it: keep it well above a typo or two per student.
+
+        Example::
+
+            c.QueueService.ssh_failed_logins_allowed = 30
+        """,
+    )
+    ssh_login_hold_max = Float(
+        300.0,
+        config=True,
+        help="""
+        Seconds at most that a source address which keeps failing to log in over SSH is held
+        back (see `ssh_failed_logins_allowed`).
+
+        Example::
+
+            c.QueueService.ssh_login_hold_max = 60.0
+        """,
+    )
     home_root = Unicode(
         "",
         config=True,
@@ -903,6 +948,16 @@ class QueueService(Application):
             "settings": settings_of(backend, backend.trait_names(config=True)),
         }
 
+    @validate("ssh_ciphers")
+    def _known_ssh_ciphers(self, proposal) -> list[str]:
+        """A cipher asyncssh does not know stops the service with its name, rather than
+        leaving it without SSH."""
+        known = cipher_names()
+        for name in proposal.value:
+            if name not in known:
+                raise TraitError(f"ssh_ciphers: no cipher {name!r}; known: {', '.join(known)}")
+        return proposal.value
+
     @validate("session_limits")
     def _known_session_limits(self, proposal) -> dict:
         """The limits' keys checked and their values read (a spawner's "32G", say), so that a
@@ -1109,6 +1164,7 @@ class QueueService(Application):
         self.ssh_keys = SSHKeyStore(self.db)
         self.ssh = SSHService(
             TokenLogins(self.hub, self.ssh_keys, self.log),
+            LoginThrottle(self.ssh_failed_logins_allowed, self.ssh_login_hold_max, self.log),
             Shells(self.engine_backend.session_exec(), sessions_url, self.log),
             FileAreas(self.folders, self.job_files),
             self.folders.measure_after_change,
@@ -1121,7 +1177,9 @@ class QueueService(Application):
         if not self.ssh_port:
             return
         try:
-            await self.ssh.listen(self.ssh_host, self.ssh_port, self.ssh_host_key_file)
+            await self.ssh.listen(
+                self.ssh_host, self.ssh_port, self.ssh_host_key_file, self.ssh_ciphers
+            )
         except (OSError, ValueError) as e:
             self.log.error("No SSH service on port %s: %s", self.ssh_port, e)
             return

@@ -26,6 +26,9 @@ needs the engine's client and the commit locks, which the service holds too. The
 event loop for both: every file call and every engine call of the SSH side runs in a thread, so
 a slow disk or a long transfer does not hold the queue's pages and grants.
 
+An address that keeps failing to log in is held back, refused without a check for a growing
+while (`login_throttle.py`); the others' logins do not wait behind its checks.
+
 The host key is made once, in the state directory (`host_key.py`); it is a state file that
 `fgpu-hub backup` keeps, so clients do not see a new host after a restore.
 """

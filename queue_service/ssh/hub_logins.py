@@ -2,8 +2,9 @@
 a public key the account keeps (`check_key`).
 
 The hub answers `GET /hub/api/user` with the token's owner and the token's scopes, or refuses a
-token that is unknown, expired or revoked; nothing is cached, so a revoked token opens nothing
-from the moment it is revoked. The login name must be the owner's (core/ssh_logins.py: the
+token that is unknown, expired or revoked; no token the hub took is cached, so a revoked token
+opens nothing from the moment it is revoked. A token it refused is refused again without asking
+it for a while (login_throttle.py: such a token never becomes valid). The login name must be the owner's (core/ssh_logins.py: the
 owner's name, or `<owner>-<server>`), and the token must reach that server. Who the owner is
 beyond that (their groups, their account's creation time, which tells a re-created user's files
 from an earlier one's) is read with the service's own token, as for any request
@@ -22,9 +23,17 @@ from queue_service.store.accounts import Account
 from queue_service.store.folders import Reader
 from queue_service.store.ssh_keys import SSHKeyStore
 
+from .login_throttle import RefusedTokens
+
 #: What a hub API token looks like; anything else is refused before the hub is asked (a password
 #: goes into an HTTP header).
 TOKEN_RE = re.compile(r"[A-Za-z0-9_.\-]{8,256}")
+#: The hub's answers for a token it does not take (unknown, expired, revoked).
+TOKEN_REFUSED = (401, 403)
+
+
+class HubUnanswered(Exception):
+    """The hub did not answer about a login (down, restarting): the client is not at fault."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class TokenLogins:
         self.hub = hub
         self.keys = keys
         self.log = log
+        self.refused_tokens = RefusedTokens()
 
     async def check_key(self, name: str, key) -> Login | None:
         """The login of the account that keeps `key` and whose name the login name starts with
@@ -68,13 +78,17 @@ class TokenLogins:
 
     async def check(self, name: str, token: str) -> Login | None:
         """The login, or None: an unknown, expired or revoked token, another user's, or one that
-        cannot reach the server the name says."""
-        if not TOKEN_RE.fullmatch(token):
+        cannot reach the server the name says. HubUnanswered when the hub does not say."""
+        if not TOKEN_RE.fullmatch(token) or token in self.refused_tokens:
             return None
         try:
             owner = await self.hub.token_owner(token)
         except (HubError, OSError) as e:
+            if getattr(e, "status", None) not in TOKEN_REFUSED:
+                self.log.warning("SSH login %r: the hub does not answer: %s", name, e)
+                raise HubUnanswered(name) from e
             self.log.info("SSH login %r refused by the hub: %s", name, e)
+            self.refused_tokens.add(token)
             return None
         user = owner.get("name") if owner.get("kind", "user") == "user" else None
         server = server_of_login(name, user) if user else None
@@ -85,7 +99,7 @@ class TokenLogins:
             person = await self.hub.user(user)
         except (HubError, OSError) as e:
             self.log.warning("SSH login %r: the hub does not say who %s is: %s", name, user, e)
-            return None
+            raise HubUnanswered(name) from e
         groups = frozenset(person.get("groups") or ())
         if not reaches_server(owner.get("scopes") or (), user, server, groups):
             self.log.info("SSH login %r refused: the token cannot reach that server", name)
