@@ -118,7 +118,7 @@ def test_a_hub_that_does_not_answer_holds_back_nobody():
     a class is not held back for the hub's restart. A real HubClient, on a port nobody serves."""
     hub = HubClient(f"http://127.0.0.1:{free_port()}/hub/api", "service-token")
     rules, _ = throttle(allowed=1)
-    login = HubLogin(TokenLogins(hub, keys=None, log=LOG), rules)
+    login = HubLogin(TokenLogins(hub, keys=None, log=LOG), rules, forwards=None)
     login.source = "10.0.0.1"
 
     async def three_logins() -> list[bool]:
