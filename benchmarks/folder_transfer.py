@@ -11,11 +11,17 @@ listings.
 
 Baseline, in the same run: `cp` of the same file on the same disk (what the upload at best could
 be), and `ls -l` of the same directory (a listing with each file's size and time).
+
+Where the time goes: the CPU seconds the queue service, the hub's proxy
+(configurable-http-proxy) and the hub spent on each transfer, read from /proc. On a shared
+machine the wall-clock figures follow the neighbours' load; these do not, and say what a
+dedicated core would reach (MiB per CPU second).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import subprocess
@@ -47,6 +53,48 @@ def put(http: requests.Session, url: str, chunk: bytes) -> dict:
     return answer.json()
 
 
+def cpu_seconds(queue_port: str) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the hub, its proxy and its queue service: the
+    processes that know the service's port (the hub and the proxy from their environment, the
+    service from its own URL)."""
+    found = dict.fromkeys(("service", "proxy", "hub"), 0.0)
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            environment = Path(f"/proc/{pid}/environ").read_bytes()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if f"FGPU_QUEUE_PORT={queue_port}".encode() not in environment and (
+            f":{queue_port}".encode() not in environment
+        ):
+            continue
+        kind = next(
+            (
+                k
+                for k, name in (
+                    ("proxy", b"configurable-http-proxy"),
+                    ("service", b"queue_service"),
+                    ("hub", b"bin/jupyterhub"),
+                )
+                if name in command
+            ),
+            None,
+        )
+        if kind is not None:
+            found[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def measured(queue_port: str, transfer) -> tuple[float, dict[str, float]]:
+    """Seconds `transfer()` took, and the CPU seconds each process spent meanwhile."""
+    before = cpu_seconds(queue_port)
+    seconds = transfer()
+    after = cpu_seconds(queue_port)
+    return seconds, {k: after[k] - before[k] for k in after}
+
+
 def upload_parallel(http: requests.Session, url: str, path: Path, lanes: int) -> float:
     """Seconds to send the file as the Storage page does: the first chunk, then the others
     `lanes` at once (one connection each)."""
@@ -68,6 +116,8 @@ def upload_parallel(http: requests.Session, url: str, path: Path, lanes: int) ->
     start = time.perf_counter()
     with open(path, "rb") as f:
         first = put(http, f"{url}?offset=0&size={size}", f.read(CHUNK_BYTES))
+    if "upload" not in first:  # a service without parallel uploads (to compare with one)
+        return math.nan
     offsets = list(range(CHUNK_BYTES, size, CHUNK_BYTES))
     with ThreadPoolExecutor(max_workers=lanes) as pool:
         done = pool.map(
@@ -139,9 +189,12 @@ def main() -> None:
         make_file(source, args.size * MIB)
         size = source.stat().st_size
         url = f"{api}/{folder['id']}/files/big.bin"
-        up = upload_parallel(http, url, source, args.parallel)
-        one_by_one, down = upload(http, url, source), download(http, url, size)
-        copy = timed(["cp", str(source), str(Path(tmp) / "copy.bin")])
+        port = hub.env["FGPU_QUEUE_PORT"]
+        up, up_cpu = measured(port, lambda: upload_parallel(http, url, source, args.parallel))
+        one_by_one, one_cpu = measured(port, lambda: upload(http, url, source))
+        down, down_cpu = measured(port, lambda: download(http, url, size))
+        # The fastest of three: one `cp` swings several times with the neighbours' load.
+        copy = min(timed(["cp", str(source), str(Path(tmp) / f"copy{n}.bin")]) for n in range(3))
         many = http.post(api, json={"name": "many"}, timeout=60).json()
         directory = hub.workdir / "fgpu-folders" / many["id"]
         for n in range(args.files):
@@ -161,6 +214,16 @@ def main() -> None:
         f"ratio to cp: upload {copy / up:.2f} (chunk after chunk {copy / one_by_one:.2f}), "
         f"download {copy / down:.2f}"
     )
+    for what, spent in (
+        ("parallel upload", up_cpu),
+        ("chunk after chunk", one_cpu),
+        ("download", down_cpu),
+    ):
+        figures = ", ".join(
+            f"{kind} {seconds:.2f} s ({mb / seconds if seconds else math.inf:.0f} MiB per CPU s)"
+            for kind, seconds in spent.items()
+        )
+        print(f"CPU, {what}: {figures}")
     p50, ls50 = statistics.median(listings), statistics.median(ls)
     print(f"listing {args.files} files: p50 {p50 * 1000:.0f} ms (ls -l: {ls50 * 1000:.0f} ms)")
     print(f"ratio to ls -l: {p50 / ls50:.1f}")

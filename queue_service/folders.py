@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -63,9 +62,8 @@ class Folders:
         #: Why the last measure round could not measure a folder (its id: the reason), for the
         #: admins' view of everyone's folders.
         self.problems: dict[str, str] = {}
-        #: Parallel uploads under way; their chunks finish in helper threads, one at a time here.
+        #: Parallel uploads under way (uploads.py).
         self.uploads = Uploads()
-        self._uploads_lock = threading.Lock()
 
     # -- storage quotas ---------------------------------------------------------------------
 
@@ -357,9 +355,12 @@ class Folders:
             write = self.files.open_chunk(folder_id, parts, offset, part=upload.part)
         elif size is not None:
             self._forget_old_uploads()
-            part = part_name()
-            write = self.files.open_chunk(folder_id, parts, 0, part=part, new_size=size)
-            upload = self.uploads.start(reader.account, folder_id, parts, size, part)
+            upload = self.uploads.start(reader.account, folder_id, parts, size, part_name())
+            try:
+                write = self.files.open_chunk(folder_id, parts, 0, upload.part, new_size=size)
+            except BaseException:
+                self.uploads.drop(upload)
+                raise
         else:
             write = self.files.open_chunk(folder_id, parts, offset)
         return write, upload, self.room(folder, reader)
@@ -371,10 +372,7 @@ class Folders:
             write.finish(rename=write.part is not None)
             self.measure_after_change(folder_id)
             return write.position
-        with self._uploads_lock:  # chunks finish in several threads: count each once
-            upload.add(write.start, write.position)
-            rename = upload.complete and not upload.renamed
-            upload.renamed = upload.renamed or rename
+        rename = self.uploads.add(upload, write.start, write.position)
         try:
             write.finish(rename)
         except Refusal:

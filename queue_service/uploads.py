@@ -15,6 +15,7 @@ file, a hidden file in the folder, is removed by the next upload's look at forgo
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ from queue_service.core.errors import Refusal
 
 #: Seconds an upload is kept without any chunk coming.
 FORGET_AFTER = 3600.0
+#: Uploads one account may have under way at once (each holds a part file and a record).
+MAX_PER_ACCOUNT = 64
 
 
 @dataclass
@@ -73,12 +76,20 @@ class Uploads:
 
     def __init__(self):
         self.under_way: dict[str, Upload] = {}
+        #: Held for every change: chunks come and finish in several helper threads at once.
+        self.lock = threading.Lock()
 
     def start(
         self, account: object, folder_id: str, parts: tuple[str, ...], size: int, part: str
     ) -> Upload:
-        upload = Upload(secrets.token_hex(12), account, folder_id, parts, size, part)
-        self.under_way[upload.id] = upload
+        with self.lock:
+            mine = sum(u.account == account and not u.complete for u in self.under_way.values())
+            if mine >= MAX_PER_ACCOUNT:
+                raise Refusal(
+                    f"You have {mine} uploads under way; finish or cancel some first.", "conflict"
+                )
+            upload = Upload(secrets.token_hex(12), account, folder_id, parts, size, part)
+            self.under_way[upload.id] = upload
         return upload
 
     def get(
@@ -100,13 +111,23 @@ class Uploads:
         upload.touched = time.monotonic()
         return upload
 
+    def add(self, upload: Upload, start: int, end: int) -> bool:
+        """Count [start, end) of `upload` as in; whether this made it complete (once only)."""
+        with self.lock:
+            upload.add(start, end)
+            whole = upload.complete and not upload.renamed
+            upload.renamed = upload.renamed or whole
+        return whole
+
     def drop(self, upload: Upload) -> None:
-        self.under_way.pop(upload.id, None)
+        with self.lock:
+            self.under_way.pop(upload.id, None)
 
     def forgotten(self, now: float | None = None) -> list[Upload]:
         """Uploads without a chunk for `FORGET_AFTER` seconds, taken out of the record."""
         now = time.monotonic() if now is None else now
-        old = [u for u in self.under_way.values() if now - u.touched > FORGET_AFTER]
-        for upload in old:
-            self.drop(upload)
+        with self.lock:
+            old = [u for u in self.under_way.values() if now - u.touched > FORGET_AFTER]
+            for upload in old:
+                del self.under_way[upload.id]
         return old
