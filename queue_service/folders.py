@@ -25,9 +25,11 @@ from fgpu_shared.units import format_size
 from queue_service.core.errors import Refusal
 from queue_service.core.folder_names import folder_name, path_parts, permission
 from queue_service.store.accounts import Account
+from queue_service.store.chunk_writes import ChunkWrite, part_name
 from queue_service.store.folder_files import FolderFiles
 from queue_service.store.folders import FolderStore, Reader, pick_named
 from queue_service.store.project_quotas import NO_PROJECT, ProjectQuotas
+from queue_service.uploads import Upload, Uploads
 
 #: Where a chosen folder appears in a session, under its home folder: `~/folders/<name>`.
 #: Automount folders appear at `~/<name>` (`~/.local`, `~/.cache`).
@@ -60,6 +62,8 @@ class Folders:
         #: Why the last measure round could not measure a folder (its id: the reason), for the
         #: admins' view of everyone's folders.
         self.problems: dict[str, str] = {}
+        #: Parallel uploads under way (uploads.py).
+        self.uploads = Uploads()
 
     # -- storage quotas ---------------------------------------------------------------------
 
@@ -298,12 +302,100 @@ class Folders:
         return self.files.open_file(folder_id, parts)
 
     def write(self, reader: Reader, folder_id: str, path: str, data: bytes, offset: int) -> int:
+        """A sequential upload's chunk, whole in memory (the API streams it: `open_chunk`)."""
+        write, _, _ = self.open_chunk(reader, folder_id, path, offset, len(data))
+        try:
+            write.write(data)
+        except BaseException:
+            self.abandon_chunk(write, None)
+            raise
+        return self.finish_chunk(folder_id, write, None)
+
+    def open_chunk(
+        self,
+        reader: Reader,
+        folder_id: str,
+        path: str,
+        offset: int,
+        length: int | None,
+        size: int | None = None,
+        upload_id: str | None = None,
+    ) -> tuple[ChunkWrite | None, Upload | None, int | None]:
+        """Where an upload's chunk of `length` bytes (None: not said, a chunked body) at
+        `offset` goes, once the caller may write there and the owner's quotas have room:
+        (the chunk's write, None for a chunk of a parallel upload already complete; the
+        parallel upload, if it is one; the bytes the quotas leave, None for no quota). `size`
+        starts a parallel upload of a file of `size` bytes; `upload_id` names one under way."""
         folder, parts = self._reach(reader, folder_id, path, "rw")
+        owner = self._owner_of(folder, reader)
         # Counted against the owner's quotas; a writer of a shared folder fills the owner's.
-        self._refuse_past_quota(self._owner_of(folder, reader), len(data), reader, "full")
-        size = self.files.write(folder_id, parts, data, offset)
-        self.measure_after_change(folder_id)
-        return size
+        adding, upload = length or 0, None
+        if upload_id is not None:
+            upload = self.uploads.get(upload_id, reader.account, folder_id, parts)
+            _refuse_past_end(offset, length, upload.size)
+            if upload.complete:
+                return None, upload, None
+        elif size is not None:
+            if offset != 0:
+                raise Refusal(
+                    "A parallel upload starts at offset 0 (?offset=0&size=S); its other "
+                    "chunks name it (?upload=ID).",
+                    "invalid",
+                )
+            _refuse_past_end(offset, length, size)
+            free = self.files.free_bytes()
+            if size > free:  # refused at once, not when the disk fills halfway
+                raise Refusal(
+                    f"The disk has room for {format_size(free)}; the file is {format_size(size)}.",
+                    "full",
+                )
+            adding = size
+        self._refuse_past_quota(owner, adding, reader, "full")
+        if upload is not None:
+            write = self.files.open_chunk(folder_id, parts, offset, part=upload.part)
+        elif size is not None:
+            self._forget_old_uploads()
+            upload = self.uploads.start(reader.account, folder_id, parts, size, part_name())
+            try:
+                write = self.files.open_chunk(folder_id, parts, 0, upload.part, new_size=size)
+            except BaseException:
+                self.uploads.drop(upload)
+                raise
+        else:
+            write = self.files.open_chunk(folder_id, parts, offset)
+        return write, upload, self.room(folder, reader)
+
+    def finish_chunk(self, folder_id: str, write: ChunkWrite, upload: Upload | None) -> int:
+        """The chunk came whole: a sequential upload's first chunk becomes the file, a parallel
+        upload's counts, and its last makes the file whole. The file's size so far."""
+        if upload is None:
+            write.finish(rename=write.part is not None)
+            self.measure_after_change(folder_id)
+            return write.position
+        rename = self.uploads.add(upload, write.start, write.position)
+        try:
+            write.finish(rename)
+        except Refusal:
+            self.uploads.drop(upload)
+            self._remove_part(upload)
+            raise
+        if rename:  # the whole size was checked against the quotas at the start
+            self.measure_after_change(folder_id)
+        return upload.received_bytes
+
+    def abandon_chunk(self, write: ChunkWrite, upload: Upload | None) -> None:
+        """The chunk did not come whole: the disk as it was before it (chunk_writes.py)."""
+        write.abandon()
+        if upload is not None and write.new:  # the upload's first chunk: no upload at all
+            self.uploads.drop(upload)
+
+    def _forget_old_uploads(self) -> None:
+        for upload in self.uploads.forgotten():
+            self._remove_part(upload)
+
+    def _remove_part(self, upload: Upload) -> None:
+        with contextlib.suppress(Refusal, OSError):
+            self.files.remove(upload.folder_id, (*upload.parts[:-1], upload.part))
 
     def make_directory(self, reader: Reader, folder_id: str, path: str) -> None:
         _, parts = self._reach(reader, folder_id, path, "rw")
@@ -404,6 +496,14 @@ class Folders:
         if needs == "rw" and may != "rw":
             raise Refusal(f"{folder['name']} is shared with you read-only.", "forbidden")
         return folder, parts
+
+
+def _refuse_past_end(offset: int, length: int | None, size: int) -> None:
+    if offset > size or (length is not None and offset + length > size):
+        end = offset + (length or 0)
+        raise Refusal(
+            f"The chunk ends at byte {end}, past the end of the file ({size} bytes).", "invalid"
+        )
 
 
 def _problem(error: Exception) -> str:

@@ -3,7 +3,8 @@ course folder, uploads a small notebook and a file larger than one upload chunk 
 the progress bar), and shares the folder read-only with a group; a student of the group finds it
 under "Shared with me", downloads the notebook, has no upload control there, and makes and fills
 a folder of their own; the delete dialog says what is inside; the admin's everyone's view, where
-the admin hands a folder to another owner.
+the admin hands a folder to another owner; a file sent in parallel chunks, one cut and sent again,
+and a failed replacement that leaves the old file whole.
 Screenshots go to test-output/browser/storage-*."""
 
 from __future__ import annotations
@@ -310,3 +311,62 @@ def test_a_full_storage_quota_says_what_it_stops(hub, page):
         re.compile(rf"^The folders of group {group} hold .+ of its storage quota of 8 KiB; remove")
     )
     screenshot(page, "storage-quota-full")
+
+
+def test_a_file_goes_in_parallel_chunks_and_a_cut_chunk_is_sent_again(hub, page, tmp_path):
+    """Three chunks, the last two at once; the first try of one is cut (as a site's proxy cuts a
+    long request) and sent again. A failed upload leaves a file it replaces whole, and no part
+    file."""
+    name = f"par-{secrets.token_hex(3)}"
+    owner = QueueUser(hub, name)
+    made = owner.call("POST", "folders", json={"name": "data"})
+    assert made.status_code == 201, made.text
+    folder = made.json()
+    big = tmp_path / "big.bin"
+    data = secrets.token_bytes(2 * CHUNK_BYTES + 5)
+    big.write_bytes(data)
+    log_in(page, hub, name)
+    open_storage(page, hub)
+    folder_row(page, "mine", "data").locator("[data-action=open]").click()
+    sent = []
+
+    def cut_once(route):
+        sent.append(route.request.url)
+        if sent.count(route.request.url) == 1:
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+
+    page.route(f"**/files/big.bin?offset={CHUNK_BYTES}&upload=*", cut_once)
+    upload(page, big)
+    expect(page.locator("#fgpu-done")).to_contain_text("Uploaded big.bin", timeout=120_000)
+    assert len(sent) == 2  # cut, then sent again
+    url = f"folders/{folder['id']}/files/big.bin"
+    assert owner.call("GET", url).content == data
+    listing = owner.call("GET", f"folders/{folder['id']}/files/").json()["entries"]
+    assert [e["name"] for e in listing] == ["big.bin"]
+
+    # Replaced, but a chunk refused: the old file stays whole, the part file goes.
+    page.unroute(f"**/files/big.bin?offset={CHUNK_BYTES}&upload=*")
+    page.route(
+        f"**/files/big.bin?offset={2 * CHUNK_BYTES}&upload=*",
+        lambda route: route.fulfill(
+            status=403, content_type="application/json", body='{"message": "refused here"}'
+        ),
+    )
+    big.write_bytes(secrets.token_bytes(len(data)))
+    upload(page, big)
+    page.click("#fgpu-confirm-go")  # "Replace big.bin?"
+    expect(page.locator("#fgpu-error")).to_contain_text("Upload failed: refused here")
+    assert owner.call("GET", url).content == data
+
+    def only_the_file():
+        entries = owner.call("GET", f"folders/{folder['id']}/files/").json()["entries"]
+        return [e["name"] for e in entries] == ["big.bin"]
+
+    expect(page.locator("#fgpu-upload")).to_be_hidden()
+    for _ in range(300):  # the part file's DELETE goes on its own, without an answer awaited
+        if only_the_file():
+            break
+        page.wait_for_timeout(100)
+    assert only_the_file()

@@ -21,7 +21,9 @@ FIRST_DAY = date(1970, 1, 1)
 LAST_DAY = date(2999, 12, 31)
 #: The largest whole number taken (an offset into the history, say): PostgreSQL's `integer`.
 MAX_WHOLE = 2**31 - 1
-_WHOLE = re.compile(r"[0-9]{1,10}")  # ASCII digits only: `int` refuses "²", isdigit takes it
+#: ASCII digits only (`int` refuses "²", isdigit takes it), and few enough for any `high` taken
+#: (a file's offset, to a PiB).
+_WHOLE = re.compile(r"[0-9]{1,16}")
 _TRUE, _FALSE = ("1", "true"), ("0", "false")
 
 

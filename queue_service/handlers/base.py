@@ -4,7 +4,8 @@ In the order a request meets them:
 1. **Body cap.** A body larger than the handler's cap (`MAX_BODY_BYTES`; an upload's chunk is
    larger) is refused with 413 before anything else, the caller's identity included: the body is
    streamed in and counted, never buffered whole. Everything below runs before the handler's
-   method (`admit`).
+   method (`admit`); for a handler that `streams_body` (an upload's chunk, written to disk as
+   it comes), before the first byte of the body is read, in `prepare`.
 2. **Authentication**, on the event loop (HubOAuth: the hub's cookie, or a token), from the
    headers, before any body is read: a caller the hub does not know never gets a body larger than
    `MAX_BODY_BYTES` (or one of unknown length) read, but a 401/403 at once. A small body of such
@@ -31,7 +32,7 @@ import hashlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from tornado import web
@@ -68,6 +69,12 @@ if TYPE_CHECKING:  # the service's parts, as QueueService.init_app puts them in 
 
 #: Largest request body any handler takes. The biggest real one, a catalog entry, is a few KiB.
 MAX_BODY_BYTES = 64 * 1024
+
+#: A streamed body is handed to its sink in pieces of about this size (one thread hop each).
+STREAM_PIECE_BYTES = 1024 * 1024
+
+#: Streamed bodies being undone (`BaseHandler._abandon_sink`).
+_abandoning: set[asyncio.Future] = set()
 
 #: Small bodies of callers the hub did not recognise, read at once; more are refused unread.
 MAX_ANONYMOUS_BODIES = 64
@@ -262,11 +269,45 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
     async def prepare(self):
         self._chunks: list[bytes] = []
         self._received = 0
-        self._refused_after_body: web.HTTPError | None = None
+        self._refused_after_body: web.HTTPError | Refusal | None = None
         self._authenticated = self._counted_anonymous = False
+        self._sink: BodySink | None = None
+        self._pending = bytearray()
+        self._sink_busy: asyncio.Future | None = None
+        self._streaming = self.streams_body()
         self._refuse_large_body()
         if self.request.method in _BODY_METHODS and self._has_body():
             await self._authenticate_before_body()
+            if self._streaming:
+                await self._open_sink()
+
+    async def _open_sink(self) -> None:
+        """Admit the request and let the handler say where its body goes, before any of it is
+        read. A refusal is kept for the handler's method and the body read past unwritten:
+        answered now, the engine would reset the proxy's kept-alive connection to us."""
+        try:
+            await self.admit()
+            self._sink = await self.open_body()
+        except (web.HTTPError, Refusal) as e:
+            self._refused_after_body = e
+
+    def streams_body(self) -> bool:
+        """Whether this request's body goes, as it comes, where the handler says (`open_body`:
+        an upload's chunk to disk) instead of being kept in memory. The request is admitted
+        (authentication, XSRF, content type) and the handler's own checks made before a byte of
+        it is read; a refusal then is answered once the body has gone by, unkept, unwritten."""
+        return False
+
+    async def open_body(self) -> BodySink:
+        """Where a streamed body goes (handlers that `streams_body`), once admitted."""
+        raise NotImplementedError
+
+    async def body_in(self) -> BodySink | None:
+        """The sink, with every byte of the body written to it, now the handler's to finish
+        (None when the body was empty)."""
+        await self._write_pending()
+        sink, self._sink = self._sink, None
+        return sink
 
     async def _authenticate_before_body(self) -> None:
         """Who sends a body, known from the headers. A refusal answered now leaves the body
@@ -289,10 +330,29 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def on_finish(self) -> None:
         self._forget_anonymous_body()
+        self._abandon_sink()
 
     def on_connection_close(self) -> None:
         self._forget_anonymous_body()
+        self._abandon_sink()
         super().on_connection_close()
+
+    def _abandon_sink(self) -> None:
+        """A streamed body that did not come whole (cut, too large, refused while it came):
+        the handler's sink undoes what it wrote, after a write under way."""
+        sink, self._sink = getattr(self, "_sink", None), None
+        if sink is None:
+            return
+        busy = self._sink_busy
+
+        async def abandon():
+            if busy is not None:
+                await asyncio.wait([busy])
+            await asyncio.to_thread(sink.abandon)
+
+        task = asyncio.ensure_future(abandon())
+        _abandoning.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(_abandoning.discard)
 
     def _forget_anonymous_body(self) -> None:
         global _anonymous_bodies
@@ -309,16 +369,43 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
             await self._authenticate()
         self._refuse_non_json_body()
 
-    def data_received(self, chunk: bytes) -> None:
-        """Keep the body while it is small; past the cap (a chunked body has no length to check
-        first) answer 413 at once and let the rest go by unkept."""
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        """Keep the body while it is small, or hand it on to a streaming handler's sink; past
+        the cap (a chunked body has no length to check first) answer 413 at once and let the
+        rest go by unkept."""
         self._received += len(chunk)
-        if self._received <= self.max_body_bytes:
+        if self._received > self.max_body_bytes:
+            if not self._finished:
+                self._chunks.clear()
+                self._refuse_mid_body(_too_large(self.max_body_bytes))
+            return None
+        if not self._streaming:
             self._chunks.append(chunk)
-        elif not self._finished:
-            self._chunks.clear()
-            too_large = _too_large(self.max_body_bytes)
-            self.send_error(413, exc_info=(type(too_large), too_large, None))
+        elif self._sink is not None:  # else refused: the body goes by unwritten
+            if not self._pending and len(chunk) >= STREAM_PIECE_BYTES:
+                return self._write_pending(chunk)  # whole pieces go as they are: no copy
+            self._pending += chunk
+            if len(self._pending) >= STREAM_PIECE_BYTES:
+                return self._write_pending()
+        return None
+
+    async def _write_pending(self, piece: bytes = b"") -> None:
+        if not piece:
+            piece, self._pending = bytes(self._pending), bytearray()
+        if self._sink is None or not piece:
+            return
+        self._sink_busy = asyncio.ensure_future(asyncio.to_thread(self._sink.write, piece))
+        try:
+            await self._sink_busy
+        except Refusal as e:  # the sink's own limit (an upload past the quota's room)
+            self._refuse_mid_body(e)
+
+    def _refuse_mid_body(self, error: web.HTTPError | Refusal) -> None:
+        self._pending.clear()
+        if self._finished:
+            return
+        status = error.status_code if isinstance(error, web.HTTPError) else 500
+        self.send_error(status, exc_info=(type(error), error, None))
 
     def _refuse_large_body(self) -> None:
         length = self.request.headers.get("Content-Length", "0")
@@ -508,6 +595,16 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):
 
     def write_error_page(self, status_code: int, message: str) -> None:
         raise NotImplementedError  # pages (handlers/pages.py) draw the hub's error page
+
+
+class BodySink(Protocol):
+    """Where a streamed body goes (`BaseHandler.open_body`); each called in a helper thread."""
+
+    def write(self, data: bytes) -> None:
+        """Take the next piece; a `Refusal` stops the body (answered, then `abandon`)."""
+
+    def abandon(self) -> None:
+        """The body did not come whole: undo what the writes did."""
 
 
 async def session_or_none(manager, session_id: str) -> dict | None:

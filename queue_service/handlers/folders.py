@@ -14,7 +14,14 @@ shares and their files.
   (`?limit=` entries, `?after=` a name; `next` names the following page's `after`), or a file's
   bytes (always as a download: a file a user put there never runs as a page of this site);
 - `PUT api/folders/{id}/files/{path}?offset=N`: upload one chunk of at most `CHUNK_BYTES`, sent as
-  `application/octet-stream`; offset 0 starts the file, each next chunk starts where it ends;
+  `application/octet-stream` and written to disk as it comes; offset 0 starts the file (it
+  replaces a file of that name once the chunk is in), each next chunk starts where it ends;
+  a chunk that does not come whole leaves the file as it was before it;
+- parallel (resumable) uploads: `PUT ...?offset=0&size=S` starts one of a file of `S` bytes
+  (its answer says `upload`, an id), then `PUT ...?offset=N&upload=ID` sends each other chunk,
+  in any order, several at once, a chunk again if its answer was lost; each answer says
+  `received` and `complete`. The chunks go into a hidden part file (`part` in the answer, in
+  the same directory) that becomes the file once every byte is in (uploads.py);
 - `POST api/folders/{id}/files/{path} {"type": "directory"}`: make a directory;
   `PATCH api/folders/{id}/files/{path} {"to": path}`: rename or move inside the folder;
   `DELETE api/folders/{id}/files/{path}`: remove a file, a link or a directory.
@@ -32,6 +39,7 @@ from urllib.parse import quote
 from tornado import web
 
 from queue_service.core import query_args
+from queue_service.core.errors import Refusal
 from queue_service.store.accounts import Account
 from queue_service.store.folders import Reader
 
@@ -39,6 +47,8 @@ from .base import BaseHandler
 
 #: The largest chunk of an upload; the Storage page sends files in chunks of this size.
 CHUNK_BYTES = 8 * 1024 * 1024
+#: The largest file an upload makes (offsets and sizes past it are refused): 1 PiB.
+MAX_FILE_BYTES = 1 << 50
 _READ_BYTES = 1024 * 1024
 #: Entries in one page of a directory's listing, by default and at most (`?limit=`).
 LISTING_DEFAULT = 1000
@@ -195,9 +205,45 @@ class ShareHandler(FolderAPIHandler):
         self.finish()
 
 
+class ChunkSink:
+    """An upload chunk's way to disk (the base streams the body here): its write, the parallel
+    upload it belongs to, and the room the owner's quotas leave (a chunked body has no length
+    to check first)."""
+
+    def __init__(self, folders, folder_id: str, write, upload, room: int | None):
+        self.folders, self.folder_id = folders, folder_id
+        self.chunk, self.upload, self.room = write, upload, room
+
+    def write(self, data: bytes) -> None:
+        if self.chunk is None:  # a chunk of an upload already complete: nothing to write
+            return
+        if self.room is not None and self.chunk.written + len(data) > self.room:
+            raise Refusal("The folder's owner has no room left for this chunk.", "full")
+        self.chunk.write(data)
+
+    def finish(self) -> int:
+        """The chunk came whole; the file's size so far (a parallel upload: bytes in)."""
+        if self.chunk is None:
+            return self.upload.received_bytes
+        return self.folders.finish_chunk(self.folder_id, self.chunk, self.upload)
+
+    def abandon(self) -> None:
+        if self.chunk is not None:
+            self.folders.abandon_chunk(self.chunk, self.upload)
+
+
 class FilesHandler(FolderAPIHandler):
-    query_arguments = {"offset": "whole", "limit": "whole", "after": "text"}
+    query_arguments = {
+        "offset": "whole",
+        "size": "whole",
+        "upload": "text",
+        "limit": "whole",
+        "after": "text",
+    }
     max_body_bytes = CHUNK_BYTES
+
+    def streams_body(self) -> bool:
+        return self.request.method == "PUT"
 
     def body_types(self) -> tuple[str, ...]:
         return (
@@ -241,13 +287,50 @@ class FilesHandler(FolderAPIHandler):
             os.close(fd)
         self.finish()
 
+    async def open_body(self) -> ChunkSink:
+        """Where the chunk goes, once the caller may write it there (folders.open_chunk):
+        checked before a byte of it is read."""
+        folder_id, path = self.path_args
+        self.identity()  # 401 before anything else for a caller the hub does not know
+        offset = query_args.whole(self.get_argument("offset", ""), "offset", 0, 0, MAX_FILE_BYTES)
+        size = query_args.whole(self.get_argument("size", ""), "size", -1, 0, MAX_FILE_BYTES)
+        upload = self.get_argument("upload", "") or None
+        if size >= 0 and upload is not None:
+            raise web.HTTPError(
+                400, "Start a parallel upload (?size=) or send a chunk of one (?upload=), not both."
+            )
+        length = (
+            None
+            if "Transfer-Encoding" in self.request.headers
+            else int(self.request.headers.get("Content-Length", "0"))
+        )
+        # A parallel upload's chunk: its quotas were read from the hub when it started.
+        reader = await self.reader(with_quotas=upload is None)
+        write, parallel, room = await self.run(
+            self.folders.open_chunk,
+            reader,
+            folder_id,
+            path,
+            offset,
+            length,
+            None if size < 0 else size,
+            upload,
+        )
+        return ChunkSink(self.folders, folder_id, write, parallel, room)
+
     @web.authenticated
     async def put(self, folder_id, path):
-        reader = await self.reader(with_quotas=True)
-        offset = query_args.whole(self.get_argument("offset", ""), "offset", 0, 0)
-        data = self.raw_body()
-        size = await self.run(self.folders.write, reader, folder_id, path, data, offset)
-        self.write_json({"path": path, "size": size}, 201 if offset == 0 else 200)
+        sink = await self.body_in() or await self.open_body()  # none yet: an empty body
+        try:
+            size = await self.run(sink.finish)
+        except BaseException:
+            await self.run(sink.abandon)
+            raise
+        status = 201 if sink.chunk is not None and sink.chunk.new else 200
+        if sink.upload is not None:
+            self.write_json(sink.upload.answer(path), status)
+        else:
+            self.write_json({"path": path, "size": size}, status)
 
     @web.authenticated
     async def post(self, folder_id, path):

@@ -11,7 +11,7 @@
   var quotas = [];
   var everyone = false;
   var current = null; // { folder, path, entries } while a folder is open
-  var upload = null; // { xhr, cancelled } while an upload runs
+  var upload = null; // { xhrs, cancelled, failed, part } while an upload runs
 
   function $(id) { return document.getElementById("fgpu-" + id); }
 
@@ -492,27 +492,88 @@
     });
   }
 
-  // -- uploads, in chunks of config.chunkBytes ----------------------------------------------------
+  // -- uploads: each file in chunks of config.chunkBytes, several at once ------------------------
+  // The first chunk (?offset=0&size=S) starts a parallel upload; the others name it (?upload=ID),
+  // in any order. The file appears under its name only once every chunk is in (until then its
+  // bytes are in a hidden part file), so a file it replaces stays whole if the upload fails. A
+  // chunk cut short (the network, or a site's proxy ending a long request) is sent again.
 
-  // One chunk: PUT ...?offset=N as octet-stream; XMLHttpRequest for its progress and its abort.
+  var PARALLEL_CHUNKS = 4, CHUNK_TRIES = 3;
+
+  // One chunk: PUT as octet-stream; XMLHttpRequest for its progress and its abort.
   function sendChunk(url, blob, onProgress) {
     return new Promise(function (resolve, reject) {
       var xhr = new XMLHttpRequest();
-      upload.xhr = xhr;
+      upload.xhrs.push(xhr);
       xhr.open("PUT", url);
       var headers = fgpu.headers();
       Object.keys(headers).forEach(function (k) { xhr.setRequestHeader(k, headers[k]); });
       xhr.setRequestHeader("Content-Type", "application/octet-stream");
       xhr.upload.onprogress = function (e) { onProgress(e.loaded); };
+      function failed(message, status) {
+        var error = new Error(message);
+        error.status = status;
+        reject(error);
+      }
       xhr.onload = function () {
-        if (xhr.status >= 200 && xhr.status < 300) { resolve(); return; }
+        if (xhr.status >= 200 && xhr.status < 300) { resolve(JSON.parse(xhr.responseText)); return; }
         var message = xhr.status + " " + xhr.statusText;
         try { message = JSON.parse(xhr.responseText).message || message; } catch (e) { /* not JSON */ }
-        reject(new Error(message));
+        failed(message, xhr.status);
       };
-      xhr.onerror = function () { reject(new Error("The upload was interrupted (network error).")); };
-      xhr.onabort = function () { reject(new Error("cancelled")); };
+      xhr.onerror = function () { failed("The upload was interrupted (network error).", 0); };
+      xhr.onabort = function () { failed("cancelled", -1); };
       xhr.send(blob);
+    });
+  }
+
+  // A chunk again when the way there failed (no answer, or a proxy's 502/503/504), not when the
+  // service refused it.
+  function withTries(send, left) {
+    return send().catch(function (error) {
+      var again = [0, 502, 503, 504].indexOf(error.status) >= 0 && left > 1 && !upload.cancelled;
+      if (!again) throw error;
+      return new Promise(function (resolve) { setTimeout(resolve, 1000); }).then(function () {
+        return withTries(send, left - 1);
+      });
+    });
+  }
+
+  // One file; onSent(bytes) as its chunks go. Resolves once the service says it is complete.
+  function uploadFile(url, file, onSent) {
+    var sent = {};
+    function send(offset, query) {
+      var end = Math.min(file.size, offset + config.chunkBytes);
+      return withTries(function () {
+        return sendChunk(url + "?offset=" + offset + query, file.slice(offset, end), function (loaded) {
+          sent[offset] = Math.min(loaded, end - offset);
+          onSent(total());
+        });
+      }, CHUNK_TRIES).then(function (answer) {
+        sent[offset] = end - offset;
+        onSent(total());
+        return answer;
+      });
+    }
+    function total() {
+      return Object.keys(sent).reduce(function (sum, k) { return sum + sent[k]; }, 0);
+    }
+    return send(0, "&size=" + file.size).then(function (first) {
+      upload.part = first.part;
+      var offsets = [], complete = first.complete;
+      for (var o = config.chunkBytes; o < file.size; o += config.chunkBytes) offsets.push(o);
+      function next() {
+        if (!offsets.length || upload.failed) return Promise.resolve();
+        return send(offsets.shift(), "&upload=" + first.upload).then(function (answer) {
+          complete = complete || answer.complete;
+          return next();
+        });
+      }
+      var lanes = [];
+      for (var i = 0; i < PARALLEL_CHUNKS; i++) lanes.push(next());
+      return Promise.all(lanes).then(function () {
+        if (!complete) throw new Error("The service did not take every chunk; upload the file again.");
+      });
     });
   }
 
@@ -536,7 +597,7 @@
     }) : Promise.resolve(true);
     asked.then(function (yes) {
       if (!yes) return;
-      upload = { xhr: null, cancelled: false };
+      upload = { xhrs: [], cancelled: false, failed: false, part: null };
       show("done", "");
       $("upload").classList.remove("d-none");
       var chain = Promise.resolve(), done = [];
@@ -544,32 +605,26 @@
         chain = chain.then(function () {
           var label = "Uploading " + file.name + (files.length > 1 ? " (" + (index + 1) + " of " + files.length + ")" : "");
           var url = config.api + filesPath(folder, join(base, file.name));
-          var offset = 0;
-          function next() {
-            var end = Math.min(file.size, offset + config.chunkBytes);
-            return sendChunk(url + "?offset=" + offset, file.slice(offset, end), function (loaded) {
-              progress(before + offset + Math.min(loaded, end - offset), total, label);
-            }).then(function () {
-              offset = end;
-              progress(before + offset, total, label);
-              if (offset < file.size) return next();
-              before += file.size;
-              done.push(file.name);
-            }, function (error) {
-              // A cut-short file is not left behind looking whole.
-              if (offset > 0 || error.message === "cancelled") fgpu.api("DELETE", filesPath(folder, join(base, file.name))).catch(function () {});
-              throw error;
-            });
-          }
+          upload.part = null;
           progress(before, total, label);
-          return next();
+          return uploadFile(url, file, function (sent) { progress(before + sent, total, label); }).then(function () {
+            before += file.size;
+            done.push(file.name);
+            upload.xhrs = [];
+          }, function (error) {
+            // The other chunks stop, and the part file goes: nothing half-made stays.
+            upload.failed = true;
+            upload.xhrs.forEach(function (xhr) { xhr.abort(); });
+            if (upload.part) fgpu.api("DELETE", filesPath(folder, upload.part)).catch(function () {});
+            throw error;
+          });
         });
       });
       chain.then(function () {
         return "Uploaded " + (done.length === 1 ? done[0] : plural(done.length, "file")) + " (" + fgpu.size(total) + ").";
       }, function (error) {
         var kept = done.length ? " " + plural(done.length, "file") + " finished before: " + done.join(", ") + "." : "";
-        if (error.message === "cancelled") return "Upload cancelled; the unfinished file was removed." + kept;
+        if (upload.cancelled) return "Upload cancelled; the unfinished file was removed." + kept;
         show("error", "Upload failed: " + error.message + kept);
         return "";
       }).then(function (message) {
@@ -588,7 +643,7 @@
   $("upload-cancel").addEventListener("click", function () {
     if (!upload) return;
     upload.cancelled = true;
-    if (upload.xhr) upload.xhr.abort();
+    upload.xhrs.forEach(function (xhr) { xhr.abort(); });
   });
 
   // -- start ------------------------------------------------------------------------------------

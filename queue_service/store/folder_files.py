@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from queue_service.core.errors import Refusal
+from queue_service.store.chunk_writes import ChunkWrite, part_name
 from queue_service.store.tree_walk import Enter, TreeChanged, is_dir, remove_tree, walk
 
 log = logging.getLogger(__name__)
@@ -238,15 +239,64 @@ class FolderFiles:
     # -- writing ---------------------------------------------------------------------------
 
     def write(self, folder_id: str, parts: tuple[str, ...], data: bytes, offset: int) -> int:
-        """Write `data` at `offset` of a file: 0 makes it anew (emptying one that exists), and a
+        """Write `data` at `offset` of a file: 0 makes it anew (replacing one that exists), and a
         later chunk must start where the file ends now. The file's size after it."""
+        chunk = self.open_chunk(folder_id, parts, offset)
+        try:
+            chunk.write(data)
+        except BaseException:
+            chunk.abandon()
+            raise
+        chunk.finish(rename=chunk.part is not None)
+        return chunk.position
+
+    def free_bytes(self) -> int:
+        """Bytes the disk of the folders still has for the service's writes."""
+        info = os.statvfs(self.root)
+        return info.f_bavail * info.f_frsize
+
+    def open_chunk(
+        self,
+        folder_id: str,
+        parts: tuple[str, ...],
+        offset: int,
+        part: str | None = None,
+        new_size: int | None = None,
+    ) -> ChunkWrite:
+        """Where an upload's chunk at `offset` goes (chunk_writes.py), reached link-free:
+        - no `part`: a sequential upload's; offset 0 starts a new part file, renamed over the
+          file once the chunk is in; a later chunk goes in place and must start where the file
+          ends now;
+        - `part` and `new_size`: a parallel upload's start: the part file `part`, made now with
+          the file's whole size (sparse until its chunks come);
+        - `part` alone: a parallel upload's chunk, into its part file."""
         if not parts:
             raise Refusal("Name a file to upload to, inside the folder.", "invalid")
         with self._parent(folder_id, parts) as parent:
-            if offset == 0:
-                fd = _open(parts[-1], _WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, parent, 0o600)
+            if part is None and offset > 0:
+                fd, made = self._continued(parts, offset, parent), None
+            elif part is None or new_size is not None:
+                self._refuse_non_file(parts, parent)
+                made = part or part_name()
+                fd = _open(made, _WRITE_FLAGS | os.O_CREAT | os.O_EXCL, parent, 0o600)
+                try:
+                    self._chown(fd)
+                    if new_size:
+                        os.ftruncate(fd, new_size)
+                except BaseException:
+                    os.close(fd)
+                    os.unlink(made, dir_fd=parent)
+                    raise
             else:
-                fd = _open(parts[-1], _WRITE_FLAGS, parent)
+                fd, made = self._part_file(part, parent), None
+            chunk = ChunkWrite(
+                fd, os.dup(parent), offset, parts[-1], made or part, made is not None
+            )
+        return chunk
+
+    def _continued(self, parts: tuple[str, ...], offset: int, parent: int) -> int:
+        """The file a sequential upload's chunk continues, if it ends where the chunk starts."""
+        fd = _open(parts[-1], _WRITE_FLAGS, parent)
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
@@ -257,12 +307,39 @@ class FolderFiles:
                     f"not at {offset}.",
                     "conflict",
                 )
-            if offset == 0:
-                self._chown(fd)
-            os.pwrite(fd, data, offset)
-            return offset + len(data)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return fd
+
+    def _part_file(self, part: str, parent: int) -> int:
+        try:
+            fd = _open(part, _WRITE_FLAGS, parent)
+        except Refusal:
+            raise Refusal(
+                "The upload's part file is gone (removed meanwhile); upload the file again.",
+                "conflict",
+            ) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise Refusal(
+                "The upload's part file is not a file; upload the file again.", "conflict"
+            )
+        return fd
+
+    def _refuse_non_file(self, parts: tuple[str, ...], parent: int) -> None:
+        """An upload replaces a file, never a directory, a link or anything else at its name."""
+        try:
+            info = os.lstat(parts[-1], dir_fd=parent)
+        except FileNotFoundError:
+            return
+        name = "/".join(parts)
+        if stat.S_ISDIR(info.st_mode):
+            raise Refusal(f"{name!r} is a directory.", "invalid")
+        if stat.S_ISLNK(info.st_mode):
+            raise Refusal(f"{name!r} is a link; links are not followed.", "forbidden")
+        if not stat.S_ISREG(info.st_mode):
+            raise Refusal(f"{name} is not a file.", "invalid")
 
     def open_to_write(
         self, folder_id: str, parts: tuple[str, ...], create: bool, truncate: bool, new: bool
