@@ -25,13 +25,19 @@ def sideways_overflow(page: Page) -> list[str]:
     )
 
 
-def test_a_session_row_reflows_at_800_px_with_its_buttons_in_sight(hub, page):
-    name = f"narrow-{secrets.token_hex(2)}"
-    student = QueueUser(hub, name)
+def with_a_session_and_a_job(hub, prefix: str) -> QueueUser:
+    """A new student with a running session and a running batch job (`sleep 300`)."""
+    student = QueueUser(hub, f"{prefix}-{secrets.token_hex(2)}")
     assert student.call("POST", "sessions", json={**SESSION, "count": 1}).status_code == 201
     job = {**SESSION, "type": "batch", "command": "sleep 300"}
     assert student.call("POST", "sessions", json=job).status_code == 201
     student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING", "RUNNING"], 150)
+    return student
+
+
+def test_a_session_row_reflows_at_800_px_with_its_buttons_in_sight(hub, page):
+    student = with_a_session_and_a_job(hub, "narrow")
+    name = student.name
     log_in(page, hub, name)
     page.set_viewport_size({"width": 800, "height": 900})
     page.goto(f"{hub.url}/services/queue/")

@@ -10,16 +10,12 @@ and JupyterHub's own admin panel.
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
 from playwright.sync_api import Page, expect
 
 from .browser import SESSIONS_PAGE, log_in, screenshot
-from .harness import QueueUser
 from .test_jupyter_console import EVERY_PAGE, recording
-from .test_narrow_pages import sideways_overflow
-from .test_security_handlers import SESSION
+from .test_narrow_pages import sideways_overflow, with_a_session_and_a_job
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -70,15 +66,10 @@ def walk(page: Page, hub, who: str, visits: dict[str, tuple[str, str]]) -> dict[
 
 
 def test_a_student_and_an_admin_meet_every_page_whole_and_quiet_at_800_and_1280_px(hub, pages):
-    name = f"widths-{secrets.token_hex(2)}"
-    student = QueueUser(hub, name)
-    assert student.call("POST", "sessions", json={**SESSION, "count": 1}).status_code == 201
-    job = {**SESSION, "type": "batch", "command": "sleep 300"}
-    assert student.call("POST", "sessions", json=job).status_code == 201
-    student.wait_for(lambda s: [x["status"] for x in s] == ["RUNNING", "RUNNING"], 150)
+    student = with_a_session_and_a_job(hub, "widths")
     try:
         page = pages()
-        log_in(page, hub, name)
+        log_in(page, hub, student.name)
         found = walk(page, hub, "student", STUDENT_PAGES)
 
         # The Start dialog at 800 px: its buttons in sight, nothing sideways.
