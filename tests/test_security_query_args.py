@@ -37,6 +37,7 @@ PATH_SAMPLES = {
     "(.*)": "no-such-file.js",
     "([0-9a-f]{32})": "0badc0de" * 4,
     "([0-9]+)": "7",
+    "([A-Za-z0-9_-]{1,64})": "no-such-token",
 }
 #: Values that broke the service before (500s), and their kin.
 EXTREMES = [
