@@ -10,6 +10,8 @@ and JupyterHub's own admin panel.
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -66,7 +68,12 @@ def walk(page: Page, hub, who: str, visits: dict[str, tuple[str, str]]) -> dict[
 
 
 def test_a_student_and_an_admin_meet_every_page_whole_and_quiet_at_800_and_1280_px(hub, pages):
-    student = with_a_session_and_a_job(hub, "widths")
+    # Names as long as a site's may be, unbroken, in the tables every page shows.
+    student = with_a_session_and_a_job(hub, "widths-a-student-with-a-long-login-name")
+    group = f"a-course-group-whose-name-runs-long-without-a-break-{secrets.token_hex(2)}"
+    assert hub.request("POST", f"groups/{group}").status_code == 201
+    members = {"users": [student.name]}
+    assert hub.request("POST", f"groups/{group}/users", json=members).status_code == 200
     try:
         page = pages()
         log_in(page, hub, student.name)
@@ -96,6 +103,17 @@ def test_a_student_and_an_admin_meet_every_page_whole_and_quiet_at_800_and_1280_
             ".map(t => t.label)"
         )
         assert len(set(labels)) == len(labels), labels
+        # A health warning quotes paths with no break in them (a frozen container's cgroup
+        # file): at 800 px it wraps, the page keeps its width.
+        admin.set_viewport_size({"width": 800, "height": 900})
+        admin.evaluate(
+            """() => { const health = document.getElementById('fgpu-health');
+                health.textContent = 'wrote THAWED to /sys/fs/cgroup/freezer/docker/' +
+                    'a5151cd44e0f27d743118bd42ff9dcb056f86d3f9c8b5fa8b1d9a112b048d2fa/freezer.state';
+                health.classList.remove('d-none'); }"""
+        )
+        found["admin cluster health@800"] = sideways_overflow(admin)
+        screenshot(admin, "width-admin-cluster-health-800")
         assert {k: v for k, v in found.items() if v} == {}
     finally:
         student.end_all()

@@ -357,7 +357,9 @@ def test_a_file_goes_in_parallel_chunks_and_a_cut_chunk_is_sent_again(hub, page,
     big.write_bytes(secrets.token_bytes(len(data)))
     upload(page, big)
     page.click("#fgpu-confirm-go")  # "Replace big.bin?"
-    expect(page.locator("#fgpu-error")).to_contain_text("Upload failed: refused here")
+    expect(page.locator("#fgpu-error")).to_contain_text(
+        "Upload failed: refused here", timeout=60_000
+    )
     assert owner.call("GET", url).content == data
 
     def only_the_file():

@@ -89,7 +89,7 @@
         el("td", { text: asks(s) }),
         el("td", { text: fgpu.duration(s.created) }),
         el("td", { text: s.reason || "" }),
-        el("td", {}, [endButton(s, "Cancel")]),
+        el("td", { className: "fgpu-actions" }, [endButton(s, "Cancel")]),
       ]);
     }));
     document.getElementById("fgpu-queue-empty").classList.toggle("d-none", pending.length > 0);
@@ -105,7 +105,7 @@
         el("td", { text: s.grant ? s.grant.node : "—" }),
         el("td", { text: asks(s) }),
         el("td", { text: fgpu.time(s.started) }),
-        el("td", {}, [endButton(s, "Stop")]),
+        el("td", { className: "fgpu-actions" }, [endButton(s, "Stop")]),
       ]);
     }));
   }
