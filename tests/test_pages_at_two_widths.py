@@ -57,7 +57,7 @@ def walk(page: Page, hub, who: str, visits: dict[str, tuple[str, str]]) -> dict[
             expect(page.locator(ready).first).to_be_attached(timeout=30_000)
             # The pages poll every few seconds, so the network is never idle: one round of
             # their polls is what a page does once drawn.
-            page.wait_for_timeout(1_500)
+            page.wait_for_timeout(700)
             found[f"{name}@{width}"] = (
                 log.problems(EVERY_PAGE)
                 + failed
