@@ -94,15 +94,21 @@ def test_a_student_and_an_admin_meet_every_page_whole_and_quiet_at_800_and_1280_
         admin = pages()
         log_in(admin, hub, "admin")
         found |= {f"admin {k}": v for k, v in walk(admin, hub, "admin", ADMIN_PAGES).items()}
-        # The Cluster page's charts: no two times on an axis read the same (half-minute ticks
-        # of a young hub were printed to the minute).
+        # The Cluster page's charts, over each span: no two times on an axis read the same (a
+        # young hub's half-minute ticks were printed to the minute, its samples on a week's axis
+        # as two equal dates).
         admin.goto(f"{hub.url}{SESSIONS_PAGE}cluster")
         expect(admin.locator("#fgpu-util-cpu[data-ready]")).to_be_attached(timeout=30_000)
-        labels = admin.evaluate(
-            "Chart.getChart(document.getElementById('fgpu-util-cpu')).scales.x.ticks"
-            ".map(t => t.label)"
-        )
-        assert len(set(labels)) == len(labels), labels
+        for hours in ("1", "24", "168"):
+            admin.select_option("#fgpu-util-range", hours)
+            expect(admin.locator(f'#fgpu-util-cpu[data-hours="{hours}"]')).to_be_attached()
+            labels = admin.evaluate(
+                "Chart.getChart(document.getElementById('fgpu-util-cpu')).scales.x.ticks"
+                ".map(t => t.label)"
+            )
+            found[f"admin cluster ticks over {hours} h"] = (
+                [] if len(set(labels)) == len(labels) else [f"ticks read alike: {labels}"]
+            )
         # A health warning quotes paths with no break in them (a frozen container's cgroup
         # file): at 800 px it wraps, the page keeps its width.
         admin.set_viewport_size({"width": 800, "height": 900})

@@ -63,14 +63,18 @@
   }
 
   function tickLabel(hours) {
+    // Each tick as precisely as the ticks' spacing needs, or two would read the same: a day
+    // apart its date; less (a young hub's samples on a week's axis) its date and time; less
+    // than a minute apart its seconds too.
     return function (value, index, ticks) {
       var when = new Date(value);
-      if (hours > 24) return when.toLocaleDateString([], { month: "short", day: "numeric" });
-      // Ticks less than a minute apart (a young hub's half minutes) need their seconds, or two
-      // of them read the same minute.
+      var step = ticks.length > 1 ? ticks[1].value - ticks[0].value : hours * 3600000;
+      var date = when.toLocaleDateString([], { month: "short", day: "numeric" });
+      if (step >= 86400000) return date;
       var parts = { hour: "2-digit", minute: "2-digit" };
-      if (ticks.length > 1 && ticks[1].value - ticks[0].value < 60000) parts.second = "2-digit";
-      return when.toLocaleTimeString([], parts);
+      if (step < 60000) parts.second = "2-digit";
+      var time = when.toLocaleTimeString([], parts);
+      return hours > 24 ? date + ", " + time : time;
     };
   }
 
