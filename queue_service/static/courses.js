@@ -8,15 +8,8 @@
   var errorBox = document.getElementById("fgpu-error");
   var doneBox = document.getElementById("fgpu-done");
 
-  function showError(message) {
-    errorBox.textContent = message || "";
-    errorBox.classList.toggle("d-none", !message);
-  }
-
-  function showDone(message) {
-    doneBox.textContent = message || "";
-    doneBox.classList.toggle("d-none", !message);
-  }
+  function showError(message) { fgpu.showMessage(errorBox, message); }
+  function showDone(message) { fgpu.showMessage(doneBox, message); }
 
   function coursePath(name) {
     return "courses/" + encodeURIComponent(name);

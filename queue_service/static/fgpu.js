@@ -391,6 +391,12 @@ var fgpu = (function () {
     });
   }
 
+  // A page's message box (an alert) says `message`, or hides when there is none.
+  function showMessage(box, message) {
+    box.textContent = message || "";
+    box.classList.toggle("d-none", !message);
+  }
+
   // Poll `path` every `seconds` while the page is visible; `render` gets each answer.
   function poll(path, seconds, render, onError) {
     var timer = null, round = 0;
@@ -445,6 +451,7 @@ var fgpu = (function () {
     duration: duration,
     time: time,
     element: element,
+    showMessage: showMessage,
     nameCell: nameCell,
     renderIndicator: renderIndicator,
     indicatorFigures: indicatorFigures,

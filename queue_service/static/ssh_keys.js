@@ -7,10 +7,7 @@
   var tbody = document.querySelector("#fgpu-ssh-keys tbody");
   var errorBox = document.getElementById("fgpu-error");
 
-  function showError(message) {
-    errorBox.textContent = message || "";
-    errorBox.classList.toggle("d-none", !message);
-  }
+  function showError(message) { fgpu.showMessage(errorBox, message); }
 
   function row(key) {
     var words = (key.key || "").split(/\s+/);
