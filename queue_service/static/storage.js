@@ -43,14 +43,27 @@
 
   // -- the lists --------------------------------------------------------------------------------
 
+  // The error box holds a view's failure (a listing that did not load), which the next good load
+  // clears, or an action's, which stays through the reload after it: an upload refused halfway
+  // must still say so once the folder is listed again.
+  var viewFailed = false;
+  function viewLoaded(clearAll) {
+    if (viewFailed || clearAll) show("error", "");
+    viewFailed = false;
+  }
+  function viewError(error) {
+    viewFailed = true;
+    show("error", error.message);
+  }
+
   function load() {
     return fgpu.api("GET", everyone ? "folders?all=1" : "folders").then(function (data) {
       folders = data.folders;
       quotas = data.storage_quotas || [];
-      show("error", "");
+      viewLoaded(false);
       renderLists();
       if (current) refreshCurrentFolder();
-    }, function (error) { show("error", error.message); });
+    }, viewError);
   }
 
   function changedCell(iso) {
@@ -357,14 +370,13 @@
 
   function writable(folder) { return folder.permission === "rw" || config.admin; }
 
-  function openFolder(folder, path) {
+  // Going to a folder clears any message; listing the same one again after a change keeps it.
+  function openFolder(folder, path, again) {
     return fgpu.api("GET", filesPath(folder, path)).then(function (listing) {
       current = { folder: folder, path: listing.path, entries: listing.entries, next: listing.next };
-      show("error", "");
+      viewLoaded(!again);
       renderBrowser();
-    }, function (error) {
-      show("error", error.message);
-    });
+    }, viewError);
   }
 
   // A large directory comes a page at a time (subdirectories first, by name); each further page is added under the last.
@@ -386,7 +398,7 @@
     if (fresh) current.folder = fresh;
   }
 
-  function reopen() { return openFolder(current.folder, current.path); }
+  function reopen() { return openFolder(current.folder, current.path, true); }
 
   function renderBrowser() {
     var folder = current.folder, canWrite = writable(folder);
@@ -461,6 +473,7 @@
 
   function afterFileChange(done) {
     show("done", done);
+    if (done) show("error", "");
     return Promise.all([reopen(), load()]);
   }
 
@@ -599,6 +612,7 @@
       if (!yes) return;
       upload = { xhrs: [], cancelled: false, failed: false, part: null };
       show("done", "");
+      show("error", "");
       $("upload").classList.remove("d-none");
       var chain = Promise.resolve(), done = [];
       files.forEach(function (file, index) {
@@ -613,10 +627,11 @@
             upload.xhrs = [];
           }, function (error) {
             // The other chunks stop, and the part file goes: nothing half-made stays.
+            // The listing that follows must not show the part file, so its removal is awaited.
             upload.failed = true;
             upload.xhrs.forEach(function (xhr) { xhr.abort(); });
-            if (upload.part) fgpu.api("DELETE", filesPath(folder, upload.part)).catch(function () {});
-            throw error;
+            var removed = upload.part ? fgpu.api("DELETE", filesPath(folder, upload.part)) : Promise.resolve();
+            return removed.catch(function () {}).then(function () { throw error; });
           });
         });
       });
