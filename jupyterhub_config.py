@@ -68,6 +68,7 @@ import sys
 import docker
 
 from fgpu_shared import site_config
+from fgpu_shared.sqlite_pragmas import on_every_sqlite_engine
 from fgpu_spawner.network import SESSION_NETWORK, ensure_session_network
 from queue_service.store.state_dir import (
     DEFAULT_FOLDERS_ROOT,
@@ -154,6 +155,9 @@ for variable, url in ((HUB_DB_ENV, hub_db_url()), (QUEUE_DB_ENV, queue_db_url())
         raise SystemExit(problem)
 c.JupyterHub.db_url = hub_db_url()
 c.JupyterHub.upgrade_db = True
+# On SQLite, the hub's commits wait for no fsync, as the queue service's (fgpu_shared/sqlite_pragmas.py):
+# a commit that waits for the disk holds the hub's only event loop.
+on_every_sqlite_engine()
 
 # A demo login: any user name; `admin` is an admin. It refuses to start on an address other than
 # a loopback one unless FGPU_DEMO_LOGIN_ON_NETWORK=1. Its settings are the demo class's own, so a

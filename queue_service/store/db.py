@@ -15,6 +15,7 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
+from fgpu_shared.sqlite_pragmas import set_sqlite_pragmas
 from queue_service.store.db_upgrade import MIGRATIONS_DIR, BackupSettings, alembic_config, upgrade
 
 __all__ = [
@@ -30,16 +31,8 @@ __all__ = [
 def make_engine(db_url: str) -> Engine:
     engine = create_engine(db_url, future=True)
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", set_sqlite_pragmas)
     return engine
-
-
-def _sqlite_pragmas(connection, _record) -> None:
-    # WAL lets the pages read while the scheduler writes; the timeout rides out short locks.
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
-    cursor.close()
 
 
 def open_database(
