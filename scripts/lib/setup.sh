@@ -11,8 +11,11 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/fgpu-dockerd.log}
 # systemd brings systemd-analyze, which checks the units of `fgpu-hub install-service` (the package
 # installs; nothing starts it where systemd is not the init system).
 # xfsprogs: the project quota tests make an XFS file system (tests/test_project_quotas.py).
+# openssh-client is the SSH service's client in tests; openssh-server (sshd and sftp-server) is the
+# ceiling benchmarks/ssh_sftp.py measures against, a throwaway sshd of its own (nothing starts the
+# package's own service where systemd is not the init system).
 APT_PACKAGES=(docker.io iptables debootstrap chromium ca-certificates postgresql
-  docker-registry iproute2 curl openssl faketime systemd xfsprogs)
+  docker-registry iproute2 curl openssl faketime systemd xfsprogs openssh-client openssh-server)
 
 log() { printf '\033[1m[fgpu setup]\033[0m %s\n' "$*" >&2; }
 
