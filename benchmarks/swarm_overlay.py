@@ -21,8 +21,8 @@ from pathlib import Path
 
 from benchmarks.spawn_time import FGPU_OPTIONS, IMAGE, summary
 from benchmarks.swarm_spawn import (
-    LAB_DEFAULTS,
     NODES,
+    add_lab_arguments,
     lab,
     lab_settings,
     remove_services,
@@ -85,10 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="spawns per hub")
     parser.add_argument("--held", type=int, default=0, help="sessions held for the last spawn")
-    parser.add_argument("--lab-name", default=LAB_DEFAULTS["FGPU_SWARM_LAB_NAME"])
-    parser.add_argument("--lab-net", default=LAB_DEFAULTS["FGPU_SWARM_LAB_NET"])
-    parser.add_argument("--lab-pool", default=LAB_DEFAULTS["FGPU_SWARM_LAB_POOL"])
-    parser.add_argument("--keep-lab", action="store_true", help="leave a lab this run made up")
+    add_lab_arguments(parser)
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")

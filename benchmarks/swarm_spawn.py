@@ -65,6 +65,20 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def add_lab_arguments(parser) -> None:
+    """The options that name the lab a Swarm benchmark runs on, and whether it stays up."""
+    parser.add_argument(
+        "--lab-name",
+        default=LAB_DEFAULTS["FGPU_SWARM_LAB_NAME"],
+        help="the lab to use: one that is up is reused and left up, else made and taken down",
+    )
+    parser.add_argument("--lab-net", default=LAB_DEFAULTS["FGPU_SWARM_LAB_NET"])
+    parser.add_argument("--lab-pool", default=LAB_DEFAULTS["FGPU_SWARM_LAB_POOL"])
+    parser.add_argument(
+        "--keep-lab", action="store_true", help="leave a lab this run made up at the end"
+    )
+
+
 def lab_settings(args) -> dict[str, str]:
     return {
         "FGPU_SWARM_LAB_NAME": args.lab_name,
@@ -418,20 +432,11 @@ def main() -> None:
     parser.add_argument(
         "--stagger", type=float, default=0.0, help="seconds between the storm's POSTs"
     )
-    parser.add_argument(
-        "--lab-name",
-        default=LAB_DEFAULTS["FGPU_SWARM_LAB_NAME"],
-        help="the lab to use: one that is up is reused and left up, else made and taken down",
-    )
-    parser.add_argument("--lab-net", default=LAB_DEFAULTS["FGPU_SWARM_LAB_NET"])
-    parser.add_argument("--lab-pool", default=LAB_DEFAULTS["FGPU_SWARM_LAB_POOL"])
+    add_lab_arguments(parser)
     parser.add_argument(
         "--stop-together",
         action="store_true",
         help="stop the storm's servers all at once, waiting and running alike",
-    )
-    parser.add_argument(
-        "--keep-lab", action="store_true", help="leave a lab this run made up at the end"
     )
     parser.add_argument("--workdir", help="the hubs' state and logs (default: a temporary one)")
     args = parser.parse_args()
