@@ -9,11 +9,12 @@ set up, its agent reports (node_reports.py); shells in sessions go through it to
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import time
 from collections.abc import Iterable
 
-from traitlets import Bool, Float, Int, Unicode
+from traitlets import Bool, Float, Int, List, Unicode
 
 from fgpu_shared.registry_auth import log_in
 from queue_service.core.errors import Refusal
@@ -168,6 +169,20 @@ class SwarmEngine(EngineBackend):
             c.SwarmEngine.prepull_images = False
         """,
     )
+    prepull_names = List(
+        Unicode(),
+        ["*"],
+        config=True,
+        help="""
+        Swarm mode: the catalog images (their names, or shell-style patterns of them) that the
+        nodes pull ahead (prepull_images); the others are pulled by a node at their first
+        session there. All by default.
+
+        Example::
+
+            c.SwarmEngine.prepull_names = ["python-3.11", "scikit-learn-*", "pytorch-*"]
+        """,
+    )
     prepull_per_node = Int(
         1,
         config=True,
@@ -248,13 +263,18 @@ class SwarmEngine(EngineBackend):
     def _offered(self):
         if not self.prepull_images:
             return []
-        return offered_images(self.hooks.catalog(), self.node_agent_registry)
+        return [
+            image
+            for image in offered_images(self.hooks.catalog(), self.node_agent_registry)
+            if any(fnmatch.fnmatchcase(image.name, pattern) for pattern in self.prepull_names)
+        ]
 
     def note_report(self, node: str) -> None:
         if node not in self._node_gpus:
             return  # not read from the Swarm yet: its next report
         offered = self._offered()
-        self.prepull.plan(node, offered, self._node_gpus[node])
+        for order in self.prepull.plan(node, offered, self._node_gpus[node]):
+            self.log.info("Node %s: pulling %s ahead of its sessions", node, order["image"])
         # Kept, not worked out at every scheduling pass (on the queue's own thread).
         self._holders = self.prepull.holders(offered, self._node_gpus)
 
