@@ -495,6 +495,9 @@ def test_an_image_added_to_the_catalog_is_pulled_on_every_node_ahead_and_shown_p
             return found if found and found["present"] == found["of"] == len(nodes) else None
 
         shown = wait_for(on_every_node, timeout=90, what=f"{name} on every node")
+        # An image left out of SwarmEngine.prepull_names is pulled at its first session alone.
+        images = admin.call("GET", "images?all=1").json()["images"]
+        assert next(i for i in images if i["name"] == "scikit-learn-1.5")["nodes"] is None
         assert [(s["node"], s["state"]) for s in shown["nodes"]] == [(n, "present") for n in nodes]
         digest = admin.call("GET", f"images/{name}").json()["digest"]
         # Pulled by digest on each node's engine, by its agent's order: no session asked for it.

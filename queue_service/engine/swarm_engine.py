@@ -260,23 +260,28 @@ class SwarmEngine(EngineBackend):
 
     # -- the catalog's images on the nodes (image_prepull.py) -------------------------------------
 
-    def _offered(self):
+    def _offered(self, images):
+        """The images the nodes pull ahead, of the catalog's `images`."""
         if not self.prepull_images:
             return []
         return [
             image
-            for image in offered_images(self.hooks.catalog(), self.node_agent_registry)
+            for image in images
             if any(fnmatch.fnmatchcase(image.name, pattern) for pattern in self.prepull_names)
         ]
 
     def note_report(self, node: str) -> None:
         if node not in self._node_gpus:
             return  # not read from the Swarm yet: its next report
-        offered = self._offered()
-        for order in self.prepull.plan(node, offered, self._node_gpus[node]):
-            self.log.info("Node %s: pulling %s ahead of its sessions", node, order["image"])
-        # Kept, not worked out at every scheduling pass (on the queue's own thread).
-        self._holders = self.prepull.holders(offered, self._node_gpus)
+        images = offered_images(self.hooks.catalog(), self.node_agent_registry)
+        try:
+            for order in self.prepull.plan(node, self._offered(images), self._node_gpus[node]):
+                self.log.info("Node %s: pulling %s ahead of its sessions", node, order["image"])
+        except Exception:  # the report (usage, commits' results) counts all the same
+            self.log.exception("Ordering the pulls of node %s failed", node)
+        # Every catalog image, pulled ahead or not: its sessions go where it is. Kept, not
+        # worked out at every scheduling pass (on the queue's own thread).
+        self._holders = self.prepull.holders(images, self._node_gpus)
 
     def image_holders(self) -> dict[str, frozenset[str]]:
         return self._holders
@@ -284,7 +289,7 @@ class SwarmEngine(EngineBackend):
     def images_on_nodes(self):
         if not (self.prepull_images and self.node_agent_registry):
             return None
-        offered = self._offered()
+        offered = self._offered(offered_images(self.hooks.catalog(), self.node_agent_registry))
         return (
             self.prepull.by_image(offered, self._node_gpus),
             self.prepull.by_node(offered, self._node_gpus),
