@@ -65,11 +65,16 @@ def set_availability(lab_env: dict[str, str], hostname: str, availability: str) 
     node.update({**node.attrs["Spec"], "Availability": availability})
 
 
-def only_node(lab_env: dict[str, str], hostname: str) -> None:
+def only_node(lab_env: dict[str, str], admin: QueueUser, hostname: str) -> None:
     """Sessions go to `hostname` alone: every other worker paused (their sessions, none here,
-    would go on)."""
+    would go on), once the queue's inventory has left them out."""
     for name in lab_env["FGPU_SWARM_NODES"].split(","):
         set_availability(lab_env, name, "active" if name == hostname else "pause")
+    wait_for(
+        lambda: [n["name"] for n in admin.call("GET", "resources").json()["nodes"]] == [hostname],
+        timeout=60,
+        what=f"{hostname} the only node in the queue's inventory",
+    )
 
 
 def timed_spawn(hub, admin: QueueUser, user: str, options: dict, node: str) -> float:
@@ -136,7 +141,7 @@ def warm_and_joined(args, settings, workdir: Path) -> tuple[list[float], float, 
                 interval=1.0,
             )
             ready_after = time.perf_counter() - joined_at
-            only_node(lab_env, second)
+            only_node(lab_env, admin, second)
             first_launch = timed_spawn(hub, admin, "joined", options, second)
         finally:
             remove_services(lab_env, hub.run_id)
@@ -153,7 +158,7 @@ def before(args, settings, workdir: Path) -> tuple[float, str]:
             lab_env = {**settings, **lab_up(settings, 3)}
             third = lab_env["FGPU_SWARM_NODES"].split(",")[2]
             wait_for(lambda: agent_reports(admin, third), timeout=300, what=f"{third}'s agent")
-            only_node(lab_env, third)
+            only_node(lab_env, admin, third)
             return timed_spawn(hub, admin, "before", options, third), third
         finally:
             remove_services(lab_env, hub.run_id)

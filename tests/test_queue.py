@@ -7,9 +7,8 @@ quota test.
 
 from __future__ import annotations
 
-import dataclasses
-
 import asyncio
+import dataclasses
 import json
 import logging
 import random
