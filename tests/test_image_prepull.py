@@ -68,7 +68,7 @@ def report(reports: NodeReports, node: str, images, results=()):
     reports.put(parse_report(node, body(node, images=sorted(images), order_results=list(results))))
 
 
-def test_a_joining_node_is_ordered_pulls_and_its_states_follow_its_reports():
+def test_a_joining_node_is_ordered_pulls_and_its_states_follow_its_reports(caplog):
     clock = Clock()
     reports = NodeReports(stale_after=20, clock=clock)
     prepull = ImagePrepull(reports, per_node=1, pull_timeout=600, clock=clock)
@@ -99,6 +99,10 @@ def test_a_joining_node_is_ordered_pulls_and_its_states_follow_its_reports():
     state = prepull.state_of(BASE, "new")
     assert state["state"] == "failed" and state["error"] == "manifest unknown"
     assert state["retry_in_s"] == 30
+    assert (
+        f"Node new could not pull {BASE.reference} (1 time(s) in a row; tried again in 30 s): "
+        "manifest unknown"
+    ) in caplog.text
     reports.take_orders("new")
     done = {"id": next_order["id"], "kind": "pull", "ok": True, "image": TORCH.reference}
     report(reports, "new", {TORCH.reference}, [done])

@@ -23,6 +23,7 @@ The functions above `ImagePrepull` are pure.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -120,13 +121,14 @@ def pulls_due(
     return due[: max(0, per_node - running)]
 
 
-def settled(state: PullState, result: dict | None, held: bool, now: float, timeout: float) -> None:
-    """Bring a pull's state up to date with its order's result (None: none yet)."""
+def settled(state: PullState, result: dict | None, held: bool, now: float, timeout: float) -> bool:
+    """Bring a pull's state up to date with its order's result (None: none yet); whether the
+    pull has failed just now."""
     if held:
         state.attempts, state.error, state.order_id = 0, "", None
-        return
+        return False
     if result is None and state.order_id and now - state.given_at <= timeout:
-        return  # still pulling
+        return False  # still pulling
     if result is not None and result.get("ok"):
         error = "pulled, but the node's engine does not list the image's digest"
     elif result is not None:
@@ -134,11 +136,12 @@ def settled(state: PullState, result: dict | None, held: bool, now: float, timeo
     elif state.order_id:
         error = f"no result from the node's agent within {timeout:g} s"
     else:
-        return
+        return False
     state.order_id = None
     state.attempts += 1
     state.error = error[:500]
     state.next_try = now + backoff(state.attempts)
+    return True
 
 
 class ImagePrepull:
@@ -150,6 +153,7 @@ class ImagePrepull:
         per_node: int = 1,
         pull_timeout: float = 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        log: logging.Logger | None = None,
     ):
         self.reports, self.per_node, self.pull_timeout, self.clock = (
             reports,
@@ -157,6 +161,7 @@ class ImagePrepull:
             pull_timeout,
             clock,
         )
+        self.log = log or logging.getLogger(__name__)
         self._states: dict[str, dict[str, PullState]] = {}
 
     def held(self, node: str) -> frozenset[str] | None:
@@ -174,7 +179,15 @@ class ImagePrepull:
         states = self._states.setdefault(node, {})
         for reference, state in states.items():
             result = self.reports.order_result(state.order_id) if state.order_id else None
-            settled(state, result, reference in held, now, self.pull_timeout)
+            if settled(state, result, reference in held, now, self.pull_timeout):
+                self.log.warning(
+                    "Node %s could not pull %s (%d time(s) in a row; tried again in %g s): %s",
+                    node,
+                    reference,
+                    state.attempts,
+                    state.next_try - now,
+                    state.error,
+                )
         wanted = {image.reference for image in images}
         for reference in [r for r in states if r not in wanted]:
             del states[reference]  # no longer offered

@@ -199,7 +199,7 @@ class SwarmEngine(EngineBackend):
     def __init__(self, client, hooks, **kwargs) -> None:
         super().__init__(client, hooks, **kwargs)
         self.node_reports = hooks.node_reports
-        self.prepull = ImagePrepull(self.node_reports, per_node=self.prepull_per_node)
+        self.prepull = ImagePrepull(self.node_reports, per_node=self.prepull_per_node, log=self.log)
         # GPUs per Swarm node, as last read: which nodes pull which images.
         self._node_gpus: dict[str, int] = {}
         self._holders: dict[str, frozenset[str]] = {}
