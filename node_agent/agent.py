@@ -17,8 +17,9 @@ seconds it:
 4. POSTs the report, as JSON, to `<FGPU_AGENT_URL>api/nodes/<hostname>/report` with the hub API
    token of the node-agent service (a Swarm secret), signed with its node's own key (another
    secret, given to this node's agent alone: `signed_headers`), and carries out the orders of an
-   answer the service signed with the same key (commit a session container, push the image),
-   reporting each order's result in the next report. An answer without the right signature is
+   answer the service signed with the same key (commit a session container, push the image;
+   pull a catalog image before any session there needs it), reporting each order's result in
+   the next report, whose `images` lists what the node's engine holds (its repository digests). An answer without the right signature is
    dropped: whoever sits on the node network can neither report for this node nor give it orders.
 
 It is ONE file that needs only Python's standard library (no docker SDK, no pynvml), so it is shipped
@@ -65,7 +66,7 @@ REPORT_VERSION = 2
 #: dockerd 20.10's API; newer engines serve it too.
 ENGINE_API = "v1.41"
 #: The orders the queue service may give an agent in its answer to a report (see `run_order`).
-ORDER_KINDS = ("commit",)
+ORDER_KINDS = ("commit", "pull")
 #: The orders of its shell channel (`ExecChannel`): a process in a session, a terminal's size.
 EXEC_ORDER_KINDS = ("exec", "exec_resize")
 #: A process in a session runs as the images' session user, in its home, whatever the order says.
@@ -151,9 +152,12 @@ def session_usage(containers, stats_by_id, previous_cpu):
     return sessions, samples
 
 
-def build_report(node, sampled_at, sessions, gpus, results=(), agent=None, daemon=None):
+def build_report(
+    node, sampled_at, sessions, gpus, results=(), agent=None, daemon=None, images=None
+):
     """The JSON body the agent POSTs (the queue service's `node_reports.parse_report` reads it)."""
     return {
+        "images": images,
         "version": REPORT_VERSION,
         "node": node,
         "sampled_at": sampled_at,
@@ -186,6 +190,12 @@ def no_new_privileges(status_text):
 def daemon_settings(bridge, status_text):
     """The node engine's settings that keep sessions apart, as the report carries them."""
     return {"icc": bridge_icc(bridge), "no_new_privileges": no_new_privileges(status_text)}
+
+
+def repo_digests(images):
+    """The repository digests (`<repo>@sha256:...`) of the engine's `GET /images/json` answer,
+    sorted: what a node holds, as a pull by digest names it."""
+    return sorted({d for image in images or [] for d in image.get("RepoDigests") or [] if "@" in d})
 
 
 def session_filters(deployment=None):
@@ -543,6 +553,20 @@ class Engine:
         query.update(comment=message, pause="false")
         return self.json("POST", "/commit", query=query, body=conf or {}, timeout=600)
 
+    def images(self):
+        return self.json("GET", "/images/json")
+
+    def pull(self, reference):
+        """Pull `reference` (`<repo>@sha256:...` or `<repo>:<tag>`) with the engine's registry
+        credentials, failing on the first error line of the engine's progress stream. An hour
+        at most: a large image over a slow link."""
+        headers = {"X-Registry-Auth": self.registry_auth}
+        repository, separator, rest = reference.partition("@")
+        if not separator:
+            repository, rest = split_image(reference)
+        query = {"fromImage": repository, "tag": rest}
+        push_digest(self.call("POST", "/images/create", query=query, headers=headers, timeout=3600))
+
     def push(self, repository, tag, registry_auth=None):
         """Push with the X-Registry-Auth header `registry_auth` (default: the engine's own),
         failing on the first error line of the engine's progress stream."""
@@ -705,10 +729,12 @@ class Agent:
         gpus = self.read_gpus()
         with self.lock:
             results, self.results = self.results, []
+        # Listed after the results are taken: a pull they report done is among the images.
+        images = repo_digests(self.engine.images())
         status = _read("/proc/self/status")
         agent = own_usage(status, sum(os.times()[:2]))
         daemon = daemon_settings(self.read_bridge(), status)
-        return build_report(self.node, now_iso(), sessions, gpus, results, agent, daemon)
+        return build_report(self.node, now_iso(), sessions, gpus, results, agent, daemon, images)
 
     def read_bridge(self):
         """The default bridge, or None (reported as "unknown"): a node without one (`"bridge":
@@ -747,7 +773,8 @@ class Agent:
         with self.lock:
             self.committing.add(order.get("session_id"))
         try:
-            result = run_order(self.engine, order, self.node)
+            run = pull_order if order["kind"] == "pull" else run_order
+            result = run(self.engine, order, self.node)
         except Exception as e:  # whatever went wrong, the order is answered and may run again
             result = {**result_head(order, self.node), "ok": False}
             result["error"] = f"{type(e).__name__}: {e}"
@@ -788,6 +815,17 @@ def run_order(engine, order, node):
         image = f"{repository}:{tag}"
         return {**result, "ok": True, "image": image, "image_id": committed["Id"], "digest": digest}
     except (EngineError, OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as e:
+        return {**result, "ok": False, "error": str(e)}
+
+
+def pull_order(engine, order, node):
+    """Pull the order's image (a catalog image, by digest) from its registry, before any session
+    on this node needs it; the result says how it went."""
+    result = {**result_head(order, node), "image": str(order.get("image", ""))}
+    try:
+        engine.pull(result["image"])
+        return {**result, "ok": True}
+    except (EngineError, OSError, http.client.HTTPException, ValueError) as e:
         return {**result, "ok": False, "error": str(e)}
 
 

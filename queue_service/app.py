@@ -1081,6 +1081,7 @@ class QueueService(Application):
             node_reports=self.node_reports,
             node_credentials=self.node_credentials,
             agent_service=self.agent_service,
+            catalog=lambda: self.images.all(),
         )
         self.engine_backend = self.engine_class(self.docker, hooks, parent=self)
         self.freeze = self.engine_backend.freeze_watch()
@@ -1120,6 +1121,7 @@ class QueueService(Application):
             # (init_rounds).
             ends_of=lambda session_id: self.automatic_ends.view(session_id),
         )
+        self.manager.image_nodes = self.engine_backend.image_holders
 
     def init_images(self) -> None:
         """The image catalog, seeded from catalog.yaml, and the builds of its heavy images."""

@@ -106,6 +106,9 @@ class QueueManager(QueuePass):
         # the wrong settings. A request waiting for room is told, so that it does not wait in
         # silence.
         self.withheld_nodes: dict[str, list[str]] = {}
+        # The nodes that hold each catalog image (name → node names), read at every pass: its
+        # requests go there first (the engine's `image_holders`; none in single-host mode).
+        self.image_nodes: Callable[[], dict[str, frozenset[str]]] = dict
         self._inventory_version = 0
         # Per record id, the scheduler's view of a record object (`RecordFacts`), rebuilt only when
         # a write gives the id a new object: a pass over thousands of waiting records reads these.

@@ -502,6 +502,7 @@ class QueuePass:
             "placement": self.settings.placement,
             "units_per_gpu": self.settings.units_per_gpu,
             "max_skips": self.settings.max_skips,
+            "image_nodes": self.image_nodes(),
         }
 
     def _place(self, allocated: list[SessionRecord], pending: list[SessionRecord], quotas) -> dict:
@@ -622,6 +623,7 @@ class QueuePass:
             resource_group=record.resource_group,
             enqueued_seq=record.seq,
             skips=record.skips,
+            image=record.image,
         )
 
     def _allocations(self, records: list[SessionRecord]) -> list:

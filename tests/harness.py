@@ -257,6 +257,9 @@ def _config_text(port: int, token: str, run_id: str, spawner_token: str, extra_c
         c.JupyterHub.load_roles.append({{"name": "admin", "services": ["test-admin"]}})
         c.DockerSpawner.extra_create_kwargs = {{"labels": {{{TEST_LABEL!r}: {run_id!r}}}}}
         c.JupyterHub.log_level = "DEBUG"
+        # Swarm hubs: the nodes pull ahead only the base image (which they hold already, for
+        # their agents), not a few GB of framework images into the lab's tmpfs at every run.
+        c.SwarmEngine.prepull_names = ["python-3.11"]
         """
     ) + textwrap.dedent(extra_config)
 

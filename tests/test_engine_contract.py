@@ -109,6 +109,11 @@ def test_its_parts_are_of_the_kinds_the_service_takes(made):
     assert reported is None or isinstance(reported(), list)
     assert isinstance(backend.commit_registry, str)
     assert isinstance(backend.gpus_simulated, bool) and isinstance(backend.builds_images, bool)
+    # The catalog's images on the nodes: a report of a node it does not know orders nothing.
+    assert backend.note_report("node-unknown") is None
+    assert isinstance(backend.image_holders(), dict)
+    on_nodes = backend.images_on_nodes()
+    assert on_nodes is None or all(isinstance(view, dict) for view in on_nodes)
 
     class Ends:
         async def watch(self):

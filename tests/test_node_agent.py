@@ -166,6 +166,17 @@ def test_a_built_report_is_what_the_queue_service_takes():
     assert parse_report("node-1", agent.build_report("node-1", "t", {}, None)).gpus is None
 
 
+def test_a_nodes_images_are_the_repository_digests_its_engine_lists():
+    images = [
+        {"RepoDigests": ["r/a@sha256:1", "r/b@sha256:2"], "RepoTags": ["r/a:1"]},
+        {"RepoDigests": None},
+        {"RepoDigests": ["<none>@<none>", "r/a@sha256:1"]},
+        {},
+    ]
+    assert agent.repo_digests(images) == ["<none>@<none>", "r/a@sha256:1", "r/b@sha256:2"]
+    assert agent.repo_digests(None) == []
+
+
 def test_filters_orders_urls_and_image_names():
     assert agent.session_filters() == {
         "label": ["fgpu.session_id"],
@@ -173,7 +184,7 @@ def test_filters_orders_urls_and_image_names():
     }
     assert agent.session_filters("d1")["label"] == ["fgpu.session_id", "fgpu.deployment=d1"]
     assert agent.orders_of(
-        {"orders": [{"id": "a", "kind": "commit"}, {"id": "b", "kind": "rm"}, 3]}
+        {"orders": [{"id": "a", "kind": "commit"}, {"id": "b", "kind": "rm"}, 3, {"kind": "pull"}]}
     ) == [{"id": "a", "kind": "commit"}]
     assert agent.orders_of({"node": "x"}) == [] and agent.orders_of(None) == []
     assert agent.report_url("http://h:8000/services/queue/", "n 1") == (
@@ -559,11 +570,14 @@ def _answers(address: str) -> bool:
 
 
 @pytest.mark.docker
-def test_the_engine_pushes_with_the_header_and_not_without_it(docker_engine, locked_registry):
+def test_the_engine_pushes_and_pulls_with_the_header_and_not_without_it(
+    docker_engine, locked_registry
+):
     address, credentials = locked_registry
     pushed = f"{address}/fgpu-private/agent-{secrets.token_hex(3)}:t1"
     tiny_image(docker_engine, pushed)
     engine = agent.Engine("/var/run/docker.sock")
+    digest = None
     try:
         with pytest.raises(agent.EngineError, match="no basic auth credentials"):
             engine.push(pushed.rsplit(":", 1)[0], "t1")
@@ -573,8 +587,27 @@ def test_the_engine_pushes_with_the_header_and_not_without_it(docker_engine, loc
         # The engine's own default header, as main() sets it from the credentials file.
         logged_in = agent.Engine("/var/run/docker.sock", registry_auth=header)
         assert logged_in.push(pushed.rsplit(":", 1)[0], "t1") == digest
-    finally:
+
+        # A pull order (a catalog image, ahead of its sessions) by digest, with the same login;
+        # the node's next report lists the image's digest.
+        by_digest = f"{pushed.rsplit(':', 1)[0]}@{digest}"
         docker_engine.images.remove(pushed, force=True)
+        order = {"id": "p1", "kind": "pull", "image": by_digest}
+        refused = agent.pull_order(engine, order, "here")
+        assert refused["ok"] is False and "no basic auth credentials" in refused["error"]
+        runner = agent.Agent(logged_in, nvml=None, node="here", deployment="none")
+        runner.run_orders(agent.orders_of({"orders": [order]}), wait=True)
+        report = runner.collect()
+        assert report["order_results"] == [
+            {"id": "p1", "kind": "pull", "node": "here", "image": by_digest, "ok": True}
+        ]
+        assert by_digest in report["images"]
+        assert by_digest in parse_report("here", report).images
+    finally:
+        for reference in (pushed, f"{pushed.rsplit(':', 1)[0]}@{digest}" if digest else None):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                if reference:
+                    docker_engine.images.remove(reference, force=True)
 
 
 class BrokenEngine:

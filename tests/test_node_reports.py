@@ -87,6 +87,10 @@ class Clock:
         ("node-1", body(daemon=[]), "daemon must be an object"),
         ("node-1", body(daemon={"icc": "false"}), "daemon: icc must be true, false or null"),
         ("node-1", body(daemon={"no_new_privileges": 1}), "no_new_privileges must be true"),
+        ("node-1", body(images="a@sha256:1"), "images must be a list of at most 10000"),
+        ("node-1", body(images=["x" * 513]), "images must be a list"),
+        ("node-1", body(images=[""]), "images must be a list"),
+        ("node-1", body(images=["a"] * 10_001), "images must be a list"),
     ],
 )
 def test_a_bad_report_is_refused_with_what_is_wrong(node, data, message):
@@ -183,6 +187,23 @@ def test_a_result_that_does_not_match_its_order_counts_as_a_failure(change, faul
     store.put(parse_report("node-1", body(order_results=[{**DONE, **change}])))
     result = store.order_result("o1")
     assert result["ok"] is False and fault in result["error"]
+
+
+def test_a_pull_result_counts_only_for_the_image_its_order_named():
+    store = NodeReports(clock=Clock())
+    pull = {"id": "p1", "kind": "pull", "image": "r/a@sha256:" + "a" * 64}
+    store.queue_order("node-1", pull)
+    store.queue_order("node-1", {**pull, "id": "p2"})
+    store.take_orders("node-1")
+    done = {"id": "p1", "kind": "pull", "ok": True, "image": pull["image"]}
+    store.put(
+        parse_report("node-1", body(order_results=[done, {**done, "id": "p2", "image": "x"}]))
+    )
+    assert store.order_result("p1")["ok"] is True
+    assert "image 'x' is not the order's" in store.order_result("p2")["error"]
+    assert store.report("node-1").images is None  # an agent that does not list them
+    store.put(parse_report("node-1", body(images=[pull["image"]])))
+    assert store.report("node-1").images == {pull["image"]}
 
 
 def test_the_store_holds_a_bounded_number_of_nodes():

@@ -8,6 +8,7 @@ quota test.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -673,6 +674,18 @@ async def test_a_request_naming_a_resource_group_goes_only_to_that_groups_nodes(
     assert anywhere["grant"]["node"] == "node-1"
     await manager.release(in_lab["id"])
     assert (await manager.get(second["id"]))["grant"]["node"] == "lab-1"
+
+
+async def test_a_request_goes_first_to_a_node_that_holds_its_image(open_manager):
+    second_node = dataclasses.replace(NODE, name="node-2", gpus=())
+    manager = open_manager(nodes=(NODE, second_node))
+    # node-2 holds python-3.11, as the nodes' reports say.
+    manager.image_nodes = lambda: {"python-3.11": frozenset({"node-2"})}
+    other = await manager.submit(ask(server="b", fgpu=0, image="scikit-learn-1.5"), groups=())
+    assert other["grant"]["node"] == "node-1"
+    # Best fit alone would put it beside the first (the node with the least CPU left).
+    held = await manager.submit(ask(server="a", fgpu=0), groups=())
+    assert held["grant"]["node"] == "node-2"
 
 
 async def test_a_resource_group_the_user_may_not_use_offers_nothing(open_manager):

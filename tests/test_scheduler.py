@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -195,6 +196,44 @@ def test_requests_stay_in_their_resource_group():
     assert result.waiting["r"].cause == "capacity"
     anywhere = schedule(nodes, allocations, [req("r2", fgpu=0.5)])
     assert anywhere.placed[0].node == "cpu-box"
+
+
+@pytest.mark.parametrize(
+    ("placement", "node_1_gpus", "node_1_held"),
+    [("best_fit", 1, 0.5), ("fill", 1, 0.5), ("spread", 3, 0)],
+)
+def test_a_request_goes_first_to_a_node_that_holds_its_image_among_those_with_room(
+    placement, node_1_gpus, node_1_held
+):
+    """node-1 is the placement rule's pick without the image; node-2 holds the image but is
+    full, so node-3 (holding it, with room) is taken; with no holder with room, the rule's own
+    pick; and a request for another image is not moved."""
+    nodes = [node("node-1", gpus=node_1_gpus), node("node-2", gpus=1), node("node-3", gpus=2)]
+    busy = [held("h1", "node-2", {"node-2-gpu0": 1.0}, 1)]
+    if node_1_held:
+        busy.append(held("h2", "node-1", {"node-1-gpu0": node_1_held}, node_1_held))
+    holders = {"torch": frozenset({"node-2", "node-3"})}
+    image_request = Request("r", "alice", (), Slots(1.0, GIB, 0.5), image="torch")
+
+    def node_of(allocations, request, **kwargs):
+        (placed,) = schedule(nodes, allocations, [request], placement=placement, **kwargs).placed
+        return placed.node
+
+    assert node_of(busy, image_request) == "node-1"
+    assert node_of(busy, image_request, image_nodes=holders) == "node-3"
+    other = dataclasses.replace(image_request, image="sklearn")
+    assert node_of(busy, other, image_nodes=holders) == "node-1"
+    # The holders full: anywhere with room, rather than wait for them.
+    full = [*busy, held("h3", "node-3", {"node-3-gpu0": 1.0, "node-3-gpu1": 1.0}, 2)]
+    assert node_of(full, image_request, image_nodes=holders) == "node-1"
+
+
+def test_a_cpu_only_request_goes_to_its_images_holder_too():
+    nodes = [node("node-1", gpus=0, cpu=4.0), node("node-2", gpus=0, cpu=16.0)]
+    request = Request("r", "alice", (), Slots(1.0, GIB, 0), image="py")
+    assert schedule(nodes, [], [request]).placed[0].node == "node-1"  # best fit: least CPU left
+    holders = {"py": frozenset({"node-2"})}
+    assert schedule(nodes, [], [request], image_nodes=holders).placed[0].node == "node-2"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,8 @@ c.SwarmEngine.node_down_grace = {NODE_DOWN_GRACE}
 c.QueueService.reconcile_interval = 1
 # The registry is asked which images sessions can run every second.
 c.QueueService.engine_images_interval = 1
+# The nodes pull ahead the base image (which they hold for their agents) and the test's own.
+c.SwarmEngine.prepull_names = ["python-3.11", "prepull-*"]
 """
 
 
@@ -464,6 +466,84 @@ def test_an_image_is_offered_once_the_registry_the_nodes_pull_from_holds_it(
         for tag in (reference, pushed):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 manager.images.remove(tag)
+
+
+def test_an_image_added_to_the_catalog_is_pulled_on_every_node_ahead_and_shown_per_node(
+    swarm_hub, admin, pages
+):
+    """An image pushed to the registry and added to the catalog: before any session asks for it,
+    each node's agent is ordered to pull it, each node's engine then holds its digest, and the
+    API says so per image (Images page) and per node (Cluster page)."""
+    lab = swarm_hub.lab
+    manager, registry = lab.manager(), lab.env["FGPU_SWARM_REGISTRY"]
+    tag = secrets.token_hex(3)
+    name, reference = f"prepull-{tag}", f"fgpu/prepull:{tag}"
+    # The layers of an image every node holds: the pull is the manifest's, a second or so.
+    source = manager.images.pull(f"{registry}/{IMAGE.split(':')[0]}", tag=IMAGE.split(":")[1])
+    source.tag(reference)
+    source.tag(f"{registry}/{reference}")
+    for line in manager.api.push(f"{registry}/{reference}", stream=True, decode=True):
+        assert "error" not in line, line
+    nodes, digest, started = sorted(node_urls()), None, time.time()
+    try:
+        added = admin.call("POST", "images", json={"name": name, "image": reference})
+        assert added.status_code == 201, added.text
+
+        def on_every_node():
+            images = admin.call("GET", "images?all=1").json()["images"]
+            found = next(i for i in images if i["name"] == name)["nodes"]
+            return found if found and found["present"] == found["of"] == len(nodes) else None
+
+        shown = wait_for(on_every_node, timeout=90, what=f"{name} on every node")
+        # An image left out of SwarmEngine.prepull_names is pulled at its first session alone.
+        images = admin.call("GET", "images?all=1").json()["images"]
+        assert next(i for i in images if i["name"] == "scikit-learn-1.5")["nodes"] is None
+        assert [(s["node"], s["state"]) for s in shown["nodes"]] == [(n, "present") for n in nodes]
+        digest = admin.call("GET", f"images/{name}").json()["digest"]
+        # Pulled by digest on each node's engine, by its agent's order: no session asked for it.
+        pulled = f"{registry}/fgpu/prepull@{digest}"
+        for node, url in node_urls().items():
+            engine = lab.engine(url)
+            assert pulled in engine.images.get(pulled).attrs["RepoDigests"], node
+            events = engine.events(
+                since=started, until=time.time(), decode=True, filters={"type": "image"}
+            )
+            assert any(e["Action"] == "pull" and e["id"] == pulled for e in events), node
+        cluster = admin.call("GET", "resources").json()["nodes"]
+        assert {n["name"]: n["images"]["present"] for n in cluster} == dict.fromkeys(nodes, 2)
+        assert all(n["images"]["offered"] == 2 and not n["images"]["lacking"] for n in cluster)
+        # A student's list of images carries no node's state.
+        student = QueueUser(swarm_hub, f"stu-{secrets.token_hex(3)}")
+        assert all("nodes" not in i for i in student.call("GET", "images").json()["images"])
+
+        # The pages: per image on the Images page (each node's state unfolded), per node on the
+        # Cluster page.
+        page = pages()
+        log_in(page, swarm_hub, "admin")
+        page.goto(f"{swarm_hub.url}/services/queue/images")
+        on_nodes = page.locator(f'tr[data-image="{name}"] .fgpu-image-nodes')
+        expect(on_nodes.locator("summary")).to_have_text("✓ on 3 of 3 nodes")
+        on_nodes.locator("summary").click()
+        expect(on_nodes.locator("li")).to_have_text([f"{n}: present" for n in nodes])
+        page.goto(f"{swarm_hub.url}/services/queue/cluster")
+        expect(page.locator(".fgpu-node-images")).to_have_text(
+            ["✓ Catalog images here: 2 of 2"] * 3
+        )
+        for width in (800, 1280):
+            page.set_viewport_size({"width": width, "height": 900})
+            screenshot(page, f"swarm-cluster-node-images-{width}")
+            page.goto(f"{swarm_hub.url}/services/queue/images")
+            page.locator(f'tr[data-image="{name}"] .fgpu-image-nodes summary').click()
+            screenshot(page, f"swarm-images-on-nodes-{width}")
+            page.goto(f"{swarm_hub.url}/services/queue/cluster")
+    finally:
+        admin.call("DELETE", f"images/{name}")
+        for tagged in (reference, f"{registry}/{reference}"):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                manager.images.remove(tagged)
+        for url in node_urls().values() if digest else ():
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                lab.engine(url).images.remove(f"{registry}/fgpu/prepull@{digest}")
 
 
 _OCTETS = {"Content-Type": "application/octet-stream"}

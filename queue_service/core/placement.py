@@ -2,7 +2,8 @@
 `fill` or `spread`. The pass's working state is the free capacity with sorted indexes per
 resource group (`_Cluster`), so that a search takes a bisect or two instead of a walk over every
 node; a request above one GPU takes whole GPUs plus at most one fraction, all on one node
-(`_slices_on_node`). Pure."""
+(`_slices_on_node`). `find(..., only=nodes)` searches those nodes alone (the nodes that hold a
+request's image already: scheduler.py tries them first). Pure."""
 
 from __future__ import annotations
 
@@ -108,6 +109,8 @@ class _Cluster:
         # so that searches never walk over it.
         self.min_cpu, self.min_mem = min_cpu, min_mem
         self.nodes = [_NodeState(rank, n, *free[n.name]) for rank, n in enumerate(nodes)]
+        #: The nodes a search may take (None: any), for the length of one `find`.
+        self.only: frozenset[str] | None = None
         self.index = {n.resource_group: _GroupIndex() for n in nodes}
         for state in self.nodes:
             state.alive = state.cpu >= min_cpu and state.mem >= min_mem
@@ -161,9 +164,21 @@ class _Cluster:
     # -- finding a place ------------------------------------------------------------------------
 
     def find(
-        self, need: _Need, groups: Sequence[str], placement: Placement
+        self,
+        need: _Need,
+        groups: Sequence[str],
+        placement: Placement,
+        only: frozenset[str] | None = None,
     ) -> tuple[_NodeState, list[tuple[int, int]]] | None:
-        """The best node and GPU slices for `need` in `groups`, or None when nothing fits now."""
+        """The best node and GPU slices for `need` in `groups` (among the nodes named in `only`,
+        when given), or None when nothing fits now."""
+        self.only = only
+        try:
+            return self._find(need, groups, placement)
+        finally:
+            self.only = None
+
+    def _find(self, need: _Need, groups: Sequence[str], placement: Placement):
         if need.gq == 0:
             search = self._cpu_only_spread if placement == "spread" else self._cpu_only_tightest
         elif placement == "fill":
@@ -189,7 +204,12 @@ class _Cluster:
         return state, _slices_on_node(state.free, need) if slices is None else slices
 
     def _fits_cpu_mem(self, state: _NodeState, need: _Need) -> bool:
-        return state.cpu >= need.cpu and state.mem >= need.mem
+        """Room for the request's CPU and memory, on a node the search may take."""
+        return (
+            state.cpu >= need.cpu
+            and state.mem >= need.mem
+            and (self.only is None or state.name in self.only)
+        )
 
     def _tightest_gpu(self, idx: _GroupIndex, need: _Need):
         """Best fit below one GPU: the partly used GPU that the request fills most fully."""
@@ -241,7 +261,7 @@ class _Cluster:
         for j in range(bisect_left(by_total, (need.gq,)), len(by_total)):
             total, rank = by_total[j]
             state = nodes[rank]
-            if state.cpu >= need.cpu and state.mem >= need.mem and state.holds_gpus(need):
+            if self._fits_cpu_mem(state, need) and state.holds_gpus(need):
                 return (total, rank), state, None
         return None
 
@@ -253,7 +273,7 @@ class _Cluster:
             if total < need.gq:
                 break
             state = nodes[rank]
-            if state.cpu >= need.cpu and state.mem >= need.mem and state.holds_gpus(need):
+            if self._fits_cpu_mem(state, need) and state.holds_gpus(need):
                 return (-total, rank), state, None
         return None
 
@@ -262,7 +282,7 @@ class _Cluster:
         by_cpu = idx.by_cpu
         for j in range(bisect_left(by_cpu, (need.cpu,)), len(by_cpu)):
             cpu, rank = by_cpu[j]
-            if self.nodes[rank].mem >= need.mem:
+            if self._fits_cpu_mem(self.nodes[rank], need):
                 return (cpu, rank), self.nodes[rank], []
         return None
 
@@ -272,7 +292,7 @@ class _Cluster:
             cpu, rank = by_cpu[j]
             if cpu < need.cpu:
                 break
-            if self.nodes[rank].mem >= need.mem:
+            if self._fits_cpu_mem(self.nodes[rank], need):
                 return (-cpu, rank), self.nodes[rank], []
         return None
 

@@ -81,6 +81,8 @@ class Request:
     resource_group: str | None = None
     enqueued_seq: int = 0
     skips: int = 0
+    #: The catalog image it starts (None: not said), whose holders it goes to first.
+    image: str | None = None
 
 
 @dataclass(frozen=True)

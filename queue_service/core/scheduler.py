@@ -15,6 +15,11 @@ Queue order is FIFO with backfill (a later request that fits may start before a 
 one) or DRF (dominant resource fairness between users). Either way a blocked request counts how
 often it was overtaken, and once that count reaches `max_skips` nothing behind it may take
 resources it could use until it starts: no request starves.
+
+Among the nodes with room, those that hold a request's image already come first (`image_nodes`,
+from the nodes' reports: engine/image_prepull.py); the placement rule picks among them, and
+among all nodes when none of them has room. A node that must pull the image first keeps a
+student waiting for minutes.
 """
 
 from __future__ import annotations
@@ -190,8 +195,10 @@ class _Pass:
         placement: Placement,
         units_per_gpu: float,
         max_skips: int,
+        image_nodes: Mapping[str, frozenset[str]],
     ):
         self.inventory = _Inventory(nodes, units_per_gpu)
+        self.image_nodes = image_nodes
         self.quotas, self.placement, self.units = quotas, placement, units_per_gpu
         # Requests come in few sizes: one _Need per size.
         self._need_of_slots: dict[Slots, _Need] = {}
@@ -256,13 +263,22 @@ class _Pass:
             return
         found = None
         if not self.memo.known_to_fail(need, open_groups):
-            found = self.cluster.find(need, open_groups, self.placement)
+            found = self.find(request, need, open_groups)
         if found is None:
             self.memo.remember(need, open_groups)
             self.skips.block(request, candidates)
             self.outcome[request.id] = ("capacity", None, candidates)
             return
         self.place(request, need, *found)
+
+    def find(self, request: Request, need: _Need, groups: tuple[str, ...]):
+        """A place on a node that holds the request's image, else on any node."""
+        holders = self.image_nodes.get(request.image) if request.image else None
+        if holders:
+            found = self.cluster.find(need, groups, self.placement, only=holders)
+            if found is not None:
+                return found
+        return self.cluster.find(need, groups, self.placement)
 
     def place(
         self, request: Request, need: _Need, state: _NodeState, slices: list[tuple[int, int]]
@@ -357,11 +373,13 @@ def schedule(
     placement: Placement = "best_fit",
     units_per_gpu: float = 1,
     max_skips: int = DEFAULT_MAX_SKIPS,
+    image_nodes: Mapping[str, frozenset[str]] | None = None,
 ) -> SchedulePass:
     """One scheduling pass: place as many pending requests as fit, in queue order.
 
     `allocations` are the grants held now; `pending` the requests waiting, each with the skip count
-    it has so far. Nothing given is changed: the new allocations, every still-pending request's
+    it has so far; `image_nodes` the nodes that hold each image already (catalog name → node
+    names), which its requests go to first when one of them has room. Nothing given is changed: the new allocations, every still-pending request's
     reason, position and new skip count, and the requests that can never start are returned.
     """
     if policy not in POLICIES:
@@ -370,7 +388,9 @@ def schedule(
         raise ValueError(f"unknown placement {placement!r}; use one of {', '.join(PLACEMENTS)}")
     if max_skips < 0:
         raise ValueError(f"max_skips must be at least 0, not {max_skips}")
-    work = _Pass(nodes, allocations, pending, quotas, placement, units_per_gpu, max_skips)
+    work = _Pass(
+        nodes, allocations, pending, quotas, placement, units_per_gpu, max_skips, image_nodes or {}
+    )
     if policy == "fifo":
         work.run_fifo(pending)
     else:

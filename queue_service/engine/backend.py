@@ -106,6 +106,8 @@ class ServiceHooks:
     node_credentials: object
     #: The hub service whose token the node agents hold (QueueService.agent_service).
     agent_service: str
+    #: The catalog's entries, as the image store views them (what the nodes pull ahead).
+    catalog: Callable[[], list[dict]] = list
 
 
 class EngineClass(EntryPointType):
@@ -222,6 +224,20 @@ class EngineBackend(LoggingConfigurable, metaclass=_ConfigurableABC):
         session going on; what was committed (`image`, `id`, and what else the engine says)
         and what removes it again (None when it cannot be). Refusal when it cannot be saved."""
         raise Refusal("Sessions cannot be saved as images on this engine.", "conflict")
+
+    def note_report(self, node: str) -> None:
+        """A node's agent has just reported (api/nodes/{node}/report): what to order it is
+        decided now, and goes out in the answer."""
+
+    def image_holders(self) -> dict[str, frozenset[str]]:
+        """Per catalog image name, the nodes that hold it already (where its sessions go
+        first); none where sessions run on one engine."""
+        return {}
+
+    def images_on_nodes(self) -> tuple[dict[str, dict], dict[str, dict]] | None:
+        """(per image name, per node) what each node holds of the catalog's images
+        (image_prepull.py's views), where nodes pull them ahead; None elsewhere."""
+        return None
 
     async def rotate_node_key(self, node: str):
         """A new key for `node`'s agent (api/nodes/{node}/key); refused where no agents run."""

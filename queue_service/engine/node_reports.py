@@ -22,7 +22,8 @@ A report of another `REPORT_VERSION` (an agent of another version of the hub, st
 the queue service deploys its own at start) is refused whole: its answer's orders would not be
 carried out.
 
-Orders for a node's agent (a commit on the node that runs a session, then a push) wait in
+Orders for a node's agent (a commit on the node that runs a session, then a push; a pull of a
+catalog image ahead of its first session there, image_prepull.py) wait in
 `queue_order` until the answer to the node's next report carries them (`take_orders`); their
 results come back in a later report's `order_results` (`order_result`). A result counts only when
 it comes from the node its order was given to, and says what its order asked (the same image; ids
@@ -72,6 +73,8 @@ DAEMON_FIX = (
 #: Results of orders kept per node until someone reads them.
 MAX_RESULTS_PER_NODE = 100
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+#: Repository digests a report may list (a node holding more is far beyond any catalog).
+MAX_IMAGES = 10_000
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ class NodeReport:
     #: The node engine's settings that keep sessions apart (`icc`, `no_new_privileges`): True,
     #: False or None (unknown: the agent could not tell, or did not say).
     daemon: dict = field(default_factory=lambda: dict(UNKNOWN_DAEMON))
+    #: The repository digests of the images the node's engine holds (`<repo>@sha256:...`); None
+    #: from an agent that does not list them.
+    images: frozenset[str] | None = None
 
 
 def parse_report(node: str, data: Any, size: int = 0) -> NodeReport:
@@ -134,6 +140,7 @@ def parse_report(node: str, data: Any, size: int = 0) -> NodeReport:
         agent=_agent(data.get("agent", {})),
         size=size,
         daemon=_daemon(data.get("daemon")),
+        images=_images(data.get("images")),
     )
 
 
@@ -241,6 +248,21 @@ def _agent(value: Any) -> dict:
     return {k: v for k, v in value.items() if k in ("rss_bytes", "cpu_seconds")}
 
 
+def _images(value: Any) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_IMAGES
+        or not all(isinstance(v, str) and 0 < len(v) <= 512 for v in value)
+    ):
+        raise ValueError(
+            f"images must be a list of at most {MAX_IMAGES} image references "
+            "(of at most 512 characters each)."
+        )
+    return frozenset(value)
+
+
 def _daemon(value: Any) -> dict:
     if value is None:
         return dict(UNKNOWN_DAEMON)  # not said: unknown, and flagged
@@ -256,19 +278,26 @@ def _daemon(value: Any) -> dict:
 
 
 def checked_result(order: Mapping, result: Mapping, node: str) -> dict:
-    """An agent's result as it may be believed: a successful commit must name the order's own
-    image and give digests for its ids, or it counts as a failure saying so."""
+    """An agent's result as it may be believed: a successful commit or pull must name the
+    order's own image, and a commit give digests for its ids, or it counts as a failure saying
+    so."""
     result = {**result, "node": node, "kind": order.get("kind")}
     if not result.get("ok"):
         return {**result, "ok": False, "error": str(result.get("error") or "failed")[:1000]}
     faults = []
     if result.get("image") != order.get("image"):
         faults.append(f"image {str(result.get('image'))[:200]!r} is not the order's")
+    if order.get("kind") == "pull":
+        return _judged(result, faults)
     if not DIGEST_RE.match(str(result.get("image_id"))):
         faults.append("image_id is not a sha256 digest")
     digest = result.get("digest")
     if order.get("push", True) and not DIGEST_RE.match(str(digest)):
         faults.append("digest is not a sha256 digest")
+    return _judged(result, faults)
+
+
+def _judged(result: dict, faults: list[str]) -> dict:
     if faults:
         return {**result, "ok": False, "error": "the agent's result is wrong: " + "; ".join(faults)}
     return dict(result)

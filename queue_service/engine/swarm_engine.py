@@ -9,17 +9,19 @@ set up, its agent reports (node_reports.py); shells in sessions go through it to
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import json
 import time
 from collections.abc import Iterable
 
-from traitlets import Float, Unicode
+from traitlets import Bool, Float, Int, List, Unicode
 
 from fgpu_shared.registry_auth import log_in
 from queue_service.core.errors import Refusal
 
 from . import inventory, job_services
 from .backend import EngineBackend, JobExit, LogStream, NodeReading
+from .image_prepull import ImagePrepull, offered_images
 from .node_agent_deploy import (
     TOKEN_FILE,
     AgentSettings,
@@ -153,9 +155,54 @@ class SwarmEngine(EngineBackend):
         """,
     )
 
+    prepull_images = Bool(
+        True,
+        config=True,
+        help="""
+        Swarm mode: every node pulls the catalog's offered images in the background (ordered
+        through its agent, when an image is offered or the node joins), so that a student's first
+        session on a node does not wait for the pull; sessions go first to nodes that hold their
+        image. Needs the node agents and `node_agent_registry`.
+
+        Example::
+
+            c.SwarmEngine.prepull_images = False
+        """,
+    )
+    prepull_names = List(
+        Unicode(),
+        ["*"],
+        config=True,
+        help="""
+        Swarm mode: the catalog images (their names, or shell-style patterns of them) that the
+        nodes pull ahead (prepull_images); the others are pulled by a node at their first
+        session there. All by default.
+
+        Example::
+
+            c.SwarmEngine.prepull_names = ["python-3.11", "scikit-learn-*", "pytorch-*"]
+        """,
+    )
+    prepull_per_node = Int(
+        1,
+        config=True,
+        help="""
+        Swarm mode: background pulls (prepull_images) running at once on one node; the node's
+        other work, its sessions' own pulls among it, goes on beside them.
+
+        Example::
+
+            c.SwarmEngine.prepull_per_node = 2
+        """,
+    )
+
     def __init__(self, client, hooks, **kwargs) -> None:
         super().__init__(client, hooks, **kwargs)
         self.node_reports = hooks.node_reports
+        self.prepull = ImagePrepull(self.node_reports, per_node=self.prepull_per_node, log=self.log)
+        # GPUs per Swarm node, as last read: which nodes pull which images.
+        self._node_gpus: dict[str, int] = {}
+        self._holders: dict[str, frozenset[str]] = {}
         # Per node, the engine settings last found wrong ([] when none): each is logged once.
         self._refused_nodes: dict[str, list[str]] = {}
         self._agents_lock = asyncio.Lock()
@@ -183,6 +230,9 @@ class SwarmEngine(EngineBackend):
                 [n.attrs for n in self.client.nodes.list()], self.reserve_cpu, self.reserve_mem
             ),
         )
+        gone = set(self._node_gpus) - {node.name for node in nodes}
+        self._node_gpus = {node.name: len(node.gpus) for node in nodes}
+        self.prepull.forget(gone)
         taking = [node for node in nodes if not self.isolation_refused(node.name)]
         withheld = {
             n.name: self._refused_nodes[n.name] for n in nodes if self._refused_nodes[n.name]
@@ -207,6 +257,43 @@ class SwarmEngine(EngineBackend):
             )
         self._refused_nodes[node] = wrong
         return bool(wrong)
+
+    # -- the catalog's images on the nodes (image_prepull.py) -------------------------------------
+
+    def _offered(self, images):
+        """The images the nodes pull ahead, of the catalog's `images`."""
+        if not self.prepull_images:
+            return []
+        return [
+            image
+            for image in images
+            if any(fnmatch.fnmatchcase(image.name, pattern) for pattern in self.prepull_names)
+        ]
+
+    def note_report(self, node: str) -> None:
+        if node not in self._node_gpus:
+            return  # not read from the Swarm yet: its next report
+        images = offered_images(self.hooks.catalog(), self.node_agent_registry)
+        try:
+            for order in self.prepull.plan(node, self._offered(images), self._node_gpus[node]):
+                self.log.info("Node %s: pulling %s ahead of its sessions", node, order["image"])
+        except Exception:  # the report (usage, commits' results) counts all the same
+            self.log.exception("Ordering the pulls of node %s failed", node)
+        # Every catalog image, pulled ahead or not: its sessions go where it is. Kept, not
+        # worked out at every scheduling pass (on the queue's own thread).
+        self._holders = self.prepull.holders(images, self._node_gpus)
+
+    def image_holders(self) -> dict[str, frozenset[str]]:
+        return self._holders
+
+    def images_on_nodes(self):
+        if not (self.prepull_images and self.node_agent_registry):
+            return None
+        offered = self._offered(offered_images(self.hooks.catalog(), self.node_agent_registry))
+        return (
+            self.prepull.by_image(offered, self._node_gpus),
+            self.prepull.by_node(offered, self._node_gpus),
+        )
 
     def describe(self, nodes: list[inventory.NodeInfo]) -> str:
         described = ", ".join(

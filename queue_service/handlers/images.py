@@ -9,7 +9,12 @@
   Showing a hidden image (`PATCH {"hidden": false}`) needs it on the engine: else 409, with why.
 
 With `?all=1`, each entry also carries `build`: the background build of a heavy image
-(`image_builds.py`: queued, building with its step, built, failed with the reason), or null.
+(`image_builds.py`: queued, building with its step, built, failed with the reason), or null;
+and `nodes`, in Swarm mode, where the nodes pull the catalog's images ahead
+(engine/image_prepull.py): `{present, of, nodes: [{node, state, error?, retry_in_s?}]}`, on how
+many of the nodes that can run it the image is, and each one's state (`present`, `pulling`,
+`failed` with its error, `missing`, `unknown` for a node whose agent is silent); null for an
+image no node pulls ahead (hidden, private, not in the registry) and in single-host mode.
 
 Managers are admins and holders of the `custom:images:manage` scope (the hub's `instructors`
 group), and a course's instructors for the images offered only to courses they teach
@@ -167,8 +172,10 @@ class ImagesHandler(ImageAPIHandler):
         if query_args.flag(self.get_argument("all", ""), "all", False):
             person = await self.curator()
             builds = self.image_builds.view()
+            on_nodes = self.engine_backend.images_on_nodes()
+            per_image = on_nodes[0] if on_nodes else {}
             images = [
-                {**image, "build": builds.get(image["name"])}
+                {**image, "build": builds.get(image["name"]), "nodes": per_image.get(image["name"])}
                 for image in self.images.manageable_by(person["name"], person["admin"])
                 if course_images.may_manage(person.get("courses_taught"), image)
             ]

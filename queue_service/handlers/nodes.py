@@ -2,7 +2,8 @@
 
 - `POST api/nodes/{hostname}/report`: a node agent's report (`node_reports.parse_report`); the
   answer carries the orders waiting for that node's agent (`{"node": ..., "orders": [...]}`),
-  signed with the node's key.
+  signed with the node's key: among them, pulls of the catalog's images the node lacks
+  (engine/image_prepull.py), decided as the report comes in.
   Only the hub service whose token the agents hold (`agent_service`) may report: a student's
   token, an admin's, the spawner's or a cookie gets 403. The report must also be signed with the
   key of the node the URL names, now, and never before (node_identity.py): another node's key, a
@@ -66,6 +67,7 @@ class NodeReportHandler(NodeAgentHandler):
             raise web.HTTPError(400, f"Not a node report: {e}") from None
         identity.check_sampled_at(report.sampled_at, signed_at)
         store.put(report)
+        self.engine_backend.note_report(node)  # pulls of the catalog's images it lacks, say
         answer = json.dumps({"node": node, "orders": store.take_orders(node)}).encode()
         self.finish_signed(credential, answer)
 

@@ -33,7 +33,9 @@ class ResourcesHandler(BaseHandler):
       the budgets of your groups with this window's use (budgets.py);
     - admins only, `nodes`: [{name, resource_group, cpu_total, cpu_free, mem_total, mem_free,
       gpus: [{uuid, index, fraction_free, fgpu_free,
-              slices: [{session_id, user, server_name, fraction, fgpu}]}]}].
+              slices: [{session_id, user, server_name, fraction, fgpu}]}]}], and in Swarm mode,
+      where the nodes pull the catalog's images ahead, each node's `images`: {present, offered,
+      lacking: [{image, node, state, error?, retry_in_s?}]} (engine/image_prepull.py).
     """
 
     query_arguments = {"user": "text"}
@@ -44,6 +46,12 @@ class ResourcesHandler(BaseHandler):
         groups = tuple(subject.get("groups", []))
         await self.refresh_quotas(subject)
         resources = await self.manager.resources(subject["name"], groups, admin=admin)
+        on_nodes = self.engine_backend.images_on_nodes() if admin else None
+        if on_nodes and "nodes" in resources:
+            images = on_nodes[1]
+            resources["nodes"] = [
+                {**n, "images": images.get(n["name"])} for n in resources["nodes"]
+            ]
         budgets = await self.usage.budget_status(Account.of(subject), groups)
         self.write_json({**resources, "budgets": budgets})
 

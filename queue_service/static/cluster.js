@@ -61,6 +61,27 @@
     ]);
   }
 
+  // Swarm mode: the catalog's images this node holds of those it should (the nodes pull them
+  // ahead of their sessions), and what it lacks: pulling, failed with the reason, or missing.
+  function imagesLine(node) {
+    var images = node.images;
+    if (!images) return null;
+    var all = images.present === images.offered;
+    var parts = ["Catalog images here: " + images.present + " of " + images.offered];
+    ["pulling", "failed", "missing", "unknown"].forEach(function (state) {
+      var those = images.lacking.filter(function (i) { return i.state === state; });
+      if (!those.length) return;
+      parts.push(state + ": " + those.map(function (i) {
+        return i.image + (state === "failed" ? " (" + i.error + ")" : "");
+      }).join(", "));
+    });
+    var failed = images.lacking.some(function (i) { return i.state === "failed"; });
+    return el("div", {
+      className: "small fgpu-node-images " + (failed ? "text-danger" : all ? "text-success" : "text-muted"),
+      text: (all ? "✓ " : "") + parts.join("; "),
+    });
+  }
+
   function renderNodes() {
     var resources = state.resources;
     if (!resources || !resources.nodes) return;
@@ -72,6 +93,7 @@
         el("div", { className: "small", text: "CPU " + fgpu.trim(node.cpu_total - node.cpu_free) + " / " +
           fgpu.trim(node.cpu_total) + " cores held; memory " + fgpu.size(node.mem_total - node.mem_free) + " / " +
           fgpu.size(node.mem_total) + (fgpu.config.simulated ? "; GPUs simulated" : "") }),
+        imagesLine(node),
       ].concat(node.gpus.length ? node.gpus.map(function (gpu) { return gpuStrip(node, gpu, units); })
         : [el("div", { className: "small text-muted", text: "No GPU." })]));
     }));

@@ -77,6 +77,27 @@
     return el("span", { className: "text-danger", text: "✗ not on the engine: not offered" });
   }
 
+  // Swarm mode: on how many of the nodes that can run it the image is already (the nodes pull
+  // the catalog's images ahead of their sessions), and each node's state, unfolded on demand.
+  function nodesCell(image) {
+    var nodes = image.nodes;
+    if (!nodes) return null;
+    var all = nodes.present === nodes.of;
+    var summary = el("summary", {
+      className: all ? "text-success" : "text-muted",
+      text: (all ? "✓ " : "") + "on " + nodes.present + " of " + nodes.of + " nodes",
+    });
+    var items = nodes.nodes.map(function (node) {
+      var text = node.node + ": " + node.state;
+      if (node.state === "failed") {
+        text += " (" + node.error + "; tried again in " + minutesSeconds(node.retry_in_s) + ")";
+      }
+      var tone = { present: "text-success", failed: "text-danger", pulling: "text-primary" };
+      return el("li", { className: tone[node.state] || "text-muted", "data-node": node.node, text: text });
+    });
+    return el("details", { className: "fgpu-image-nodes small" }, [summary, el("ul", {}, items)]);
+  }
+
   function button(label, kind, action, image) {
     return el("button", {
       type: "button",
@@ -102,7 +123,7 @@
     ];
     if (config.manager) {
       cells.push(el("td", { className: "fgpu-visibility", text: image.hidden ? "hidden" : "visible" }));
-      cells.push(el("td", { className: "fgpu-engine" }, [engineCell(image)]));
+      cells.push(el("td", { className: "fgpu-engine" }, [engineCell(image), nodesCell(image)]));
       cells.push(el("td", {}, [checkCell(image.check)]));
       cells.push(el("td", { className: "fgpu-actions" }, [el("div", { className: "fgpu-buttons" }, [
         button("Edit", "outline-primary", openEdit, image),
@@ -223,9 +244,12 @@
     $("image-form").addEventListener("submit", submit);
   }
   load();
-  // Builds behind the hub take minutes: follow them while any is queued or under way.
+  // Builds behind the hub and the nodes' pulls take minutes: follow them while any is under way.
   setInterval(function () {
-    var busy = images.some(function (i) { return i.build && /queued|building/.test(i.build.state); });
+    var busy = images.some(function (i) {
+      var pulling = i.nodes && i.nodes.nodes.some(function (n) { return n.state === "pulling"; });
+      return pulling || (i.build && /queued|building/.test(i.build.state));
+    });
     if (busy && !document.querySelector("dialog[open]")) load();
   }, 5000);
 })();
