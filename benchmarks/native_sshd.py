@@ -1,4 +1,4 @@
-"""A throwaway OpenSSH server (Debian's `openssh-server`, installed by scripts/lib/setup.sh): the
+"""A throwaway OpenSSH server (Debian's `openssh-server`, installed here when missing): the
 ceiling an SSH server in C reaches on this machine, next to which the SSH service's figures mean
 something.
 
@@ -38,10 +38,20 @@ Subsystem sftp {sftp_server}
 
 
 def missing() -> str:
-    """Why the native server cannot run here ('' when it can)."""
+    """Why the native server cannot run here ('' when it can), after installing it as root where
+    it is missing. A hub's machine needs no sshd, so setup does not install it; the package's own
+    sshd on port 22, which it starts on a systemd machine, is stopped and disabled again."""
+    if not all(os.path.exists(path) for path in (SSHD, SFTP_SERVER)) and os.geteuid() == 0:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"]
+        if (
+            subprocess.run(install, env=env).returncode == 0
+            and Path("/run/systemd/system").is_dir()
+        ):
+            subprocess.run(["systemctl", "disable", "--now", "ssh"])
     for path in (SSHD, SFTP_SERVER):
         if not os.path.exists(path):
-            return f"{path} is missing: run scripts/up --setup-only (it installs openssh-server)"
+            return f"{path} is missing: install Debian's openssh-server (as root: apt-get install openssh-server)"
     return ""
 
 

@@ -85,11 +85,12 @@ def test_a_joining_node_is_ordered_pulls_and_its_states_follow_its_reports(caplo
     assert prepull.plan("new", images, 0) == []  # running: neither again nor another
     by_image = prepull.by_image(images, nodes)
     assert by_image["python-3.11"]["present"] == 1 and by_image["python-3.11"]["of"] == 2
+    assert by_image["python-3.11"]["pulling"] == 1
     assert {s["node"]: s["state"] for s in by_image["python-3.11"]["nodes"]} == {
         "new": "pulling",
         "warm": "present",
     }
-    assert by_image["cuda"] == {"present": 0, "of": 0, "nodes": []}  # no GPU node
+    assert by_image["cuda"] == {"present": 0, "pulling": 0, "of": 0, "nodes": []}  # no GPU node
 
     # It failed: the reason is kept, and the pull tried again after the backoff only.
     failure = {"id": order["id"], "kind": "pull", "ok": False, "error": "manifest unknown"}

@@ -512,9 +512,21 @@ def test_an_image_added_to_the_catalog_is_pulled_on_every_node_ahead_and_shown_p
         cluster = admin.call("GET", "resources").json()["nodes"]
         assert {n["name"]: n["images"]["present"] for n in cluster} == dict.fromkeys(nodes, 2)
         assert all(n["images"]["offered"] == 2 and not n["images"]["lacking"] for n in cluster)
-        # A student's list of images carries no node's state.
+        # A student's list of images carries no node's state; an instructor's says how many
+        # nodes hold it, not which (node names and pull errors are the cluster's).
         student = QueueUser(swarm_hub, f"stu-{secrets.token_hex(3)}")
         assert all("nodes" not in i for i in student.call("GET", "images").json()["images"])
+        teacher = f"teacher-{secrets.token_hex(3)}"
+        assert swarm_hub.request("POST", f"users/{teacher}").status_code == 201
+        assert swarm_hub.request("POST", "groups/instructors").status_code in (201, 409)
+        joined = {"users": [teacher]}
+        assert swarm_hub.request("POST", "groups/instructors/users", json=joined).status_code == 200
+        as_seen = QueueUser(swarm_hub, teacher).call("GET", "images?all=1").json()["images"]
+        assert next(i for i in as_seen if i["name"] == name)["nodes"] == {
+            "present": len(nodes),
+            "pulling": 0,
+            "of": len(nodes),
+        }
 
         # The pages: per image on the Images page (each node's state unfolded), per node on the
         # Cluster page.

@@ -228,7 +228,13 @@ class ImagePrepull:
                 if can_run(image, gpus)
             ]
             present = sum(1 for s in states if s["state"] == PRESENT)
-            views[image.name] = {"present": present, "of": len(states), "nodes": states}
+            pulling = sum(1 for s in states if s["state"] == PULLING)
+            views[image.name] = {
+                "present": present,
+                "pulling": pulling,
+                "of": len(states),
+                "nodes": states,
+            }
         return views
 
     def by_node(self, images: list[OfferedImage], nodes: Mapping[str, int]) -> dict[str, dict]:

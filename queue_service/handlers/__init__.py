@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from jupyterhub.services.auth import HubOAuthCallbackHandler
 
+from queue_service.hub_identity_lookups import SharedLookupHubOAuth
+
 from . import (
     courses,
     folders,
@@ -69,6 +71,12 @@ def routes(prefix: str) -> list:
         *health.routes(prefix),
         *settings.routes(prefix),
         *ssh_keys.routes(prefix),
-        (prefix + r"oauth_callback", HubOAuthCallbackHandler),
+        (prefix + r"oauth_callback", OAuthCallbackHandler),
         *pages.routes(prefix),
     ]
+
+
+class OAuthCallbackHandler(HubOAuthCallbackHandler):
+    """The hub's login callback, on the same HubOAuth singleton as every other handler."""
+
+    hub_auth_class = SharedLookupHubOAuth

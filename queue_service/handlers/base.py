@@ -42,6 +42,7 @@ from image_catalog.unicode_text import surrogate_at, surrogate_message
 from queue_service import courses
 from queue_service.core.errors import Refusal
 from queue_service.core.scopes import ADMIN_SCOPE, is_filtered_form
+from queue_service.hub_identity_lookups import SharedLookupHubOAuth
 from queue_service.store.accounts import Account, account_key
 
 from ..hub_client import HubError
@@ -132,6 +133,8 @@ def filtered_grant(scopes, scope: str) -> str | None:
 class BaseHandler(HubOAuthenticated, web.RequestHandler):
     """Authentication, XSRF, the body cap, scopes and error mapping for every handler."""
 
+    #: One question to the hub per token at a time (hub_identity_lookups.py).
+    hub_auth_class = SharedLookupHubOAuth
     #: API handlers answer errors in JSON; pages show the hub's error page.
     json_errors = True
     #: The query-string parameters the handler reads, each with what it holds ("flag", "whole",

@@ -175,7 +175,11 @@ class ImagesHandler(ImageAPIHandler):
             on_nodes = self.engine_backend.images_on_nodes()
             per_image = on_nodes[0] if on_nodes else {}
             images = [
-                {**image, "build": builds.get(image["name"]), "nodes": per_image.get(image["name"])}
+                {
+                    **image,
+                    "build": builds.get(image["name"]),
+                    "nodes": nodes_seen_by(per_image.get(image["name"]), person["admin"]),
+                }
                 for image in self.images.manageable_by(person["name"], person["admin"])
                 if course_images.may_manage(person.get("courses_taught"), image)
             ]
@@ -263,3 +267,12 @@ class ImageCheckHandler(ImageAPIHandler):
         # What the engine holds decides what the launcher offers: look again now.
         await asyncio.to_thread(self.look_at_engine_images)
         self.write_json(await asyncio.to_thread(self.images.record_check, name, check))
+
+
+def nodes_seen_by(view: dict | None, admin: bool) -> dict | None:
+    """An image's state on the nodes: an instructor sees how many hold it, an admin also which
+    nodes, and why a pull failed (node names and registry errors are the cluster's, not a
+    course's)."""
+    if view is None or admin:
+        return view
+    return {key: view[key] for key in ("present", "pulling", "of")}

@@ -87,6 +87,7 @@
       className: all ? "text-success" : "text-muted",
       text: (all ? "✓ " : "") + "on " + nodes.present + " of " + nodes.of + " nodes",
     });
+    if (!nodes.nodes) return el("div", { className: "fgpu-image-nodes small " + summary.className, text: summary.textContent });
     var items = nodes.nodes.map(function (node) {
       var text = node.node + ": " + node.state;
       if (node.state === "failed") {
@@ -247,7 +248,7 @@
   // Builds behind the hub and the nodes' pulls take minutes: follow them while any is under way.
   setInterval(function () {
     var busy = images.some(function (i) {
-      var pulling = i.nodes && i.nodes.nodes.some(function (n) { return n.state === "pulling"; });
+      var pulling = i.nodes && i.nodes.pulling > 0;
       return pulling || (i.build && /queued|building/.test(i.build.state));
     });
     if (busy && !document.querySelector("dialog[open]")) load();

@@ -11,11 +11,10 @@ DOCKERD_LOG=${DOCKERD_LOG:-/var/log/fgpu-dockerd.log}
 # systemd brings systemd-analyze, which checks the units of `fgpu-hub install-service` (the package
 # installs; nothing starts it where systemd is not the init system).
 # xfsprogs: the project quota tests make an XFS file system (tests/test_project_quotas.py).
-# openssh-client is the SSH service's client in tests; openssh-server (sshd and sftp-server) is the
-# ceiling benchmarks/ssh_sftp.py measures against, a throwaway sshd of its own (the package's own
-# service, which it enables on systemd machines, is stopped again where setup installed it).
+# openssh-client is the SSH service's client in tests. (openssh-server, the ceiling the SFTP
+# benchmark measures against, is installed by that benchmark alone: a hub's machine needs no sshd.)
 APT_PACKAGES=(docker.io iptables debootstrap chromium ca-certificates postgresql
-  docker-registry iproute2 curl openssl faketime systemd xfsprogs openssh-client openssh-server)
+  docker-registry iproute2 curl openssl faketime systemd xfsprogs openssh-client)
 
 log() { printf '\033[1m[fgpu setup]\033[0m %s\n' "$*" >&2; }
 
@@ -31,7 +30,6 @@ install_debian_packages() {
   # Node may come from elsewhere than Debian; what matters is that npm runs.
   command -v npm >/dev/null || missing+=(nodejs npm)
   [ ${#missing[@]} -eq 0 ] && return
-  [[ " ${missing[*]} " == *" openssh-server "* ]] && SSHD_INSTALLED_HERE=1
   log "installing Debian packages: ${missing[*]}"
   as_root apt-get update -q
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -45,14 +43,6 @@ quiet_packaged_registry() {
     return 0
   log "disabling the docker-registry package's own service (scripts/swarm-lab runs its own)"
   as_root systemctl disable --now docker-registry
-}
-
-# The benchmark runs its own sshd on a free port; an sshd on port 22 that setup brought with the
-# package is not asked for. One that was installed before (a machine reached by SSH) is left alone.
-quiet_packaged_sshd() {
-  [ -n "${SSHD_INSTALLED_HERE:-}" ] && [ -d /run/systemd/system ] || return 0
-  log "disabling the openssh-server package's own sshd (benchmarks/ssh_sftp.py runs its own)"
-  as_root systemctl disable --now ssh
 }
 
 install_proxy() {
@@ -113,7 +103,6 @@ build_images() {
 setup_all() {
   install_debian_packages
   quiet_packaged_registry
-  quiet_packaged_sshd
   install_proxy
   install_chartjs
   start_docker
