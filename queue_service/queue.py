@@ -44,6 +44,7 @@ from queue_service.queue_pass import (
     next_seq,
     scheduler_free_view,
 )
+from queue_service.repeated_requests import RepeatedRequests
 from queue_service.store.models import SessionRecord, as_utc, request_view, utcnow
 from queue_service.store.queue_rows import allocated_query, pending_query, watch_flushes
 
@@ -90,6 +91,7 @@ class QueueManager(QueuePass):
         # long-polls, which read the published state (`PublishedState`) instead.
         self._db_thread = ThreadPoolExecutor(1, thread_name_prefix="fgpu-queue-db")
         self._abandoned: OrderedDict[str, None] = OrderedDict()
+        self._repeats = RepeatedRequests()
         # Long-polls by session id, woken only when their own record's version changes.
         self._watchers: dict[str, set[asyncio.Future]] = {}
         # The records a spawn or a launch has dealt with in this process's life. The service
@@ -183,7 +185,11 @@ class QueueManager(QueuePass):
                 return waiting.id
             return self._queue_new(db, key or uuid.uuid4().hex, request, groups, quotas)
 
-        session_id = await self._write(record_request)
+        repeated = self._repeats.answer_of(key, request, self._state.views)
+        if repeated is not None:
+            session_id = await repeated
+        else:
+            session_id = await self._repeats.ask(key, request, lambda: self._write(record_request))
         self.note_handled(session_id)
         return await self.get(session_id)
 
