@@ -3,7 +3,9 @@
 A real hub (the shipped config, SQLite, one simulated GPU of 8 GiB, units_per_gpu 1) whose only GPU
 is held by one running session, so that every further request of 1 fGPU waits in the queue. N/2
 students, created in one bulk call, each start 2 named servers through the hub's REST API (the
-shipped quota lets a student have 2 waiting); no container starts. The hub's spawn slots are
+shipped quota lets a student have 2 waiting), `--arrivals` starts a second, each on its own
+connection as a browser's (20 by default: 2,000 in 100 s; 0: all at the same instant); no
+container starts. The hub's spawn slots are
 sized by the shipped config itself, from `FGPU_CLASS_SIZE` = N/2.
 
 Measured: the time until all N are PENDING in the queue (an admin's `GET sessions`), the RSS and
@@ -157,9 +159,12 @@ def create_users(hub, names: list[str], batch: int = 500) -> None:
         assert response.status_code == 201, response.text
 
 
-async def each(hub, method: str, servers, concurrency: int, body: dict | None = None) -> dict:
-    """`method` on every (user, server) through the hub's REST API, `concurrency` at a time:
-    answer counts by status, and answer times in s."""
+async def each(
+    hub, method: str, servers, concurrency: int, body: dict | None = None, arrivals: float = 0
+) -> dict:
+    """`method` on every (user, server) through the hub's REST API, `concurrency` at a time, the
+    i-th no sooner than i / `arrivals` s from the start (0: all at once): answer counts by
+    status, and answer times in s."""
     statuses: dict = {}
     times: list[float] = []
     concurrency = concurrency or len(servers)  # 0: all at once
@@ -171,7 +176,9 @@ async def each(hub, method: str, servers, concurrency: int, body: dict | None = 
     timeout = aiohttp.ClientTimeout(total=900)
     async with aiohttp.ClientSession(connector=connector, headers=headers, timeout=timeout) as http:
 
-        async def one(user: str, server: str) -> None:
+        async def one(index: int, user: str, server: str) -> None:
+            if arrivals:
+                await asyncio.sleep(index / arrivals)
             async with gate:
                 start = time.perf_counter()
                 url = f"{hub.url}/hub/api/users/{user}/servers/{server}"
@@ -184,7 +191,7 @@ async def each(hub, method: str, servers, concurrency: int, body: dict | None = 
                 statuses[key] = statuses.get(key, 0) + 1
                 times.append(time.perf_counter() - start)
 
-        await asyncio.gather(*(one(user, server) for user, server in servers))
+        await asyncio.gather(*(one(i, user, server) for i, (user, server) in enumerate(servers)))
     return {"statuses": statuses, "times": times}
 
 
@@ -215,10 +222,12 @@ async def wait_all_pending(admin, users: set[str], count: int, spawning) -> dict
         await asyncio.sleep(0.5)
 
 
-async def issue(hub, servers, concurrency: int, admin, token: str, rate: float) -> dict:
+async def issue(hub, servers, args, admin, token: str) -> dict:
     """Start every server, measuring the hub's API meanwhile; time until all wait PENDING."""
-    start = time.perf_counter()
-    spawning = asyncio.ensure_future(each(hub, "POST", servers, concurrency, SESSION))
+    start, rate = time.perf_counter(), args.rate
+    spawning = asyncio.ensure_future(
+        each(hub, "POST", servers, args.concurrency, SESSION, args.arrivals)
+    )
     users = {user for user, _ in servers}
     waiting = asyncio.ensure_future(wait_all_pending(admin, users, len(servers), spawning))
     latency = asyncio.ensure_future(latency_while(f"{hub.url}/hub/api/user", token, rate, waiting))
@@ -310,7 +319,7 @@ def run(args) -> None:
         print_latency("0 waiting", base)
 
         # The crowd.
-        issued = asyncio.run(issue(hub, servers, args.concurrency, admin, token, args.rate))
+        issued = asyncio.run(issue(hub, servers, args, admin, token))
         answers = issued["answers"]
         print(
             f"  {issued['pending']} of {args.count} PENDING after {issued['after']:.1f} s"
@@ -319,7 +328,8 @@ def run(args) -> None:
         print(
             f"  answers {answers['statuses']} in {issued['answered_in']:.1f} s"
             f" (each: p50 {percentile(answers['times'], 0.5):.1f} s,"
-            f" max {max(answers['times']):.1f} s; {args.concurrency or 'all'} at a time)"
+            f" max {max(answers['times']):.1f} s; {args.concurrency or 'all'} at a time,"
+            f" {f'{args.arrivals:g} a second' if args.arrivals else 'all at once'})"
         )
         for reason, count in failed_spawns(hub).items():
             print(f"  FAILED {count}: {reason}")
@@ -393,6 +403,13 @@ def main() -> None:
         help="REST calls in flight; 0 (the default): every one at once, as a class whose browsers"
         " each hold their own request (the hub answers a start that waits after its"
         " slow_spawn_timeout, 10 s, so 50 at a time takes count/50 × 10 s by itself)",
+    )
+    parser.add_argument(
+        "--arrivals",
+        type=float,
+        default=20,
+        help="starts a second, each on its own connection (20: a class of 2,000 in 100 s);"
+        " 0: every one at the same instant",
     )
     parser.add_argument("--rate", type=float, default=20, help="GET /hub/api/user per second")
     parser.add_argument("--seconds", type=float, default=15, help="of each latency measurement")
