@@ -371,4 +371,7 @@ def test_a_file_goes_in_parallel_chunks_and_a_cut_chunk_is_sent_again(hub, page,
     assert only_the_file()
     page.wait_for_load_state("networkidle")
     expect(page.locator("#fgpu-entries tr[data-entry]")).to_have_count(1)
-    expect(page.locator("#fgpu-error")).to_contain_text("Upload failed: refused here")
+    expect(page.locator("#fgpu-error")).to_have_text(
+        "Upload failed: refused here The “big.bin” already there is unchanged."
+    )
+    screenshot(page, "storage-upload-refused-halfway")

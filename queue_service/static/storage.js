@@ -614,12 +614,13 @@
       show("done", "");
       show("error", "");
       $("upload").classList.remove("d-none");
-      var chain = Promise.resolve(), done = [];
+      var chain = Promise.resolve(), done = [], sending = null;
       files.forEach(function (file, index) {
         chain = chain.then(function () {
           var label = "Uploading " + file.name + (files.length > 1 ? " (" + (index + 1) + " of " + files.length + ")" : "");
           var url = config.api + filesPath(folder, join(base, file.name));
           upload.part = null;
+          sending = file.name;
           progress(before, total, label);
           return uploadFile(url, file, function (sent) { progress(before + sent, total, label); }).then(function () {
             before += file.size;
@@ -639,6 +640,8 @@
         return "Uploaded " + (done.length === 1 ? done[0] : plural(done.length, "file")) + " (" + fgpu.size(total) + ").";
       }, function (error) {
         var kept = done.length ? " " + plural(done.length, "file") + " finished before: " + done.join(", ") + "." : "";
+        // The file it would have replaced stays as it was (the bytes went to a part file).
+        if (sending && existing.indexOf(sending) >= 0) kept += " The " + quoted(sending) + " already there is unchanged.";
         if (upload.cancelled) return "Upload cancelled; the unfinished file was removed." + kept;
         show("error", "Upload failed: " + error.message + kept);
         return "";
